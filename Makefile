@@ -1,0 +1,57 @@
+# rollout-dataset: every command a user or CI runs. `make demo` and `make test` are the quickstart.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+NPM_TOOLS := .npm-tools
+OPENCODE_VERSION ?= latest
+
+.PHONY: all venv install install-test npm-tools demo test test-fast test-real-vllm bench clean
+
+all: test
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# The package and its runtime dependencies.
+$(VENV)/.installed: $(PY) pyproject.toml
+	$(PIP) install --quiet -e .
+	touch $@
+
+# The package with its test extras (openai SDK, mini-swe-agent, scipy, ...).
+$(VENV)/.installed-test: $(PY) pyproject.toml
+	$(PIP) install --quiet -e ".[test]"
+	touch $(VENV)/.installed $@
+
+# Third-party harnesses from the npm registry that the tests drive for real (opencode).
+$(NPM_TOOLS)/.installed:
+	mkdir -p $(NPM_TOOLS)
+	npm install --silent --no-audit --no-fund --prefix $(NPM_TOOLS) opencode-ai@$(OPENCODE_VERSION)
+	touch $@
+
+venv: $(PY)
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+npm-tools: $(NPM_TOOLS)/.installed
+
+# The main job on the embedded default: local backend, oracle captures, dataset build, load back.
+demo: install
+	$(PY) -m rollout_dataset.demo
+
+# The whole test suite, as CI runs it.
+test: install-test npm-tools
+	$(PY) -m pytest -q -p no:cacheprovider
+
+# Opt-in: wire-format checks against a genuine vLLM CPU server (see ../shared/tools/real-vllm).
+test-real-vllm: install-test
+	REAL_VLLM_URL=$${REAL_VLLM_URL:?set REAL_VLLM_URL=http://127.0.0.1:18000/v1} $(PY) -m pytest -q -m real_vllm
+
+# Benchmarks: scripts that print and save figures to bench/results/ (never timed tests).
+bench: install-test
+	$(PY) bench/proxy_overhead.py
+	$(PY) bench/graph_export.py
+	$(PY) bench/dataset_build.py
+
+clean:
+	rm -rf $(VENV) $(NPM_TOOLS) demo-dataset demo-artifacts

@@ -1,0 +1,5 @@
+import sys
+
+from rollout_dataset.cli import main
+
+sys.exit(main())

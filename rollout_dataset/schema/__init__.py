@@ -1,0 +1,93 @@
+"""JSON Schema (Draft 2020-12) files for every document the project writes, and validation.
+
+The schema files in `rollout_dataset/schema/schemas/` are the single declaration of each record;
+Arrow features, dataset-card column tables and docs are derived from them (`x-dtype` annotations
+give the Arrow type of numeric arrays: int32 token ids, float32 logprobs, int8 masks).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from typing import Any
+
+import jsonschema
+
+__all__ = ["SCHEMA_NAMES", "load_schema", "schema_errors", "validate"]
+
+
+def _schema_dir():
+    return resources.files(__package__).joinpath("schemas")
+
+
+def _names() -> list[str]:
+    return sorted(p.name[: -len(".schema.json")] for p in _schema_dir().iterdir() if p.name.endswith(".schema.json"))
+
+
+SCHEMA_NAMES = _names()
+
+
+@functools.lru_cache(maxsize=None)
+def load_schema(name: str) -> dict[str, Any]:
+    """Load one shipped JSON Schema by name (e.g. ``"trace_record"``).
+
+    Args:
+        name: the schema's name, the file name without ``.schema.json``.
+
+    Returns:
+        The schema as a dict.
+
+    Raises:
+        KeyError: no schema of that name ships with the package.
+    """
+    path = _schema_dir().joinpath(f"{name}.schema.json")
+    if not path.is_file():
+        raise KeyError(f"no schema named {name!r}; known: {', '.join(_names())}")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=None)
+def _validator(name: str) -> jsonschema.protocols.Validator:
+    schema = load_schema(name)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _json_path(error: jsonschema.ValidationError) -> str:
+    path = "$"
+    for part in error.absolute_path:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def schema_errors(document: Any, name: str) -> list[tuple[str, str]]:
+    """Check a document against a shipped schema.
+
+    Args:
+        document: the parsed JSON document.
+        name: the schema's name.
+
+    Returns:
+        `(json_path, reason)` pairs, sorted by path; empty when the document is valid.
+    """
+    errors = _validator(name).iter_errors(document)
+    return sorted(((_json_path(e), e.message) for e in errors), key=lambda pair: pair[0])
+
+
+def validate(document: Any, name: str) -> None:
+    """Raise if a document does not match its schema.
+
+    Args:
+        document: the parsed JSON document.
+        name: the schema's name.
+
+    Raises:
+        SchemaValidationError: with one `(name, json_path, reason)` per failure.
+    """
+    from rollout_dataset.errors import SchemaValidationError
+
+    failures = schema_errors(document, name)
+    if failures:
+        raise SchemaValidationError([(name, path, reason) for path, reason in failures])
