@@ -19,6 +19,7 @@ __all__ = [
     "ArtifactError",
     "PublishError",
     "GuardrailError",
+    "ConfigError",
 ]
 
 
@@ -86,3 +87,7 @@ class PublishError(RolloutDatasetError, RuntimeError):
 
 class GuardrailError(RolloutDatasetError, RuntimeError):
     """A batch or capture guardrail tripped (no agent turns, first call failed, ...)."""
+
+
+class ConfigError(RolloutDatasetError, ValueError):
+    """A configuration file, block or flag is invalid (the message names the file, key and valid values)."""

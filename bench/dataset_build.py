@@ -1,0 +1,200 @@
+"""Benchmark of the dataset builder (issue 5). Prints a table and saves bench/results/dataset_build.json.
+
+Measures, on synthetic schema-faithful rollouts (default: 50 turns, 8k-token context):
+- build throughput vs a bare pyarrow write of the same arrays (JSON read + one table per config with
+  the naive encoding: full prompt_ids per turn, raw request/response JSON, sequences as they are);
+- peak RSS of a build as the rollout count grows (a fresh subprocess per size);
+- dataset bytes per config and per unique token; whole dataset / sequences config; what the seed's
+  full-prompt turns encoding would have cost;
+- `datasets.load_dataset(dir, "sequences")` time (cold cache and warm) vs `pyarrow.parquet.read_table`.
+
+Usage: python bench/dataset_build.py [--turns 50] [--context 8192] [--sizes 10,40,160] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rollout_dataset.builder import CONFIG_NAMES, build
+from rollout_dataset.builder.synthetic import write_synthetic_rollout
+
+RESULTS = Path(__file__).resolve().parent / "results" / "dataset_build.json"
+
+_RSS_CHILD = """
+import resource, sys, time
+from rollout_dataset.builder import build
+t = time.perf_counter()
+r = build([sys.argv[1]], sys.argv[2], progress=False)
+print(len(r.added), time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+_LOAD_CHILD = """
+import sys, time, os
+t0 = time.perf_counter()
+import datasets
+t1 = time.perf_counter()
+ds = datasets.load_dataset(sys.argv[1], "sequences", split="train")
+t2 = time.perf_counter()
+ds = datasets.load_dataset(sys.argv[1], "sequences", split="train")
+t3 = time.perf_counter()
+n = sum(len(x) for x in ds.data.column("input_ids").to_pylist()[:1])
+print(len(ds), t2 - t1, t3 - t2)
+"""
+
+
+def _replicate(src: Path, dst: Path, copies: int) -> None:
+    """`copies` artifact folders from the ones in `src`, each with a fresh rollout_id (files hard-linked)."""
+    base = sorted(p for p in src.iterdir() if p.is_dir())
+    for k in range(copies):
+        folder = dst / f"r{k:05d}"
+        folder.mkdir(parents=True)
+        orig = base[k % len(base)]
+        for f in orig.iterdir():
+            if f.name != "summary.json":
+                os.link(f, folder / f.name)
+        summary = json.loads((orig / "summary.json").read_text())
+        summary["rollout_id"] = uuid.uuid4().hex
+        (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def _bare_pyarrow(folders: list[Path], out: Path) -> float:
+    """Read the same artifacts and write the same arrays with plain pyarrow (naive encoding)."""
+    t = time.perf_counter()
+    seq, turns, trace = [], [], []
+    for folder in folders:
+        rollout = json.loads((folder / "rollout.json").read_text())
+        doc = json.loads((folder / "turns.json").read_text())
+        calls = json.loads((folder / "trace.json").read_text())["calls"]
+        for s in rollout["sequences"]:
+            seq.append({"input_ids": s["input_ids"], "loss_mask": s["loss_mask"], "logprobs": s["logprobs"]})
+        for x in doc["turns"]:
+            turns.append({"prompt_ids": x["prompt_ids"], "output_ids": x["output_ids"],
+                          "per_token_logps": x["per_token_logps"], "mask": x["mask"]})
+        for c in calls:
+            trace.append({"request": json.dumps(c["request"]), "response": json.dumps(c["response"])})
+    out.mkdir(parents=True, exist_ok=True)
+    types = {"input_ids": pa.list_(pa.int32()), "loss_mask": pa.list_(pa.int8()), "logprobs": pa.list_(pa.float32()),
+             "prompt_ids": pa.list_(pa.int32()), "output_ids": pa.list_(pa.int32()),
+             "per_token_logps": pa.list_(pa.float32()), "mask": pa.list_(pa.int8()),
+             "request": pa.string(), "response": pa.string()}
+    for name, rows in (("sequences", seq), ("turns", turns), ("trace", trace)):
+        schema = pa.schema([(k, types[k]) for k in rows[0]])
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), out / f"{name}.parquet", compression="zstd")
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--context", type=int, default=8192)
+    parser.add_argument("--unique", type=int, default=10, help="distinct synthetic rollouts generated")
+    parser.add_argument("--sizes", default="10,40,160", help="rollout counts for the RSS series")
+    parser.add_argument("--quick", action="store_true", help="small run (5 turns, 1k context, sizes 4,8)")
+    args = parser.parse_args()
+    if args.quick:
+        args.turns, args.context, args.unique, args.sizes = 5, 1024, 4, "4,8"
+    sizes = [int(s) for s in args.sizes.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="bench-dataset-"))
+    try:
+        src = work / "unique"
+        t = time.perf_counter()
+        for k in range(args.unique):
+            write_synthetic_rollout(src / f"u{k:03d}", seed=k, n_turns=args.turns, context_tokens=args.context,
+                                    with_aux=True, with_retry=True, task_index=k)
+        gen_s = time.perf_counter() - t
+        folders = sorted(p for p in src.iterdir())
+        artifact_bytes = sum(f.stat().st_size for f in src.rglob("*") if f.is_file())
+
+        # build vs bare pyarrow (best of 2 each)
+        build_times, bare_times = [], []
+        for rep in range(2):
+            shutil.rmtree(work / "ds", ignore_errors=True)
+            t = time.perf_counter()
+            result = build(folders, work / "ds", progress=False)
+            build_times.append(time.perf_counter() - t)
+            shutil.rmtree(work / "bare", ignore_errors=True)
+            bare_times.append(_bare_pyarrow(folders, work / "bare"))
+        bare_bytes = {p.stem: p.stat().st_size for p in (work / "bare").glob("*.parquet")}
+
+        # storage
+        summary = pq.read_table(next((work / "ds" / "data" / "summary").glob("*.parquet"))).to_pylist()
+        unique_tokens = sum(r["n_unique_tokens"] for r in summary)
+        per_config = result.bytes_per_config
+        whole = sum(per_config.values()) + (work / "ds" / "README.md").stat().st_size
+
+        # RSS as the rollout count grows
+        rss = []
+        for n in sizes:
+            dst = work / f"rss-{n}"
+            _replicate(src, dst / "in", n)
+            proc = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(dst / "in"), str(dst / "ds")],
+                                  capture_output=True, text=True, check=True)
+            added, secs, maxrss_kb = proc.stdout.split()
+            rss.append({"rollouts": int(added), "seconds": round(float(secs), 2),
+                        "peak_rss_mb": round(int(maxrss_kb) / 1024, 1)})
+            shutil.rmtree(dst)
+
+        # load_dataset vs pyarrow read
+        files = sorted((work / "ds" / "data" / "sequences").glob("*.parquet"))
+        t = time.perf_counter()
+        for _ in range(3):
+            table = pq.read_table(files)
+        pa_read = (time.perf_counter() - t) / 3
+        env = dict(os.environ, HF_DATASETS_CACHE=str(work / "hfcache"), HF_HUB_OFFLINE="1",
+                   HF_DATASETS_DISABLE_PROGRESS_BARS="1")
+        proc = subprocess.run([sys.executable, "-c", _LOAD_CHILD, str(work / "ds")], env=env, capture_output=True,
+                              text=True, check=True)
+        n_rows, cold, warm = proc.stdout.split()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    out = {
+        "setup": {"turns": args.turns, "context_tokens": args.context, "unique_rollouts": args.unique,
+                  "generate_seconds": round(gen_s, 2), "artifact_bytes": artifact_bytes,
+                  "python": sys.version.split()[0], "pyarrow": pa.__version__, "cpus": os.cpu_count()},
+        "build": {"seconds": round(min(build_times), 3), "bare_pyarrow_seconds": round(min(bare_times), 3),
+                  "ratio": round(min(build_times) / min(bare_times), 2),
+                  "rollouts_per_second": round(args.unique / min(build_times), 2), "target_ratio": 2.0},
+        "storage": {"bytes_per_config": per_config, "whole_dataset_bytes": whole, "unique_tokens": unique_tokens,
+                    "bytes_per_unique_token": {c: round(b / unique_tokens, 3) for c, b in per_config.items()},
+                    "whole_over_sequences": round(whole / per_config["sequences"], 3), "target": 1.5,
+                    "naive_turns_full_prompt_bytes": bare_bytes.get("turns"),
+                    "naive_trace_raw_json_bytes": bare_bytes.get("trace")},
+        "rss": rss,
+        "load": {"rows": int(n_rows), "pyarrow_read_seconds": round(pa_read, 4),
+                 "load_dataset_cold_seconds": round(float(cold), 3), "load_dataset_warm_seconds": round(float(warm), 3),
+                 "warm_ratio": round(float(warm) / pa_read, 2), "cold_ratio": round(float(cold) / pa_read, 2),
+                 "target_ratio": 2.0},
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    name = RESULTS if not args.quick else RESULTS.with_name("dataset_build_quick.json")
+    name.write_text(json.dumps(out, indent=2) + "\n")
+
+    print(f"dataset build benchmark: {args.unique} rollouts x {args.turns} turns, {args.context}-token context")
+    print(f"  build {out['build']['seconds']}s vs bare pyarrow {out['build']['bare_pyarrow_seconds']}s "
+          f"-> {out['build']['ratio']}x (target <= 2x)")
+    print(f"  {'config':<15} {'bytes':>12} {'bytes/unique token':>20}")
+    for c in CONFIG_NAMES:
+        print(f"  {c:<15} {per_config[c]:>12} {out['storage']['bytes_per_unique_token'][c]:>20}")
+    print(f"  whole dataset {whole} bytes = {out['storage']['whole_over_sequences']}x sequences (target <= 1.5x); "
+          f"naive full-prompt turns alone would be {bare_bytes.get('turns')} bytes")
+    print("  peak RSS: " + ", ".join(f"{r['rollouts']} rollouts {r['peak_rss_mb']} MB ({r['seconds']}s)" for r in rss))
+    print(f"  load sequences: load_dataset cold {cold[:6]}s, warm {warm[:6]}s vs pyarrow {pa_read:.4f}s "
+          f"-> warm {out['load']['warm_ratio']}x, cold {out['load']['cold_ratio']}x (target <= 2x)")
+    print(f"saved {name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Benchmark: prefix graph + rollout export on a synthetic 200-call rollout with a 32k-token context.
+
+Prints the figures and saves them to bench/results/graph_export.json. Times are the median of
+several runs (wall clock, perf_counter); peak memory comes from a separate tracemalloc run (Python
+allocations made by the step itself, the input records excluded).
+
+    python bench/graph_export.py [--calls 200] [--context 32000] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+import tracemalloc
+from pathlib import Path
+
+from rollout_dataset.export import export_rollout, turns_document
+from rollout_dataset.export.synthetic import synthetic_chain
+from rollout_dataset.graph import build_graph
+
+
+def _time(fn, repeats: int) -> float:
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
+
+
+def _peak(fn) -> int:
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    fn()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--context", type=int, default=32000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "graph_export.json"))
+    args = parser.parse_args()
+
+    records = synthetic_chain(args.calls, args.context)
+    total_prompt = sum(len(r["prompt_token_ids"]) for r in records)
+
+    def graph():
+        return build_graph(records)
+
+    def export():
+        return export_rollout(records, session_id="bench", capture_level="tokens")
+
+    doc = export()
+    assert doc["stats"]["n_turns"] == args.calls and doc["stats"]["n_roots"] == 1
+
+    def turns():
+        return turns_document(doc, records)
+
+    figures = {
+        "calls": args.calls,
+        "last_prompt_tokens": len(records[-1]["prompt_token_ids"]),
+        "total_prompt_tokens": total_prompt,
+        "repeats": args.repeats,
+        "graph_s_median": round(_time(graph, args.repeats), 4),
+        "export_s_median": round(_time(export, args.repeats), 4),
+        "turns_document_s_median": round(_time(turns, args.repeats), 4),
+        "graph_peak_mib": round(_peak(graph) / 2**20, 1),
+        "export_peak_mib": round(_peak(export) / 2**20, 1),
+        "note": "export_rollout includes building the graph; medians of wall-clock runs on a shared machine",
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2) + "\n")
+    width = max(len(k) for k in figures)
+    for key, value in figures.items():
+        print(f"{key:<{width}}  {value}")
+    print(f"saved to {out}")
+
+
+if __name__ == "__main__":
+    main()

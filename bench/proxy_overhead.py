@@ -1,0 +1,259 @@
+"""Benchmark: what the recording proxy adds, next to a LiteLLM proxy, in front of the same backend.
+
+Runs, on loopback, in one go:
+  * the local backend (`rollout-dataset serve`), or `--upstream URL` for a server you already run;
+  * the recording proxy (`rollout-dataset proxy`, its own process, writing traces to a temp dir);
+  * a LiteLLM proxy (`litellm[proxy]`, installed by this script into its own venv, never a project
+    dependency; `--skip-litellm` leaves it out).
+Then measures, per target, non-streaming latency at concurrency 1 and 32, time to first token when
+streaming (concurrency 1), and throughput at concurrency 32; "added" figures are target minus
+direct. Prints a markdown table and saves bench/results/proxy_overhead.json.
+
+    .venv/bin/python bench/proxy_overhead.py [--calls 300] [--skip-litellm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "proxy_overhead.json"
+LITELLM_VENV = Path(os.environ.get("LITELLM_VENV", Path(tempfile.gettempdir()) / "rollout-dataset-bench-litellm"))
+MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Say hello in a few words."}]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before {url} answered")
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+def start_backend(port: int) -> subprocess.Popen:
+    code = textwrap.dedent(f"""
+        import uvicorn
+        from rollout_dataset.backend import create_backend_app
+        uvicorn.run(create_backend_app(), host="127.0.0.1", port={port}, log_level="warning", access_log=False)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    wait_http(f"http://127.0.0.1:{port}/health", proc, 120)
+    return proc
+
+
+def start_proxy(upstream: str, trace_dir: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", "proxy", "--upstream", upstream,
+                             "--trace-dir", trace_dir], stdout=subprocess.PIPE, text=True)
+    base = proc.stdout.readline().strip()
+    if not base.startswith("http"):
+        raise RuntimeError("the recording proxy did not print its base URL")
+    return proc, base
+
+
+def ensure_litellm() -> Path:
+    exe = LITELLM_VENV / "bin" / "litellm"
+    if not exe.exists():
+        print(f"installing litellm[proxy] into {LITELLM_VENV} (bench only) ...", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
+        subprocess.run([str(LITELLM_VENV / "bin" / "pip"), "install", "--quiet", "litellm[proxy]"], check=True)
+    return exe
+
+
+def start_litellm(upstream: str, model: str, workdir: str) -> tuple[subprocess.Popen, str]:
+    exe = ensure_litellm()
+    port = free_port()
+    config = Path(workdir) / "litellm.yaml"
+    config.write_text(json.dumps({"model_list": [{"model_name": model, "litellm_params": {
+        "model": f"hosted_vllm/{model}", "api_base": upstream, "api_key": "none"}}],
+        "litellm_settings": {"drop_params": False, "telemetry": False}}))
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "NO_DOCS": "True"}
+    proc = subprocess.Popen([str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
+                             "--num_workers", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    wait_http(base + "/health/liveliness", proc, 180)
+    return proc, base + "/v1"
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[idx]
+
+
+async def one_call(client: httpx.AsyncClient, base: str, model: str, stream: bool, max_tokens: int) -> float:
+    body = {"model": model, "messages": MESSAGES, "max_tokens": max_tokens, "temperature": 0, "seed": 0}
+    t0 = time.perf_counter()
+    if not stream:
+        resp = await client.post(base + "/chat/completions", json=body)
+        resp.raise_for_status()
+        resp.json()
+        return (time.perf_counter() - t0) * 1000
+    body["stream"] = True
+    async with client.stream("POST", base + "/chat/completions", json=body) as resp:
+        resp.raise_for_status()
+        first = None
+        async for line in resp.aiter_lines():
+            if first is None and line.startswith("data:") and '"content"' in line:
+                first = (time.perf_counter() - t0) * 1000
+    return first if first is not None else float("nan")
+
+
+async def measure(bases: dict[str, str], model: str, calls: int, max_tokens: int) -> dict[str, dict]:
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    out: dict[str, dict] = {name: {} for name in bases}
+    async with httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as client:
+        for name, base in bases.items():  # warm-up: connections, caches
+            await asyncio.gather(*(one_call(client, base, model, False, max_tokens) for _ in range(32)))
+        # concurrency 1, interleaved so drift hits every target alike
+        seq: dict[str, list[float]] = {n: [] for n in bases}
+        ttft: dict[str, list[float]] = {n: [] for n in bases}
+        for _ in range(calls):
+            for name, base in bases.items():
+                seq[name].append(await one_call(client, base, model, False, max_tokens))
+        for _ in range(max(50, calls // 2)):
+            for name, base in bases.items():
+                ttft[name].append(await one_call(client, base, model, True, max_tokens))
+        for name, base in bases.items():
+            lat: list[float] = []
+
+            async def worker(n: int) -> None:
+                for _ in range(n):
+                    lat.append(await one_call(client, base, model, False, max_tokens))
+
+            per_worker = max(4, calls // 8)
+            t0 = time.perf_counter()
+            await asyncio.gather(*(worker(per_worker) for _ in range(32)))
+            wall = time.perf_counter() - t0
+            out[name] = {
+                "c1_p50_ms": statistics.median(seq[name]), "c1_p99_ms": pct(seq[name], 99),
+                "c32_p50_ms": statistics.median(lat), "c32_p99_ms": pct(lat, 99),
+                "ttft_p50_ms": statistics.median(ttft[name]), "ttft_p99_ms": pct(ttft[name], 99),
+                "c32_throughput_rps": len(lat) / wall, "c32_calls": len(lat), "c1_calls": len(seq[name]),
+            }
+    return out
+
+
+def added(results: dict[str, dict]) -> dict[str, dict]:
+    direct = results["direct"]
+    table = {}
+    for name, r in results.items():
+        if name == "direct":
+            continue
+        table[name] = {
+            "added_c1_p50_ms": r["c1_p50_ms"] - direct["c1_p50_ms"],
+            "added_c1_p99_ms": r["c1_p99_ms"] - direct["c1_p99_ms"],
+            "added_c32_p50_ms": r["c32_p50_ms"] - direct["c32_p50_ms"],
+            "added_c32_p99_ms": r["c32_p99_ms"] - direct["c32_p99_ms"],
+            "added_ttft_p50_ms": r["ttft_p50_ms"] - direct["ttft_p50_ms"],
+            "throughput_vs_direct_c32": r["c32_throughput_rps"] / direct["c32_throughput_rps"],
+        }
+    return table
+
+
+def markdown(results: dict[str, dict], table: dict[str, dict]) -> str:
+    rows = [
+        ("added latency p50, c=1 (ms)", "added_c1_p50_ms", "{:+.2f}"),
+        ("added latency p99, c=1 (ms)", "added_c1_p99_ms", "{:+.2f}"),
+        ("added latency p50, c=32 (ms)", "added_c32_p50_ms", "{:+.2f}"),
+        ("added latency p99, c=32 (ms)", "added_c32_p99_ms", "{:+.2f}"),
+        ("added TTFT p50, streaming, c=1 (ms)", "added_ttft_p50_ms", "{:+.2f}"),
+        ("throughput vs direct, c=32", "throughput_vs_direct_c32", "{:.2f}x"),
+    ]
+    names = list(table)
+    lines = ["| metric | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
+    for label, key, fmt in rows:
+        lines.append(f"| {label} | " + " | ".join(fmt.format(table[n][key]) for n in names) + " |")
+    direct = results["direct"]
+    lines.append(f"\ndirect baseline: p50 {direct['c1_p50_ms']:.2f} ms at c=1, p50 {direct['c32_p50_ms']:.2f} ms at "
+                 f"c=32, {direct['c32_throughput_rps']:.0f} calls/s at c=32, TTFT p50 {direct['ttft_p50_ms']:.2f} ms")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--upstream", help="an already running OpenAI-compatible server (.../v1); default: start "
+                                           "the local backend")
+    parser.add_argument("--model", default=None, help="model name (default: the server's first model)")
+    parser.add_argument("--calls", type=int, default=300, help="calls per target at concurrency 1")
+    parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument("--out", default=str(RESULTS))
+    args = parser.parse_args()
+
+    procs: list[subprocess.Popen] = []
+    workdir = tempfile.mkdtemp(prefix="proxy-bench-")
+    try:
+        if args.upstream:
+            upstream = args.upstream.rstrip("/")
+        else:
+            port = free_port()
+            procs.append(start_backend(port))
+            upstream = f"http://127.0.0.1:{port}/v1"
+        model = args.model or httpx.get(upstream + "/models", timeout=10).json()["data"][0]["id"]
+        proxy_proc, proxy_base = start_proxy(upstream, os.path.join(workdir, "traces"))
+        procs.append(proxy_proc)
+        bases = {"direct": upstream, "rollout-dataset proxy": proxy_base}
+        if not args.skip_litellm:
+            litellm_proc, litellm_base = start_litellm(upstream, model, workdir)
+            procs.append(litellm_proc)
+            bases["LiteLLM proxy"] = litellm_base
+        results = asyncio.run(measure(bases, model, args.calls, args.max_tokens))
+        table = added(results)
+        if "LiteLLM proxy" in table:
+            ours, theirs = table["rollout-dataset proxy"], table["LiteLLM proxy"]
+            table["rollout-dataset proxy"]["litellm_added_p50_ratio"] = (
+                theirs["added_c1_p50_ms"] / ours["added_c1_p50_ms"] if ours["added_c1_p50_ms"] > 0 else None)
+        trace_files = list(Path(workdir, "traces").glob("*.jsonl"))
+        recorded = sum(sum(1 for _ in open(f)) for f in trace_files)
+        doc = {
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+            "upstream": "local backend" if not args.upstream else args.upstream,
+            "model": model, "max_tokens": args.max_tokens, "calls_c1": args.calls,
+            "targets": results, "added": table, "proxy_records_written": recorded,
+        }
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        print(markdown(results, table))
+        print(f"\nsaved {args.out}")
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

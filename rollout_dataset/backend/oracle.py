@@ -1,0 +1,238 @@
+"""The `oracle` policy: solves built-in coding tasks through the harness's tools, imperfectly on purpose.
+
+It recognises the task from the statement in the conversation
+(`rollout_dataset.tasks.find_builtin_task_by_instruction`) and drives the tools it finds in the
+request:
+
+- the built-in harness (`write_file`, `run_examples`, `submit`): write `solution.py`, run the
+  examples, submit;
+- a lone `bash` tool (mini-swe-agent, opencode): the same steps as shell commands, then
+  ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (mini-swe-agent's end marker) or a final text.
+
+A seeded draw (the request's `seed`, else 0, together with the task id) decides whether the first
+attempt is wrong (`p_wrong`). A wrong attempt corrupts the reference answer on some inputs; after
+seeing the example run the oracle fixes it (with probability `p_fix`), or submits it anyway when
+the examples happened to pass or the draw says so. The reward always comes from the real
+verifier, so rewards vary across seeds: 1.0 for a correct submission, below 1.0 otherwise.
+
+The policy is stateless: everything it needs (what it already did, what the run printed) is read
+from the conversation, so a request replayed gives the same answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import shlex
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from rollout_dataset.backend.policies import (
+    PolicyOutput,
+    PolicyRequest,
+    ToolCallSpec,
+    message_text,
+    register_policy,
+)
+
+__all__ = ["OraclePlan", "OraclePolicy", "oracle_plan", "wrong_solution"]
+
+logger = logging.getLogger(__name__)
+
+SOLUTION_FILE = "solution.py"
+MINI_DONE = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+@dataclass(frozen=True)
+class OraclePlan:
+    """How the oracle plays one (task, seed).
+
+    Args:
+        wrong_first: the first solution written is wrong on some inputs.
+        fix: after a failing example run, write the reference and try again.
+        modulus: the wrong attempt corrupts inputs whose character sum is divisible by this.
+    """
+
+    wrong_first: bool
+    fix: bool
+    modulus: int
+
+
+def oracle_plan(task_id: str, seed: int | None, p_wrong: float = 0.5, p_fix: float = 0.5) -> OraclePlan:
+    """The seeded plan for one task and seed.
+
+    Args:
+        task_id: the task's id.
+        seed: the rollout seed (None counts as 0).
+        p_wrong: chance of a wrong first attempt.
+        p_fix: chance of fixing it after a failing run.
+
+    Returns:
+        The plan.
+    """
+    digest = hashlib.sha256(f"{seed or 0}:{task_id}".encode()).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "big"))
+    wrong = rng.random() < p_wrong
+    fix = rng.random() < p_fix
+    return OraclePlan(wrong_first=wrong, fix=fix, modulus=rng.choice((2, 3)))
+
+
+def wrong_solution(reference: str, modulus: int) -> str:
+    """A plausible first attempt that is wrong on some inputs.
+
+    It runs the reference logic and appends a stray digit to the answer whenever the input's
+    character sum is divisible by `modulus` (an off-by-one-style bug the examples may or may not
+    reveal).
+
+    Args:
+        reference: the reference solution's source.
+        modulus: 2 or 3.
+
+    Returns:
+        Python source reading stdin and writing stdout.
+    """
+    return (
+        "# first attempt: reuses the core logic, but the output step is buggy on some inputs\n"
+        "import subprocess\nimport sys\n\n"
+        f"CORE = {reference!r}\n\n"
+        "data = sys.stdin.read()\n"
+        "out = subprocess.run([sys.executable, '-c', CORE], input=data, capture_output=True, text=True).stdout\n"
+        f"if sum(map(ord, data)) % {modulus} == 0:\n"
+        "    out = out.rstrip('\\n') + '1\\n'\n"
+        "sys.stdout.write(out)\n"
+    )
+
+
+def _find_task(messages: list[dict[str, Any]]) -> Any:
+    from rollout_dataset.tasks import find_builtin_task_by_instruction
+
+    for m in messages:
+        if m.get("role") == "user":
+            task = find_builtin_task_by_instruction(message_text(m.get("content")))
+            if task is not None:
+                return task
+    return None
+
+
+def _history(messages: list[dict[str, Any]]) -> tuple[list[tuple[str, dict]], str]:
+    """The assistant's tool calls so far (name, parsed arguments) and the last tool result."""
+    calls: list[tuple[str, dict]] = []
+    last_result = ""
+    for m in messages:
+        if m.get("role") == "assistant":
+            for tc in m.get("tool_calls") or []:
+                fn = tc.get("function", {}) if isinstance(tc, Mapping) else {}
+                raw = fn.get("arguments")
+                try:
+                    args = json.loads(raw) if isinstance(raw, str) and raw else (raw or {})
+                except ValueError:
+                    args = {}
+                calls.append((str(fn.get("name", "")), args if isinstance(args, dict) else {}))
+        elif m.get("role") == "tool":
+            last_result = message_text(m.get("content"))
+        elif m.get("role") == "user" and calls:
+            last_result = message_text(m.get("content"))  # mini-swe-agent's text observations
+    return calls, last_result
+
+
+def _examples_failed(result: str) -> bool:
+    low = result.lower()
+    return "fail" in low or "mismatch" in low or "traceback" in low
+
+
+class OraclePolicy:
+    """The `oracle` policy (see the module docstring).
+
+    Args:
+        p_wrong: chance of a wrong first attempt.
+        p_fix: chance of fixing a wrong attempt after a failing example run.
+        **_: other `make_policy` keywords are accepted and ignored.
+    """
+
+    def __init__(self, p_wrong: float = 0.5, p_fix: float = 0.5, **_: Any) -> None:
+        if not (0 <= p_wrong <= 1 and 0 <= p_fix <= 1):
+            raise ValueError(f"p_wrong and p_fix must be in [0, 1], got {p_wrong}, {p_fix}")
+        self.p_wrong = p_wrong
+        self.p_fix = p_fix
+
+    def respond(self, request: PolicyRequest) -> PolicyOutput:
+        """Choose the next step from the conversation so far.
+
+        Args:
+            request: the request.
+
+        Returns:
+            Text and/or one tool call.
+        """
+        task = _find_task(request.messages)
+        if task is None or not getattr(task, "reference_solution", None):
+            return PolicyOutput(text="I do not recognise this task, so I cannot solve it.")
+        plan = oracle_plan(task.task_id, request.seed, self.p_wrong, self.p_fix)
+        names = set(request.tool_names)
+        calls, last = _history(request.messages)
+        if {"write_file", "submit"} <= names:
+            return self._builtin_step(task, plan, calls, last, names)
+        if "bash" in names:
+            return self._bash_step(task, plan, calls, last, names)
+        return PolicyOutput(text=f"Here is a solution:\n```python\n{task.reference_solution}```")
+
+    @staticmethod
+    def _writes(calls: list[tuple[str, dict]]) -> int:
+        return sum(1 for name, args in calls if name == "write_file" or
+                   (name == "bash" and f"> {SOLUTION_FILE}" in str(args.get("command", ""))))
+
+    def _next_action(self, plan: OraclePlan, calls: list[tuple[str, dict]], last: str) -> str:
+        writes = self._writes(calls)
+        if writes == 0:
+            return "write_wrong" if plan.wrong_first else "write_right"
+        last_kind = calls[-1][0] if calls else ""
+        last_cmd = str(calls[-1][1].get("command", "")) if calls else ""
+        just_wrote = last_kind == "write_file" or (last_kind == "bash" and f"> {SOLUTION_FILE}" in last_cmd)
+        if just_wrote:
+            return "run"
+        if plan.wrong_first and writes == 1 and plan.fix and _examples_failed(last):
+            return "write_right"
+        return "submit"
+
+    def _builtin_step(self, task: Any, plan: OraclePlan, calls: list, last: str, names: set) -> PolicyOutput:
+        if any(name == "submit" for name, _ in calls):
+            return PolicyOutput(text="I submitted my solution.")
+        action = self._next_action(plan, calls, last)
+        if action in ("write_wrong", "write_right"):
+            source = task.reference_solution if action == "write_right" else \
+                wrong_solution(task.reference_solution, plan.modulus)
+            text = "Let me fix the bug and rewrite the solution." if self._writes(calls) else \
+                f"I will write a solution to {SOLUTION_FILE}."
+            return PolicyOutput(text=text, tool_calls=[ToolCallSpec("write_file", {"path": SOLUTION_FILE,
+                                                                                   "content": source})])
+        if action == "run" and "run_examples" in names:
+            return PolicyOutput(text="Now I check it on the examples.", tool_calls=[ToolCallSpec("run_examples", {})])
+        return PolicyOutput(text="The solution is ready.", tool_calls=[ToolCallSpec("submit", {})])
+
+    def _bash_step(self, task: Any, plan: OraclePlan, calls: list, last: str, names: set) -> PolicyOutput:
+        lone_bash = names == {"bash"}
+        if any("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in str(a.get("command", "")) for _, a in calls):
+            return PolicyOutput(text="Done.")
+        action = self._next_action(plan, calls, last)
+        if action in ("write_wrong", "write_right"):
+            source = task.reference_solution if action == "write_right" else \
+                wrong_solution(task.reference_solution, plan.modulus)
+            command = f"cat > {SOLUTION_FILE} <<'ORACLE_EOF'\n{source.rstrip()}\nORACLE_EOF"
+            return PolicyOutput(text=f"I will write {SOLUTION_FILE}.", tool_calls=[
+                ToolCallSpec("bash", {"command": command, "description": "write the solution"})])
+        if action == "run":
+            parts = []
+            for i, test in enumerate(task.visible_tests):
+                parts.append(f"printf %s {shlex.quote(test.input)} | python3 {SOLUTION_FILE} > .out{i}; "
+                             f"if [ \"$(cat .out{i})\" = {shlex.quote(test.output.rstrip())} ]; then echo example {i + 1}: "
+                             f"PASS; else echo example {i + 1}: FAIL; fi; rm -f .out{i}")
+            return PolicyOutput(text="Checking the examples.", tool_calls=[
+                ToolCallSpec("bash", {"command": "\n".join(parts) or "true", "description": "run the examples"})])
+        if lone_bash:
+            return PolicyOutput(text="Finished.", tool_calls=[ToolCallSpec("bash", {"command": MINI_DONE})])
+        return PolicyOutput(text=f"{SOLUTION_FILE} is written and checked.")
+
+
+register_policy("oracle", OraclePolicy)

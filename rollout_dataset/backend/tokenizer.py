@@ -1,0 +1,132 @@
+"""Loading tokenizers and turning chat requests into prompt token ids.
+
+`load_tokenizer("builtin")` loads the byte-level BPE shipped in `rollout_dataset/backend/tokenizer/`
+(trained by `python -m rollout_dataset.backend.train_tokenizer`); any other value is a local folder
+or a Hugging Face Hub id, loaded with `transformers.AutoTokenizer` (a Hub id is only fetched if the
+Hub is reachable and allowed; nothing here downloads by itself at import time).
+
+Prompt ids are what vLLM computes for a chat request: the chat template rendered with
+`add_generation_prompt=True` (plus the request's `chat_template_kwargs`), then encoded without adding
+special tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+__all__ = ["BUILTIN_TOKENIZER_DIR", "load_tokenizer", "render_chat", "chat_prompt_ids", "encode_text"]
+
+logger = logging.getLogger(__name__)
+
+BUILTIN_TOKENIZER_DIR = Path(__file__).resolve().parent / "tokenizer"
+
+
+@functools.lru_cache(maxsize=8)
+def _load(spec: str):
+    from transformers import AutoTokenizer
+
+    if spec == "builtin":
+        path = BUILTIN_TOKENIZER_DIR
+        if not (path / "tokenizer.json").is_file():
+            raise FileNotFoundError(
+                f"built-in tokenizer missing at {path}; rebuild it with "
+                "`python -m rollout_dataset.backend.train_tokenizer`"
+            )
+        return AutoTokenizer.from_pretrained(str(path))
+    local = Path(spec).expanduser()
+    if local.exists():
+        if not local.is_dir():
+            raise FileNotFoundError(f"tokenizer path {local} is not a folder with tokenizer files")
+        return AutoTokenizer.from_pretrained(str(local))
+    logger.info("loading tokenizer %s from the Hugging Face Hub", spec)
+    return AutoTokenizer.from_pretrained(spec)
+
+
+def load_tokenizer(spec: str | Path = "builtin"):
+    """Load a tokenizer (cached per spec).
+
+    Args:
+        spec: `"builtin"`, a folder holding tokenizer files, or a Hub id such as `Qwen/Qwen2.5-0.5B`.
+
+    Returns:
+        A `transformers` tokenizer with a chat template.
+
+    Raises:
+        FileNotFoundError: the built-in files are missing or the path is not a folder.
+        OSError: transformers could not load the folder or Hub id.
+    """
+    return _load(str(spec))
+
+
+def render_chat(
+    tokenizer,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> str:
+    """Render a conversation with the tokenizer's chat template.
+
+    Args:
+        tokenizer: a tokenizer from `load_tokenizer`.
+        messages: OpenAI-style chat messages.
+        tools: OpenAI-style tool definitions, or None.
+        add_generation_prompt: append the assistant header.
+        chat_template_kwargs: extra template variables (e.g. `{"enable_thinking": False}`).
+
+    Returns:
+        The prompt text.
+
+    Raises:
+        ValueError: the template could not render these messages.
+    """
+    kwargs = dict(chat_template_kwargs or {})
+    try:
+        return tokenizer.apply_chat_template(
+            [dict(m) for m in messages],
+            tools=list(tools) if tools else None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+            **kwargs,
+        )
+    except Exception as exc:  # jinja errors, bad message shapes
+        raise ValueError(f"chat template could not render the messages: {exc}") from exc
+
+
+def encode_text(tokenizer, text: str) -> list[int]:
+    """Encode text without adding special tokens (special-token strings map to their ids).
+
+    Args:
+        tokenizer: a tokenizer from `load_tokenizer`.
+        text: the text.
+
+    Returns:
+        The token ids.
+    """
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def chat_prompt_ids(
+    tokenizer,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> list[int]:
+    """The prompt token ids of a chat request, as vLLM computes them.
+
+    Args:
+        tokenizer: a tokenizer from `load_tokenizer`.
+        messages: OpenAI-style chat messages.
+        tools: OpenAI-style tool definitions, or None.
+        chat_template_kwargs: extra template variables.
+
+    Returns:
+        `encode(apply_chat_template(messages, tools=..., add_generation_prompt=True, **kwargs))`.
+
+    Raises:
+        ValueError: the template could not render these messages.
+    """
+    return encode_text(tokenizer, render_chat(tokenizer, messages, tools, True, chat_template_kwargs))

@@ -1,0 +1,341 @@
+"""Configuration of a batch evaluation and of its step rewards.
+
+The `step_rewards` block follows the seed's shape: `{enabled, mode, strategy, indicator_lambda,
+weights, k_limits}`. It can come from a TOML or JSON file (top level, under `step_rewards`, or under
+`rollout.env_config.step_rewards` as in an RL training config), and flags override the file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from rollout_dataset.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = [
+    "MODES",
+    "STRATEGIES",
+    "EXECUTORS",
+    "StepRewardConfig",
+    "BatchConfig",
+    "load_step_config",
+    "load_json_mapping",
+    "parse_seeds",
+]
+
+MODES = ("off", "decision_stepwise")
+STRATEGIES = ("simple", "complex")
+EXECUTORS = ("local", "ray")
+_STEP_KEYS = {"enabled", "mode", "strategy", "indicator_lambda", "weights", "k_limits"}
+# keys an RL-style config may carry in the same block that we accept and ignore
+_IGNORED_STEP_KEYS = {"step_beta"}
+
+
+def _finite_number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _weights(value: Any, where: str) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of achievement name -> weight, got {type(value).__name__}")
+    return {str(k): _finite_number(v, f"{where}.{k}") for k, v in value.items()}
+
+
+def _k_limits(value: Any, where: str) -> dict[str, int]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of achievement name -> count, got {type(value).__name__}")
+    out: dict[str, int] = {}
+    for k, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError(f"{where}.{k}: expected an integer >= 0, got {v!r}")
+        out[str(k)] = int(v)
+    return out
+
+
+@dataclass(frozen=True)
+class StepRewardConfig:
+    """The `step_rewards` block.
+
+    Attributes:
+        enabled: master switch; rewards are computed only when enabled and mode is decision_stepwise.
+        mode: `off` or `decision_stepwise`.
+        strategy: `simple` (indicator_lambda when a decision unlocks anything new) or `complex`
+            (per-achievement weights, each counted at most k_limits times per episode).
+        indicator_lambda: the reward of one indicator in `simple`.
+        weights: achievement name -> weight (`complex`; default 1.0 for names not listed).
+        k_limits: achievement name -> times it may count per episode (`complex`; default 1).
+    """
+
+    enabled: bool = True
+    mode: str = "decision_stepwise"
+    strategy: str = "simple"
+    indicator_lambda: float = 1.0
+    weights: dict[str, float] = field(default_factory=dict)
+    k_limits: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"step_rewards.mode: {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"step_rewards.strategy: {self.strategy!r} is not one of {', '.join(STRATEGIES)}")
+        if not isinstance(self.enabled, bool):
+            raise ConfigError(f"step_rewards.enabled: expected true or false, got {self.enabled!r}")
+        _finite_number(self.indicator_lambda, "step_rewards.indicator_lambda")
+        _weights(self.weights, "step_rewards.weights")
+        _k_limits(self.k_limits, "step_rewards.k_limits")
+
+    @property
+    def active(self) -> bool:
+        """True when step rewards are computed (enabled and mode `decision_stepwise`)."""
+        return self.enabled and self.mode == "decision_stepwise"
+
+    def weight(self, name: str) -> float:
+        """The weight of one achievement (1.0 when not listed)."""
+        return float(self.weights.get(name, 1.0))
+
+    def k_limit(self, name: str) -> int:
+        """How many times one achievement may count per episode (1 when not listed)."""
+        return int(self.k_limits.get(name, 1))
+
+    def with_strategy(self, strategy: str) -> "StepRewardConfig":
+        """A copy with another strategy (validated)."""
+        return replace(self, strategy=strategy)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The block as plain JSON-ready data."""
+        return asdict(self)
+
+    @classmethod
+    def from_mapping(cls, block: Mapping[str, Any], *, source: str = "step_rewards") -> "StepRewardConfig":
+        """Build from a parsed `step_rewards` block.
+
+        Args:
+            block: the mapping (missing keys take the defaults).
+            source: where it came from, for error messages (file name).
+
+        Returns:
+            The validated configuration.
+
+        Raises:
+            ConfigError: an unknown key, or a value of the wrong type or outside its range.
+        """
+        if not isinstance(block, Mapping):
+            raise ConfigError(f"{source}: step_rewards must be a table/object, got {type(block).__name__}")
+        unknown = sorted(set(block) - _STEP_KEYS - _IGNORED_STEP_KEYS)
+        if unknown:
+            raise ConfigError(
+                f"{source}: unknown step_rewards key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(_STEP_KEYS))}"
+            )
+        kwargs: dict[str, Any] = {}
+        if "enabled" in block:
+            kwargs["enabled"] = block["enabled"]
+        if "mode" in block:
+            kwargs["mode"] = str(block["mode"]).lower()
+        if "strategy" in block:
+            kwargs["strategy"] = str(block["strategy"]).lower()
+        if "indicator_lambda" in block:
+            kwargs["indicator_lambda"] = _finite_number(block["indicator_lambda"], f"{source}: step_rewards.indicator_lambda")
+        if "weights" in block:
+            kwargs["weights"] = _weights(block["weights"], f"{source}: step_rewards.weights")
+        if "k_limits" in block:
+            kwargs["k_limits"] = _k_limits(block["k_limits"], f"{source}: step_rewards.k_limits")
+        try:
+            return cls(**kwargs)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+
+
+def _read_document(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        if path.suffix.lower() == ".toml":
+            return tomllib.loads(text)
+        return json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {exc}") from None
+
+
+def load_step_config(path: str | Path) -> StepRewardConfig:
+    """Read a `step_rewards` block from a TOML (`.toml`) or JSON file.
+
+    The block is looked up at `step_rewards`, `env_config.step_rewards`,
+    `rollout.env_config.step_rewards`, or is the whole document.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The validated configuration.
+
+    Raises:
+        ConfigError: unreadable or unparsable file, no block found, or an invalid block.
+    """
+    path = Path(path)
+    doc = _read_document(path)
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{path}: expected a table/object at the top level")
+    candidates = [
+        doc.get("step_rewards"),
+        (doc.get("env_config") or {}).get("step_rewards") if isinstance(doc.get("env_config"), Mapping) else None,
+    ]
+    rollout = doc.get("rollout")
+    if isinstance(rollout, Mapping) and isinstance(rollout.get("env_config"), Mapping):
+        candidates.append(rollout["env_config"].get("step_rewards"))
+    for block in candidates:
+        if block is not None:
+            return StepRewardConfig.from_mapping(block, source=str(path))
+    if set(doc) & _STEP_KEYS:
+        return StepRewardConfig.from_mapping(doc, source=str(path))
+    raise ConfigError(
+        f"{path}: no step_rewards block (looked at step_rewards, env_config.step_rewards, "
+        "rollout.env_config.step_rewards and the top level)"
+    )
+
+
+def load_json_mapping(path: str | Path, kind: str) -> dict[str, Any]:
+    """Read a JSON object file (`--weights-json`, `--k-limits-json`) and validate it.
+
+    Args:
+        path: the file.
+        kind: `weights` or `k_limits`.
+
+    Returns:
+        achievement name -> weight (float) or limit (int).
+
+    Raises:
+        ConfigError: unreadable file, not JSON, or a value of the wrong type.
+    """
+    path = Path(path)
+    doc = _read_document(path)
+    if kind == "weights":
+        return _weights(doc, str(path))
+    if kind == "k_limits":
+        return _k_limits(doc, str(path))
+    raise ValueError(f"kind must be 'weights' or 'k_limits', got {kind!r}")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """Parse `--seeds 0,1,5` (ranges `3-6` allowed) into a list of distinct seeds, order kept.
+
+    Raises:
+        ConfigError: an item that is not a non-negative integer or range.
+    """
+    seeds: list[int] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        try:
+            if "-" in item[1:]:
+                lo, hi = item.split("-", 1)
+                values = list(range(int(lo), int(hi) + 1))
+            else:
+                values = [int(item)]
+        except ValueError:
+            raise ConfigError(f"--seeds: {item!r} is not an integer or a range like 3-6") from None
+        for v in values:
+            if v < 0:
+                raise ConfigError(f"--seeds: {v} is negative; seeds are integers >= 0")
+            if v not in seeds:
+                seeds.append(v)
+    if not seeds:
+        raise ConfigError("--seeds: no seed given (example: --seeds 0,1,5)")
+    return seeds
+
+
+@dataclass
+class BatchConfig:
+    """Everything one batch needs.
+
+    Attributes:
+        out_dir: the batch folder (re-using it resumes).
+        seeds: task-selection seeds; each seed picks one task.
+        rollouts_per_seed: rollouts per seed (rollout_idx 0..n-1).
+        strategies: step-reward strategies to report (`simple`, `complex` or both).
+        step_rewards: the step-reward block (lambda, weights, k_limits); its strategy is replaced
+            by each of `strategies` in turn.
+        base_url: the OpenAI-compatible inference URL; None starts the local backend.
+        model: model name sent to the server (None: the server's first model / the backend's).
+        max_turns: agent turn budget per rollout.
+        concurrency: rollouts in flight at once.
+        executor: `local` (threads) or `ray`.
+        progress: show a progress bar.
+        build_dataset: build `dataset/` from the artifacts at the end.
+        tasks: task source passed to capture (`builtin`, a file, `hf:...`).
+        n_prompts: size of the task set drawn from the source.
+        timeout_s: wall-time budget of one rollout.
+        env: environment family (`coding`; others register in `rollout_dataset.batch.envs`).
+        argv: the command line, for the config snapshot.
+    """
+
+    out_dir: Path
+    seeds: list[int]
+    rollouts_per_seed: int = 3
+    strategies: tuple[str, ...] = STRATEGIES
+    step_rewards: StepRewardConfig = field(default_factory=StepRewardConfig)
+    base_url: str | None = None
+    model: str | None = None
+    max_turns: int = 10
+    concurrency: int = 8
+    executor: str = "local"
+    progress: bool = True
+    build_dataset: bool = True
+    tasks: str = "builtin"
+    n_prompts: int = 64
+    timeout_s: float = 900.0
+    env: str = "coding"
+    argv: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+        if not self.seeds:
+            raise ConfigError("seeds: at least one seed is needed (--num-seeds N or --seeds 0,1,5)")
+        if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in self.seeds):
+            raise ConfigError(f"seeds: expected integers >= 0, got {self.seeds!r}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds: duplicates in {self.seeds!r}")
+        if self.rollouts_per_seed < 1:
+            raise ConfigError(f"rollouts_per_seed: {self.rollouts_per_seed} is out of range (>= 1)")
+        if self.max_turns < 1:
+            raise ConfigError(f"max_turns: {self.max_turns} is out of range (>= 1)")
+        if self.concurrency < 1:
+            raise ConfigError(f"concurrency: {self.concurrency} is out of range (>= 1)")
+        if self.executor not in EXECUTORS:
+            raise ConfigError(f"executor: {self.executor!r} is not one of {', '.join(EXECUTORS)}")
+        self.strategies = tuple(self.strategies)
+        bad = [s for s in self.strategies if s not in STRATEGIES]
+        if bad or not self.strategies:
+            raise ConfigError(f"strategies: {bad or '[]'} not valid; choose from {', '.join(STRATEGIES)}")
+
+    def snapshot(self) -> dict[str, Any]:
+        """The configuration as JSON-ready data (no secrets are held here)."""
+        return {
+            "out_dir": str(self.out_dir),
+            "seeds": list(self.seeds),
+            "rollouts_per_seed": self.rollouts_per_seed,
+            "strategies": list(self.strategies),
+            "step_rewards": self.step_rewards.to_dict(),
+            "base_url": self.base_url,
+            "model": self.model,
+            "max_turns": self.max_turns,
+            "concurrency": self.concurrency,
+            "executor": self.executor,
+            "tasks": self.tasks,
+            "n_prompts": self.n_prompts,
+            "timeout_s": self.timeout_s,
+            "env": self.env,
+            "argv": list(self.argv) if self.argv is not None else None,
+        }

@@ -1,0 +1,28 @@
+"""Artifact folders -> a multi-config parquet dataset with its dataset card.
+
+Public API: `build`, `BuildResult`, and the readers a user needs to get exact arrays back:
+`turn_prompt_ids`, `turn_token_arrays`, `trace_request`, `sequence_to_trl`. The config/column
+declarations live in `configs` (`CONFIG_NAMES`, `features(config)`).
+"""
+
+from __future__ import annotations
+
+from rollout_dataset.builder.build import BuildResult, build, find_artifact_dirs
+from rollout_dataset.builder.card import render_card
+from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG, arrow_schema, features
+from rollout_dataset.builder.rows import sequence_to_trl, trace_request, turn_prompt_ids, turn_token_arrays
+
+__all__ = [
+    "build",
+    "BuildResult",
+    "find_artifact_dirs",
+    "render_card",
+    "CONFIG_NAMES",
+    "DEFAULT_CONFIG",
+    "arrow_schema",
+    "features",
+    "turn_prompt_ids",
+    "turn_token_arrays",
+    "trace_request",
+    "sequence_to_trl",
+]

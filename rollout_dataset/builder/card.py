@@ -1,0 +1,185 @@
+"""The dataset card: README.md rendered from the repo's `dataset_card.md` Jinja2 template.
+
+Every number in the card comes from the `summary` rows alone (one small row per rollout, which also
+carries the per-config row counts, tokenizer and sampling params of its rollout), so a push can
+rebuild the card for the union of all shards on the Hub by downloading only the summary shards.
+The YAML header (configs, dataset_info, ...) is produced with pyyaml from the config declarations.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable
+
+import jinja2
+import yaml
+
+from rollout_dataset.builder.configs import CONFIGS, DEFAULT_CONFIG, features_yaml, resolved_columns
+from rollout_dataset.errors import ArtifactError
+
+__all__ = ["TEMPLATE_PATH", "card_stats", "card_metadata", "render_card", "read_card_metadata"]
+
+TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "dataset_card.md"
+
+# config -> summary column holding that config's rows per rollout (None: one row per rollout)
+_ROW_COUNT_COLUMN = {"summary": None, "task": None, "visible_tests": None, "held_out_tests": "n_held_out_rows",
+                     "trace": "n_trace_rows", "turns": "n_turn_rows", "sequences": "n_sequences",
+                     "samples": "n_sample_rows"}
+
+
+def _describe(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0, "mean": None, "median": None, "std": None, "min": None, "max": None}
+    return {"n": len(values), "mean": round(statistics.fmean(values), 4),
+            "median": round(statistics.median(values), 4),
+            "std": round(statistics.pstdev(values), 4) if len(values) > 1 else 0.0,
+            "min": round(min(values), 4), "max": round(max(values), 4)}
+
+
+def _size_category(n: int) -> str:
+    for bound, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
+                         (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M")):
+        if n < bound:
+            return label
+    return "10M<n<100M"
+
+
+def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Counts and statistics of a dataset, from its `summary` rows.
+
+    Args:
+        summary_rows: every summary row of the dataset (dicts keyed by the summary columns).
+
+    Returns:
+        A dict: ``n_rollouts``, ``rows`` per config, ``envs``/``models``/``harnesses``/``tokenizers``/
+        ``stop_reasons``/``capture_levels`` counters, ``sampling_params`` (distinct, JSON), reward
+        statistics (``env_reward``, ``reward_after_penalties``, ``stepwise_reward_sum``), ``trainable``,
+        ``trainable_tokens``, ``timed_out``, ``n_tasks``, ``cut_cells``, ``unique_tokens``.
+    """
+    rows = list(summary_rows)
+    counters = {k: Counter() for k in ("envs", "models", "harnesses", "tokenizers", "stop_reasons", "capture_levels")}
+    fields = {"envs": "env", "models": "model", "harnesses": "harness", "tokenizers": "tokenizer",
+              "stop_reasons": "stop_reason", "capture_levels": "capture_level"}
+    params: list[str] = []
+    rewards, penalised, stepwise = [], [], []
+    per_config = {c.name: 0 for c in CONFIGS}
+    for r in rows:
+        for key, field in fields.items():
+            if r.get(field) is not None:
+                counters[key][str(r[field])] += 1
+        for p in json.loads(r.get("sampling_params") or "[]"):
+            text = json.dumps(p, sort_keys=True)
+            if text not in params:
+                params.append(text)
+        if r.get("env_reward") is not None:
+            rewards.append(float(r["env_reward"]))
+        if r.get("reward_after_penalties") is not None:
+            penalised.append(float(r["reward_after_penalties"]))
+        step = json.loads(r["stepwise"]) if r.get("stepwise") else None
+        if isinstance(step, dict) and step.get("reward_sum") is not None:
+            stepwise.append(float(step["reward_sum"]))
+        for config, column in _ROW_COUNT_COLUMN.items():
+            per_config[config] += 1 if column is None else int(r.get(column) or 0)
+    return {
+        "n_rollouts": len(rows),
+        "rows": per_config,
+        **{k: dict(v.most_common()) for k, v in counters.items()},
+        "sampling_params": params,
+        "env_reward": _describe(rewards),
+        "unscorable": len(rows) - len(rewards),
+        "reward_after_penalties": _describe(penalised),
+        "stepwise_reward_sum": _describe(stepwise),
+        "trainable": sum(1 for r in rows if r.get("trainable")),
+        "trainable_tokens": sum(int(r.get("trainable_tokens") or 0) for r in rows),
+        "timed_out": sum(1 for r in rows if r.get("timed_out")),
+        "n_tasks": len({(r.get("env"), r.get("task_id")) for r in rows}),
+        "cut_cells": sum(int(r.get("n_cut_cells") or 0) for r in rows),
+        "unique_tokens": sum(int(r.get("n_unique_tokens") or 0) for r in rows),
+        "held_out_tests": sum(int(r.get("held_out_tests") or 0) for r in rows),
+    }
+
+
+def card_metadata(stats: dict[str, Any], *, pretty_name: str, license: str) -> dict[str, Any]:
+    """The card's YAML metadata (a dict; dumped with pyyaml).
+
+    Args:
+        stats: from `card_stats`.
+        pretty_name: the dataset's display name.
+        license: a Hub license id.
+
+    Returns:
+        license, pretty_name, task_categories, tags, size_categories, configs (one default) and
+        dataset_info (the features of each config; row counts are in the body).
+    """
+    configs, infos = [], []
+    for spec in CONFIGS:
+        entry: dict[str, Any] = {"config_name": spec.name,
+                                 "data_files": [{"split": "train", "path": f"data/{spec.name}/*.parquet"}]}
+        if spec.name == DEFAULT_CONFIG:
+            entry["default"] = True
+        configs.append(entry)
+        infos.append({"config_name": spec.name, "features": features_yaml(spec.name)})
+    return {
+        "license": license,
+        "pretty_name": pretty_name,
+        "task_categories": ["reinforcement-learning", "text-generation"],
+        "tags": ["agent", "rollouts", "tool-use", "rl", "token-level", "rollout-dataset"],
+        "size_categories": [_size_category(stats["n_rollouts"])],
+        "configs": configs,
+        "dataset_info": infos,
+    }
+
+
+def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path | None = None,
+                repo_id: str | None = None, pretty_name: str = "Agent rollouts (rollout-dataset)",
+                license: str = "apache-2.0") -> str:
+    """Render README.md for a dataset.
+
+    Args:
+        summary_rows: every summary row of the dataset.
+        template: a Jinja2 template file (default: the repo's top-level `dataset_card.md`).
+        repo_id: the Hub repo id for the loading examples (default: a local path placeholder).
+        pretty_name: the dataset's display name.
+        license: a Hub license id.
+
+    Returns:
+        The README text: YAML header + body.
+
+    Raises:
+        ArtifactError: the template file does not exist.
+    """
+    path = Path(template) if template else TEMPLATE_PATH
+    if not path.is_file():
+        raise ArtifactError(f"{path}: dataset card template not found (pass template=PATH)")
+    stats = card_stats(summary_rows)
+    meta = card_metadata(stats, pretty_name=pretty_name, license=license)
+    configs = [{"name": s.name, "row": s.row, "description": s.description, "default": s.name == DEFAULT_CONFIG,
+                "rows": stats["rows"][s.name],
+                "columns": [{"name": c.name, "dtype": c.dtype, "description": c.description.replace("|", "\\|")}
+                            for c in resolved_columns(s.name)]}
+               for s in CONFIGS]
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    body = env.from_string(path.read_text(encoding="utf-8")).render(
+        stats=stats, configs=configs, pretty_name=pretty_name, default_config=DEFAULT_CONFIG,
+        repo_id=repo_id or "path/to/DATASET_DIR", json=json)
+    header = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
+    return f"---\n{header}---\n\n{body.lstrip()}"
+
+
+def read_card_metadata(readme_text: str) -> dict[str, Any]:
+    """Parse the YAML header of a README.md.
+
+    Args:
+        readme_text: the README text.
+
+    Returns:
+        The metadata dict (empty when there is no header).
+    """
+    if not readme_text.startswith("---\n"):
+        return {}
+    end = readme_text.find("\n---\n", 4)
+    return yaml.safe_load(readme_text[4:end]) if end > 0 else {}

@@ -1,0 +1,377 @@
+"""The dataset's configs and columns, declared once.
+
+Every other view of a column derives from the declarations below: the Arrow schema the parquet
+writer uses, the `datasets.Features` that `load_dataset` applies, the card's `dataset_info` YAML
+and its column tables. Where a column mirrors a field of an artifact document, its type and
+description are read from the shipped JSON Schema (`rollout_dataset/schema/schemas/`), so the
+schema file stays the single declaration of the record; the declared `dtype`/`description` here
+are the fallback for derived columns and for fields a schema does not (yet) carry.
+
+Column dtypes: ``string``, ``bool``, ``int8``, ``int32``, ``int64``, ``float32``, ``float64``,
+``json`` (any JSON value stored as compact JSON text, ``null`` when absent), and lists
+``list<T>`` of a scalar dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = [
+    "Column",
+    "ConfigSpec",
+    "CONFIGS",
+    "CONFIG_NAMES",
+    "DEFAULT_CONFIG",
+    "resolved_columns",
+    "arrow_schema",
+    "features",
+    "features_yaml",
+]
+
+_SCALARS: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "json": pa.string(),
+    "bool": pa.bool_(),
+    "int8": pa.int8(),
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "float32": pa.float32(),
+    "float64": pa.float64(),
+}
+# datasets.Value dtype names for our scalar dtypes.
+_VALUE_NAMES = {"string": "string", "json": "string", "bool": "bool", "int8": "int8", "int32": "int32",
+                "int64": "int64", "float32": "float32", "float64": "float64"}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of one config.
+
+    Args:
+        name: the column name.
+        dtype: the fallback dtype (see the module docstring).
+        description: the fallback description (used when no schema field is named or found).
+        source: ``(schema_name, field)`` when the column mirrors a document field (``field`` is a name,
+            or a dotted path with ``[]`` for array items, e.g. ``sequences.[].input_ids``); the field's
+            JSON Schema type (``x-dtype`` for numeric arrays) and description win over the fallbacks.
+    """
+
+    name: str
+    dtype: str
+    description: str = ""
+    source: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    """One dataset config: its name, what a row is, and its columns."""
+
+    name: str
+    row: str
+    description: str
+    columns: tuple[Column, ...]
+
+
+def _c(name: str, dtype: str, description: str = "", source: tuple[str, str] | None = None) -> Column:
+    return Column(name, dtype, description, source)
+
+
+def _s(schema: str, name: str, dtype: str, description: str = "", field: str | None = None) -> Column:
+    return Column(name, dtype, description, (schema, field or name))
+
+
+_RID = _c("rollout_id", "string", "Unique id of the rollout (uuid4 hex); the join key of every config.")
+
+CONFIGS: tuple[ConfigSpec, ...] = (
+    ConfigSpec("summary", "one row per rollout", "Facts and rewards of each rollout: task, model, harness, "
+               "rewards, turns, tool calls, timed_out, capture level, trainable, created_at.", (
+        _s("summary", "rollout_id", "string"),
+        _s("summary", "created_at", "string"),
+        _s("summary", "env", "string"),
+        _s("summary", "model", "string"),
+        _s("summary", "harness", "string"),
+        _s("summary", "task_id", "string"),
+        _s("summary", "task_index", "int64"),
+        _s("summary", "dataset_seed", "int64"),
+        _s("summary", "rollout_seed", "int64"),
+        _s("summary", "captured_calls", "int64"),
+        _s("summary", "agent_turns", "int64"),
+        _s("summary", "trained_turns", "int64"),
+        _s("summary", "tool_calls_total", "int64"),
+        _s("summary", "tool_calls_by_name", "json"),
+        _s("summary", "held_out_tests", "int64"),
+        _s("summary", "held_out_passed", "int64"),
+        _s("summary", "env_reward", "float64"),
+        _s("summary", "reward_after_penalties", "float64"),
+        _s("summary", "penalties", "json"),
+        _s("summary", "timed_out", "bool"),
+        _s("summary", "stop_reason", "string"),
+        _s("summary", "capture_level", "string"),
+        _s("summary", "trainable", "bool"),
+        _s("summary", "trainable_tokens", "int64"),
+        _s("summary", "findings_count", "int64"),
+        _s("summary", "leakage", "json"),
+        _s("summary", "timings", "json"),
+        _s("summary", "errors", "json"),
+        _s("summary", "stepwise", "json"),
+        _c("tokenizer", "string", "Tokenizer of the capture (task.json config 'tokenizer'), else the model name."),
+        _c("sampling_params", "json", "Distinct effective sampling params of the rollout's generation calls "
+           "(JSON list, as sent upstream)."),
+        _c("n_sequences", "int32", "Rows of this rollout in the sequences config."),
+        _c("n_trace_rows", "int32", "Rows of this rollout in the trace config (captured calls)."),
+        _c("n_turn_rows", "int32", "Rows of this rollout in the turns config."),
+        _c("n_held_out_rows", "int32", "Rows of this rollout in the held_out_tests config."),
+        _c("n_sample_rows", "int32", "Rows of this rollout in the samples config (parts of samples.md)."),
+        _c("n_cut_cells", "int32", "Text cells of this rollout cut to the cell limit (trace request/response "
+           "JSON over 1 MB, kept as head + tail with a marker); 0 almost always."),
+        _c("n_unique_tokens", "int64", "Distinct token positions of the rollout: the sum over turns of prompt "
+           "delta + sampled tokens (what the turns config reconstructs)."),
+    )),
+    ConfigSpec("task", "one row per rollout", "The task each rollout was given and how it was picked.", (
+        _RID,
+        _s("task", "env", "string"),
+        _s("task", "task_id", "string"),
+        _s("task", "task_index", "int64"),
+        _s("task", "title", "string"),
+        _s("task", "instruction", "string"),
+        _s("task", "source", "string"),
+        _s("task", "dataset_seed", "int64"),
+        _s("task", "rollout_seed", "int64"),
+        _s("task", "n_prompts", "int64"),
+        _s("task", "config", "json"),
+    )),
+    ConfigSpec("visible_tests", "one row per rollout", "The worked examples shown to the agent "
+               "(visible_tests.txt); the empty string for environments without tests.", (
+        _RID,
+        _c("task_id", "string", "Id of the task."),
+        _c("text", "string", "Content of visible_tests.txt (empty, never missing, for environments without tests)."),
+    )),
+    ConfigSpec("held_out_tests", "one row per held-out test case", "The tests that produce the reward, never "
+               "shown to the agent. Environments without tests contribute no rows.", (
+        _RID,
+        _s("held_out_tests", "task_id", "string"),
+        _c("test_index", "int32", "Index of the case in verification order (0-based)."),
+        _c("input", "string", "Text fed to the program on stdin."),
+        _c("output", "string", "Expected stdout."),
+    )),
+    ConfigSpec("trace", "one row per captured call", "Every call the recording proxy captured, in arrival "
+               "order. Request and response are JSON text; token arrays and per-token logprobs are NOT "
+               "repeated here (they live in sequences/turns), and `request_json.messages` holds only the "
+               "messages after `messages_prefix_len` messages shared with call `messages_prefix_call_index` "
+               "(`rollout_dataset.builder.trace_request(rows, call_index)` gives the full request back).", (
+        _RID,
+        _s("trace_record", "call_index", "int32", field="index"),
+        _s("trace_record", "call_id", "string"),
+        _s("trace_record", "session", "string"),
+        _s("trace_record", "harness_session_id", "string"),
+        _s("trace_record", "endpoint", "string"),
+        _s("trace_record", "stream", "bool"),
+        _s("trace_record", "status", "int64"),
+        _s("trace_record", "started_at", "float64"),
+        _s("trace_record", "latency_ms", "float64"),
+        _s("trace_record", "ttft_ms", "float64"),
+        _s("trace_record", "finish_reason", "string"),
+        _s("trace_record", "capture_level", "string"),
+        _s("trace_record", "token_source", "string"),
+        _c("n_prompt_ids", "int32", "Length of the server's prompt_token_ids (0 when none)."),
+        _c("n_completion_ids", "int32", "Length of the server's completion_token_ids (0 when none)."),
+        _c("messages_prefix_call_index", "int32", "call_index of the earlier call whose request messages "
+           "start this call's messages; -1 when none is shared."),
+        _c("messages_prefix_len", "int32", "How many leading messages are shared with that call and left "
+           "out of request_json.messages."),
+        _c("request_json", "string", "The request as the harness sent it (JSON text), messages delta-encoded "
+           "as described above."),
+        _c("response_json", "string", "The reassembled response (JSON text) without token-id arrays and "
+           "per-token logprobs (see sequences/turns)."),
+        _s("trace_record", "usage", "json"),
+        _s("trace_record", "requested_sampling_params", "json"),
+        _s("trace_record", "effective_sampling_params", "json"),
+        _s("trace_record", "upstream_changes", "json"),
+        _s("trace_record", "notes", "list<string>"),
+        _s("trace_record", "error", "json"),
+        _c("truncated", "bool", "True when request_json or response_json was over the cell limit and was cut "
+           "(head and tail kept, a marker says how much was cut)."),
+    )),
+    ConfigSpec("turns", "one row per turn (model call) of turns.json", "Per-turn view. Token arrays are "
+               "stored once: a turn lying on a sequence (`sequence_index` >= 0) takes its prompt, output and "
+               "logprobs from that sequence row (prompt = input_ids[:n_prompt_ids], output = the next "
+               "n_output_ids); any other turn stores `prompt_ids_delta` after the first `prefix_len` tokens of "
+               "call `prefix_call_index`'s prompt+output. `rollout_dataset.builder.turn_prompt_ids(turn_rows, "
+               "sequence_rows, call_index)` returns the full prompt_ids.", (
+        _RID,
+        _s("turns", "turn", "int32", field="turns.[].turn"),
+        _s("turns", "call_index", "int32", field="turns.[].call_index"),
+        _s("turns", "role", "string", field="turns.[].role"),
+        _s("turns", "trained", "bool", field="turns.[].trained"),
+        _s("turns", "tool_calls", "list<string>", field="turns.[].tool_calls"),
+        _s("turns", "n_prompt_ids", "int32", field="turns.[].n_prompt_ids"),
+        _s("turns", "n_output_ids", "int32", field="turns.[].n_output_ids"),
+        _s("turns", "finish_reason", "string", field="turns.[].finish_reason"),
+        _c("sequence_index", "int32", "sequence_index of the sequences row holding this turn's tokens; -1 "
+           "when they are stored inline below."),
+        _c("prefix_call_index", "int32", "Inline turns: call_index of the earlier turn whose prompt+output "
+           "starts this prompt; -1 when none."),
+        _c("prefix_len", "int32", "Inline turns: how many leading prompt tokens come from that turn."),
+        _c("prompt_ids_delta", "list<int32>", "Inline turns: prompt_ids[prefix_len:] (empty for covered turns)."),
+        _c("output_ids", "list<int32>", "Inline turns: the sampled token ids (empty for covered turns)."),
+        _c("per_token_logps", "list<float32>", "Inline turns: log-probability of each sampled token (empty when "
+           "the server sent none)."),
+        _c("mask", "list<int8>", "Empty when the mask is the derived one (0 on each prompt id, 1 on each output "
+           "id); else the full mask over prompt + output."),
+    )),
+    ConfigSpec("sequences", "one row per root-to-leaf path (trainer row)", "What a trainer consumes: one token "
+               "sequence per path of the rollout's prefix graph, with loss mask, logprobs and role. Filter on "
+               "`trainable` (or `role == 'agent'`); rows are labelled, never dropped.", (
+        _RID,
+        _c("sequence_index", "int32", "Index of the sequence in rollout.json."),
+        _s("rollout", "role", "string", field="sequences.[].role"),
+        _s("rollout", "trainable", "bool", field="sequences.[].trainable"),
+        _s("rollout", "root_id", "int32", field="sequences.[].root_id"),
+        _s("rollout", "node_ids", "list<int32>", field="sequences.[].node_ids"),
+        _s("rollout", "n_turns", "int32", field="sequences.[].n_turns"),
+        _s("rollout", "prompt_len", "int32", field="sequences.[].prompt_len"),
+        _s("rollout", "n_trainable", "int32", field="sequences.[].n_trainable"),
+        _s("rollout", "turn_lengths", "list<int32>", field="sequences.[].turn_lengths"),
+        _s("rollout", "input_ids", "list<int32>", field="sequences.[].input_ids"),
+        _s("rollout", "loss_mask", "list<int8>", field="sequences.[].loss_mask"),
+        _s("rollout", "logprobs", "list<float32>", field="sequences.[].logprobs"),
+        _s("rollout", "findings", "json", field="sequences.[].findings"),
+        _c("env_reward", "float64", "The rollout's env_reward (copied from summary for convenience)."),
+        _c("reward_after_penalties", "float64", "The rollout's reward_after_penalties (copied from summary)."),
+    )),
+    ConfigSpec("samples", "one row per part of samples.md", "The rendered token stream with special tokens, "
+               "for reading in the viewer. A samples.md over the cell limit is split into parts.", (
+        _RID,
+        _c("part", "int32", "Part number (0-based); concatenate parts in order for the whole file."),
+        _c("text", "string", "Markdown text of the part."),
+    )),
+)
+
+CONFIG_NAMES: tuple[str, ...] = tuple(c.name for c in CONFIGS)
+DEFAULT_CONFIG = "summary"
+_BY_NAME = {c.name: c for c in CONFIGS}
+
+
+def _schema_dtype(prop: dict[str, Any]) -> str | None:
+    """Map one JSON Schema property to our dtype, or None when it is ambiguous."""
+    if "x-dtype" in prop:
+        return str(prop["x-dtype"])
+    if "enum" in prop and all(isinstance(v, str) or v is None for v in prop["enum"]):
+        return "string"
+    types = prop.get("type")
+    if types is None:
+        return None
+    if isinstance(types, str):
+        types = [types]
+    types = [t for t in types if t != "null"]
+    if len(types) != 1:
+        return None
+    kind = types[0]
+    if kind == "array":
+        items = prop.get("items") or {}
+        inner = _schema_dtype(items) if isinstance(items, dict) else None
+        if inner in ("string", "bool", "int8", "int32", "int64", "float32", "float64"):
+            return f"list<{inner}>"
+        return "json"
+    return {"string": "string", "boolean": "bool", "integer": "int64", "number": "float64",
+            "object": "json"}.get(kind)
+
+
+def _schema_property(schema_name: str, field: str) -> dict[str, Any] | None:
+    """Find a field: a top-level name, or a dotted path where ``[]`` steps into array items."""
+    from rollout_dataset.schema import load_schema
+
+    try:
+        node: Any = load_schema(schema_name)
+    except KeyError:
+        return None
+    for part in field.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get("items") if part == "[]" else node.get("properties", {}).get(part)
+    return node if isinstance(node, dict) else None
+
+
+@functools.lru_cache(maxsize=None)
+def resolved_columns(config: str) -> tuple[Column, ...]:
+    """The columns of a config with schema-derived types and descriptions applied.
+
+    Args:
+        config: a config name from `CONFIG_NAMES`.
+
+    Returns:
+        The config's columns, in order, each with its final dtype and description.
+
+    Raises:
+        KeyError: unknown config name.
+    """
+    if config not in _BY_NAME:
+        raise KeyError(f"unknown config {config!r}; valid: {', '.join(CONFIG_NAMES)}")
+    out = []
+    for col in _BY_NAME[config].columns:
+        dtype, description = col.dtype, col.description
+        if col.source is not None:
+            prop = _schema_property(*col.source)
+            if prop is not None:
+                dtype = _schema_dtype(prop) or dtype
+                # A column narrower than the schema's integer (e.g. int32 indexes) keeps its width.
+                if col.dtype in ("int8", "int32") and dtype == "int64":
+                    dtype = col.dtype
+                description = prop.get("description") or description
+        out.append(Column(col.name, dtype, description, col.source))
+    return tuple(out)
+
+
+def _arrow_type(dtype: str) -> pa.DataType:
+    if dtype.startswith("list<"):
+        return pa.list_(_arrow_type(dtype[5:-1]))
+    return _SCALARS[dtype]
+
+
+@functools.lru_cache(maxsize=None)
+def arrow_schema(config: str) -> pa.Schema:
+    """The Arrow schema every parquet shard of a config is written with.
+
+    Args:
+        config: a config name.
+
+    Returns:
+        A `pyarrow.Schema`, identical for every shard.
+    """
+    return pa.schema([pa.field(c.name, _arrow_type(c.dtype)) for c in resolved_columns(config)])
+
+
+def _feature_dict(dtype: str) -> dict[str, Any]:
+    if dtype.startswith("list<"):
+        return {"list": _VALUE_NAMES[dtype[5:-1]]}
+    return {"dtype": _VALUE_NAMES[dtype]}
+
+
+def features_yaml(config: str) -> list[dict[str, Any]]:
+    """The config's features in the card's `dataset_info.features` YAML form.
+
+    Args:
+        config: a config name.
+
+    Returns:
+        A list of ``{"name": ..., "dtype": ...}`` / ``{"name": ..., "list": ...}`` dicts.
+    """
+    return [{"name": c.name, **_feature_dict(c.dtype)} for c in resolved_columns(config)]
+
+
+def features(config: str):
+    """The `datasets.Features` of a config (what `load_dataset` returns for it).
+
+    Args:
+        config: a config name.
+
+    Returns:
+        `datasets.Features`, derived from the same declaration as the Arrow schema.
+    """
+    import datasets
+
+    return datasets.Features.from_arrow_schema(arrow_schema(config))

@@ -1,0 +1,559 @@
+"""Pure row-making: one artifact folder's documents -> the rows of every config.
+
+Nothing here touches parquet or the file system except `read_artifact`. The row functions take the
+parsed documents and return lists of dicts whose keys are exactly the config's columns (see
+`configs.py`). Two encodings keep the dataset small without losing anything:
+
+- `turns`: a turn whose tokens lie on a sequence row points at it (`sequence_index`); any other turn
+  stores only its prompt delta after the longest prefix shared with an earlier turn's prompt+output.
+  `turn_token_arrays` / `turn_prompt_ids` give the full arrays back, exactly.
+- `trace`: the request's `messages` keep only what follows the longest message prefix shared with an
+  earlier call; token arrays and per-token logprobs are dropped from the response (they are in
+  sequences/turns). `trace_request` gives the full request back.
+
+Cells of text over `MAX_CELL_BYTES` are never dropped silently: samples.md is split into parts
+(lossless); a trace request/response is cut to head + tail with a marker and `truncated = True`.
+Token arrays are never cut (a trainer needs them whole); a row over `MAX_ROW_BYTES` is logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from rollout_dataset.builder.configs import resolved_columns
+from rollout_dataset.errors import ArtifactError
+
+__all__ = [
+    "ARTIFACT_FILES",
+    "MAX_CELL_BYTES",
+    "MAX_ROW_BYTES",
+    "read_artifact",
+    "rollout_rows",
+    "summary_row",
+    "task_row",
+    "visible_tests_row",
+    "held_out_test_rows",
+    "trace_rows",
+    "turn_rows",
+    "sequence_rows",
+    "sample_rows",
+    "turn_token_arrays",
+    "turn_prompt_ids",
+    "trace_request",
+    "sequence_to_trl",
+    "cut_text",
+]
+
+log = logging.getLogger(__name__)
+
+ARTIFACT_FILES = ("summary.json", "task.json", "trace.json", "rollout.json", "turns.json",
+                  "held_out_tests.json", "visible_tests.txt", "samples.md")
+MAX_CELL_BYTES = 1_000_000
+MAX_ROW_BYTES = 2_000_000
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=False)
+
+
+def read_artifact(folder: str | Path) -> dict[str, Any]:
+    """Read one artifact folder.
+
+    Args:
+        folder: the artifact folder of one rollout (see docs/architecture.md).
+
+    Returns:
+        ``{"summary", "task", "trace", "rollout", "turns", "held_out_tests"}`` parsed documents plus
+        ``"visible_tests"`` and ``"samples"`` texts and ``"folder"``.
+
+    Raises:
+        ArtifactError: a file is missing or is not valid JSON (the message names the file).
+    """
+    folder = Path(folder)
+    out: dict[str, Any] = {"folder": str(folder)}
+    for name in ARTIFACT_FILES:
+        path = folder / name
+        if not path.is_file():
+            raise ArtifactError(f"{path}: missing (an artifact folder needs {', '.join(ARTIFACT_FILES)})")
+        text = path.read_text(encoding="utf-8")
+        stem = name.split(".")[0]
+        if name.endswith(".json"):
+            try:
+                out[stem] = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ArtifactError(f"{path}: not valid JSON: {exc}") from None
+        else:
+            out[stem] = text
+    rid = out["summary"].get("rollout_id") if isinstance(out["summary"], dict) else None
+    if not isinstance(rid, str) or not rid:
+        raise ArtifactError(f"{folder / 'summary.json'}: field rollout_id missing or not a string")
+    return out
+
+
+def _convert(value: Any, dtype: str) -> Any:
+    if dtype == "json":
+        return None if value is None else _dumps(value)
+    return value
+
+
+def _project(doc: dict[str, Any], config: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """Columns from `extra` first, else the column's source field in `doc`."""
+    row = {}
+    for col in resolved_columns(config):
+        if col.name in extra:
+            row[col.name] = _convert(extra[col.name], col.dtype) if col.dtype == "json" else extra[col.name]
+        else:
+            field = col.source[1] if col.source else col.name
+            row[col.name] = _convert(doc.get(field), col.dtype)
+    return row
+
+
+def cut_text(text: str, limit: int = MAX_CELL_BYTES) -> tuple[str, bool]:
+    """Cut a text cell over `limit` UTF-8 bytes to head + tail with a marker.
+
+    Args:
+        text: the cell's text.
+        limit: the byte budget of the cell.
+
+    Returns:
+        ``(text, was_cut)``; the marker names how many characters were cut.
+    """
+    if len(text) * 4 <= limit or len(text.encode("utf-8")) <= limit:
+        return text, False
+    keep = max(limit // 8, 1)  # characters kept on each side (<= 4 bytes each)
+    cut = len(text) - 2 * keep
+    marker = f"\n[... {cut} characters cut by rollout-dataset: cell over {limit} bytes ...]\n"
+    return text[:keep] + marker + text[-keep:], True
+
+
+# --------------------------------------------------------------------------------------- configs
+
+def summary_row(art: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
+    """The `summary` row of one rollout.
+
+    Args:
+        art: the documents from `read_artifact`.
+        counts: ``n_sequences``, ``n_trace_rows``, ``n_turn_rows``, ``n_held_out_rows``,
+            ``n_sample_rows``, ``n_cut_cells``, ``n_unique_tokens`` of this rollout.
+
+    Returns:
+        The row dict.
+    """
+    config = (art["task"] or {}).get("config") or {}
+    tokenizer = config.get("tokenizer") if isinstance(config, dict) else None
+    params: list[Any] = []
+    for call in art["trace"].get("calls", []):
+        p = call.get("effective_sampling_params")
+        if p and p not in params and call.get("capture_level") != "none":
+            params.append(p)
+    extra = {"tokenizer": tokenizer or art["summary"].get("model"), "sampling_params": params, **counts}
+    return _project(art["summary"], "summary", extra)
+
+
+def task_row(art: dict[str, Any]) -> dict[str, Any]:
+    """The `task` row of one rollout (task.json plus rollout_id)."""
+    return _project(art["task"], "task", {"rollout_id": art["summary"]["rollout_id"]})
+
+
+def visible_tests_row(art: dict[str, Any]) -> dict[str, Any]:
+    """The `visible_tests` row of one rollout (text may be empty, never missing)."""
+    return {"rollout_id": art["summary"]["rollout_id"], "task_id": art["task"].get("task_id"),
+            "text": art["visible_tests"]}
+
+
+def held_out_test_rows(art: dict[str, Any]) -> list[dict[str, Any]]:
+    """One `held_out_tests` row per test case (none for environments without tests)."""
+    doc = art["held_out_tests"]
+    rid = art["summary"]["rollout_id"]
+    return [{"rollout_id": rid, "task_id": doc.get("task_id"), "test_index": i,
+             "input": t.get("input"), "output": t.get("output")}
+            for i, t in enumerate(doc.get("tests") or [])]
+
+
+def _message_keys(request: Any) -> list[str] | None:
+    if isinstance(request, dict) and isinstance(request.get("messages"), list):
+        return [_dumps(m) for m in request["messages"]]
+    return None
+
+
+def _lcp_list(a: Sequence[str], b: Sequence[str]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def _strip_response(response: Any) -> Any:
+    if not isinstance(response, dict):
+        return response
+    out = {k: v for k, v in response.items() if k not in ("prompt_token_ids", "prompt_logprobs")}
+    choices = out.get("choices")
+    if isinstance(choices, list):
+        new = []
+        for ch in choices:
+            if isinstance(ch, dict):
+                ch = {k: v for k, v in ch.items() if k not in ("token_ids", "prompt_token_ids", "prompt_logprobs")}
+                if ch.get("logprobs") is not None:
+                    ch["logprobs"] = None
+            new.append(ch)
+        out["choices"] = new
+    return out
+
+
+def trace_rows(art: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
+    """One `trace` row per captured call, messages delta-encoded, token arrays left out.
+
+    Args:
+        art: the documents from `read_artifact`.
+
+    Returns:
+        ``(rows, n_cut)``: the rows and how many cells were cut to the cell limit.
+    """
+    rid = art["summary"]["rollout_id"]
+    seen: list[tuple[int, list[str]]] = []
+    rows, n_cut = [], 0
+    for call in art["trace"].get("calls", []):
+        req = call.get("request")
+        keys = _message_keys(req)
+        prefix_idx, prefix_len = -1, 0
+        if keys:
+            for idx, earlier in reversed(seen):
+                n = _lcp_list(earlier, keys)
+                if n > prefix_len:
+                    prefix_idx, prefix_len = idx, n
+            seen.append((call.get("index", len(seen)), keys))
+            if prefix_len:
+                req = dict(req, messages=req["messages"][prefix_len:])
+        request_json, cut1 = cut_text(_dumps(req))
+        response_json, cut2 = cut_text(_dumps(_strip_response(call.get("response"))))
+        if cut1 or cut2:
+            n_cut += int(cut1) + int(cut2)
+            log.warning("rollout %s call %s: request/response JSON over %d bytes; cut with a marker",
+                        rid, call.get("index"), MAX_CELL_BYTES)
+        extra = {
+            "rollout_id": rid,
+            "n_prompt_ids": len(call.get("prompt_token_ids") or []),
+            "n_completion_ids": len(call.get("completion_token_ids") or []),
+            "messages_prefix_call_index": prefix_idx,
+            "messages_prefix_len": prefix_len,
+            "request_json": request_json,
+            "response_json": response_json,
+            "truncated": bool(cut1 or cut2),
+            "notes": call.get("notes") or [],
+        }
+        rows.append(_project(call, "trace", extra))
+    return rows, n_cut
+
+
+def _seq_list(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    seqs = doc.get("sequences") if isinstance(doc, dict) else None
+    return seqs if isinstance(seqs, list) else []
+
+
+def sequence_rows(art: dict[str, Any]) -> list[dict[str, Any]]:
+    """One `sequences` row per sequence of rollout.json (labelled, never filtered).
+
+    Args:
+        art: the documents from `read_artifact`.
+
+    Returns:
+        The rows, with the rollout's rewards copied in.
+    """
+    summary = art["summary"]
+    rows = []
+    for i, s in enumerate(_seq_list(art["rollout"])):
+        ids = s.get("input_ids") or []
+        mask = s.get("loss_mask") or []
+        rows.append({
+            "rollout_id": summary["rollout_id"],
+            "sequence_index": i,
+            "role": s.get("role"),
+            "trainable": bool(s.get("trainable")),
+            "root_id": s.get("root_id"),
+            "node_ids": s.get("node_ids") or [],
+            "n_turns": s.get("n_turns"),
+            "prompt_len": s.get("prompt_len"),
+            "n_trainable": s.get("n_trainable", int(sum(mask))),
+            "turn_lengths": s.get("turn_lengths") or [],
+            "input_ids": ids,
+            "loss_mask": mask,
+            "logprobs": s.get("logprobs") or [],
+            "findings": _dumps(s.get("findings", s.get("validation", []))),
+            "env_reward": summary.get("env_reward"),
+            "reward_after_penalties": summary.get("reward_after_penalties"),
+        })
+        nbytes = len(ids) * 9
+        if nbytes > MAX_ROW_BYTES:
+            log.warning("rollout %s sequence %d: about %d bytes, over the %d-byte row limit of the Hub viewer; "
+                        "kept whole (token arrays are never cut)", summary["rollout_id"], i, nbytes, MAX_ROW_BYTES)
+    return rows
+
+
+def _f32(values: Iterable[Any] | None) -> np.ndarray:
+    return np.asarray([np.nan if v is None else v for v in (values or [])], dtype=np.float32)
+
+
+def _lcp(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if len(diff) else n
+
+
+def _same_f32(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and bool(np.all((a == b) | (np.isnan(a) & np.isnan(b))))
+
+
+def turn_rows(art: dict[str, Any], seq_rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """One `turns` row per turn of turns.json, tokens stored once (see the module docstring).
+
+    Args:
+        art: the documents from `read_artifact`.
+        seq_rows: this rollout's `sequences` rows (from `sequence_rows`).
+
+    Returns:
+        ``(rows, n_unique_tokens)``: the rows and the rollout's distinct token positions.
+    """
+    rid = art["summary"]["rollout_id"]
+    seqs = [(r["sequence_index"], np.asarray(r["input_ids"], np.int32), _f32(r["logprobs"]))
+            for r in seq_rows]
+    earlier: list[tuple[int, np.ndarray]] = []
+    rows, unique = [], 0
+    for t in art["turns"].get("turns", []):
+        prompt = np.asarray(t.get("prompt_ids") or [], np.int32)
+        out = np.asarray(t.get("output_ids") or [], np.int32)
+        logps = _f32(t.get("per_token_logps"))
+        n_p, n_o = len(prompt), len(out)
+        trained = bool(t.get("trained"))
+        mask = t.get("mask")
+        derived = np.concatenate([np.zeros(n_p, np.int8), np.ones(n_o, np.int8)])
+        mask_inline = [] if mask is None or np.array_equal(np.asarray(mask, np.int8), derived) else mask
+        seq_index = -1
+        if n_p + n_o and len(logps) == n_o:
+            for idx, ids, lps in seqs:
+                if (len(ids) >= n_p + n_o and np.array_equal(ids[:n_p], prompt)
+                        and np.array_equal(ids[n_p:n_p + n_o], out) and _same_f32(lps[n_p:n_p + n_o], logps)):
+                    seq_index = idx
+                    break
+        full = np.concatenate([prompt, out])
+        prefix_idx, prefix_len = -1, 0
+        for call_index, prev in reversed(earlier):
+            n = _lcp(prev, prompt)
+            if n > prefix_len:
+                prefix_idx, prefix_len = call_index, n
+        unique += n_p - prefix_len + n_o
+        call_index = t.get("call_index")
+        earlier.append((call_index, full))
+        inline = seq_index < 0
+        rows.append({
+            "rollout_id": rid,
+            "turn": t.get("turn"),
+            "call_index": call_index,
+            "role": t.get("role"),
+            "trained": trained,
+            "tool_calls": t.get("tool_calls") or [],
+            "n_prompt_ids": n_p,
+            "n_output_ids": n_o,
+            "finish_reason": t.get("finish_reason"),
+            "sequence_index": seq_index,
+            "prefix_call_index": prefix_idx if inline else -1,
+            "prefix_len": prefix_len if inline else 0,
+            "prompt_ids_delta": prompt[prefix_len:] if inline else [],
+            "output_ids": out if inline else [],
+            "per_token_logps": logps if inline else [],
+            "mask": mask_inline,
+        })
+    return rows, unique
+
+
+def sample_rows(art: dict[str, Any], limit: int = MAX_CELL_BYTES) -> list[dict[str, Any]]:
+    """samples.md as one or more rows of at most `limit` bytes, split at line ends where possible."""
+    rid = art["summary"]["rollout_id"]
+    parts: list[str] = []
+    buf: list[str] = []
+    size = 0
+    for line in art["samples"].splitlines(keepends=True):
+        n = len(line.encode("utf-8"))
+        while n > limit:  # one giant line: split by characters
+            if buf:
+                parts.append("".join(buf))
+                buf, size = [], 0
+            step = limit // 4
+            parts.append(line[:step])
+            line = line[step:]
+            n = len(line.encode("utf-8"))
+        if size + n > limit and buf:
+            parts.append("".join(buf))
+            buf, size = [], 0
+        buf.append(line)
+        size += n
+    if buf or not parts:
+        parts.append("".join(buf))
+    return [{"rollout_id": rid, "part": i, "text": p} for i, p in enumerate(parts)]
+
+
+def rollout_rows(art: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
+    """Every config's rows for one rollout.
+
+    Args:
+        art: the documents from `read_artifact`.
+
+    Returns:
+        ``(rows_by_config, stats)`` where stats holds ``cut_cells`` and ``unique_tokens``.
+    """
+    seqs = sequence_rows(art)
+    turns, unique = turn_rows(art, seqs)
+    trace, n_cut = trace_rows(art)
+    held = held_out_test_rows(art)
+    samples = sample_rows(art)
+    counts = {"n_sequences": len(seqs), "n_trace_rows": len(trace), "n_turn_rows": len(turns),
+              "n_held_out_rows": len(held), "n_sample_rows": len(samples), "n_cut_cells": n_cut, "n_unique_tokens": unique}
+    rows = {
+        "summary": [summary_row(art, counts)],
+        "task": [task_row(art)],
+        "visible_tests": [visible_tests_row(art)],
+        "held_out_tests": held,
+        "trace": trace,
+        "turns": turns,
+        "sequences": seqs,
+        "samples": samples,
+    }
+    return rows, {"cut_cells": n_cut, "unique_tokens": unique}
+
+
+# --------------------------------------------------------------------------------------- readers
+
+def _one_rollout(rows: Sequence[dict[str, Any]], what: str) -> None:
+    ids = {r["rollout_id"] for r in rows}
+    if len(ids) > 1:
+        raise ValueError(f"{what}: rows of {len(ids)} rollouts given; pass the rows of one rollout_id")
+
+
+def turn_token_arrays(turn_rows: Sequence[dict[str, Any]],
+                      sequence_rows: Sequence[dict[str, Any]]) -> dict[int, dict[str, list]]:
+    """Rebuild every turn's full token arrays from the `turns` (and `sequences`) rows of ONE rollout.
+
+    Args:
+        turn_rows: the rollout's `turns` rows, in dataset order.
+        sequence_rows: the rollout's `sequences` rows (any order).
+
+    Returns:
+        ``{call_index: {"prompt_ids", "output_ids", "per_token_logps", "mask"}}``, exactly as in turns.json.
+
+    Raises:
+        ValueError: rows of several rollouts, or a reference to a missing sequence or call.
+    """
+    _one_rollout(list(turn_rows) + list(sequence_rows), "turn_token_arrays")
+    seqs = {r["sequence_index"]: r for r in sequence_rows}
+    out: dict[int, dict[str, list]] = {}
+    for t in turn_rows:
+        n_p, n_o = t["n_prompt_ids"], t["n_output_ids"]
+        if t["sequence_index"] >= 0:
+            s = seqs.get(t["sequence_index"])
+            if s is None:
+                raise ValueError(f"turn call_index {t['call_index']}: sequence_index {t['sequence_index']} "
+                                 "not among the sequence rows given")
+            ids, lps = list(s["input_ids"]), list(s["logprobs"])
+            prompt, output, logps = ids[:n_p], ids[n_p:n_p + n_o], lps[n_p:n_p + n_o]
+        else:
+            prefix: list[int] = []
+            if t["prefix_call_index"] >= 0:
+                src = out.get(t["prefix_call_index"])
+                if src is None:
+                    raise ValueError(f"turn call_index {t['call_index']}: prefix_call_index "
+                                     f"{t['prefix_call_index']} not an earlier turn")
+                prefix = (src["prompt_ids"] + src["output_ids"])[: t["prefix_len"]]
+            prompt = prefix + list(t["prompt_ids_delta"])
+            output, logps = list(t["output_ids"]), list(t["per_token_logps"])
+        mask = list(t["mask"]) if t["mask"] else [0] * n_p + [1] * n_o
+        out[t["call_index"]] = {"prompt_ids": prompt, "output_ids": output, "per_token_logps": logps, "mask": mask}
+    return out
+
+
+def turn_prompt_ids(turn_rows: Sequence[dict[str, Any]], sequence_rows: Sequence[dict[str, Any]],
+                    call_index: int) -> list[int]:
+    """The full prompt_ids of one turn.
+
+    Args:
+        turn_rows: the rollout's `turns` rows.
+        sequence_rows: the rollout's `sequences` rows.
+        call_index: the turn's `call_index`.
+
+    Returns:
+        The prompt token ids, exactly as the server saw them.
+
+    Raises:
+        KeyError: no turn with that call_index.
+    """
+    arrays = turn_token_arrays(turn_rows, sequence_rows)
+    if call_index not in arrays:
+        raise KeyError(f"no turn with call_index {call_index}; known: {sorted(arrays)}")
+    return arrays[call_index]["prompt_ids"]
+
+
+def trace_request(rows: Sequence[dict[str, Any]], call_index: int) -> Any:
+    """The full request of one call from the `trace` rows of ONE rollout.
+
+    Args:
+        rows: the rollout's `trace` rows.
+        call_index: the call's `call_index`.
+
+    Returns:
+        The request as the harness sent it (messages restored).
+
+    Raises:
+        KeyError: no such call; ValueError: the request cell was truncated (cannot be restored).
+    """
+    _one_rollout(rows, "trace_request")
+    by_index = {r["call_index"]: r for r in rows}
+
+    def build(idx: int) -> Any:
+        if idx not in by_index:
+            raise KeyError(f"no trace row with call_index {idx}")
+        r = by_index[idx]
+        if r["truncated"]:
+            try:
+                req = json.loads(r["request_json"])
+            except json.JSONDecodeError:
+                raise ValueError(f"call_index {idx}: request_json was cut to the cell limit") from None
+        else:
+            req = json.loads(r["request_json"])
+        if r["messages_prefix_call_index"] >= 0:
+            prefix = build(r["messages_prefix_call_index"])["messages"][: r["messages_prefix_len"]]
+            req = dict(req, messages=prefix + req["messages"])
+        return req
+
+    return build(call_index)
+
+
+def sequence_to_trl(row: dict[str, Any]) -> dict[str, list]:
+    """A `sequences` row as TRL-style ``prompt_ids`` / ``completion_ids`` / ``logprobs``.
+
+    The prompt is ``input_ids[:prompt_len]``; the completion is everything after it, which for a
+    multi-turn row also holds the tool results and template tokens between turns. Those context
+    tokens are kept in ``completion_ids`` and masked out by ``completion_mask`` (the row's
+    ``loss_mask[prompt_len:]``: 1 on sampled tokens, 0 on context), so a trainer that supports a
+    completion mask (TRL's GRPO/``tool_mask``) trains exactly on the sampled tokens.
+
+    Args:
+        row: one row of the `sequences` config.
+
+    Returns:
+        ``{"prompt_ids", "completion_ids", "completion_mask", "logprobs"}`` where ``logprobs`` aligns
+        to ``completion_ids``.
+    """
+    p = int(row["prompt_len"])
+    ids = list(row["input_ids"])
+    return {
+        "prompt_ids": ids[:p],
+        "completion_ids": ids[p:],
+        "completion_mask": list(row["loss_mask"])[p:],
+        "logprobs": list(row["logprobs"])[p:],
+    }

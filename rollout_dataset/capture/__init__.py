@@ -1,0 +1,36 @@
+"""Capture ONE rollout end to end and write its artifact folder.
+
+Public API:
+
+- `capture_rollout(CaptureConfig) -> CaptureResult` — task, local backend (unless a base URL is
+  given), recording proxy, harness in a sandbox, verifier, leakage scan, artifacts, validation;
+- `CaptureConfig`, `CaptureResult`;
+- `scan_for_leaks`, `compute_penalties`, `reward_after_penalties`, `PenaltyRules` — the integrity
+  and reward rules, usable on their own;
+- `harness_statement` — the statement every harness is given (instruction + where solution.py goes).
+"""
+
+from rollout_dataset.capture.config import CaptureConfig, CaptureResult
+from rollout_dataset.capture.leakage import MIN_LEAK_CHARS, LeakHit, scan_for_leaks
+from rollout_dataset.capture.orchestrate import SOLUTION_NOTE, capture_rollout, first_call_failure, harness_statement
+from rollout_dataset.capture.rewards import PenaltyRules, compute_penalties, reward_after_penalties
+from rollout_dataset.capture.secrets import collect_secrets, redact_text
+from rollout_dataset.capture.threads import serve_in_thread
+
+__all__ = [
+    "CaptureConfig",
+    "CaptureResult",
+    "LeakHit",
+    "MIN_LEAK_CHARS",
+    "PenaltyRules",
+    "SOLUTION_NOTE",
+    "capture_rollout",
+    "collect_secrets",
+    "compute_penalties",
+    "first_call_failure",
+    "harness_statement",
+    "redact_text",
+    "reward_after_penalties",
+    "scan_for_leaks",
+    "serve_in_thread",
+]

@@ -1,0 +1,60 @@
+"""Write the artifact folder of one rollout, with every secret redacted before it reaches disk.
+
+Files (see docs/architecture.md): trace.json, rollout.json, turns.json, task.json,
+visible_tests.txt, held_out_tests.json, summary.json, samples.md. Each is written to a temporary
+name and renamed, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from rollout_dataset.capture.secrets import redact_text
+
+__all__ = ["write_artifacts", "write_text_atomic"]
+
+logger = logging.getLogger(__name__)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write text to `path` through a temporary file and a rename.
+
+    Args:
+        path: the destination.
+        text: the content (UTF-8).
+    """
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_artifacts(out_dir: str | Path, files: Mapping[str, Any], secrets: Iterable[str]) -> int:
+    """Write artifact files, redacting secrets.
+
+    Args:
+        out_dir: the artifact folder (created if missing).
+        files: file name -> a JSON-ready document (``.json`` names) or text (others).
+        secrets: values to redact (see `collect_secrets`).
+
+    Returns:
+        How many secret occurrences were redacted (0 in a healthy capture).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    secrets = list(secrets)
+    redacted = 0
+    for name, content in files.items():
+        if name.endswith(".json"):
+            text = json.dumps(content, indent=1, ensure_ascii=False) + "\n"
+        else:
+            text = content if isinstance(content, str) else str(content)
+        text, n = redact_text(text, secrets)
+        if n:
+            logger.warning("redacted %d secret occurrence(s) from %s", n, name)
+            redacted += n
+        write_text_atomic(out / name, text)
+    return redacted

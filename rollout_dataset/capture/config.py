@@ -1,0 +1,136 @@
+"""What a capture is asked to do (`CaptureConfig`) and what it did (`CaptureResult`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollout_dataset.capture.rewards import PenaltyRules
+
+__all__ = ["CaptureConfig", "CaptureResult"]
+
+
+@dataclass
+class CaptureConfig:
+    """Settings of one capture (the `rollout-dataset capture` flags).
+
+    Args:
+        out_dir: where the artifacts go (created; existing artifact files are overwritten).
+        base_url: an OpenAI-compatible server (ends in ``/v1``); None starts the local backend.
+        model: the model name; default ``local`` for the local backend, else the server's first model.
+        task_index: which task of the selected list.
+        seed: dataset seed: decides which task each index points at.
+        rollout_seed: seed of the rollout (request ``seed``); None means `seed`.
+        n_prompts: size of the selected task list.
+        tasks: ``builtin``, a JSONL/parquet path, or ``hf:ORG/NAME[:SPLIT]``.
+        harness: ``builtin``, ``cmd:COMMAND``, ``mini-swe-agent`` or ``opencode``.
+        timeout_s: wall-time budget of the harness.
+        api_key: the key the harness sends (default `OPENAI_API_KEY` or ``EMPTY``); never written.
+        policy: the local backend's policy (``oracle``, ``script``, ``echo``).
+        script: the script file of the ``script`` policy.
+        tokenizer: tokenizer for re-rendering checks and samples (default ``builtin`` for the local
+            backend; else `model` when it loads offline, or none).
+        max_turns: turn budget of the built-in harness.
+        max_tokens: completion cap per call of the built-in harness.
+        temperature: sampling temperature of the built-in harness.
+        rollout_id: the rollout's id (uuid4 hex); None draws one.
+        penalties: the penalty rules.
+        push: push to `PUSH_TO_DATASET` when set; None reads the environment.
+        keep_workdir: copy the agent's final working directory to ``<out_dir>/workdir`` (debugging).
+        served_model_name: the local backend's model name.
+    """
+
+    out_dir: str | Path = "trace_artifact"
+    base_url: str | None = None
+    model: str | None = None
+    task_index: int = 0
+    seed: int = 0
+    rollout_seed: int | None = None
+    n_prompts: int = 64
+    tasks: str = "builtin"
+    harness: str = "builtin"
+    timeout_s: float = 900.0
+    api_key: str | None = None
+    policy: str = "oracle"
+    script: str | Path | None = None
+    tokenizer: str | None = None
+    max_turns: int = 20
+    max_tokens: int = 2048
+    temperature: float = 1.0
+    rollout_id: str | None = None
+    penalties: PenaltyRules = field(default_factory=PenaltyRules)
+    push: bool | None = None
+    keep_workdir: bool = False
+    served_model_name: str = "local"
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.n_prompts < 1:
+            raise ValueError(f"n_prompts must be >= 1, got {self.n_prompts}")
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+        if self.rollout_id is not None and (len(self.rollout_id) != 32 or
+                                            any(c not in "0123456789abcdef" for c in self.rollout_id)):
+            raise ValueError(f"rollout_id must be 32 lowercase hex characters (uuid4 hex), got {self.rollout_id!r}")
+
+    @property
+    def effective_rollout_seed(self) -> int:
+        """The rollout seed (`rollout_seed`, else `seed`)."""
+        return self.seed if self.rollout_seed is None else self.rollout_seed
+
+    @property
+    def effective_api_key(self) -> str:
+        """The key the harness sends: `api_key`, else `OPENAI_API_KEY`, else ``EMPTY``."""
+        return self.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+
+    def public_dict(self) -> dict[str, Any]:
+        """The settings as task.json records them (no credentials).
+
+        Returns:
+            A JSON-ready dict without the API key.
+        """
+        return {
+            "base_url": self.base_url, "model": self.model, "tasks": self.tasks, "harness": self.harness,
+            "timeout_s": self.timeout_s, "policy": self.policy if self.base_url is None else None,
+            "script": str(self.script) if self.script else None, "tokenizer": self.tokenizer,
+            "max_turns": self.max_turns, "max_tokens": self.max_tokens, "temperature": self.temperature,
+            "penalties": {"tool_call_budget": self.penalties.tool_call_budget,
+                          "per_extra_tool_call": self.penalties.per_extra_tool_call,
+                          "max_tool_call_penalty": self.penalties.max_tool_call_penalty,
+                          "never_ran_code": self.penalties.never_ran_code},
+        }
+
+
+@dataclass
+class CaptureResult:
+    """What a capture produced.
+
+    Args:
+        out_dir: the artifact folder.
+        rollout_id: the rollout's id.
+        summary: the summary.json document.
+        errors: the capture's errors (leakage, validation, harness); empty when clean.
+        validation_failures: `(file, json_path, reason)` triples from validating the artifacts.
+        decisions: the built-in harness's per-turn record (tools used, solution changed or run,
+            examples passed); empty for external harnesses.
+    """
+
+    out_dir: Path
+    rollout_id: str
+    summary: dict[str, Any]
+    errors: list[dict[str, str]] = field(default_factory=list)
+    validation_failures: list[tuple[str, str, str]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the capture has no error and its artifacts validate."""
+        return not self.errors and not self.validation_failures
+
+    @property
+    def exit_code(self) -> int:
+        """0 when `ok`, else 1 (what the CLI exits with)."""
+        return 0 if self.ok else 1

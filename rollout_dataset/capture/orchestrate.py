@@ -1,0 +1,390 @@
+"""Capture ONE rollout end to end: task, servers, harness, verifier, leakage scan, artifacts, validation.
+
+Orchestration only; each step is another module's job:
+
+1. pick the task (`rollout_dataset.tasks`): an out-of-range index fails here, at once;
+2. start the local backend (`oracle` policy) unless a base URL is given, and the recording proxy
+   in front (one proxy session per rollout, named by the rollout id);
+3. run the harness in a sandbox working directory (`rollout_dataset.harness`); the first model
+   call answering 4xx/5xx stops everything at once with `UpstreamStatusError` (status and URL);
+4. verify `solution.py` on the held-out tests in fresh sandboxes (`rollout_dataset.sandbox`);
+5. scan requests and working files for held-out text (`rollout_dataset.capture.leakage`);
+6. build the rollout document, the turns and the samples (`rollout_dataset.export`, `render`);
+7. write the artifacts with secrets redacted, validate them (`rollout_dataset.schema.check`),
+   and push when `PUSH_TO_DATASET` is set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+
+from rollout_dataset.capture.artifacts import write_artifacts
+from rollout_dataset.capture.config import CaptureConfig, CaptureResult
+from rollout_dataset.capture.leakage import scan_for_leaks
+from rollout_dataset.capture.rewards import compute_penalties, reward_after_penalties
+from rollout_dataset.capture.secrets import collect_secrets
+from rollout_dataset.capture.threads import serve_in_thread
+from rollout_dataset.errors import UpstreamError, UpstreamStatusError
+
+__all__ = ["capture_rollout", "harness_statement", "first_call_failure", "SOLUTION_NOTE"]
+
+logger = logging.getLogger(__name__)
+
+SOLUTION_NOTE = ("Write your solution as a Python 3 program in the file solution.py in the current working "
+                 "directory. It reads the input from standard input and writes the answer to standard output.")
+_GENERATION_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
+
+
+def harness_statement(instruction: str) -> str:
+    """The statement every harness gets: the task instruction plus where the solution goes.
+
+    Args:
+        instruction: the task's instruction (with its worked examples).
+
+    Returns:
+        The text given to the harness.
+    """
+    return instruction.rstrip() + "\n\n" + SOLUTION_NOTE + "\n"
+
+
+def first_call_failure(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first generation call, if it failed (HTTP 4xx/5xx or no answer at all).
+
+    Args:
+        records: trace records in arrival order.
+
+    Returns:
+        That record, or None when the first generation call succeeded (or none was made yet).
+    """
+    for record in records:
+        if record.get("endpoint") not in _GENERATION_ENDPOINTS:
+            continue
+        status = record.get("status")
+        if (isinstance(status, int) and status >= 400) or (status is None and record.get("error")):
+            return record
+        return None
+    return None
+
+
+def _upstream_url(upstream_base: str, endpoint: str) -> str:
+    root = upstream_base.rstrip("/")
+    if root.endswith("/v1"):
+        root = root[:-3]
+    return root + endpoint
+
+
+def _raise_first_call(record: dict[str, Any], upstream_base: str) -> None:
+    url = _upstream_url(upstream_base, record.get("endpoint") or "/v1/chat/completions")
+    status = record.get("status")
+    body = ""
+    response = record.get("response")
+    if isinstance(response, dict):
+        err = response.get("error")
+        body = str(err.get("message", err) if isinstance(err, dict) else (err or ""))[:300]
+    if isinstance(status, int) and status >= 400 and status != 502:
+        raise UpstreamStatusError(status, url, body)
+    message = (record.get("error") or {}).get("message", "no answer")
+    if isinstance(status, int):
+        raise UpstreamStatusError(status, url, message)
+    raise UpstreamError(f"model server unreachable at {url}: {message}")
+
+
+class _TraceWatch:
+    """Polls a session's trace file; says stop when the first generation call failed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.size = -1
+        self.failed: dict[str, Any] | None = None
+
+    def __call__(self) -> str | None:
+        from rollout_dataset.proxy import read_trace
+
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return None
+        if size == self.size:
+            return None
+        self.size = size
+        self.failed = first_call_failure(read_trace(self.path))
+        return "upstream_error" if self.failed else None
+
+
+@contextlib.contextmanager
+def _model_server(config: CaptureConfig) -> Iterator[tuple[str, Any]]:
+    """Yield (upstream base URL, tokenizer-or-None)."""
+    if config.base_url:
+        yield config.base_url.rstrip("/"), None
+        return
+    from rollout_dataset.backend import LocalBackend, load_tokenizer, make_policy
+
+    tokenizer = load_tokenizer(config.tokenizer or "builtin")
+    kwargs: dict[str, Any] = {}
+    if config.policy == "script":
+        if not config.script:
+            raise ValueError("--policy script needs --script FILE")
+        kwargs["script"] = str(config.script)
+    policy = make_policy(config.policy, **kwargs)
+    with serve_in_thread(lambda: LocalBackend(tokenizer=tokenizer, policy=policy,
+                                              served_model_name=config.served_model_name),
+                         name="local-backend") as backend:
+        yield backend.base_url, tokenizer
+
+
+def _resolve_model(config: CaptureConfig, upstream: str) -> str:
+    if config.model:
+        return config.model
+    if not config.base_url:
+        return config.served_model_name
+    url = upstream.rstrip("/") + "/models"
+    headers = {"Authorization": f"Bearer {config.effective_api_key}"}
+    try:
+        response = httpx.get(url, headers=headers, timeout=30)
+    except httpx.HTTPError as exc:
+        raise UpstreamError(f"model server unreachable at {url}: {exc}") from exc
+    if response.status_code >= 400:
+        raise UpstreamStatusError(response.status_code, url, response.text)
+    try:
+        return response.json()["data"][0]["id"]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise UpstreamError(f"{url} lists no model; pass --model") from exc
+
+
+def _load_offline_tokenizer(name: str) -> Any:
+    from rollout_dataset.backend import load_tokenizer
+
+    try:
+        return load_tokenizer(name)
+    except Exception as exc:  # a missing tokenizer only costs the cross-check and the samples
+        logger.warning("tokenizer %r not available (%s): samples.md is written without the token stream", name, exc)
+        return None
+
+
+def _now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _agent_tool_counts(turns_doc: dict[str, Any]) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for turn in turns_doc.get("turns", []):
+        if turn.get("role", "agent") == "agent":
+            counts.update(name for name in turn.get("tool_calls") or [] if isinstance(name, str))
+    return dict(sorted(counts.items()))
+
+
+def _trainable_tokens(document: dict[str, Any]) -> int:
+    stats = document.get("stats") or {}
+    if "n_trainable_tokens" in stats:
+        return int(stats["n_trainable_tokens"])
+    return sum(int(s.get("n_trainable") or 0) for s in document.get("sequences") or [] if s.get("trainable"))
+
+
+def _findings_count(document: dict[str, Any]) -> int:
+    findings = list(document.get("findings") or [])
+    for seq in document.get("sequences") or []:
+        findings.extend(seq.get("findings") or [])
+    return sum(1 for f in findings if isinstance(f, dict) and f.get("level") in ("ERROR", "WARN"))
+
+
+def _samples(document: dict[str, Any], records: list[dict[str, Any]], tokenizer: Any, header: dict) -> str:
+    if tokenizer is None:
+        lines = [f"# Rollout {header.get('rollout')}", ""]
+        lines += [f"- {k}: {v}" for k, v in header.items()]
+        lines += ["", "No tokenizer was available (--tokenizer), so the token stream is not rendered."]
+        return "\n".join(lines) + "\n"
+    from rollout_dataset.render import render_samples
+
+    return render_samples(document, records, tokenizer, header=header)
+
+
+def _maybe_push(out_dir: Path, config: CaptureConfig) -> str | None:
+    wanted = config.push if config.push is not None else bool(os.environ.get("PUSH_TO_DATASET"))
+    if not wanted:
+        return None
+    try:
+        from rollout_dataset.builder import build
+        from rollout_dataset.publish import maybe_push_from_env
+    except ImportError as exc:
+        return f"PUSH_TO_DATASET is set but the dataset builder/publisher is unavailable: {exc}"
+    with tempfile.TemporaryDirectory(prefix="rollout-push-") as tmp:
+        try:
+            build([out_dir], Path(tmp) / "dataset", progress=False)
+            maybe_push_from_env(Path(tmp) / "dataset")
+        except Exception as exc:  # the artifacts are written; a failed push is reported, not fatal
+            return f"push to {os.environ.get('PUSH_TO_DATASET')} failed: {type(exc).__name__}: {exc}"
+    return None
+
+
+def capture_rollout(config: CaptureConfig) -> CaptureResult:
+    """Capture one rollout and write its artifact folder.
+
+    Args:
+        config: what to capture.
+
+    Returns:
+        The result; `result.ok` is False (exit code 1) on held-out leakage, artifacts that do not
+        validate, or a failed push. A timed-out rollout still writes everything it captured.
+
+    Raises:
+        TaskIndexError: the task index is outside the task list (the message names the range).
+        TaskSourceError: the task source cannot be read.
+        UpstreamStatusError: the first model call answered 4xx/5xx (status and URL named).
+        UpstreamError: the model server could not be reached on the first call.
+        ValueError: a bad setting (unknown harness, ...).
+    """
+    from rollout_dataset.harness import BuiltinAgent, ToolBox, resolve_harness, run_external_harness
+    from rollout_dataset.harness.tools import sandbox_runner
+    from rollout_dataset.proxy import CaptureProxy, read_trace
+    from rollout_dataset.sandbox import Sandbox, verify_solution
+    from rollout_dataset.tasks import load_tasks, select_task
+    from rollout_dataset.tasks.model import visible_tests_text
+
+    t_start = time.monotonic()
+    created_at = _now_iso()
+    rollout_id = config.rollout_id or uuid.uuid4().hex
+    preset = resolve_harness(config.harness)  # bad --harness fails before anything starts
+    tasks = load_tasks(config.tasks, n_prompts=config.n_prompts, seed=config.seed)
+    task = select_task(tasks, config.task_index)
+    rollout_seed = config.effective_rollout_seed
+    statement = harness_statement(task.instruction)
+    out_dir = Path(config.out_dir)
+    logger.info("task index=%d id=%s held_out=%d dataset_seed=%d rollout_seed=%d", config.task_index,
+                task.task_id, len(task.held_out_tests), config.seed, rollout_seed)
+
+    timings: dict[str, float] = {}
+    errors: list[dict[str, str]] = []
+    decisions: list[dict[str, Any]] = []
+    exit_code: int | None = None
+    with contextlib.ExitStack() as stack:
+        trace_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rollout-trace-")))
+        upstream, tokenizer = stack.enter_context(_model_server(config))
+        model = _resolve_model(config, upstream)
+        proxy = stack.enter_context(CaptureProxy(upstream=upstream, trace_dir=trace_dir))
+        session = rollout_id
+        harness_url = proxy.session_base_url(session)
+        trace_path = proxy.trace_path(session)
+        box = stack.enter_context(Sandbox())
+        timings["setup_s"] = time.monotonic() - t_start
+
+        t_agent = time.monotonic()
+        if preset is None:
+            toolbox = ToolBox(box.workdir, [(t.input, t.output) for t in task.visible_tests], sandbox_runner(box))
+            agent = BuiltinAgent(harness_url, model, toolbox, api_key=config.effective_api_key,
+                                 max_turns=config.max_turns, timeout_s=config.timeout_s, seed=rollout_seed,
+                                 temperature=config.temperature, max_tokens=config.max_tokens,
+                                 report_url=_upstream_url(upstream, "/v1/chat/completions"))
+            outcome = agent.run(statement)
+            stop_reason, timed_out = outcome.stop_reason, outcome.timed_out
+            decisions = outcome.decisions
+            if outcome.error:
+                errors.append({"kind": "upstream_error", "message": outcome.error})
+        else:
+            watch = _TraceWatch(trace_path)
+            ext = run_external_harness(preset.command, base_url=harness_url, model=model, workdir=box.workdir,
+                                       instruction=statement, api_key=config.effective_api_key,
+                                       timeout_s=config.timeout_s, env=preset.env, should_stop=watch)
+            stop_reason, timed_out, exit_code = ext.stop_reason, ext.timed_out, ext.exit_code
+            if ext.stop_reason == "upstream_error" or watch() or watch.failed:
+                _raise_first_call(watch.failed or first_call_failure(read_trace(trace_path)) or {}, upstream)
+            if ext.stop_reason == "harness_exit" and ext.exit_code not in (0, None):
+                errors.append({"kind": "harness_error", "message":
+                               f"{preset.name} exited with status {ext.exit_code}: {ext.stderr_tail[-600:]}"})
+                stop_reason = "harness_error"
+        timings["agent_s"] = time.monotonic() - t_agent
+
+        records = read_trace(trace_path) if trace_path.exists() else []
+        failed = first_call_failure(records)
+        if failed is not None and preset is None:
+            _raise_first_call(failed, upstream)
+
+        t_verify = time.monotonic()
+        verdict = verify_solution(task, box.workdir)
+        timings["verify_s"] = time.monotonic() - t_verify
+        hits = scan_for_leaks(statement, task.held_out_tests, records, box.workdir)
+        if config.keep_workdir:
+            shutil.copytree(box.workdir, out_dir / "workdir", dirs_exist_ok=True)
+        if tokenizer is None and (config.tokenizer or config.base_url):
+            tokenizer = _load_offline_tokenizer(config.tokenizer or model)
+
+    t_export = time.monotonic()
+    from rollout_dataset.export import capture_level_of, export_rollout, turns_document
+
+    capture_level = capture_level_of(records)
+    metadata = {"rollout_id": rollout_id, "task_id": task.task_id, "model": model, "harness": config.harness,
+                "env": "coding", "rollout_seed": rollout_seed}
+    document = export_rollout(records, session_id=session, metadata=metadata, capture_level=capture_level,
+                              tokenizer=tokenizer)
+    turns = turns_document(document, records)
+    timings["export_s"] = time.monotonic() - t_export
+
+    if hits:
+        errors.append({"kind": "leakage", "message": f"held-out test text found in {len(hits)} place(s), first "
+                                                      f"{hits[0].where} (test {hits[0].test_index} {hits[0].field})"})
+    by_name = _agent_tool_counts(turns)
+    ran_code = None if preset is not None else any(d.get("ran_code") for d in decisions)
+    penalties = compute_penalties(by_name, ran_code, config.penalties)
+    env_reward = verdict.env_reward
+    passed = verdict.passed if env_reward is not None else None
+    timings["total_s"] = time.monotonic() - t_start
+    summary: dict[str, Any] = {
+        "schema_version": 1, "rollout_id": rollout_id, "created_at": created_at, "env": "coding",
+        "model": model, "harness": config.harness, "task_id": task.task_id, "task_index": config.task_index,
+        "dataset_seed": config.seed, "rollout_seed": rollout_seed, "captured_calls": len(records),
+        "agent_turns": sum(1 for t in turns["turns"] if t.get("role", "agent") == "agent"),
+        "trained_turns": sum(1 for t in turns["turns"] if t.get("trained") is True),
+        "tool_calls_by_name": by_name, "tool_calls_total": sum(by_name.values()),
+        "held_out_tests": len(task.held_out_tests), "held_out_passed": passed, "env_reward": env_reward,
+        "reward_after_penalties": reward_after_penalties(env_reward, penalties), "penalties": penalties,
+        "timed_out": timed_out, "stop_reason": stop_reason, "capture_level": capture_level,
+        "trainable": bool(document.get("trainable")),
+        "trainable_tokens": _trainable_tokens(document),
+        "findings_count": _findings_count(document),
+        "leakage": {"checked": True, "hits": [h.to_dict() for h in hits]},
+        "timings": {k: round(v, 4) for k, v in timings.items()},
+        "errors": list(errors), "harness_exit_code": exit_code,
+    }
+    header = {"rollout": rollout_id, "task": task.task_id, "reward": env_reward,
+              "passed": f"{passed}/{len(task.held_out_tests)}" if passed is not None else None,
+              "stop_reason": stop_reason}
+    files = {
+        "trace.json": {"schema_version": 1, "session": session, "calls": records},
+        "rollout.json": document,
+        "turns.json": turns,
+        "task.json": {"schema_version": 1, "env": "coding", "task_id": task.task_id,
+                      "task_index": config.task_index, "title": task.title, "instruction": task.instruction,
+                      "source": task.source, "dataset_seed": config.seed, "rollout_seed": rollout_seed,
+                      "n_prompts": config.n_prompts,
+                      "config": {**config.public_dict(), "model": model, "statement_suffix": SOLUTION_NOTE}},
+        "visible_tests.txt": visible_tests_text(task),
+        "held_out_tests.json": {"schema_version": 1, "task_id": task.task_id,
+                                "tests": [{"input": t.input, "output": t.output} for t in task.held_out_tests]},
+        "summary.json": summary,
+        "samples.md": _samples(document, records, tokenizer, header),
+    }
+    secrets = collect_secrets([config.api_key, os.environ.get("OPENAI_API_KEY"), os.environ.get("HF_TOKEN")])
+    write_artifacts(out_dir, files, secrets)
+
+    from rollout_dataset.schema.check import check_artifact_dir
+
+    failures = check_artifact_dir(out_dir)
+    for failure in failures:
+        logger.error("artifact does not validate: %s: %s: %s", *failure)
+    push_error = _maybe_push(out_dir, config) if not failures and not hits else None
+    if push_error:
+        errors.append({"kind": "push_error", "message": push_error})
+    logger.info("captured %s: %d calls, reward %s, stop %s -> %s", rollout_id, len(records), env_reward,
+                stop_reason, out_dir)
+    return CaptureResult(out_dir, rollout_id, summary, errors, failures, decisions)

@@ -1,0 +1,155 @@
+"""`rollout-dataset batch`: seeds x rollouts with stepwise vs final rewards, statistics, plots, a report.
+
+Exit codes: 0 done; 1 a guardrail tripped (no agent turns, a model server 4xx/5xx, failed
+rollouts) — outputs written so far are kept and the same `--out` resumes; 2 invalid arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["add_arguments", "run", "config_from_args"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's flags.
+
+    Args:
+        parser: the sub-command's parser.
+    """
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--num-seeds", type=int, metavar="N", help="seeds 0..N-1")
+    which.add_argument("--seeds", metavar="LIST", help="comma-separated seeds or ranges, e.g. 0,1,5 or 0-9")
+    which.add_argument("--smoke", action="store_true", help="2 seeds x 1 rollout: a quick health check (must see agent turns)")
+    parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="batch folder (the same folder resumes)")
+    parser.add_argument("--base-url", help="OpenAI-compatible inference URL ending in /v1 (default: start the local backend)")
+    parser.add_argument("--model", help="model name (default: the server's)")
+    parser.add_argument("--env", default="coding", help="environment family (default: coding)")
+    parser.add_argument("--rollouts-per-seed", type=int, default=3, metavar="K", help="rollouts per seed (default 3)")
+    parser.add_argument("--max-turns", type=int, default=10, help="agent turn budget per rollout (default 10)")
+    parser.add_argument("--concurrency", type=int, default=8, help="rollouts in flight (default 8)")
+    parser.add_argument("--strategy", choices=["simple", "complex", "both"], default=None,
+                        help="step-reward strategy to report (default: the --step-config's, else both)")
+    parser.add_argument("--step-config", type=Path, metavar="FILE", help="step_rewards block from a .toml or .json file")
+    parser.add_argument("--weights-json", type=Path, metavar="FILE", help="JSON {achievement: weight} for complex")
+    parser.add_argument("--k-limits-json", type=Path, metavar="FILE", help="JSON {achievement: count limit} for complex")
+    parser.add_argument("--indicator-lambda", type=float, default=None, help="reward per indicator for simple (default 1.0)")
+    parser.add_argument("--executor", choices=["local", "ray"], default="local", help="local threads (default) or Ray tasks")
+    parser.add_argument("--tasks", default="builtin", help="task source: builtin, a JSONL/parquet file, or hf:ORG/NAME[:SPLIT]")
+    parser.add_argument("--n-prompts", type=int, default=64, help="size of the task list (default 64)")
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="wall-time budget per rollout (default 900)")
+    parser.add_argument("--no-dataset", action="store_true", help="do not build dataset/ at the end")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
+    """Turn parsed flags into a `BatchConfig` (flags override the --step-config file).
+
+    Raises:
+        ConfigError: an invalid flag value or file.
+    """
+    from dataclasses import replace
+
+    from rollout_dataset.batch.config import (
+        BatchConfig,
+        StepRewardConfig,
+        load_json_mapping,
+        load_step_config,
+        parse_seeds,
+    )
+    from rollout_dataset.errors import ConfigError
+
+    if args.smoke:
+        seeds, per_seed = [0, 1], 1
+    elif args.seeds is not None:
+        seeds, per_seed = parse_seeds(args.seeds), args.rollouts_per_seed
+    else:
+        if args.num_seeds < 1:
+            raise ConfigError(f"--num-seeds: {args.num_seeds} is out of range (>= 1)")
+        seeds, per_seed = list(range(args.num_seeds)), args.rollouts_per_seed
+    step = load_step_config(args.step_config) if args.step_config else StepRewardConfig()
+    if args.weights_json:
+        step = replace(step, weights=load_json_mapping(args.weights_json, "weights"))
+    if args.k_limits_json:
+        step = replace(step, k_limits=load_json_mapping(args.k_limits_json, "k_limits"))
+    if args.indicator_lambda is not None:
+        step = replace(step, indicator_lambda=args.indicator_lambda)
+    if args.strategy == "both" or (args.strategy is None and not args.step_config):
+        strategies: tuple[str, ...] = ("simple", "complex")
+    else:
+        strategies = (args.strategy or step.strategy,)
+    return BatchConfig(
+        out_dir=args.out,
+        seeds=seeds,
+        rollouts_per_seed=per_seed,
+        strategies=strategies,
+        step_rewards=step,
+        base_url=args.base_url,
+        model=args.model,
+        max_turns=args.max_turns,
+        concurrency=args.concurrency,
+        executor=args.executor,
+        progress=not args.no_progress,
+        build_dataset=not args.no_dataset,
+        tasks=args.tasks,
+        n_prompts=args.n_prompts,
+        timeout_s=args.timeout_s,
+        env=args.env,
+        argv=list(sys.argv[1:] if argv is None else argv),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the batch and print where its outputs are.
+
+    Args:
+        args: the parsed flags.
+
+    Returns:
+        0 when the batch finished; 1 when a guardrail tripped or the model server failed; 2 on
+        invalid arguments.
+    """
+    from rollout_dataset.batch import run_batch
+    from rollout_dataset.errors import ConfigError, GuardrailError, RolloutDatasetError, UpstreamError
+
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"rollout-dataset batch: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = run_batch(config)
+    except ConfigError as exc:
+        print(f"rollout-dataset batch: error: {exc}", file=sys.stderr)
+        return 2
+    except UpstreamError as exc:
+        print(f"rollout-dataset batch: stopped: {exc}", file=sys.stderr)
+        return 1
+    except GuardrailError as exc:
+        print(f"rollout-dataset batch: {exc}", file=sys.stderr)
+        print(f"outputs so far: {config.out_dir / 'report.md'}", file=sys.stderr)
+        return 1
+    except RolloutDatasetError as exc:
+        print(f"rollout-dataset batch: error: {exc}", file=sys.stderr)
+        return 1
+    out = result.out_dir
+    print(f"rollouts: {result.planned} planned, {result.ran} run, {result.skipped} already finished (resumed)")
+    for strategy, agg in result.summary.get("strategies", {}).items():
+        def fmt(v):
+            return "n/a" if v is None else f"{v:.3f}"
+
+        print(
+            f"{strategy:8s} n={agg['n']:<4d} final mean={fmt(agg['final_return']['mean'])} "
+            f"step mean={fmt(agg['step_reward_sum']['mean'])} "
+            f"pearson={fmt(agg['pearson_step_vs_final'])} spearman={fmt(agg['spearman_step_vs_final'])}"
+        )
+    print(f"report:  {out / 'report.md'}")
+    print(f"summary: {out / 'summary' / 'summary.json'}")
+    print(f"runs:    {out / 'runs'}")
+    if result.dataset_dir is not None:
+        print(f"dataset: {result.dataset_dir}")
+    if result.pushed is not None:
+        print(f"pushed:  {result.pushed}")
+    return 0

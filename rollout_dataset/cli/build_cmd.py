@@ -1,0 +1,68 @@
+"""`rollout-dataset build ARTIFACT_DIR... --out DATASET_DIR`: artifact folders -> Hub-ready dataset.
+
+With ``PUSH_TO_DATASET=org/name`` set (and ``HF_TOKEN``; ``PUSH_PRIVATE=1`` for a new private
+repo), the dataset is pushed (append-safe) when the build finishes.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments.
+
+    Args:
+        parser: the sub-command's parser.
+    """
+    parser.add_argument("artifacts", nargs="+", metavar="ARTIFACT_DIR",
+                        help="artifact folders, or folders holding artifact folders")
+    parser.add_argument("--out", required=True, metavar="DATASET_DIR",
+                        help="dataset folder to create (or extend: rollouts already in it are skipped)")
+    parser.add_argument("--template", default=None, help="dataset card template (default: dataset_card.md)")
+    parser.add_argument("--pretty-name", default="Agent rollouts (rollout-dataset)", help="the card's title")
+    parser.add_argument("--license", default="apache-2.0", help="the card's license id")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the dataset, print what was written, push when PUSH_TO_DATASET is set.
+
+    Args:
+        args: the parsed arguments.
+
+    Returns:
+        0 on success, 1 on bad input or a failed push.
+    """
+    from rollout_dataset.builder import build
+    from rollout_dataset.errors import RolloutDatasetError
+    from rollout_dataset.publish import maybe_push_from_env
+
+    try:
+        result = build(args.artifacts, args.out, template=args.template, progress=not args.no_progress,
+                       pretty_name=args.pretty_name, license=args.license)
+    except RolloutDatasetError as exc:
+        print(f"error: {exc}")
+        return 1
+    print(f"{result.out_dir}: {result.total_rollouts} rollouts "
+          f"({len(result.added)} added, {len(result.skipped)} already there)")
+    width = max(len(c) for c in result.rows)
+    print(f"  {'config':<{width}}  {'rows added':>10}  {'bytes (all shards)':>18}")
+    for config, rows in result.rows.items():
+        print(f"  {config:<{width}}  {rows:>10}  {result.bytes_per_config.get(config, 0):>18}")
+    if result.cut_cells:
+        print(f"  note: {result.cut_cells} text cell(s) over 1 MB were cut with a marker (trace.truncated)")
+    try:
+        pushed = maybe_push_from_env(result.out_dir)
+    except RolloutDatasetError as exc:
+        print(f"error: {exc}")
+        return 1
+    if pushed is not None:
+        print(f"pushed to {pushed.url}: {len(pushed.added)} rollouts added, {len(pushed.skipped)} already there, "
+              f"{pushed.total_rollouts} in total")
+    else:
+        print(f"load it: datasets.load_dataset({str(result.out_dir)!r}, 'sequences'); "
+              f"push it: rollout-dataset push {result.out_dir} --repo org/name")
+    return 0

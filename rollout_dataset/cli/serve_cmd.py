@@ -1,0 +1,79 @@
+"""`rollout-dataset serve`: run the local vLLM-compatible backend until interrupted.
+
+    rollout-dataset serve [--host 127.0.0.1] [--port 8000] [--tokenizer builtin|PATH|HUB_ID]
+                          [--policy echo|script|oracle] [--script FILE] [--served-model-name local]
+
+Prints the base URL (ending in /v1) once the server listens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the options of `serve`.
+
+    Args:
+        parser: the sub-command parser.
+    """
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--tokenizer", default="builtin", help="builtin, a tokenizer folder, or a Hub id")
+    parser.add_argument("--policy", default="echo", help="what the model says: echo, script, oracle, ...")
+    parser.add_argument("--script", default=None, help="JSON/YAML script of steps (with --policy script)")
+    parser.add_argument("--served-model-name", default="local", help="model name clients use (default local)")
+    parser.add_argument("--max-model-len", type=int, default=32768, help="context length in tokens")
+    parser.add_argument("--return-tokens-as-token-ids", action="store_true",
+                        help="report logprob tokens as token_id:N (as vLLM's flag of the same name)")
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    from rollout_dataset.backend import LocalBackend
+
+    backend = LocalBackend(
+        tokenizer=args.tokenizer,
+        policy=args.policy,
+        served_model_name=args.served_model_name,
+        host=args.host,
+        port=args.port,
+        script=args.script,
+        max_model_len=args.max_model_len,
+        return_tokens_as_token_ids=args.return_tokens_as_token_ids,
+    )
+    async with backend:
+        print(backend.base_url, flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):  # pragma: no cover - non-main thread / Windows
+                pass
+        await stop.wait()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the backend until SIGINT/SIGTERM.
+
+    Args:
+        args: parsed options.
+
+    Returns:
+        0 after a clean stop, 2 on bad options (unknown policy, missing script or tokenizer).
+    """
+    if args.policy == "script" and not args.script:
+        print("rollout-dataset serve: --policy script needs --script FILE", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_serve(args))
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        print(f"rollout-dataset serve: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,48 @@
+"""`rollout-dataset validate PATH...`: check artifact files, folders or trees against their schemas.
+
+Prints one line per failure, ``file: json.path: reason``, and exits 1 on any failure (2 when a
+path does not exist); prints a one-line OK otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's arguments.
+
+    Args:
+        parser: the sub-command's parser.
+    """
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="an artifact file (trace.json, turns.json, ...), an artifact folder, or a tree of them")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate every path and print the failures.
+
+    Args:
+        args: parsed arguments (`paths`).
+
+    Returns:
+        0 when everything is valid, 1 on any failure, 2 when a path is missing.
+    """
+    from rollout_dataset.schema.check import format_failure, validate_path
+
+    failures = []
+    for path in args.paths:
+        try:
+            failures.extend(validate_path(path))
+        except FileNotFoundError as exc:
+            print(str(exc))
+            return 2
+    for failure in failures:
+        print(format_failure(failure))
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        return 1
+    print(f"OK: {', '.join(args.paths)}")
+    return 0

@@ -1,0 +1,44 @@
+"""Crafter as an environment family: a headless world, a text observation, a tool-calling harness.
+
+Public API:
+    `CrafterWorld` — one seeded, headless episode with a step budget.
+    `render_observation`, `parse_observation` — the text the agent reads, and its parser.
+    `CrafterAgent`, `act_tool_manifest`, `crafter_achievements` — the harness and its `act` tool.
+    `CrafterRolloutConfig`, `run_crafter_rollout` — one rollout through the proxy to artifacts.
+    `batch_runner` — the `--env crafter` runner of `rollout-dataset batch`.
+"""
+
+from __future__ import annotations
+
+from rollout_dataset.envs.crafter.batch import batch_runner
+from rollout_dataset.envs.crafter.harness import (
+    ACT_TOOL,
+    MAX_ACTIONS_PER_CALL,
+    CrafterAgent,
+    CrafterAgentResult,
+    act_tool_manifest,
+    crafter_achievements,
+)
+from rollout_dataset.envs.crafter.observation import parse_observation, render_observation
+from rollout_dataset.envs.crafter.rollout import CrafterRolloutConfig, run_crafter_rollout, task_id_for
+from rollout_dataset.envs.crafter.world import ACHIEVEMENTS, ACTIONS, CrafterState, CrafterWorld, StepOutcome
+
+__all__ = [
+    "ACHIEVEMENTS",
+    "ACTIONS",
+    "ACT_TOOL",
+    "MAX_ACTIONS_PER_CALL",
+    "CrafterAgent",
+    "CrafterAgentResult",
+    "CrafterRolloutConfig",
+    "CrafterState",
+    "CrafterWorld",
+    "StepOutcome",
+    "act_tool_manifest",
+    "batch_runner",
+    "crafter_achievements",
+    "parse_observation",
+    "render_observation",
+    "run_crafter_rollout",
+    "task_id_for",
+]

@@ -1,0 +1,405 @@
+"""Semantic findings about a rollout: what a person must know before training on it.
+
+A finding is a dict ``{"level": "ERROR"|"WARN"|"INFO", "code": str, "message": str}`` plus
+``call_index`` (the arrival index of the call it is about) and ``position`` (a token position) when
+they apply. ``ERROR`` on a call makes every sequence through that call untrainable; ``WARN`` and
+``INFO`` never gate anything.
+
+Codes (one place, so the dataset card and ``show`` can explain them):
+
+========================  =======  =============================================================
+code                      level    meaning
+========================  =======  =============================================================
+ids_missing               ERROR    capture level ``tokens`` but a call has no server token ids
+empty_ids                 ERROR    a call's prompt or sampled ids are an empty list
+length_mismatch           ERROR    id counts disagree with ``usage`` or with each other
+logprobs_count            ERROR    per-token logprobs present but not one per sampled id
+logprobs_missing          WARN     no per-token logprobs (a trainer must recompute them)
+truncated                 WARN     finish reason ``length``: the output hit max_tokens
+sampling_incomparable     WARN     temperature/top_p != 1, top_k set, or unknown logprobs mode
+retokenization_skew       WARN     request re-rendered through the chat template != server ids
+call_error                WARN     the call failed (upstream error, disconnect) yet got a response
+trace_note                INFO     a note the proxy left on the record
+retokenization_unavailable INFO    the chat template could not re-render the request
+prefix_break              INFO     a new root that continues an earlier conversation, with cause
+no_generation_calls       WARN     the trace holds no generation call at all
+eval_capture              INFO     capture level below ``tokens``: nothing is trainable
+========================  =======  =============================================================
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from rollout_dataset.graph import RolloutGraph, TurnNode, normalise_message
+
+__all__ = [
+    "ERROR",
+    "WARN",
+    "INFO",
+    "LEVELS",
+    "FINDING_CODES",
+    "finding",
+    "call_findings",
+    "sampling_findings",
+    "retokenization_findings",
+    "render_prompt_ids",
+    "prefix_break_findings",
+    "has_error",
+]
+
+ERROR, WARN, INFO = "ERROR", "WARN", "INFO"
+LEVELS = (ERROR, WARN, INFO)
+
+FINDING_CODES: dict[str, str] = {
+    "ids_missing": ERROR,
+    "empty_ids": ERROR,
+    "length_mismatch": ERROR,
+    "logprobs_count": ERROR,
+    "logprobs_missing": WARN,
+    "truncated": WARN,
+    "sampling_incomparable": WARN,
+    "retokenization_skew": WARN,
+    "call_error": WARN,
+    "trace_note": INFO,
+    "retokenization_unavailable": INFO,
+    "prefix_break": INFO,
+    "no_generation_calls": WARN,
+    "eval_capture": INFO,
+}
+
+
+def finding(code: str, message: str, *, call_index: int | None = None, position: int | None = None) -> dict[str, Any]:
+    """Make one finding; its level comes from ``FINDING_CODES``.
+
+    Args:
+        code: one of ``FINDING_CODES``.
+        message: what happened and what to do, naming the call and values.
+        call_index: the arrival index of the call it is about.
+        position: a token position, when one applies.
+
+    Returns:
+        The finding dict.
+
+    Raises:
+        KeyError: an unknown code.
+    """
+    out: dict[str, Any] = {"level": FINDING_CODES[code], "code": code, "message": message}
+    if call_index is not None:
+        out["call_index"] = int(call_index)
+    if position is not None:
+        out["position"] = int(position)
+    return out
+
+
+def has_error(findings: list[dict[str, Any]]) -> bool:
+    """Whether any finding is at level ERROR."""
+    return any(f.get("level") == ERROR for f in findings)
+
+
+def _differs(value: Any, default: float) -> bool:
+    try:
+        return not math.isclose(float(value), default)
+    except (TypeError, ValueError):
+        return True
+
+
+def sampling_findings(node: TurnNode) -> list[dict[str, Any]]:
+    """Sampling parameters that make the captured logprobs incomparable to a trainer's recompute.
+
+    vLLM reports raw logprobs (before temperature, top-p, top-k) unless run with
+    ``--logprobs-mode processed_logprobs``; the mode is a server flag the trace cannot see, so any
+    non-neutral sampling is flagged.
+
+    Args:
+        node: the call.
+
+    Returns:
+        Zero or one ``sampling_incomparable`` finding.
+    """
+    params = node.effective_sampling_params or node.requested_sampling_params
+    odd = []
+    for name in ("temperature", "top_p"):
+        if params.get(name) is not None and _differs(params[name], 1.0):
+            odd.append(f"{name}={params[name]}")
+    top_k = params.get("top_k")
+    if top_k is not None and top_k not in (-1, 0):
+        odd.append(f"top_k={top_k}")
+    mode = params.get("logprobs_mode")
+    if mode is not None and mode not in ("raw_logprobs", "processed_logprobs"):
+        odd.append(f"logprobs_mode={mode} (unknown)")
+    if not odd or mode == "processed_logprobs":
+        return []
+    return [
+        finding(
+            "sampling_incomparable",
+            f"call {node.index} sampled with {', '.join(odd)}: the server's logprobs mode is "
+            "unknown (vLLM reports raw logprobs by default), so these logprobs are not comparable "
+            "to a trainer's recompute; sample with temperature=1, top_p=1, no top_k, or run vLLM "
+            "with --logprobs-mode processed_logprobs",
+            call_index=node.index,
+        )
+    ]
+
+
+def call_findings(node: TurnNode, *, tokens_expected: bool) -> list[dict[str, Any]]:
+    """Per-call checks: ids, lengths, logprobs, truncation, sampling, errors, proxy notes.
+
+    Args:
+        node: the call.
+        tokens_expected: the rollout's capture level is ``tokens``.
+
+    Returns:
+        The call's findings (without retokenization skew; see ``retokenization_findings``).
+    """
+    i = node.index
+    out: list[dict[str, Any]] = []
+    if node.has_ids:
+        if not node.prompt_ids:
+            out.append(finding("empty_ids", f"call {i}: prompt_token_ids is an empty list", call_index=i))
+        if not node.sampled_ids:
+            out.append(finding("empty_ids", f"call {i}: completion_token_ids is an empty list", call_index=i))
+        usage = node.usage or {}
+        for key, ids, field_name in (
+            ("prompt_tokens", node.prompt_ids, "prompt_token_ids"),
+            ("completion_tokens", node.sampled_ids, "completion_token_ids"),
+        ):
+            expected = usage.get(key)
+            if isinstance(expected, int) and expected != len(ids):
+                out.append(
+                    finding(
+                        "length_mismatch",
+                        f"call {i}: {field_name} has {len(ids)} ids but usage.{key} says {expected}",
+                        call_index=i,
+                    )
+                )
+        lps = node.sampled_logprobs
+        if lps is None:
+            out.append(
+                finding(
+                    "logprobs_missing",
+                    f"call {i}: no per-token logprobs for its {len(node.sampled_ids)} sampled ids; "
+                    "a trainer must recompute them",
+                    call_index=i,
+                )
+            )
+        elif len(lps) != len(node.sampled_ids):
+            out.append(
+                finding(
+                    "logprobs_count",
+                    f"call {i}: {len(lps)} per-token logprobs for {len(node.sampled_ids)} sampled ids",
+                    call_index=i,
+                    position=len(node.prompt_ids) + min(len(lps), len(node.sampled_ids)),
+                )
+            )
+    elif tokens_expected:
+        out.append(
+            finding(
+                "ids_missing",
+                f"call {i} ({node.endpoint}): the server returned no prompt/completion token ids "
+                f"(record capture_level={node.capture_level}); it cannot be trained on",
+                call_index=i,
+            )
+        )
+    if node.finish_reason == "length":
+        out.append(
+            finding(
+                "truncated",
+                f"call {i}: finish_reason 'length' after {len(node.sampled_ids)} sampled ids "
+                f"(max_tokens={node.effective_sampling_params.get('max_tokens')}): the output was cut",
+                call_index=i,
+            )
+        )
+    out.extend(sampling_findings(node))
+    if node.error:
+        out.append(
+            finding(
+                "call_error",
+                f"call {i}: {node.error.get('kind')}: {node.error.get('message')}",
+                call_index=i,
+            )
+        )
+    for note in node.notes:
+        out.append(finding("trace_note", f"call {i}: {note}", call_index=i))
+    return out
+
+
+def _template_messages(messages: list[Any]) -> list[Any]:
+    """Messages as vLLM hands them to the chat template: tool-call arguments parsed to dicts."""
+    out = []
+    for message in messages:
+        if isinstance(message, dict) and message.get("tool_calls"):
+            message = dict(message)
+            calls = []
+            for call in message["tool_calls"]:
+                call = dict(call or {})
+                fn = dict(call.get("function") or {})
+                if isinstance(fn.get("arguments"), str):
+                    try:
+                        fn["arguments"] = json.loads(fn["arguments"])
+                    except ValueError:
+                        pass
+                call["function"] = fn
+                calls.append(call)
+            message["tool_calls"] = calls
+        out.append(message)
+    return out
+
+
+def render_prompt_ids(node: TurnNode, tokenizer: Any, request_kwargs: dict[str, Any] | None = None) -> list[int]:
+    """Re-render a call's request through the tokenizer's chat template.
+
+    Args:
+        node: the call (its request messages and tools).
+        tokenizer: a Hugging Face tokenizer with a chat template.
+        request_kwargs: ``chat_template_kwargs`` the request carried.
+
+    Returns:
+        The rendered prompt ids (``add_generation_prompt=True``).
+    """
+    rendered = tokenizer.apply_chat_template(
+        _template_messages(node.request_messages),
+        tools=node.request_tools or None,
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+        **(request_kwargs or {}),
+    )
+    if hasattr(rendered, "keys") and "input_ids" in rendered:
+        rendered = rendered["input_ids"]
+    return [int(x) for x in rendered]
+
+
+def retokenization_findings(node: TurnNode, tokenizer: Any, request_kwargs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Compare the re-rendered request with the server's prompt ids; the server's ids always win.
+
+    Args:
+        node: the call (needs token ids).
+        tokenizer: a Hugging Face tokenizer with a chat template.
+        request_kwargs: ``chat_template_kwargs`` from the request.
+
+    Returns:
+        A ``retokenization_skew`` finding with the first differing position, a
+        ``retokenization_unavailable`` one when rendering failed, or nothing when they agree.
+    """
+    if not node.has_ids or not node.request_messages:
+        return []
+    i = node.index
+    try:
+        rendered = render_prompt_ids(node, tokenizer, request_kwargs)
+    except Exception as exc:  # a template may reject any message shape
+        return [finding("retokenization_unavailable", f"call {i}: chat template failed: {exc}", call_index=i)]
+    server = node.prompt_ids
+    if rendered == server:
+        return []
+    pos = next((k for k, (a, b) in enumerate(zip(rendered, server)) if a != b), min(len(rendered), len(server)))
+    return [
+        finding(
+            "retokenization_skew",
+            f"call {i}: the request re-rendered through the chat template gives {len(rendered)} ids, "
+            f"the server's prompt has {len(server)}; first difference at position {pos} "
+            f"(rendered {rendered[pos] if pos < len(rendered) else 'end'}, server "
+            f"{server[pos] if pos < len(server) else 'end'}). The server's ids are kept",
+            call_index=i,
+            position=pos,
+        )
+    ]
+
+
+def _has_think(message: dict[str, Any] | None) -> bool:
+    if not isinstance(message, dict):
+        return False
+    if message.get("reasoning_content") or message.get("reasoning"):
+        return True
+    content = message.get("content")
+    return isinstance(content, str) and "<think>" in content
+
+
+def _common_prefix(a: tuple, b: tuple) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def prefix_break_findings(graph: RolloutGraph) -> list[dict[str, Any]]:
+    """An INFO finding for each new root that continues an earlier conversation, with the cause.
+
+    Causes: the chat template dropped earlier think blocks (the messages extend an earlier call's
+    history, the tokens do not, and that history had think content); the template re-rendered
+    history differently; the system prompt changed while the rest of the history grew; the history
+    was rewritten (a shared start, then different messages). A root sharing nothing with earlier
+    calls (a title generator, an unrelated conversation) gets no finding.
+
+    Args:
+        graph: the prefix graph.
+
+    Returns:
+        The findings, in arrival order.
+    """
+    nodes = graph.nodes()
+    if len(graph.roots()) < 2:
+        return []
+    norm_req = [tuple(normalise_message(m) for m in n.request_messages) for n in nodes]
+    norm_hist = [r + ((normalise_message(n.response_message),) if n.response_message else ()) for r, n in zip(norm_req, nodes)]
+    out = []
+    for pos, root in enumerate(nodes):
+        if root.parent is not None or pos == 0:
+            continue
+        msgs = norm_req[pos]
+        best: tuple[int, int, int] | None = None  # (score, k, earlier position)
+        for e in range(pos - 1, -1, -1):
+            hist = norm_hist[e]
+            if len(hist) <= len(msgs) and msgs[: len(hist)] == hist:
+                best = (3, len(hist), e)
+                break
+            sys_changed = (
+                len(hist) > 1 and len(msgs) > 1 and hist[0] != msgs[0]
+                and hist[0][0] == "system" and msgs[0][0] == "system"
+                and len(hist) <= len(msgs) and msgs[1 : len(hist)] == hist[1:]
+            )
+            if sys_changed:
+                cand = (2, len(hist), e)
+            else:
+                k = _common_prefix(hist, msgs)
+                starts_with_system = bool(msgs) and msgs[0][0] == "system"
+                if k >= 2 or (k >= 1 and not starts_with_system):
+                    cand = (1, k, e)
+                else:
+                    continue
+            if best is None or cand[:2] > best[:2]:
+                best = cand
+        if best is None:
+            continue
+        score, k, e = best
+        earlier = nodes[e]
+        if score == 3 and graph.mode == "tokens":
+            path = [graph.get(x) for x in graph.path_to(earlier.node_id)]
+            if any(_has_think(n.response_message) for n in path) or any(
+                _has_think(m) for m in root.request_messages if isinstance(m, dict) and m.get("role") == "assistant"
+            ):
+                cause = "earlier think blocks dropped by the chat template"
+            else:
+                cause = "the chat template rendered the same history differently"
+            detail = f"its messages extend call {earlier.index}'s history but its prompt ids do not"
+        elif score == 3:
+            cause = "the conversation continued but could not be linked"
+            detail = f"its messages extend call {earlier.index}'s history"
+        elif score == 2:
+            cause = "system prompt changed"
+            detail = f"its messages extend call {earlier.index}'s history after a different system message"
+        else:
+            cause = "history rewritten"
+            detail = f"it shares {k} leading message(s) with call {earlier.index}, then differs"
+        out.append(
+            finding(
+                "prefix_break",
+                f"call {root.index} started a new root: {cause} ({detail})",
+                call_index=root.index,
+            )
+        )
+    return out

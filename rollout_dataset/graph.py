@@ -1,0 +1,446 @@
+"""Trace records -> the rollout's prefix graph (roots, forks, discarded retries).
+
+Every generation call (a chat/completions or completions endpoint that got a response) becomes a
+node. A node's parent is the earlier node whose prompt + sampled ids form the LONGEST exact token
+prefix of this node's prompt ids; a node with none is a root. A fork is a node with two or more
+children. A discarded node is a childless node whose sibling (same parent, or the same prompt)
+continued: a retry or a resample the harness did not build on.
+
+Finding the parent is linear in the rollout's total tokens: each node's prompt is hashed once,
+incrementally (``hashlib`` ``update``/``copy``), and the running digest is looked up at the lengths
+where some earlier node's full sequence ends; a hit is confirmed by an exact comparison. There is no
+all-pairs list comparison.
+
+Without token ids (capture level below ``tokens``) the same machinery runs over messages instead of
+tokens: each request message and each response message is normalised (tool-call argument JSON
+re-serialised with sorted keys, ids and empty content dropped) and interned to an integer, so the
+structure is still right for eval rollouts.
+"""
+
+from __future__ import annotations
+
+import functools
+import bisect
+import hashlib
+import json
+import logging
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+__all__ = [
+    "TurnNode",
+    "RolloutGraph",
+    "build_graph",
+    "is_generation_record",
+    "normalise_message",
+    "iter_paths",
+]
+
+log = logging.getLogger(__name__)
+
+_GENERATION_SUFFIXES = ("/chat/completions", "/completions")
+
+
+def is_generation_record(record: dict[str, Any]) -> bool:
+    """Whether a trace record is a generation call that becomes a graph node.
+
+    Args:
+        record: one trace record (see ``trace_record.schema.json``).
+
+    Returns:
+        True for a chat/completions or completions call whose response arrived (a dict).
+    """
+    endpoint = str(record.get("endpoint") or "").rstrip("/")
+    return endpoint.endswith(_GENERATION_SUFFIXES) and isinstance(record.get("response"), dict)
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_arguments(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True)
+    except ValueError:
+        return arguments.strip()
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content.strip()
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                parts.append(str(part.get("text", part.get("content", ""))))
+            else:
+                parts.append(str(part))
+        return "".join(parts).strip()
+    return json.dumps(content, sort_keys=True, default=str)
+
+
+def normalise_message(message: Any) -> tuple:
+    """A canonical, hashable form of one chat message, for the message-level fallback.
+
+    Tool-call arguments are parsed and re-serialised with sorted keys; tool-call ids, reasoning
+    fields and empty content are ignored, and an assistant message that carries tool calls is
+    compared by its tool calls only (some harnesses drop its text when they send it back).
+
+    Args:
+        message: a request message or a response message (a dict), or anything else.
+
+    Returns:
+        ``(role, text, tool_calls)``; equal tuples mean the same message.
+    """
+    if not isinstance(message, dict):
+        return ("?", json.dumps(message, sort_keys=True, default=str), ())
+    role = str(message.get("role") or "assistant")
+    calls = message.get("tool_calls") or []
+    if calls and role != "tool":
+        norm = []
+        for call in calls:
+            fn = (call or {}).get("function") or {} if isinstance(call, dict) else {}
+            args = fn.get("arguments")
+            args = _canonical_arguments(args) if isinstance(args, str) else json.dumps(args, sort_keys=True, default=str)
+            norm.append((str(fn.get("name")), args))
+        return (role, "", tuple(norm))
+    return (role, _content_text(message.get("content")), ())
+
+
+@dataclass
+class TurnNode:
+    """One generation call as a node of the prefix graph.
+
+    ``prompt_ids``/``sampled_ids`` are the server's ids (empty when the call has none);
+    ``sampled_logprobs`` is None when the server sent no logprobs.
+    """
+
+    node_id: int
+    index: int
+    call_id: str
+    endpoint: str
+    prompt_ids: list[int]
+    sampled_ids: list[int]
+    sampled_logprobs: list[float] | None
+    has_ids: bool
+    n_tools: int
+    finish_reason: str | None
+    requested_sampling_params: dict[str, Any]
+    effective_sampling_params: dict[str, Any]
+    harness_session_id: str | None
+    request_messages: list[Any]
+    request_tools: list[Any]
+    response_message: dict[str, Any] | None
+    usage: dict[str, Any] | None
+    capture_level: str
+    notes: list[str] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+    parent: int | None = None
+    children: list[int] = field(default_factory=list)
+
+    @property
+    def tool_call_names(self) -> list[str]:
+        """Names of the tool calls in the response message, in order."""
+        calls = (self.response_message or {}).get("tool_calls") or []
+        return [str(((c or {}).get("function") or {}).get("name")) for c in calls]
+
+
+def _response_message(response: dict[str, Any]) -> dict[str, Any] | None:
+    choices = response.get("choices") or []
+    if not choices or not isinstance(choices[0], dict):
+        return None
+    choice = choices[0]
+    if isinstance(choice.get("message"), dict):
+        return choice["message"]
+    if "text" in choice:  # /v1/completions
+        return {"role": "assistant", "content": choice.get("text")}
+    return None
+
+
+def _node_from_record(node_id: int, record: dict[str, Any]) -> TurnNode:
+    request = record.get("request") if isinstance(record.get("request"), dict) else {}
+    prompt = record.get("prompt_token_ids")
+    sampled = record.get("completion_token_ids")
+    messages = request.get("messages")
+    if messages is None and "prompt" in request:
+        messages = [{"role": "user", "content": request.get("prompt")}]
+    tools = request.get("tools") or []
+    return TurnNode(
+        node_id=node_id,
+        index=int(record.get("index", node_id)),
+        call_id=str(record.get("call_id", "")),
+        endpoint=str(record.get("endpoint", "")),
+        prompt_ids=prompt if isinstance(prompt, list) else list(prompt or []),
+        sampled_ids=sampled if isinstance(sampled, list) else list(sampled or []),
+        sampled_logprobs=None if record.get("per_token_logps") is None else list(record["per_token_logps"]),
+        has_ids=prompt is not None and sampled is not None,
+        n_tools=len(tools) if isinstance(tools, list) else 0,
+        finish_reason=record.get("finish_reason"),
+        requested_sampling_params=dict(record.get("requested_sampling_params") or {}),
+        effective_sampling_params=dict(record.get("effective_sampling_params") or {}),
+        harness_session_id=record.get("harness_session_id"),
+        request_messages=list(messages or []),
+        request_tools=list(tools) if isinstance(tools, list) else [],
+        response_message=_response_message(record["response"]),
+        usage=record.get("usage") if isinstance(record.get("usage"), dict) else None,
+        capture_level=str(record.get("capture_level", "none")),
+        notes=[str(n) for n in record.get("notes") or []],
+        error=record.get("error") if isinstance(record.get("error"), dict) else None,
+    )
+
+
+def _pack(ids: list[int]) -> bytes:
+    try:
+        return array("q", ids).tobytes()
+    except (OverflowError, TypeError) as exc:
+        raise ValueError(f"token ids must be integers in int64 range (prompt_token_ids/completion_token_ids): {exc}") from exc
+
+
+class _PrefixIndex:
+    """Full sequences of earlier nodes, keyed by (length, digest), for longest-prefix lookups."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple[int, bytes], list[int]] = {}
+        self._lengths: list[int] = []  # sorted distinct lengths
+        self._length_set: set[int] = set()
+
+    def add(self, length: int, digest: bytes, node_id: int) -> None:
+        self._by_key.setdefault((length, digest), []).append(node_id)
+        if length not in self._length_set:
+            self._length_set.add(length)
+            self._lengths.append(length)
+            self._lengths.sort()
+
+    def longest(self, seq: list[int], is_prefix, start: tuple[int, Any, int | None] | None = None) -> tuple[int | None, Any]:
+        """The node whose full sequence is the longest prefix of ``seq`` (latest on ties).
+
+        Args:
+            seq: the prompt.
+            is_prefix: ``is_prefix(node, length)`` confirms a digest hit exactly.
+            start: ``(length, hasher, node)`` when ``seq[:length]`` is already known to be ``node``'s
+                full sequence and ``hasher`` holds its digest state; only the rest of ``seq`` is hashed.
+
+        Returns:
+            ``(node or None, hasher fed with all of seq)``.
+        """
+        pos, h, best = start if start is not None else (0, hashlib.blake2b(digest_size=16), None)
+        h = h.copy()
+        hits: list[tuple[int, list[int]]] = []
+        for k in range(bisect.bisect_right(self._lengths, pos), len(self._lengths)):
+            length = self._lengths[k]
+            if length > len(seq):
+                break
+            h.update(_pack(seq[pos:length]))
+            pos = length
+            found = self._by_key.get((length, h.copy().digest()))
+            if found:
+                hits.append((length, found))
+        h.update(_pack(seq[pos:]))
+        for length, found in reversed(hits):
+            for node_id in reversed(found):
+                if is_prefix(node_id, length):
+                    return node_id, h
+        return best, h
+
+
+def _digest(packed: bytes) -> bytes:
+    return hashlib.blake2b(packed, digest_size=16).digest()
+
+
+class RolloutGraph:
+    """The prefix graph of one rollout's generation calls.
+
+    Args:
+        nodes: the nodes in arrival order, with parents and children already linked.
+        mode: ``"tokens"`` when parents were found on token ids, ``"messages"`` for the fallback.
+        prompt_keys: one hashable key per node, equal for equal prompts (computed when missing).
+    """
+
+    def __init__(self, nodes: list[TurnNode], mode: str, prompt_keys: list[Any] | None = None) -> None:
+        self._nodes = nodes
+        self._prompt_keys = prompt_keys
+        self._by_id = {n.node_id: n for n in nodes}
+        self.mode = mode
+        self._discarded = self._find_discarded()
+
+    def nodes(self) -> list[TurnNode]:
+        """All nodes in arrival order."""
+        return list(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def get(self, node_id: int) -> TurnNode:
+        """The node with this id.
+
+        Raises:
+            KeyError: no such node.
+        """
+        return self._by_id[node_id]
+
+    def roots(self) -> list[TurnNode]:
+        """Nodes without a parent, in arrival order."""
+        return [n for n in self._nodes if n.parent is None]
+
+    def leaves(self) -> list[TurnNode]:
+        """Nodes without children, in arrival order."""
+        return [n for n in self._nodes if not n.children]
+
+    def forks(self) -> list[TurnNode]:
+        """Nodes with two or more children."""
+        return [n for n in self._nodes if len(n.children) >= 2]
+
+    def root_of(self, node_id: int) -> int:
+        """The id of the root above a node."""
+        node = self._by_id[node_id]
+        while node.parent is not None:
+            node = self._by_id[node.parent]
+        return node.node_id
+
+    def path_to(self, node_id: int) -> list[int]:
+        """Node ids from the root down to ``node_id``."""
+        path = [node_id]
+        node = self._by_id[node_id]
+        while node.parent is not None:
+            path.append(node.parent)
+            node = self._by_id[node.parent]
+        path.reverse()
+        return path
+
+    def paths(self) -> list[list[int]]:
+        """One root-to-leaf path (node ids) per leaf, in the leaves' arrival order."""
+        return [self.path_to(leaf.node_id) for leaf in self.leaves()]
+
+    def is_discarded(self, node_id: int) -> bool:
+        """Whether a node is a discarded retry/resample."""
+        return node_id in self._discarded
+
+    def discarded_nodes(self) -> list[TurnNode]:
+        """Discarded nodes in arrival order."""
+        return [n for n in self._nodes if n.node_id in self._discarded]
+
+    def _find_discarded(self) -> set[int]:
+        groups: dict[Any, list[TurnNode]] = {}
+        for node in self._nodes:
+            if node.parent is not None:
+                groups.setdefault(("parent", node.parent), []).append(node)
+        by_prompt: dict[Any, list[TurnNode]] = {}
+        for pos, node in enumerate(self._nodes):
+            if self._prompt_keys is not None:
+                key = self._prompt_keys[pos]
+            elif self.mode == "tokens":
+                key = (len(node.prompt_ids), _digest(_pack(node.prompt_ids)))
+            else:
+                key = tuple(normalise_message(m) for m in node.request_messages)
+            by_prompt.setdefault(key, []).append(node)
+        discarded: set[int] = set()
+        for members in list(groups.values()) + list(by_prompt.values()):
+            if len(members) < 2:
+                continue
+            if any(m.children for m in members):
+                discarded.update(m.node_id for m in members if not m.children)
+        return discarded
+
+    def stats(self) -> dict[str, int | str]:
+        """Graph shape.
+
+        Returns:
+            ``{"n_turns", "n_roots", "n_forks", "n_discarded", "n_leaves", "max_depth", "mode"}``.
+        """
+        depth: dict[int, int] = {}
+        for node in self._nodes:  # parents arrive before children
+            depth[node.node_id] = 1 if node.parent is None else depth[node.parent] + 1
+        return {
+            "n_turns": len(self._nodes),
+            "n_roots": len(self.roots()),
+            "n_forks": len(self.forks()),
+            "n_discarded": len(self._discarded),
+            "n_leaves": len(self.leaves()),
+            "max_depth": max(depth.values(), default=0),
+            "mode": self.mode,
+        }
+
+
+def _link_by_sequences(nodes: list[TurnNode], prompts: list[list[int]], sampled: list[list[int]]) -> list[bytes]:
+    """Link each node to its longest-prefix parent; return each prompt's digest.
+
+    The previous call is tried first as a known prefix (one exact list comparison, the common case
+    of an agent loop), so only the new tokens of each prompt are hashed; any miss falls back to
+    hashing the whole prompt. Either way each prompt costs O(its length).
+    """
+    index = _PrefixIndex()
+    prompt_digests = []
+    states: list[Any] = []  # hasher state after each node's full sequence
+    for i, node in enumerate(nodes):
+        prompt = prompts[i]
+
+        def is_prefix(j: int, n: int) -> bool:
+            cut = len(prompts[j])
+            return n <= len(prompt) and prompt[:cut] == prompts[j] and prompt[cut:n] == sampled[j]
+
+        start = None
+        if i and prompt:
+            j = i - 1
+            full = len(prompts[j]) + len(sampled[j])
+            if full and is_prefix(j, full):
+                start = (full, states[j], j)
+        parent, h = index.longest(prompt, is_prefix, start)
+        if parent is not None and prompt:
+            node.parent = nodes[parent].node_id
+            nodes[parent].children.append(node.node_id)
+        prompt_digests.append(h.digest())
+        h.update(_pack(sampled[i]))
+        states.append(h)
+        if prompt or sampled[i]:
+            index.add(len(prompt) + len(sampled[i]), h.digest(), i)
+    return prompt_digests
+
+
+def build_graph(records: Iterable[dict[str, Any]]) -> RolloutGraph:
+    """Build the prefix graph of one rollout.
+
+    Only generation calls (chat/completions or completions endpoints with a response) become nodes;
+    other calls are ignored here but stay in the trace. Node ids are the records' arrival indices.
+    When every generation call carries server token ids, parents are found on tokens; otherwise the
+    graph falls back to comparing normalised messages.
+
+    Args:
+        records: trace records (any order; they are sorted by ``index``).
+
+    Returns:
+        The graph.
+
+    Raises:
+        ValueError: two records share an arrival index.
+    """
+    recs = sorted((r for r in records if is_generation_record(r)), key=lambda r: int(r.get("index", 0)))
+    nodes = []
+    seen: set[int] = set()
+    for r in recs:
+        idx = int(r.get("index", 0))
+        if idx in seen:
+            raise ValueError(f"trace record index {idx} appears twice (field 'index' must be unique per session)")
+        seen.add(idx)
+        nodes.append(_node_from_record(idx, r))
+    mode = "tokens" if nodes and all(n.has_ids for n in nodes) else "messages"
+    if mode == "tokens":
+        prompts = [n.prompt_ids for n in nodes]
+        sampled = [n.sampled_ids for n in nodes]
+    else:
+        intern: dict[str, int] = {}
+
+        def ids(messages: list[Any]) -> list[int]:
+            return [intern.setdefault(normalise_message(m), len(intern)) for m in messages]
+
+        prompts = [ids(n.request_messages) for n in nodes]
+        sampled = [ids([n.response_message]) if n.response_message is not None else [] for n in nodes]
+    digests = _link_by_sequences(nodes, prompts, sampled)
+    graph = RolloutGraph(nodes, mode, prompt_keys=[(len(p), d) for p, d in zip(prompts, digests)])
+    log.debug("graph: %s", graph.stats())
+    return graph
+
+
+def iter_paths(graph: RolloutGraph) -> Iterator[list[TurnNode]]:
+    """Yield each root-to-leaf path as nodes (helper for exporters)."""
+    for path in graph.paths():
+        yield [graph.get(i) for i in path]

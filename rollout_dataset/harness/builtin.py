@@ -1,0 +1,187 @@
+"""The built-in harness: a tool-calling coding agent over the chat completions API.
+
+Every model call carries the full tool manifest. The loop stops when the model calls `submit`,
+answers without a tool call, uses up its turn budget, or runs out of time. The first model call
+answering 4xx/5xx raises `UpstreamStatusError` at once (a misconfigured server must not look like
+a bad agent); a later failure ends the rollout with ``stop_reason="upstream_error"``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from rollout_dataset.errors import UpstreamError, UpstreamStatusError
+from rollout_dataset.harness.tools import SOLUTION_FILE, ToolBox, tool_manifest
+
+__all__ = ["AgentResult", "BuiltinAgent", "DEFAULT_SYSTEM_PROMPT"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a careful programmer working in a sandboxed directory. Solve the task by writing a Python 3 "
+    f"program to {SOLUTION_FILE} that reads standard input and writes standard output. Use the tools: "
+    "write_file to write code, run_examples to check it on the worked examples, run for shell commands, "
+    "and submit when you are done."
+)
+
+
+@dataclass
+class AgentResult:
+    """What one run of the built-in agent did.
+
+    Args:
+        stop_reason: submit, final_answer, turn_budget, timeout or upstream_error.
+        model_calls: chat completion calls made.
+        timed_out: whether the time budget ran out.
+        tool_calls_by_name: tool calls the model made, per name.
+        ran_code: whether any tool call executed code.
+        error: the failure message when stop_reason is upstream_error.
+        messages: the final conversation.
+        decisions: per tool-using turn, ``{turn, tools, changed_solution, ran_code, examples_passed}``.
+    """
+
+    stop_reason: str
+    model_calls: int
+    timed_out: bool
+    tool_calls_by_name: dict[str, int]
+    ran_code: bool
+    error: str | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+
+
+class BuiltinAgent:
+    """A tool-calling coding agent speaking the OpenAI chat completions API.
+
+    Args:
+        base_url: the API base URL (ends in ``/v1``), e.g. the recording proxy's.
+        model: the model name to request.
+        tools: the `ToolBox` executing tool calls in the workdir.
+        api_key: sent as a bearer token (never logged).
+        max_turns: turn budget (model calls).
+        timeout_s: wall-time budget of the whole run.
+        seed: the request `seed` (the rollout seed); None to omit it.
+        temperature: sampling temperature.
+        max_tokens: completion cap per call.
+        system_prompt: the system message.
+        report_url: the URL named in errors (default: the request URL), e.g. the upstream behind a proxy.
+        transport: an httpx transport (tests).
+    """
+
+    def __init__(self, base_url: str, model: str, tools: ToolBox, *, api_key: str | None = None,
+                 max_turns: int = 20, timeout_s: float = 900.0, seed: int | None = None,
+                 temperature: float = 1.0, max_tokens: int = 2048, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+                 report_url: str | None = None, transport: httpx.BaseTransport | None = None) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.tools = tools
+        self.api_key = api_key
+        self.max_turns = max_turns
+        self.timeout_s = timeout_s
+        self.seed = seed
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.system_prompt = system_prompt
+        self.report_url = report_url or self.url
+        self.transport = transport
+
+    def _request(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "tools": tool_manifest(),
+                                "tool_choice": "auto", "temperature": self.temperature,
+                                "max_tokens": self.max_tokens}
+        if self.seed is not None:
+            body["seed"] = self.seed
+        return body
+
+    def run(self, instruction: str) -> AgentResult:
+        """Run the agent on one task statement until it stops.
+
+        Args:
+            instruction: the task statement (the user message).
+
+        Returns:
+            What the agent did.
+
+        Raises:
+            UpstreamStatusError: the FIRST model call answered 4xx/5xx.
+            UpstreamError: the first model call could not reach the server.
+        """
+        deadline = time.monotonic() + self.timeout_s
+        messages: list[dict[str, Any]] = [{"role": "system", "content": self.system_prompt},
+                                          {"role": "user", "content": instruction}]
+        counts: Counter[str] = Counter()
+        ran_code = False
+        decisions: list[dict[str, Any]] = []
+        calls = 0
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+        def result(reason: str, error: str | None = None) -> AgentResult:
+            return AgentResult(reason, calls, reason == "timeout", dict(sorted(counts.items())), ran_code,
+                               error, messages, decisions)
+
+        with httpx.Client(transport=self.transport, headers=headers) as client:
+            for turn in range(self.max_turns):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return result("timeout")
+                try:
+                    response = client.post(self.url, json=self._request(messages), timeout=remaining)
+                except httpx.TimeoutException:
+                    calls += 1
+                    return result("timeout")
+                except httpx.HTTPError as exc:
+                    if calls == 0:
+                        raise UpstreamError(f"model server unreachable at {self.report_url}: {exc}") from exc
+                    calls += 1
+                    return result("upstream_error", f"{self.report_url}: {exc}")
+                calls += 1
+                if response.status_code >= 400:
+                    if calls == 1:
+                        raise UpstreamStatusError(response.status_code, self.report_url, response.text)
+                    return result("upstream_error", f"HTTP {response.status_code} from {self.report_url}")
+                try:
+                    message = response.json()["choices"][0]["message"]
+                except (ValueError, KeyError, IndexError, TypeError) as exc:
+                    return result("upstream_error", f"unreadable response from {self.report_url}: {exc}")
+                assistant: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+                tool_calls = message.get("tool_calls") or []
+                if tool_calls:
+                    assistant["tool_calls"] = [
+                        {"id": tc.get("id"), "type": "function",
+                         "function": {"name": tc["function"]["name"], "arguments": tc["function"].get("arguments", "")}}
+                        for tc in tool_calls]
+                if message.get("reasoning_content"):
+                    assistant["reasoning_content"] = message["reasoning_content"]
+                messages.append(assistant)
+                if not tool_calls:
+                    return result("final_answer")
+                decision = {"turn": turn, "tools": [], "changed_solution": False, "ran_code": False,
+                            "examples_passed": None}
+                submitted = False
+                for tc in assistant["tool_calls"]:
+                    name = tc["function"]["name"]
+                    counts[name] += 1
+                    outcome = self.tools.execute(name, tc["function"]["arguments"],
+                                                 timeout_s=deadline - time.monotonic())
+                    ran_code = ran_code or outcome.ran_code
+                    decision["tools"].append(name)
+                    decision["changed_solution"] |= outcome.changed_solution
+                    decision["ran_code"] |= outcome.ran_code
+                    if outcome.examples_passed is not None:
+                        decision["examples_passed"] = outcome.examples_passed
+                    messages.append({"role": "tool", "tool_call_id": tc["id"], "content": outcome.content})
+                    submitted = submitted or outcome.submitted
+                decisions.append(decision)
+                if submitted:
+                    return result("submit")
+        return result("turn_budget")

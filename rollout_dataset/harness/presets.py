@@ -1,0 +1,144 @@
+"""Ready-made external harness commands: mini-swe-agent and opencode, pointed at the proxy.
+
+Each preset is a command template plus environment (both may use the `{base_url}`, `{model}`,
+`{task_file}`, `{workdir}` placeholders of `rollout_dataset.harness.external`). `--harness
+mini-swe-agent` and `--harness opencode` use them; `--harness cmd:"..."` runs anything else.
+
+- mini-swe-agent (PyPI `mini-swe-agent`, litellm underneath): non-streaming, one `bash` tool;
+  `LITELLM_LOCAL_MODEL_COST_MAP=True` keeps litellm off the network, `MSWEA_CONFIGURED=true`
+  skips its first-run wizard, `MSWEA_COST_TRACKING=ignore_errors` accepts a model with no price.
+- opencode (npm `opencode-ai`): `opencode run` headless, configured through
+  `OPENCODE_CONFIG_CONTENT` with an OpenAI-compatible provider whose baseURL is the proxy; the API
+  key is read from `OPENAI_API_KEY` by opencode itself (`{env:...}`), never written into config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["HarnessPreset", "PRESETS", "find_mini", "find_opencode", "mini_swe_agent_preset", "opencode_preset", "resolve_harness"]
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class HarnessPreset:
+    """A named external harness.
+
+    Args:
+        name: the preset's name (`--harness NAME`).
+        command: the shell command template.
+        env: extra environment variables (templates).
+    """
+
+    name: str
+    command: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def find_opencode() -> str | None:
+    """Locate the opencode binary: `OPENCODE_BIN`, the repo's `.npm-tools`, or PATH.
+
+    Returns:
+        The path, or None when opencode is not installed (`make npm-tools` installs it).
+    """
+    candidates = [os.environ.get("OPENCODE_BIN"), str(_REPO_ROOT / ".npm-tools/node_modules/.bin/opencode"),
+                  shutil.which("opencode")]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def find_mini() -> str:
+    """Locate mini-swe-agent's `mini` executable: next to this Python, else on PATH.
+
+    Returns:
+        Its path, or ``"mini"`` to let the shell search.
+    """
+    sibling = Path(sys.executable).parent / "mini"
+    return str(sibling) if sibling.is_file() else (shutil.which("mini") or "mini")
+
+
+def mini_swe_agent_preset(mini_bin: str | None = None, step_limit: int = 30) -> HarnessPreset:
+    """The mini-swe-agent preset.
+
+    Args:
+        mini_bin: the `mini` executable (default: `find_mini()`).
+        step_limit: the agent's own step limit.
+
+    Returns:
+        The preset.
+    """
+    mini_bin = mini_bin or find_mini()
+    command = (f"{mini_bin} -m openai/{{model}} -c mini.yaml -c model.model_kwargs.api_base={{base_url}} "
+               f"-c model.model_kwargs.api_key=\"$OPENAI_API_KEY\" -c agent.step_limit={int(step_limit)} "
+               "-l 0 -t \"$(cat {task_file})\" --yolo --exit-immediately -o \"$HOME/trajectory.json\"")
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_CONFIGURED": "true",
+           "MSWEA_COST_TRACKING": "ignore_errors", "MSWEA_SILENT_STARTUP": "1"}
+    return HarnessPreset("mini-swe-agent", command, env)
+
+
+def opencode_preset(opencode_bin: str | None = None, *, title: bool = True) -> HarnessPreset:
+    """The opencode preset.
+
+    Args:
+        opencode_bin: the opencode executable (default: `find_opencode()` or `opencode`).
+        title: keep opencode's toolless title-generation call (its real behaviour).
+
+    Returns:
+        The preset.
+    """
+    binary = opencode_bin or find_opencode() or "opencode"
+    config = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {"rollout": {"npm": "@ai-sdk/openai-compatible", "name": "rollout proxy",
+                                 "options": {"baseURL": "{base_url}", "apiKey": "{env:OPENAI_API_KEY}"},
+                                 "models": {"{model}": {"name": "{model}"}}}},
+        "model": "rollout/{model}",
+        "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"},
+        "autoupdate": False,
+        "share": "disabled",
+    }
+    if not title:
+        config["agent"] = {"title": {"disable": True}}
+    env = {"OPENCODE_CONFIG_CONTENT": json.dumps(config), "OPENCODE_DISABLE_AUTOUPDATE": "true",
+           "OPENCODE_DISABLE_LSP_DOWNLOAD": "true", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "true"}
+    command = f"{binary} run --model rollout/{{model}} \"$(cat {{task_file}})\""
+    return HarnessPreset("opencode", command, env)
+
+
+PRESETS = ("mini-swe-agent", "opencode")
+
+
+def resolve_harness(spec: str) -> HarnessPreset | None:
+    """Turn a `--harness` value into a preset (None for the built-in harness).
+
+    Args:
+        spec: ``builtin``, ``cmd:COMMAND``, ``mini-swe-agent`` or ``opencode``.
+
+    Returns:
+        The preset to run, or None for ``builtin``.
+
+    Raises:
+        ValueError: an unknown harness or an empty command.
+    """
+    if spec == "builtin":
+        return None
+    if spec.startswith("cmd:"):
+        command = spec[4:].strip()
+        if len(command) >= 2 and command[0] == command[-1] and command[0] in "\"'":
+            command = command[1:-1]
+        if not command:
+            raise ValueError("--harness cmd: needs a command, e.g. cmd:\"mini -t ...\"")
+        return HarnessPreset("cmd", command)
+    if spec == "mini-swe-agent":
+        return mini_swe_agent_preset()
+    if spec == "opencode":
+        return opencode_preset()
+    raise ValueError(f"unknown --harness {spec!r}; use builtin, cmd:\"...\", {' or '.join(PRESETS)}")

@@ -1,0 +1,518 @@
+"""The recording proxy as an ASGI application (served by uvicorn, see `rollout_dataset.proxy.server`).
+
+A plain ASGI callable rather than Starlette routes: a proxy needs one catch-all route and full
+control over when each byte is sent (chunks forwarded the moment they arrive, the last one held
+until the call's record is on disk) and over client disconnects, which ASGI exposes directly.
+
+Every request becomes exactly one trace record in its session's file, whatever happens: upstream
+errors are passed through as they came, proxy-side failures become OpenAI-style error JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from typing import Any, Awaitable, Callable
+
+import httpx
+from httpx_sse import EventSource, ServerSentEvent
+
+from rollout_dataset.proxy.recorder import TraceRecorder
+from rollout_dataset.proxy.redact import harness_session_id, recorded_headers, redact_body, valid_session_id
+from rollout_dataset.proxy.streaming import StreamAssembler
+from rollout_dataset.proxy.tokens import (
+    GENERATION_ENDPOINTS,
+    TokenRequest,
+    prepare_request,
+    sampling_params,
+    strip_response,
+    token_fields,
+)
+
+__all__ = ["ProxyApp", "SESSION_HEADER", "DEFAULT_SESSION", "DEFAULT_MAX_BODY_BYTES"]
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+SESSION_HEADER = "x-rollout-session"
+DEFAULT_SESSION = "default"
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+_RAW_RECORD_CAP = 16 * 1024 * 1024  # bytes of a pass-through body kept for the record
+
+# Request headers never forwarded upstream (hop-by-hop, recomputed, or the proxy's own).
+_DROP_REQUEST = frozenset(
+    {b"host", b"content-length", b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding",
+     b"te", b"trailer", b"upgrade", b"accept-encoding", b"expect", SESSION_HEADER.encode()}
+)
+# Response headers never copied back (hop-by-hop or recomputed).
+_DROP_RESPONSE = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
+                            "proxy-connection", "content-length"})
+_JSON = [(b"content-type", b"application/json")]
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _error_body(status: int, message: str, kind: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
+
+class _Call:
+    """Everything known about one call, until it becomes a record."""
+
+    __slots__ = ("session", "index", "call_id", "started_at", "t0", "method", "endpoint", "stream", "status",
+                 "headers", "request", "upstream_changes", "requested", "effective", "response", "ttft_ms",
+                 "notes", "error", "kind", "recorded", "client_gone")
+
+    def __init__(self, session: str, method: str, endpoint: str, headers: dict[str, str]) -> None:
+        self.session = session
+        self.index = -1
+        self.call_id = uuid.uuid4().hex
+        self.started_at = time.time()
+        self.t0 = time.perf_counter()
+        self.method = method
+        self.endpoint = endpoint
+        self.stream = False
+        self.status: int | None = None
+        self.headers = headers
+        self.request: Any = None
+        self.upstream_changes: dict[str, Any] = {}
+        self.requested: dict[str, Any] = {}
+        self.effective: dict[str, Any] = {}
+        self.response: Any = None
+        self.ttft_ms: float | None = None
+        self.notes: list[str] = []
+        self.error: dict[str, str] | None = None
+        self.kind: str | None = None
+        self.recorded = False
+        self.client_gone = False
+
+    def fail(self, kind: str, message: str) -> None:
+        if self.error is None:
+            self.error = {"kind": kind, "message": message}
+
+
+class ProxyApp:
+    """ASGI app that forwards to a model server and records every call.
+
+    Args:
+        upstream_root: the model server's root URL (no trailing ``/v1``).
+        recorder: where records go.
+        client: the shared `httpx.AsyncClient` for upstream calls.
+        max_body_bytes: largest request body accepted (larger → 413).
+    """
+
+    def __init__(self, upstream_root: str, recorder: TraceRecorder, client: httpx.AsyncClient,
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        self.upstream_root = upstream_root.rstrip("/")
+        self.recorder = recorder
+        self.client = client
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        try:
+            await self._handle(scope, receive, send)
+        except Exception:  # never crash the server: the record is already written by _handle's paths
+            log.exception("proxy failed on %s %s", scope.get("method"), scope.get("path"))
+
+    # ---- request side -------------------------------------------------------------------------
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
+        headers = recorded_headers(raw_headers)
+        session: str | None = None
+        endpoint = path
+        if path.startswith("/sessions/"):
+            session, _, tail = path[len("/sessions/"):].partition("/")
+            endpoint = "/" + tail
+        if session is None:
+            session = headers.get(SESSION_HEADER) or DEFAULT_SESSION
+        call = _Call(session, scope["method"], endpoint, headers)
+        if not valid_session_id(session):
+            call.session = DEFAULT_SESSION
+            call.index = self.recorder.next_index(DEFAULT_SESSION)
+            message = (f"invalid session id {session[:200]!r} in {path[:300]!r} or header {SESSION_HEADER}: "
+                       "use 1-128 letters, digits, '.', '_' or '-'")
+            await self._reply_error(call, send, 400, "bad_request", message)
+            return
+        call.index = self.recorder.next_index(session)
+
+        body = await self._read_body(call, raw_headers, receive, send)
+        if body is None:
+            return
+        kind = GENERATION_ENDPOINTS.get(endpoint) if call.method == "POST" else None
+        token_req: TokenRequest | None = None
+        if kind is not None:
+            parsed = await self._parse_generation(call, raw_headers, body, send)
+            if parsed is None:
+                return
+            call.kind = kind
+            call.request = redact_body(parsed)
+            call.stream = parsed.get("stream") is True
+            token_req = prepare_request(kind, parsed, body)
+            call.upstream_changes = token_req.changes
+            call.requested = sampling_params(parsed)
+            call.effective = {**call.requested, **token_req.changes}
+            body = token_req.body
+        else:
+            call.request = self._recordable_body(body)
+
+        up_headers = [(k, v) for k, v in raw_headers if k not in _DROP_REQUEST]
+        up_headers.append((b"accept-encoding", b"identity"))
+        url = self.upstream_root + endpoint
+        query = scope.get("query_string") or b""
+        if query:
+            url += "?" + query.decode("latin-1")
+        request = self.client.build_request(call.method, url, content=body or None, headers=up_headers)
+        await self._run_with_disconnect_watch(call, request, token_req, receive, send)
+
+    async def _read_body(self, call: _Call, raw_headers: list[tuple[bytes, bytes]], receive: Receive,
+                         send: Send) -> bytes | None:
+        limit = self.max_body_bytes
+        for name, value in raw_headers:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = 0
+                if declared > limit:
+                    call.notes.append(f"request body of {declared} bytes (content-length) was not read")
+                    await self._reply_error(call, send, 413, "bad_request",
+                                            f"request body of {declared} bytes exceeds the proxy's limit of "
+                                            f"{limit} bytes (max_body_bytes)")
+                    return None
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                call.client_gone = True
+                call.fail("client_disconnect", "the client disconnected before sending the whole request body")
+                self._finish(call)
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                call.notes.append(f"request body cut off after {size} bytes")
+                await self._reply_error(call, send, 413, "bad_request",
+                                        f"request body exceeds the proxy's limit of {limit} bytes (max_body_bytes)")
+                return None
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def _parse_generation(self, call: _Call, raw_headers: list[tuple[bytes, bytes]], body: bytes,
+                                send: Send) -> dict[str, Any] | None:
+        ctype = ""
+        for name, value in raw_headers:
+            if name == b"content-type":
+                ctype = value.decode("latin-1").split(";")[0].strip().lower()
+        if ctype and ctype != "application/json" and not ctype.endswith("+json"):
+            call.request = self._recordable_body(body)
+            await self._reply_error(call, send, 415, "bad_request",
+                                    f"{call.endpoint} expects content-type application/json, got {ctype!r}")
+            return None
+        try:
+            parsed = json.loads(body)
+        except ValueError as exc:
+            call.request = self._recordable_body(body)
+            await self._reply_error(call, send, 400, "bad_request",
+                                    f"request body of {call.endpoint} is not valid JSON: {exc}")
+            return None
+        if not isinstance(parsed, dict):
+            call.request = redact_body(parsed)
+            await self._reply_error(call, send, 400, "bad_request",
+                                    f"request body of {call.endpoint} must be a JSON object, "
+                                    f"got {type(parsed).__name__}")
+            return None
+        return parsed
+
+    @staticmethod
+    def _recordable_body(body: bytes) -> Any:
+        if not body:
+            return None
+        try:
+            return redact_body(json.loads(body))
+        except ValueError:
+            return body[:_RAW_RECORD_CAP].decode("utf-8", errors="replace")
+
+    # ---- upstream exchange --------------------------------------------------------------------
+
+    async def _run_with_disconnect_watch(self, call: _Call, request: httpx.Request,
+                                         token_req: TokenRequest | None, receive: Receive, send: Send) -> None:
+        work = asyncio.ensure_future(self._exchange(call, request, token_req, send))
+        watch = asyncio.ensure_future(_wait_for_disconnect(receive))
+        try:
+            done, _ = await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            work.cancel()
+            watch.cancel()
+            raise
+        if work in done:
+            watch.cancel()
+            work.result()
+            return
+        call.client_gone = True
+        work.cancel()
+        await asyncio.gather(work, return_exceptions=True)
+
+    async def _exchange(self, call: _Call, request: httpx.Request, token_req: TokenRequest | None,
+                        send: Send) -> None:
+        url = str(request.url)
+        try:
+            try:
+                response = await self.client.send(request, stream=True)
+            except httpx.TimeoutException as exc:
+                await self._reply_error(call, send, 504, "upstream_timeout",
+                                        f"the model server at {url} did not answer in time "
+                                        f"({type(exc).__name__}; see upstream_timeout)")
+                return
+            except httpx.TransportError as exc:
+                await self._reply_error(call, send, 502, "upstream_unreachable",
+                                        f"could not reach the model server at {url}: {type(exc).__name__}: {exc}")
+                return
+            try:
+                ctype = response.headers.get("content-type", "")
+                if response.status_code >= 400:
+                    call.fail("upstream_status", f"the model server at {url} answered HTTP {response.status_code}")
+                if "text/event-stream" in ctype:
+                    call.stream = True
+                    if token_req is not None and response.status_code < 400:
+                        await self._relay_generation_stream(call, response, token_req, send)
+                    else:
+                        await self._relay_stream(call, response, send)
+                else:
+                    await self._relay_whole(call, response, token_req, send)
+            finally:
+                await response.aclose()
+        except asyncio.CancelledError:
+            if call.client_gone:
+                call.fail("client_disconnect", "the client disconnected before the call ended")
+            else:
+                call.fail("proxy_error", "the call was cancelled (proxy shutting down)")
+            raise
+        except Exception as exc:
+            log.exception("proxy error on %s", url)
+            call.fail("proxy_error", f"{type(exc).__name__}: {exc}")
+            if call.status is None:
+                await self._reply_error(call, send, 502, "proxy_error",
+                                        f"the proxy failed while talking to {url}: {type(exc).__name__}: {exc}")
+        finally:
+            self._finish(call)
+
+    async def _relay_whole(self, call: _Call, response: httpx.Response, token_req: TokenRequest | None,
+                           send: Send) -> None:
+        """A non-streamed answer: read it, record it, then send it."""
+        try:
+            data = await response.aread()
+        except httpx.TimeoutException:
+            await self._reply_error(call, send, 504, "upstream_timeout",
+                                    f"the model server at {response.request.url} stopped sending its answer "
+                                    "(timeout; see upstream_timeout)")
+            return
+        except httpx.TransportError as exc:
+            await self._reply_error(call, send, 502, "upstream_disconnect",
+                                    f"the model server at {response.request.url} dropped the connection: {exc}")
+            return
+        body = data
+        ctype = response.headers.get("content-type", "")
+        parsed: Any = None
+        if data and "json" in ctype:
+            try:
+                parsed = json.loads(data)
+            except ValueError:
+                parsed = None
+                call.notes.append("the model server's body is not valid JSON although its content-type says so")
+        call.response = parsed if parsed is not None else (
+            data[:_RAW_RECORD_CAP].decode("utf-8", errors="replace") if data else None)
+        if token_req is not None and response.status_code < 400 and parsed is not None:
+            edited = strip_response(parsed, token_req)
+            if edited is not None:
+                body = _dumps(edited)
+        headers = _response_headers(response)
+        headers.append((b"content-length", str(len(body)).encode()))
+        call.status = response.status_code
+        self._finish(call)
+        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _relay_stream(self, call: _Call, response: httpx.Response, send: Send) -> None:
+        """A streamed answer of any other endpoint: bytes through unchanged, recorded as text."""
+        call.status = response.status_code
+        await send({"type": "http.response.start", "status": response.status_code,
+                    "headers": _response_headers(response, raw=True)})
+        kept = bytearray()
+        try:
+            async for chunk in response.aiter_raw():
+                if call.ttft_ms is None:
+                    call.ttft_ms = (time.perf_counter() - call.t0) * 1000.0
+                if len(kept) < _RAW_RECORD_CAP:
+                    kept += chunk
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except httpx.TimeoutException:
+            call.fail("upstream_timeout", f"the model server at {response.request.url} stopped streaming (timeout)")
+        except httpx.TransportError as exc:
+            call.fail("upstream_disconnect", f"the model server at {response.request.url} dropped the stream: {exc}")
+        except asyncio.CancelledError:
+            call.response = bytes(kept).decode("utf-8", errors="replace") if kept else None
+            raise
+        call.response = bytes(kept).decode("utf-8", errors="replace") if kept else None
+        self._finish(call)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _relay_generation_stream(self, call: _Call, response: httpx.Response, token_req: TokenRequest,
+                                       send: Send) -> None:
+        """A streamed chat/completions answer: forward each chunk (stripped), reassemble, record."""
+        call.status = response.status_code
+        await send({"type": "http.response.start", "status": response.status_code,
+                    "headers": _response_headers(response)})
+        assembler = StreamAssembler(token_req.kind)
+        tail = b""
+        try:
+            async for event in EventSource(response).aiter_sse():
+                data = event.data
+                if data == "[DONE]":
+                    tail = _frame(event, data)
+                    continue
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    chunk = None
+                    call.notes.append("a stream event's data is not JSON; forwarded as is")
+                if chunk is not None:
+                    assembler.add(chunk)
+                    edited = strip_response(chunk, token_req)
+                    if edited is not None:
+                        data = json.dumps(edited, ensure_ascii=False, separators=(",", ":"))
+                if call.ttft_ms is None:
+                    call.ttft_ms = (time.perf_counter() - call.t0) * 1000.0
+                await send({"type": "http.response.body", "body": _frame(event, data), "more_body": True})
+        except httpx.TimeoutException:
+            message = f"the model server at {response.request.url} stopped streaming (timeout; see upstream_timeout)"
+            call.fail("upstream_timeout", message)
+            tail = b"data: " + _dumps(_error_body(504, message, "upstream_timeout")) + b"\n\n"
+        except httpx.TransportError as exc:
+            message = f"the model server at {response.request.url} dropped the stream: {type(exc).__name__}: {exc}"
+            call.fail("upstream_disconnect", message)
+            tail = b"data: " + _dumps(_error_body(502, message, "upstream_disconnect")) + b"\n\n"
+        except asyncio.CancelledError:  # client gone (or shutdown): keep what arrived for the record
+            call.response = assembler.response() if assembler.chunks else None
+            raise
+        if assembler.errors:
+            call.fail("upstream_status", f"the model server sent an error event: {str(assembler.errors[0])[:500]}")
+        call.response = assembler.response() if assembler.chunks else None
+        self._finish(call)
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    # ---- replies and records ------------------------------------------------------------------
+
+    async def _reply_error(self, call: _Call, send: Send, status: int, kind: str, message: str) -> None:
+        body = _error_body(status, message, kind)
+        call.fail(kind, message)
+        call.status = status
+        call.response = body
+        self._finish(call)
+        data = _dumps(body)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": _JSON + [(b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+
+    def _finish(self, call: _Call) -> None:
+        """Write the call's record once (before its last byte reaches the harness)."""
+        if call.recorded:
+            return
+        call.recorded = True
+        ended = time.time()
+        latency = max(0.0, (time.perf_counter() - call.t0) * 1000.0)
+        ok = call.error is None or call.error["kind"] in ("client_disconnect", "upstream_disconnect",
+                                                          "upstream_timeout")
+        fields = token_fields(call.response if ok else None, call.kind)
+        record = {
+            "schema_version": 1,
+            "index": call.index,
+            "call_id": call.call_id,
+            "session": call.session,
+            "harness_session_id": harness_session_id(call.headers),
+            "started_at": call.started_at,
+            "ended_at": ended,
+            "latency_ms": latency,
+            "ttft_ms": call.ttft_ms,
+            "method": call.method,
+            "endpoint": call.endpoint,
+            "stream": call.stream,
+            "status": call.status,
+            "request_headers": call.headers,
+            "request": call.request,
+            "upstream_changes": call.upstream_changes,
+            "response": call.response,
+            "prompt_token_ids": fields["prompt_token_ids"],
+            "completion_token_ids": fields["completion_token_ids"],
+            "per_token_logps": fields["per_token_logps"],
+            "finish_reason": fields["finish_reason"],
+            "usage": fields["usage"],
+            "requested_sampling_params": call.requested,
+            "effective_sampling_params": call.effective,
+            "capture_level": fields["capture_level"],
+            "token_source": fields["token_source"],
+            "choices_token_ids": fields["choices_token_ids"],
+            "notes": call.notes + fields["notes"],
+            "error": call.error,
+        }
+        try:
+            self.recorder.write(call.session, record)
+        except Exception:
+            log.exception("could not write the trace record of call %s to %s", call.call_id,
+                          self.recorder.path(call.session))
+
+
+def _response_headers(response: httpx.Response, raw: bool = False) -> list[tuple[bytes, bytes]]:
+    """Upstream response headers to copy back; `raw` keeps content-encoding (bytes not decoded)."""
+    decoded = not raw and response.headers.get("content-encoding", "identity").lower() != "identity"
+    out = []
+    for name, value in response.headers.raw:
+        low = name.lower()
+        if low.decode("latin-1") in _DROP_RESPONSE:
+            continue
+        if decoded and low == b"content-encoding":
+            continue
+        out.append((low, value))
+    return out
+
+
+def _frame(event: ServerSentEvent, data: str) -> bytes:
+    head = ""
+    if event.event and event.event != "message":
+        head += f"event: {event.event}\n"
+    if event.id:
+        head += f"id: {event.id}\n"
+    if "\n" in data:
+        body = "".join(f"data: {line}\n" for line in data.split("\n"))
+    else:
+        body = f"data: {data}\n"
+    return (head + body + "\n").encode("utf-8")
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return

@@ -1,0 +1,205 @@
+"""Append-safe publishing of a built dataset folder to the Hugging Face Hub.
+
+`push` never deletes and never duplicates: it reads the repo's current state (the small `summary`
+shards tell which rollout ids are there), uploads this folder's rows of NEW rollouts as shards
+under fresh unique names (``data/<config>/<UTC stamp>-<uuid>.parquet``), rewrites README.md from
+the union, and commits with ``parent_commit`` = the revision it read. When another writer
+committed in between, the Hub answers 412 (or 409) and the push starts over from the fresh state,
+so two processes pushing at once both land. (`Dataset.push_to_hub` replaces a config's files on
+each push, which is why it is not used here.)
+
+The token goes to huggingface_hub only: it is never written to a file, logged, or put in an error
+message (messages are scrubbed of it as well).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from rollout_dataset.builder.build import dataset_rollout_ids, read_summary_rows
+from rollout_dataset.builder.card import render_card
+from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
+from rollout_dataset.builder.writer import copy_filtered, shard_name
+from rollout_dataset.errors import ArtifactError, PublishError
+
+__all__ = ["PushResult", "push", "maybe_push_from_env"]
+
+log = logging.getLogger(__name__)
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_CONFLICT = (409, 412)
+
+
+@dataclass
+class PushResult:
+    """What `push` did.
+
+    Attributes:
+        repo_id: the dataset repo.
+        commit: the commit sha created (None when there was nothing new to push).
+        added: rollout ids uploaded by this push.
+        skipped: rollout ids already in the repo (not uploaded again).
+        files: paths uploaded (shards and README.md).
+        total_rollouts: rollouts in the repo after the push.
+        attempts: commit attempts (more than 1 when another writer committed in between).
+        url: the repo's URL.
+    """
+
+    repo_id: str
+    commit: str | None = None
+    added: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    total_rollouts: int = 0
+    attempts: int = 0
+    url: str = ""
+
+
+def _scrub(text: str, token: str | None) -> str:
+    if token:
+        text = text.replace(token, "***")
+    return re.sub(r"hf_[A-Za-z0-9]{8,}", "hf_***", text)
+
+
+def _status(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, private: bool | None = None,
+         endpoint: str | None = None, template: str | Path | None = None, max_attempts: int = 8) -> PushResult:
+    """Push a dataset folder to a Hub dataset repo, appending.
+
+    Args:
+        dataset_dir: a folder written by `rollout_dataset.build`.
+        repo_id: ``org/name`` of the dataset repo (created if missing).
+        token: a Hub token (default: huggingface_hub's own lookup, e.g. ``HF_TOKEN``).
+        private: make a NEW repo private (an existing repo keeps its visibility).
+        endpoint: the Hub URL (default: ``HF_ENDPOINT`` or huggingface.co).
+        template: the card template (default: the repo's `dataset_card.md`).
+        max_attempts: commits tried before giving up on conflicting concurrent writers.
+
+    Returns:
+        A `PushResult`.
+
+    Raises:
+        ValueError: `repo_id` is not ``org/name``.
+        ArtifactError: `dataset_dir` holds no built dataset.
+        PublishError: the Hub refused (status and URL in the message, never the token), or
+            `max_attempts` conflicts in a row.
+    """
+    from huggingface_hub import CommitOperationAdd, HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if not _REPO_ID.match(repo_id or ""):
+        raise ValueError(f"repo id {repo_id!r} is not of the form org/name")
+    dataset_dir = Path(dataset_dir)
+    if not list((dataset_dir / "data" / DEFAULT_CONFIG).glob("*.parquet")):
+        raise ArtifactError(f"{dataset_dir}: no data/{DEFAULT_CONFIG}/*.parquet (build the dataset first)")
+    api = HfApi(endpoint=endpoint, token=token)
+    result = PushResult(repo_id=repo_id)
+    local_ids = dataset_rollout_ids(dataset_dir)
+    try:
+        url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        result.url = str(url)
+        with tempfile.TemporaryDirectory(prefix="rollout-push-") as tmp:
+            for attempt in range(1, max_attempts + 1):
+                result.attempts = attempt
+                info = api.dataset_info(repo_id)
+                sha = info.sha
+                remote_files = [s.rfilename for s in (info.siblings or [])]
+                remote_rows = []
+                for path in sorted(f for f in remote_files
+                                   if f.startswith(f"data/{DEFAULT_CONFIG}/") and f.endswith(".parquet")):
+                    local = api.hf_hub_download(repo_id, path, repo_type="dataset", revision=sha)
+                    remote_rows.extend(pq.read_table(local).to_pylist())
+                remote_ids = {r["rollout_id"] for r in remote_rows}
+                new_ids = local_ids - remote_ids
+                result.skipped = sorted(local_ids & remote_ids)
+                if not new_ids:
+                    log.info("%s: every rollout of %s is already in the repo; nothing to push", repo_id, dataset_dir)
+                    result.total_rollouts = len(remote_ids)
+                    return result
+                ops, files = [], []
+                work = Path(tmp) / f"attempt-{attempt}"
+                for config in CONFIG_NAMES:
+                    has_remote = any(f.startswith(f"data/{config}/") and f.endswith(".parquet") for f in remote_files)
+                    for shard in sorted((dataset_dir / "data" / config).glob("*.parquet")):
+                        name = shard_name()
+                        out = work / config / name
+                        n = copy_filtered(shard, out, config, local_ids & remote_ids)
+                        if n == 0 and (has_remote or _files_for(files, config)):
+                            continue
+                        path_in_repo = f"data/{config}/{name}"
+                        ops.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(out)))
+                        files.append(path_in_repo)
+                union = remote_rows + [r for r in read_summary_rows(dataset_dir) if r["rollout_id"] in new_ids]
+                readme = render_card(union, template=template, repo_id=repo_id).encode("utf-8")
+                ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme))
+                files.append("README.md")
+                try:
+                    commit = api.create_commit(repo_id, ops, repo_type="dataset", parent_commit=sha,
+                                               commit_message=f"Add {len(new_ids)} rollout(s)")
+                except HfHubHTTPError as exc:
+                    if _status(exc) in _CONFLICT and attempt < max_attempts:
+                        delay = min(0.2 * 2 ** (attempt - 1), 5.0) * (0.5 + random.random())
+                        log.info("%s: the repo moved since revision %s (HTTP %s); retrying in %.2fs with fresh "
+                                 "state (attempt %d/%d)", repo_id, sha[:12], _status(exc), delay, attempt + 1,
+                                 max_attempts)
+                        time.sleep(delay)
+                        continue
+                    raise
+                result.commit = commit.oid
+                result.added = sorted(new_ids)
+                result.files = files
+                result.total_rollouts = len(union)
+                log.info("%s: pushed %d rollout(s) (%d already there) in commit %s", repo_id, len(new_ids),
+                         len(result.skipped), commit.oid[:12])
+                return result
+            raise PublishError(f"push to {repo_id}: {max_attempts} commits in a row conflicted with other writers")
+    except HfHubHTTPError as exc:
+        status = _status(exc)
+        raise PublishError(_scrub(f"push to {repo_id} at {api.endpoint} failed (HTTP {status}): {exc}", token)) \
+            from None
+    except PublishError:
+        raise
+    except OSError as exc:
+        if isinstance(exc, ArtifactError):
+            raise
+        raise PublishError(_scrub(f"push to {repo_id} at {api.endpoint} failed: {exc}", token)) from None
+
+
+def _files_for(files: list[str], config: str) -> bool:
+    """Whether `files` already holds a shard of `config` (so an empty one is not needed)."""
+    return any(f.startswith(f"data/{config}/") for f in files)
+
+
+def maybe_push_from_env(dataset_dir: str | Path) -> PushResult | None:
+    """Push when ``PUSH_TO_DATASET=org/name`` is set (for capture, build and batch to call at the end).
+
+    ``HF_TOKEN`` (read by huggingface_hub) is the token, ``PUSH_PRIVATE=1`` makes a new repo private,
+    ``HF_ENDPOINT`` (read by huggingface_hub) picks the Hub.
+
+    Args:
+        dataset_dir: the built dataset folder.
+
+    Returns:
+        The `PushResult`, or None when ``PUSH_TO_DATASET`` is not set.
+
+    Raises:
+        PublishError: as `push`.
+    """
+    repo_id = os.environ.get("PUSH_TO_DATASET", "").strip()
+    if not repo_id:
+        return None
+    private = True if os.environ.get("PUSH_PRIVATE", "").strip().lower() in ("1", "true", "yes") else None
+    return push(dataset_dir, repo_id, private=private)

@@ -1,0 +1,134 @@
+"""Resource limits for sandboxed code and the result of one sandboxed run.
+
+`Limits` is what a caller asks for; `RunResult` is what came back, with `limit` naming the limit
+that hit (``"wall"``, ``"cpu"``, ``"memory"``, ``"output"``, ``"file"``) or ``None``.
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["Limits", "RunResult", "LIMIT_NAMES", "apply_rlimits"]
+
+#: every value `RunResult.limit` can take besides None
+LIMIT_NAMES = ("wall", "cpu", "memory", "output", "file")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one sandboxed process may use.
+
+    Args:
+        wall_s: wall-clock seconds before the whole process group is killed.
+        cpu_s: CPU seconds (``RLIMIT_CPU``; SIGXCPU at the limit, SIGKILL one second later).
+        memory_mb: address-space size in MiB (``RLIMIT_AS``).
+        output_bytes: bytes kept of stdout and of stderr each; more kills the process and the kept
+            text ends with a truncation note.
+        file_mb: largest file the process may write, in MiB (``RLIMIT_FSIZE``).
+
+    Raises:
+        ValueError: a limit is not positive.
+    """
+
+    wall_s: float = 10.0
+    cpu_s: float = 10.0
+    memory_mb: int = 1024
+    output_bytes: int = 1_000_000
+    file_mb: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("wall_s", "cpu_s", "memory_mb", "output_bytes", "file_mb"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"Limits.{name} must be a positive number, got {value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The limits as a plain dict (for task.json / summary.json).
+
+        Returns:
+            ``{"wall_s": ..., "cpu_s": ..., "memory_mb": ..., "output_bytes": ..., "file_mb": ...}``.
+        """
+        return asdict(self)
+
+
+def apply_rlimits(limits: Limits) -> None:
+    """Set the CPU, address-space and file-size rlimits of the calling process.
+
+    Meant to run in the child between fork and exec (``preexec_fn``); it only calls
+    ``resource.setrlimit``, which is safe there.
+
+    Args:
+        limits: the limits to apply.
+    """
+    cpu = max(1, int(round(limits.cpu_s)))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    memory = int(limits.memory_mb) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    fsize = int(limits.file_mb) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of one sandboxed process.
+
+    Args:
+        stdout: standard output, decoded as UTF-8 (invalid bytes replaced), maybe truncated.
+        stderr: standard error, likewise.
+        exit_code: the exit status; negative ``-N`` when the process died of signal N.
+        timed_out: the wall-time limit killed it.
+        limit: the limit that hit (one of `LIMIT_NAMES`) or None.
+        wall_s: wall-clock seconds from start to exit.
+        limits: the limits the process ran under.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    timed_out: bool
+    limit: str | None
+    wall_s: float
+    limits: Limits | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the process exited 0 and no limit hit."""
+        return self.exit_code == 0 and self.limit is None
+
+    @property
+    def error(self) -> str | None:
+        """A one-line description of what went wrong, or None when the run is `ok`.
+
+        Returns:
+            e.g. ``"wall-time limit of 2 s exceeded (killed)"`` or ``"exited with status 1"``.
+        """
+        lim = self.limits or Limits()
+        if self.limit == "wall":
+            return f"wall-time limit of {lim.wall_s:g} s exceeded (process group killed)"
+        if self.limit == "cpu":
+            return f"CPU-time limit of {lim.cpu_s:g} s exceeded (killed by signal {-self.exit_code})"
+        if self.limit == "memory":
+            return f"memory limit of {lim.memory_mb} MiB exceeded (exit status {self.exit_code})"
+        if self.limit == "output":
+            return f"output limit of {lim.output_bytes} bytes exceeded (output truncated, process killed)"
+        if self.limit == "file":
+            return f"file-size limit of {lim.file_mb} MiB exceeded"
+        if self.exit_code < 0:
+            return f"killed by signal {-self.exit_code}"
+        if self.exit_code != 0:
+            return f"exited with status {self.exit_code}"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as a plain dict, with the `error` text added.
+
+        Returns:
+            A JSON-ready dict.
+        """
+        out = asdict(self)
+        out["limits"] = self.limits.to_dict() if self.limits else None
+        out["error"] = self.error
+        return out

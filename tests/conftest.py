@@ -1,0 +1,49 @@
+"""Shared fixtures: the local vLLM-compatible backend on 127.0.0.1, port 0.
+
+- `builtin_tokenizer`: the shipped tokenizer (loaded once per session).
+- `local_backend`: an async `LocalBackend` with the `echo` policy (stopped after the test).
+- `local_backend_thread`: the same, served from a background thread, for sync tests.
+- `start_local_backend`: an async factory, `await start_local_backend(policy="script", script=...)`,
+  for any other configuration; every backend it starts is stopped after the test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def builtin_tokenizer():
+    from rollout_dataset.backend import load_tokenizer
+
+    return load_tokenizer("builtin")
+
+
+@pytest.fixture
+async def start_local_backend():
+    from rollout_dataset.backend import LocalBackend
+
+    started = []
+
+    async def start(**kwargs):
+        backend = LocalBackend(**kwargs)
+        await backend.start()
+        started.append(backend)
+        return backend
+
+    yield start
+    for backend in started:
+        await backend.stop()
+
+
+@pytest.fixture
+async def local_backend(start_local_backend):
+    return await start_local_backend(policy="echo")
+
+
+@pytest.fixture
+def local_backend_thread():
+    from rollout_dataset.backend import run_backend_in_thread
+
+    with run_backend_in_thread(policy="echo") as backend:
+        yield backend

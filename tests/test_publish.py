@@ -1,0 +1,178 @@
+"""Append-safe publishing, round-tripped through the loopback Hub (tests/hub_fixture.py).
+
+huggingface_hub and datasets run in subprocesses with HF_ENDPOINT set before they are imported,
+exactly as a user's process would; the fixture stores what they commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from hub_fixture import FakeHub
+from rollout_dataset.builder import CONFIG_NAMES, build
+from rollout_dataset.builder.synthetic import write_synthetic_dataset, write_synthetic_rollout
+from rollout_dataset.publish import maybe_push_from_env
+
+TOKEN = "hf_ZZdistinctiveTokenNeverLeaks0123456789"
+
+_LOAD_ALL = """
+import json, sys, datasets
+from rollout_dataset.builder import CONFIG_NAMES, features
+out = {}
+for c in CONFIG_NAMES:
+    ds = datasets.load_dataset(sys.argv[1], c, split="train")
+    out[c] = {"ids": sorted(ds["rollout_id"]), "features_ok": ds.features == features(c)}
+out["default_columns"] = datasets.load_dataset(sys.argv[1], split="train").column_names
+print(json.dumps(out))
+"""
+
+
+def _env(hub: FakeHub, home: Path, token: str = TOKEN, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PUSH_", "HUGGINGFACE"))}
+    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(home), HF_TOKEN=token, HF_HUB_DISABLE_TELEMETRY="1",
+               HF_HUB_DISABLE_PROGRESS_BARS="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1", **extra)
+    return env
+
+
+def _py(args: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=240)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def _push(dataset: Path, repo: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
+    return _py(["-m", "rollout_dataset.cli", "-v", "push", str(dataset), "--repo", repo], env, check)
+
+
+def _local_ids(dataset: Path, config: str) -> list[str]:
+    ids: list[str] = []
+    for shard in (dataset / "data" / config).glob("*.parquet"):
+        ids.extend(pq.read_table(shard, columns=["rollout_id"]).column("rollout_id").to_pylist())
+    return sorted(ids)
+
+
+def _dataset(root: Path, n: int, seed: int) -> Path:
+    write_synthetic_dataset(root / "artifacts", n, seed=seed, n_turns=3, context_tokens=200)
+    build([root / "artifacts"], root / "ds", progress=False)
+    return root / "ds"
+
+
+def test_push_twice_appends_without_duplicates_and_load_returns_exactly_the_union(tmp_path):
+    first = _dataset(tmp_path / "a", 2, seed=0)
+    second = tmp_path / "b"
+    shutil.copytree(first, second)
+    write_synthetic_rollout(tmp_path / "extra", seed=50, n_turns=2, context_tokens=150, with_tests=False)
+    build([tmp_path / "extra"], second, progress=False)
+    with FakeHub(token=TOKEN) as hub:
+        env = _env(hub, tmp_path / "home")
+        _push(first, "org/rollouts", env)
+        files_after_first = set(hub.files("org/rollouts"))
+        out = _push(second, "org/rollouts", env).stdout
+        assert "1 rollouts added, 2 already there, 3 in total" in out
+        again = _push(second, "org/rollouts", env).stdout
+        assert "nothing new" in again
+        files = hub.files("org/rollouts")
+        assert files_after_first <= set(files)  # nothing deleted
+        assert "**3 rollouts**" in files["README.md"].decode()
+        loaded = json.loads(_py(["-c", _LOAD_ALL, "org/rollouts"], env).stdout)
+    for config in CONFIG_NAMES:
+        assert loaded[config]["ids"] == _local_ids(second, config), config
+        assert loaded[config]["features_ok"], config
+    assert loaded["default_columns"][0] == "rollout_id" and "env_reward" in loaded["default_columns"]
+
+
+def test_two_processes_pushing_at_once_both_land(tmp_path):
+    one = _dataset(tmp_path / "one", 2, seed=100)
+    two = _dataset(tmp_path / "two", 2, seed=200)
+    with FakeHub(token=TOKEN) as hub:
+        env = _env(hub, tmp_path / "home")
+        procs = [subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", "push", str(d), "--repo", "org/both"],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for d in (one, two)]
+        outputs = [p.communicate(timeout=240) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outputs
+        loaded = json.loads(_py(["-c", _LOAD_ALL, "org/both"], env).stdout)
+        readme = hub.files("org/both")["README.md"].decode()
+    for config in CONFIG_NAMES:
+        assert loaded[config]["ids"] == sorted(_local_ids(one, config) + _local_ids(two, config)), config
+    assert "**4 rollouts**" in readme
+
+
+_STALE = """
+import sys
+from huggingface_hub import HfApi
+import rollout_dataset
+original = HfApi.create_commit
+state = {"n": 0}
+def racing(self, repo_id, operations, **kw):
+    state["n"] += 1
+    if state["n"] == 1:  # another writer lands a commit between our read and our commit
+        self.upload_file(path_or_fileobj=b"other writer", path_in_repo="notes.txt", repo_id=repo_id,
+                         repo_type="dataset")
+    return original(self, repo_id, operations, **kw)
+HfApi.create_commit = racing
+result = rollout_dataset.push(sys.argv[1], "org/race")
+print(result.attempts, len(result.added))
+"""
+
+
+def test_a_stale_parent_commit_is_retried_with_fresh_state(tmp_path):
+    ds = _dataset(tmp_path / "a", 2, seed=300)
+    with FakeHub(token=TOKEN) as hub:
+        env = _env(hub, tmp_path / "home")
+        _push(_dataset(tmp_path / "b", 1, seed=400), "org/race", env)
+        out = _py(["-c", _STALE, str(ds)], env).stdout.split()
+        files = hub.files("org/race")
+        assert hub.commit_conflicts == 1
+    assert out == ["2", "2"]
+    assert "notes.txt" in files and "**3 rollouts**" in files["README.md"].decode()
+
+
+def test_the_token_never_reaches_a_file_a_log_line_or_an_error_message(tmp_path):
+    ds = _dataset(tmp_path / "a", 1, seed=500)
+    home = tmp_path / "home"
+    wrong = "hf_WRONGdistinctiveTokenAlsoSecret9876543"
+    with FakeHub(token=TOKEN) as hub:
+        ok = _push(ds, "org/secret", _env(hub, home))
+        refused = _push(ds, "org/secret2", _env(hub, home, token=wrong), check=False)
+        blobs = hub.stored_bytes()
+    assert refused.returncode == 1 and "HTTP 401" in refused.stdout
+    for text in (ok.stdout, ok.stderr, refused.stdout, refused.stderr):
+        assert TOKEN not in text and wrong not in text
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert TOKEN.encode() not in data and wrong.encode() not in data, path
+    assert not any(TOKEN.encode() in b for b in blobs)
+
+
+def test_build_pushes_when_push_to_dataset_is_set_and_push_private_makes_it_private(tmp_path):
+    write_synthetic_dataset(tmp_path / "artifacts", 1, seed=600, n_turns=2, context_tokens=100)
+    with FakeHub(token=TOKEN) as hub:
+        env = _env(hub, tmp_path / "home", PUSH_TO_DATASET="org/private", PUSH_PRIVATE="1")
+        out = _py(["-m", "rollout_dataset.cli", "build", str(tmp_path / "artifacts"), "--out",
+                   str(tmp_path / "ds"), "--no-progress"], env).stdout
+        assert "pushed to" in out
+        assert hub.repos["org/private"].private is True
+        assert "README.md" in hub.files("org/private")
+
+
+def test_maybe_push_from_env_does_nothing_without_push_to_dataset(tmp_path, monkeypatch):
+    monkeypatch.delenv("PUSH_TO_DATASET", raising=False)
+    assert maybe_push_from_env(tmp_path) is None
+
+
+def test_a_bad_repo_id_is_refused_before_any_request(tmp_path):
+    from rollout_dataset.publish import push
+
+    with pytest.raises(ValueError, match="org/name"):
+        push(tmp_path, "no-slash")

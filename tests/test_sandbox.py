@@ -1,0 +1,155 @@
+"""The sandbox: limits that hit are recorded, no network, a scrubbed environment, hidden paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+
+import pytest
+
+from rollout_dataset.sandbox import Limits, Sandbox, run_in_sandbox
+from rollout_dataset.tasks import builtin_data_path
+
+PY = sys.executable
+ISOLATION = Sandbox.isolation()
+NETNS = ISOLATION["network"].startswith("network namespace")
+MOUNTNS = "mount namespace" in ISOLATION["filesystem"]
+PIDNS = ISOLATION["processes"].startswith("PID namespace")
+
+
+def test_a_command_runs_in_its_own_working_directory_and_reads_stdin():
+    with Sandbox() as box:
+        box.write_file("echo.py", "import os, sys\nprint(os.getcwd())\nprint(sys.stdin.read().upper())\n")
+        result = box.run([PY, "echo.py"], stdin="hello\n")
+        assert result.ok and result.limit is None and not result.timed_out
+        assert result.stdout.splitlines()[:2] == [str(box.workdir), "HELLO"]
+
+
+def test_a_shell_command_string_runs_with_sh():
+    result = run_in_sandbox("echo $((6 * 7)); exit 3")
+    assert result.stdout == "42\n" and result.exit_code == 3 and result.error == "exited with status 3"
+
+
+def test_the_temporary_working_directory_is_deleted_on_close():
+    with Sandbox() as box:
+        workdir = box.workdir
+        assert workdir.is_dir()
+    assert not workdir.exists()
+
+
+def test_a_given_working_directory_is_kept(tmp_path):
+    with Sandbox(tmp_path) as box:
+        box.write_file("a.txt", "x")
+    assert (tmp_path / "a.txt").read_text() == "x"
+
+
+def test_paths_outside_the_working_directory_are_refused():
+    with Sandbox() as box, pytest.raises(ValueError, match="outside the sandbox"):
+        box.write_file("../escape.txt", "x")
+
+
+def test_wall_time_limit_kills_the_process_group_and_is_recorded():
+    result = run_in_sandbox([PY, "-c", "import subprocess, time; subprocess.Popen(['sleep', '30']); time.sleep(30)"],
+                            limits=Limits(wall_s=0.5))
+    assert result.timed_out and result.limit == "wall"
+    assert "wall-time limit of 0.5 s" in result.error
+
+
+def test_cpu_time_limit_is_recorded():
+    result = run_in_sandbox([PY, "-c", "while True: pass"], limits=Limits(cpu_s=1, wall_s=20))
+    assert result.limit == "cpu" and not result.timed_out
+    assert "CPU-time limit of 1 s" in result.error
+
+
+def test_memory_limit_is_recorded():
+    result = run_in_sandbox([PY, "-c", "block = bytearray(400 * 1024 * 1024)"], limits=Limits(memory_mb=200))
+    assert result.limit == "memory" and "MemoryError" in result.stderr
+    assert "memory limit of 200 MiB" in result.error
+
+
+def test_output_limit_truncates_with_a_note_and_stops_the_process():
+    result = run_in_sandbox([PY, "-c", "while True: print('x' * 99)"], limits=Limits(output_bytes=5000, wall_s=20))
+    assert result.limit == "output" and not result.timed_out
+    assert result.stdout.endswith("[output truncated at 5000 bytes]")
+    assert len(result.stdout) < 5100
+
+
+def test_file_size_limit_is_recorded():
+    result = run_in_sandbox([PY, "-c", "open('big', 'wb').write(b'x' * (3 << 20))"], limits=Limits(file_mb=1))
+    assert result.limit == "file"
+
+
+def test_limits_must_be_positive():
+    with pytest.raises(ValueError, match="Limits.wall_s must be a positive number"):
+        Limits(wall_s=0)
+
+
+@pytest.mark.skipif(not NETNS, reason="no network namespace on this machine (see Sandbox.isolation())")
+def test_network_is_blocked_even_to_a_listening_loopback_port():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    try:
+        code = f"import socket\ntry:\n socket.create_connection(('127.0.0.1', {port}), 2)\n print('connected')\nexcept OSError as e:\n print('blocked', e.errno)\n"
+        result = run_in_sandbox([PY, "-c", code])
+        assert result.stdout.startswith("blocked"), result.stdout + result.stderr
+    finally:
+        server.close()
+
+
+def test_the_same_connection_works_outside_the_sandbox():
+    # the control for the test above: the port really is listening
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    try:
+        socket.create_connection(server.getsockname(), 2).close()
+    finally:
+        server.close()
+
+
+def test_environment_is_scrubbed_of_secrets_and_home_is_the_workdir(monkeypatch):
+    for name in ("HF_TOKEN", "OPENAI_API_KEY", "HTTPS_PROXY", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "sekrit-value")
+    with Sandbox(env={"MY_API_KEY": "sekrit-value", "GREETING": "hi"}) as box:
+        result = box.run([PY, "-c", "import os, json; print(json.dumps(dict(os.environ)))"])
+        env = json.loads(result.stdout)
+        assert "sekrit-value" not in result.stdout
+        assert env["HOME"] == str(box.workdir) and env["TMPDIR"] == str(box.workdir)
+        assert env["GREETING"] == "hi"
+        assert not any("TOKEN" in k or "KEY" in k or "PROXY" in k for k in env)
+
+
+@pytest.mark.skipif(not MOUNTNS, reason="no mount namespace on this machine (see Sandbox.isolation())")
+def test_the_builtin_task_data_cannot_be_read_from_inside():
+    path = builtin_data_path()
+    assert os.path.getsize(path) > 1000
+    result = run_in_sandbox([PY, "-c", f"import os; print(os.path.exists({path!r}), os.listdir({os.path.dirname(path)!r}))"])
+    assert result.stdout.strip() == "False []"
+
+
+@pytest.mark.skipif(not MOUNTNS, reason="no mount namespace on this machine (see Sandbox.isolation())")
+def test_extra_hidden_paths_read_as_empty_and_cannot_be_unmounted(tmp_path):
+    secret = tmp_path / "held_out_tests.json"
+    secret.write_text('{"tests": "the answers"}')
+    code = (f"import subprocess\nprint(repr(open({str(secret)!r}).read()))\n"
+            f"print(subprocess.run(['umount', {str(secret)!r}], capture_output=True).returncode != 0)")
+    result = run_in_sandbox([PY, "-c", code], hide_paths=[secret])
+    assert result.stdout.split() == ["''", "True"]
+    assert secret.read_text() == '{"tests": "the answers"}'
+
+
+def test_isolation_reports_what_is_and_is_not_isolated():
+    report = Sandbox.isolation()
+    assert {"network", "filesystem", "processes", "privileges", "limits", "environment", "not_isolated"} <= set(report)
+    assert isinstance(report["not_isolated"], list) and report["not_isolated"]
+
+
+@pytest.mark.skipif(not PIDNS, reason="no PID namespace on this machine (see Sandbox.isolation())")
+def test_other_processes_are_invisible_from_inside():
+    result = run_in_sandbox([PY, "-c", "import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"])
+    visible = json.loads(result.stdout)
+    assert os.getpid() not in visible and max(visible) < 50
