@@ -63,6 +63,22 @@ def main() -> None:
     def turns():
         return turns_document(doc, records)
 
+    # Two conversations interleaved call by call: the previous call is never the parent.
+    a, b = synthetic_chain(args.calls // 2, args.context, seed=1), synthetic_chain(args.calls // 2, args.context, seed=2)
+    mixed = [dict(r, index=i) for i, r in enumerate(x for pair in zip(a, b) for x in pair)]
+    assert build_graph(mixed).stats()["n_roots"] == 2
+
+    def interleaved():
+        return export_rollout(mixed, session_id="bench", capture_level="tokens")
+
+    # Every prompt re-rendered (its first token changed, as when a template drops earlier think
+    # blocks): 200 roots, no known prefix, every prompt hashed whole, a prefix-break finding each.
+    broken = [dict(r, prompt_token_ids=[60000 + i] + r["prompt_token_ids"][1:]) for i, r in enumerate(records)]
+    assert build_graph(broken).stats()["n_roots"] == args.calls
+
+    def root_per_call():
+        return export_rollout(broken, session_id="bench", capture_level="tokens")
+
     figures = {
         "calls": args.calls,
         "last_prompt_tokens": len(records[-1]["prompt_token_ids"]),
@@ -71,9 +87,13 @@ def main() -> None:
         "graph_s_median": round(_time(graph, args.repeats), 4),
         "export_s_median": round(_time(export, args.repeats), 4),
         "turns_document_s_median": round(_time(turns, args.repeats), 4),
+        "export_interleaved_two_sessions_s_median": round(_time(interleaved, args.repeats), 4),
+        "export_root_per_call_s_median": round(_time(root_per_call, args.repeats), 4),
         "graph_peak_mib": round(_peak(graph) / 2**20, 1),
         "export_peak_mib": round(_peak(export) / 2**20, 1),
-        "note": "export_rollout includes building the graph; medians of wall-clock runs on a shared machine",
+        "note": "export_rollout includes building the graph; interleaved = two conversations alternating; "
+                "root_per_call = every prompt re-rendered (slow path: each prompt hashed whole, 200 roots); "
+                "medians of wall-clock runs on a shared 2-core machine",
         "python": platform.python_version(),
         "machine": platform.machine(),
     }

@@ -8,8 +8,9 @@ continued: a retry or a resample the harness did not build on.
 
 Finding the parent is linear in the rollout's total tokens: each node's prompt is hashed once,
 incrementally (``hashlib`` ``update``/``copy``), and the running digest is looked up at the lengths
-where some earlier node's full sequence ends; a hit is confirmed by an exact comparison. There is no
-all-pairs list comparison.
+where some earlier node's full sequence ends; a hit is confirmed by an exact comparison. When the
+previous call's full sequence is a prefix of the prompt (the agent-loop case), its saved hash state
+is reused so only the new tokens are hashed. There is no all-pairs list comparison.
 
 Without token ids (capture level below ``tokens``) the same machinery runs over messages instead of
 tokens: each request message and each response message is normalised (tool-call argument JSON
@@ -92,6 +93,10 @@ def normalise_message(message: Any) -> tuple:
     Returns:
         ``(role, text, tool_calls)``; equal tuples mean the same message.
     """
+    if type(message) is dict and not message.get("tool_calls"):  # fast path: a plain text message
+        content = message.get("content")
+        if content is None or type(content) is str:
+            return (str(message.get("role") or "assistant"), content.strip() if content else "", ())
     if not isinstance(message, dict):
         return ("?", json.dumps(message, sort_keys=True, default=str), ())
     role = str(message.get("role") or "assistant")
@@ -196,6 +201,9 @@ def _pack(ids: list[int]) -> bytes:
         raise ValueError(f"token ids must be integers in int64 range (prompt_token_ids/completion_token_ids): {exc}") from exc
 
 
+_GUESSES = 4  # recent childless calls tried as a known prefix before hashing a whole prompt
+
+
 class _PrefixIndex:
     """Full sequences of earlier nodes, keyed by (length, digest), for longest-prefix lookups."""
 
@@ -208,8 +216,7 @@ class _PrefixIndex:
         self._by_key.setdefault((length, digest), []).append(node_id)
         if length not in self._length_set:
             self._length_set.add(length)
-            self._lengths.append(length)
-            self._lengths.sort()
+            bisect.insort(self._lengths, length)
 
     def longest(self, seq: list[int], is_prefix, start: tuple[int, Any, int | None] | None = None) -> tuple[int | None, Any]:
         """The node whose full sequence is the longest prefix of ``seq`` (latest on ties).
@@ -225,17 +232,23 @@ class _PrefixIndex:
         """
         pos, h, best = start if start is not None else (0, hashlib.blake2b(digest_size=16), None)
         h = h.copy()
+        if best is not None:  # latest on ties: a later call may have the same full sequence
+            latest = max(self._by_key.get((pos, h.digest()), [best]))
+            if latest != best and is_prefix(latest, pos):
+                best = latest
+        base = pos
+        packed = _pack(seq[base:])  # one conversion; slices of bytes below are cheap
         hits: list[tuple[int, list[int]]] = []
         for k in range(bisect.bisect_right(self._lengths, pos), len(self._lengths)):
             length = self._lengths[k]
             if length > len(seq):
                 break
-            h.update(_pack(seq[pos:length]))
+            h.update(packed[(pos - base) * 8:(length - base) * 8])
             pos = length
             found = self._by_key.get((length, h.copy().digest()))
             if found:
                 hits.append((length, found))
-        h.update(_pack(seq[pos:]))
+        h.update(packed[(pos - base) * 8:])
         for length, found in reversed(hits):
             for node_id in reversed(found):
                 if is_prefix(node_id, length):
@@ -364,26 +377,34 @@ class RolloutGraph:
 def _link_by_sequences(nodes: list[TurnNode], prompts: list[list[int]], sampled: list[list[int]]) -> list[bytes]:
     """Link each node to its longest-prefix parent; return each prompt's digest.
 
-    The previous call is tried first as a known prefix (one exact list comparison, the common case
-    of an agent loop), so only the new tokens of each prompt are hashed; any miss falls back to
-    hashing the whole prompt. Either way each prompt costs O(its length).
+    The few most recent childless calls are tried first as a known prefix (an exact list comparison
+    each, usually failing at the first token for another conversation): in an agent loop, even with
+    several sessions interleaved, only the new tokens of each prompt are then hashed. A miss falls
+    back to hashing the whole prompt. Either way each prompt costs O(its length).
     """
     index = _PrefixIndex()
     prompt_digests = []
     states: list[Any] = []  # hasher state after each node's full sequence
+    frontier: list[int] = []  # nodes without children yet, oldest first
     for i, node in enumerate(nodes):
         prompt = prompts[i]
 
         def is_prefix(j: int, n: int) -> bool:
-            cut = len(prompts[j])
-            return n <= len(prompt) and prompt[:cut] == prompts[j] and prompt[cut:n] == sampled[j]
+            head, cut = prompts[j], len(prompts[j])
+            if n > len(prompt) or n == 0:
+                return False
+            last = sampled[j][-1] if n > cut else head[-1]
+            if prompt[n - 1] != last or (cut and prompt[0] != head[0]):  # cheap rejects before copying
+                return False
+            return prompt[:cut] == head and prompt[cut:n] == sampled[j]
 
         start = None
-        if i and prompt:
-            j = i - 1
-            full = len(prompts[j]) + len(sampled[j])
-            if full and is_prefix(j, full):
-                start = (full, states[j], j)
+        if prompt:
+            # Known-prefix shortcut: the most recent open conversations (latest leaves first).
+            for j in reversed(frontier[-_GUESSES:]):
+                full = len(prompts[j]) + len(sampled[j])
+                if full and (start is None or full > start[0]) and is_prefix(j, full):
+                    start = (full, states[j], j)
         parent, h = index.longest(prompt, is_prefix, start)
         if parent is not None and prompt:
             node.parent = nodes[parent].node_id
@@ -391,6 +412,9 @@ def _link_by_sequences(nodes: list[TurnNode], prompts: list[list[int]], sampled:
         prompt_digests.append(h.digest())
         h.update(_pack(sampled[i]))
         states.append(h)
+        if parent is not None and parent in frontier:
+            frontier.remove(parent)
+        frontier.append(i)
         if prompt or sampled[i]:
             index.add(len(prompt) + len(sampled[i]), h.digest(), i)
     return prompt_digests

@@ -25,6 +25,7 @@ FRAGMENT_BREAK = (
     "----- fragment break: the next call's prompt did not extend the tokens so far; "
     "the context below was re-rendered from scratch -----"
 )
+_HEADER_KEYS = ("rollout", "rollout_id", "reward", "passed", "stop_reason")
 _SEPARATOR = "\n\n" + "-" * 78 + "\n\n"
 
 
@@ -117,7 +118,7 @@ def render_samples(
         records: the same trace records (the token ids of every call).
         tokenizer: a Hugging Face tokenizer (``decode`` with special tokens kept).
         header: what the header shows: ``rollout`` (id), ``reward``, ``passed``, ``stop_reason``
-            (missing keys print as ``n/a``).
+            (missing keys print as ``n/a``); any other key is listed on a second line.
         max_chars: body characters kept per sample (head and tail survive).
 
     Returns:
@@ -144,8 +145,11 @@ def render_samples(
         "",
         f"reward: {show('reward')} | passed: {show('passed')} | stop reason: {show('stop_reason')} | "
         f"calls: {len(graph)} | fragments: {sum(r[3] for r in rendered)} | tokens: {sum(r[4] for r in rendered)}",
-        "",
     ]
+    extra = {k: v for k, v in header.items() if k not in _HEADER_KEYS and v is not None}
+    if extra:
+        out.append(" | ".join(f"{k}: {v}" for k, v in extra.items()))
+    out.append("")
     if not rendered:
         out.append("(no generation call was captured)")
     parts = []

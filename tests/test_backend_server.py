@@ -212,7 +212,7 @@ async def test_completions_default_to_16_tokens(local_backend):
 async def test_tokenize_and_detokenize_at_the_root(local_backend, builtin_tokenizer):
     async with httpx.AsyncClient(base_url=local_backend.root_url) as h:
         t = (await h.post("/tokenize", json={"prompt": "hello world", "return_token_strs": True})).json()
-        assert t == {"count": 2, "max_model_len": 32768, "tokens": builtin_tokenizer.encode("hello world"),
+        assert t == {"count": 2, "max_model_len": 131072, "tokens": builtin_tokenizer.encode("hello world"),
                      "token_strs": builtin_tokenizer.convert_ids_to_tokens(t["tokens"])}
         m = (await h.post("/tokenize", json={"messages": USER, "tools": TOOLS})).json()
         assert m["tokens"] == chat_prompt_ids(builtin_tokenizer, USER, TOOLS)

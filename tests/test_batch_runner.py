@@ -188,7 +188,7 @@ def test_config_snapshot_holds_arguments_weights_and_version(finished_batch):
 
 
 def test_resumed_batch_does_not_redo_finished_rollouts(tmp_path):
-    config = make_config(tmp_path, seeds=[0, 1], rollouts_per_seed=2)
+    config = make_config(tmp_path, seeds=[0, 1], rollouts_per_seed=2, strategies=("simple",))
     run_batch(config, run_one=StandIn())
     before = (config.out_dir / "runs/simple.jsonl").read_text()
     again = StandIn()
@@ -198,7 +198,7 @@ def test_resumed_batch_does_not_redo_finished_rollouts(tmp_path):
 
 
 def test_resume_redoes_only_the_unfinished_rollout(tmp_path):
-    config = make_config(tmp_path, seeds=[0, 1], rollouts_per_seed=2)
+    config = make_config(tmp_path, seeds=[0, 1], rollouts_per_seed=2, strategies=("simple",))
     run_batch(config, run_one=StandIn())
     victim = next(p for p in (config.out_dir / "rollouts").iterdir())
     (victim / RESULT_FILE).unlink()  # as if the process died before the rollout finished
@@ -210,7 +210,7 @@ def test_resume_redoes_only_the_unfinished_rollout(tmp_path):
 
 
 def test_first_upstream_error_stops_the_batch_naming_status_and_url_and_resume_finishes(tmp_path):
-    config = make_config(tmp_path, seeds=[0, 1, 2], rollouts_per_seed=2, concurrency=1)
+    config = make_config(tmp_path, seeds=[0, 1, 2], rollouts_per_seed=2, concurrency=1, strategies=("simple",))
 
     def fail(job):
         if (job.seed, job.rollout_idx) == (1, 0):
@@ -227,25 +227,25 @@ def test_first_upstream_error_stops_the_batch_naming_status_and_url_and_resume_f
 
 
 def test_zero_turn_guardrail_mean_zero(tmp_path):
-    config = make_config(tmp_path, seeds=[0, 1], rollouts_per_seed=1)
+    config = make_config(tmp_path, seeds=[0, 1], rollouts_per_seed=1, strategies=("simple",))
     with pytest.raises(GuardrailError, match="mean agent turns is 0 over 2 rollouts"):
         run_batch(config, run_one=StandIn(turns=lambda s, i: 0))
     assert (config.out_dir / "report.md").is_file()  # outputs are still written for inspection
 
 
 def test_zero_turn_guardrail_more_than_half(tmp_path):
-    config = make_config(tmp_path, seeds=[0, 1, 2, 3], rollouts_per_seed=1)
+    config = make_config(tmp_path, seeds=[0, 1, 2, 3], rollouts_per_seed=1, strategies=("simple",))
     with pytest.raises(GuardrailError, match=r"3 of 4 rollouts had 0 agent turns \(more than half\)"):
         run_batch(config, run_one=StandIn(turns=lambda s, i: 0 if s < 3 else 2))
 
 
 def test_exactly_half_zero_turns_passes(tmp_path):
-    config = make_config(tmp_path, seeds=[0, 1], rollouts_per_seed=1)
+    config = make_config(tmp_path, seeds=[0, 1], rollouts_per_seed=1, strategies=("simple",))
     run_batch(config, run_one=StandIn(turns=lambda s, i: 0 if s == 0 else 2))
 
 
 def test_a_crashing_rollout_is_reported_and_redone_on_resume(tmp_path):
-    config = make_config(tmp_path, seeds=[0, 1], rollouts_per_seed=1)
+    config = make_config(tmp_path, seeds=[0, 1], rollouts_per_seed=1, strategies=("simple",))
 
     def crash(job):
         if job.seed == 1:
@@ -280,13 +280,13 @@ def test_cli_batch_writes_outputs_and_exits_zero(tmp_path, capsys):
 
 def test_cli_smoke_runs_two_seeds_one_rollout(tmp_path):
     _CLI_STANDIN["fn"] = standin = StandIn()
-    assert main(["batch", "--env", "test-standin", "--smoke", "--no-progress", "--out", str(tmp_path / "s")]) == 0
+    assert main(["batch", "--env", "test-standin", "--smoke", "--strategy", "simple", "--no-progress", "--out", str(tmp_path / "s")]) == 0
     assert sorted(standin.calls) == [(0, 0), (1, 0)]
 
 
 def test_cli_guardrail_exits_one_with_its_message(tmp_path, capsys):
     _CLI_STANDIN["fn"] = StandIn(turns=lambda s, i: 0)
-    code = main(["batch", "--env", "test-standin", "--smoke", "--no-progress", "--out", str(tmp_path / "g")])
+    code = main(["batch", "--env", "test-standin", "--smoke", "--strategy", "simple", "--no-progress", "--out", str(tmp_path / "g")])
     assert code == 1
     assert "mean agent turns is 0" in capsys.readouterr().err
 

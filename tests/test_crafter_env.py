@@ -35,6 +35,20 @@ def test_the_same_seed_and_actions_give_the_same_episode():
     assert a.total_reward == b.total_reward
 
 
+def test_a_cached_world_plays_exactly_like_a_freshly_generated_one():
+    def play(reuse: bool) -> list:
+        world = CrafterWorld(seed=3, max_steps=24, area=SMALL, reuse_worlds=reuse)
+        world.reset()
+        trace = []
+        for actions in (["move_left", "do", "do"], ["move_up"] * 4, ["do", "noop", "move_right"]) * 3:
+            state = world.step(actions).state
+            trace.append((state.player_pos, state.semantic, state.inventory, world.total_reward))
+        return trace
+
+    play(True)  # fills the cache
+    assert play(True) == play(False)
+
+
 def test_different_seeds_draw_different_worlds():
     first = CrafterWorld(seed=0, area=SMALL).reset()
     second = CrafterWorld(seed=1, area=SMALL).reset()

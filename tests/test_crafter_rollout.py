@@ -15,7 +15,6 @@ from rollout_dataset.envs.crafter import (
     run_crafter_rollout,
 )
 from rollout_dataset.errors import UpstreamStatusError
-from rollout_dataset.schema.check import validate_path
 
 SMALL = (32, 32)
 
@@ -34,8 +33,7 @@ def episode(tmp_path_factory):
 
 def test_one_short_episode_writes_every_artifact_and_they_validate(episode):
     out, result = episode
-    assert result.validation_failures == [] and result.errors == []
-    assert validate_path(out) == []
+    assert result.validation_failures == [] and result.errors == []  # capture ran validate_path itself
     for name in ("trace.json", "rollout.json", "turns.json", "task.json", "visible_tests.txt",
                  "held_out_tests.json", "summary.json", "samples.md", "achievements.json"):
         assert (out / name).is_file(), name

@@ -186,3 +186,27 @@ def test_summary_shows_shape_roles_and_non_info_findings_only():
     assert "[agent" in text
     assert "truncated" in text
     assert "a proxy note" not in text  # INFO
+
+
+def test_eval_rollout_at_tokens_level_keeps_ids_but_masks_nothing():
+    doc = _export(_two_turns(), rollout_type="eval")
+    (seq,) = doc["sequences"]
+    assert len(seq["input_ids"]) == 10 and set(seq["loss_mask"]) == {0}
+    assert seq["n_trainable"] == 0 and doc["trainable"] is False
+    assert doc["metadata"] == {"task": "t"}
+
+
+def test_root_level_retry_of_the_same_request_is_not_reported_as_a_prefix_break():
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    records = [make_record(0, [1, 2], [3], messages=messages), make_record(1, [1, 2], [4], messages=messages)]
+    doc = _export(records)
+    assert [f for f in doc["findings"] if f["code"] == "prefix_break"] == []
+
+
+def test_rewritten_history_is_named_as_the_cause_of_a_new_root():
+    start = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    first = make_record(0, [1, 2], [3], messages=start)
+    second = make_record(1, [1, 2, 9, 9], [4], messages=start + [{"role": "assistant", "content": "(summary of earlier turns)"},
+                                                                 {"role": "user", "content": "go on"}])
+    (brk,) = [f for f in _export([first, second])["findings"] if f["code"] == "prefix_break"]
+    assert brk["call_index"] == 1 and "history rewritten" in brk["message"]

@@ -62,3 +62,76 @@ def test_harness_specs_resolve_to_builtin_commands_or_presets():
         resolve_harness("claude")
     with pytest.raises(ValueError, match="needs a command"):
         resolve_harness("cmd:")
+
+
+# --- two real third-party harnesses, offline against the local backend's `script` policy -------------
+# One script drives both: write solution.py with the bash tool, then mini-swe-agent's end marker
+# (a harmless echo for opencode), then a final text (opencode stops on a text-only answer).
+
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+
+import pytest  # noqa: E402
+
+from rollout_dataset.capture import CaptureConfig, capture_rollout  # noqa: E402
+from rollout_dataset.harness import find_mini, find_opencode  # noqa: E402
+from rollout_dataset.schema.check import validate_path  # noqa: E402
+from rollout_dataset.tasks import load_tasks  # noqa: E402
+
+TASK_INDEX = 3
+
+
+@pytest.fixture(scope="module")
+def real_captures(tmp_path_factory):
+    """Capture mini-swe-agent and opencode (when installed) concurrently; name -> (result, trace, rollout)."""
+    assert find_mini(), "mini-swe-agent is a test dependency (pip install -e '.[test]')"
+    task = load_tasks("builtin", seed=0)[TASK_INDEX]
+    write = "cat > solution.py <<'EOF'\n" + task.reference_solution.rstrip() + "\nEOF"
+    steps = [{"text": "I will write the solution.",
+              "tool_calls": [{"name": "bash", "arguments": {"command": write, "description": "Write solution.py"}}]},
+             {"text": "Done.", "tool_calls": [{"name": "bash", "arguments": {
+                 "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "description": "Finish"}}]}]
+    root = tmp_path_factory.mktemp("real-harnesses")
+    script = root / "script.json"
+    script.write_text(json.dumps({"steps": steps, "final": "solution.py is written."}))
+    harnesses = ["mini-swe-agent"] + (["opencode"] if find_opencode() else [])
+
+    def capture(name):
+        out = root / name
+        result = capture_rollout(CaptureConfig(out_dir=out, task_index=TASK_INDEX, harness=name, policy="script",
+                                               script=script, timeout_s=150, push=False))
+        return name, (result, json.loads((out / "trace.json").read_text()),
+                      json.loads((out / "rollout.json").read_text()))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(capture, harnesses))
+
+
+@pytest.mark.harness
+def test_mini_swe_agent_solves_through_the_proxy_and_its_capture_validates(real_captures):
+    result, trace, _ = real_captures["mini-swe-agent"]
+    assert result.ok, (result.errors, result.validation_failures)
+    assert validate_path(result.out_dir) == []
+    summary = result.summary
+    assert summary["harness"] == "mini-swe-agent" and summary["harness_exit_code"] == 0
+    assert summary["env_reward"] == 1.0 and summary["tool_calls_by_name"] == {"bash": 2}
+    assert summary["capture_level"] == "tokens" and summary["trainable"]
+    calls = trace["calls"]
+    assert [c["stream"] for c in calls] == [False, False]
+    assert all([t["function"]["name"] for t in c["request"]["tools"]] == ["bash"] for c in calls)
+
+
+@pytest.mark.harness
+def test_opencode_streams_through_the_proxy_with_its_title_call_and_its_capture_validates(real_captures):
+    if "opencode" not in real_captures:
+        pytest.skip("opencode is not installed: run `make npm-tools` (make test does)")
+    result, trace, document = real_captures["opencode"]
+    assert result.ok, (result.errors, result.validation_failures)
+    assert validate_path(result.out_dir) == []
+    summary = result.summary
+    assert summary["harness"] == "opencode" and summary["env_reward"] == 1.0
+    assert summary["tool_calls_by_name"] == {"bash": 2} and summary["agent_turns"] == 3
+    generation = [c for c in trace["calls"] if c["endpoint"] == "/v1/chat/completions"]
+    assert all(c["stream"] for c in generation) and len(generation) == 4
+    tool_counts = sorted(len(c["request"].get("tools") or []) for c in generation)
+    assert tool_counts == [0, 10, 10, 10]  # the toolless title call, then the agent's calls with 10 tools
+    assert {s["role"] for s in document["sequences"]} == {"agent", "auxiliary"}

@@ -149,3 +149,40 @@ def test_long_synthetic_rollout_is_one_chain():
     assert graph.stats() == {
         "n_turns": 50, "n_roots": 1, "n_forks": 0, "n_discarded": 0, "n_leaves": 1, "max_depth": 50, "mode": "tokens",
     }
+
+
+def test_longer_parent_is_found_beyond_a_previous_call_that_is_also_a_prefix():
+    records = [
+        make_record(0, [1], [2]),
+        make_record(1, [1, 2, 3], [4]),
+        make_record(2, [1], [2]),  # the previous call of 3 is a prefix of its prompt, but not the longest
+        make_record(3, [1, 2, 3, 4, 5], [6]),
+    ]
+    graph = build_graph(records)
+    assert graph.get(3).parent == 1
+    assert [n.node_id for n in graph.discarded_nodes()] == [2]
+
+
+def test_prompt_equal_to_an_earlier_full_sequence_is_its_child():
+    graph = build_graph([make_record(0, [1, 2], [3]), make_record(1, [1, 2, 3], [4])])
+    assert graph.get(1).parent == 0
+
+
+def test_interleaved_conversations_each_form_their_own_chain():
+    a = _chain(([1, 2], [3]), ([4], [5]), ([6], [7]))
+    b = _chain(([90, 91], [92]), ([93], [94]), ([95], [96]))
+    records = [dict(r, index=i) for i, r in enumerate(x for pair in zip(a, b) for x in pair)]
+    graph = build_graph(records)
+    assert [n.parent for n in graph.nodes()] == [None, None, 0, 1, 2, 3]
+
+
+def test_identical_resamples_link_the_continuation_to_the_latest():
+    records = [
+        make_record(0, [1, 2], [3]),
+        make_record(1, [1, 2], [3]),  # same prompt, same sample (seeded)
+        make_record(2, [1, 2, 3, 4], [5]),
+        make_record(3, [1, 2, 3, 4, 5, 6], [7]),
+    ]
+    graph = build_graph(records)
+    assert graph.get(2).parent == 1
+    assert [n.node_id for n in graph.discarded_nodes()] == [0]

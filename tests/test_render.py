@@ -54,10 +54,12 @@ def test_prefix_clean_rollout_decodes_in_one_pass_with_special_tokens(tokenizer)
 
 def test_header_names_rollout_reward_passed_stop_reason_calls_and_tokens(tokenizer):
     records = _conversation(tokenizer)
-    text = _render(tokenizer, records)
+    doc = export_rollout(records, session_id="s", capture_level="tokens")
+    text = render_samples(doc, records, tokenizer, header={**HEADER, "task": "t3"})
     n_tokens = len(records[1]["prompt_token_ids"]) + len(records[1]["completion_token_ids"])
     assert text.startswith("# Rollout r1\n")
     assert f"reward: 0.5 | passed: False | stop reason: submit | calls: 2 | fragments: 1 | tokens: {n_tokens}" in text
+    assert "task: t3" in text
 
 
 def test_prompt_that_does_not_extend_the_stream_gets_a_fragment_break(tokenizer):

@@ -111,6 +111,28 @@ def test_the_same_connection_works_outside_the_sandbox():
         server.close()
 
 
+def test_network_can_be_kept_for_an_agent_cli_while_paths_stay_hidden(tmp_path):
+    secret = tmp_path / "held_out_tests.json"
+    secret.write_text("answers")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), 2).close()\nprint(repr(open({str(secret)!r}).read()))"
+    try:
+        with Sandbox(network=True, hide_paths=[secret], limits=Limits(memory_mb=None, cpu_s=None)) as box:
+            result = box.run([PY, "-c", code])
+    finally:
+        server.close()
+    assert result.ok, result.stderr
+    assert result.stdout.strip() == ("''" if MOUNTNS else "'answers'")
+
+
+def test_a_trusted_dummy_key_is_passed_through():
+    with Sandbox(env={"OPENAI_API_KEY": "dummy-local"}, trusted_env=["OPENAI_API_KEY"]) as box:
+        assert box.run("echo $OPENAI_API_KEY").stdout == "dummy-local\n"
+
+
 def test_environment_is_scrubbed_of_secrets_and_home_is_the_workdir(monkeypatch):
     for name in ("HF_TOKEN", "OPENAI_API_KEY", "HTTPS_PROXY", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.setenv(name, "sekrit-value")
@@ -142,6 +164,13 @@ def test_extra_hidden_paths_read_as_empty_and_cannot_be_unmounted(tmp_path):
     assert secret.read_text() == '{"tests": "the answers"}'
 
 
+def test_a_hidden_path_that_contains_the_workdir_is_left_visible(tmp_path):
+    (tmp_path / "work").mkdir()
+    with Sandbox(tmp_path / "work", hide_paths=[tmp_path]) as box:
+        assert tmp_path.resolve() not in box.hidden_paths
+        assert box.run("pwd").stdout.strip() == str(box.workdir)
+
+
 def test_isolation_reports_what_is_and_is_not_isolated():
     report = Sandbox.isolation()
     assert {"network", "filesystem", "processes", "privileges", "limits", "environment", "not_isolated"} <= set(report)
@@ -153,3 +182,23 @@ def test_other_processes_are_invisible_from_inside():
     result = run_in_sandbox([PY, "-c", "import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"])
     visible = json.loads(result.stdout)
     assert os.getpid() not in visible and max(visible) < 50
+
+
+@pytest.fixture
+def isolation_off(monkeypatch):
+    from rollout_dataset.sandbox.isolation import probe_isolation
+
+    monkeypatch.setenv("ROLLOUT_DATASET_SANDBOX_ISOLATION", "off")
+    probe_isolation.cache_clear()
+    yield
+    monkeypatch.undo()
+    probe_isolation.cache_clear()
+
+
+def test_without_namespaces_limits_still_hold_and_the_report_says_what_is_exposed(isolation_off):
+    report = Sandbox.isolation()
+    assert report["network"] == "none (host network)"
+    assert any(s.startswith("network:") for s in report["not_isolated"])
+    result = run_in_sandbox([PY, "-c", "import time; time.sleep(30)"], limits=Limits(wall_s=0.3))
+    assert result.limit == "wall"
+    assert run_in_sandbox("exit 7").exit_code == 7

@@ -28,7 +28,7 @@ from rollout_dataset.backend import protocol as P
 from rollout_dataset.backend.bigram import BigramModel, bigram_for_tokenizer
 from rollout_dataset.backend.engine import Generation, generate
 from rollout_dataset.backend.hermes import StreamingToolParser, parse_tool_calls
-from rollout_dataset.backend.policies import Policy, PolicyOutput, PolicyRequest, make_policy, message_text
+from rollout_dataset.backend.policies import Policy, PolicyOutput, PolicyRequest, make_policy
 from rollout_dataset.backend.template import render_assistant_text
 from rollout_dataset.backend.tokenizer import encode_text, load_tokenizer, render_chat
 
@@ -36,7 +36,7 @@ __all__ = ["create_backend_app", "BackendState", "DEFAULT_MAX_MODEL_LEN", "MAX_L
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_MODEL_LEN = 32768
+DEFAULT_MAX_MODEL_LEN = 131072
 MAX_LOGPROBS = 20
 
 
@@ -221,7 +221,10 @@ def _check_context(state: BackendState, n_prompt: int, max_tokens: int | None) -
 
 
 async def _respond(state: BackendState, req: PolicyRequest) -> PolicyOutput:
-    out = await asyncio.to_thread(state.policy.respond, req)
+    if getattr(state.policy, "run_in_thread", True):
+        out = await asyncio.to_thread(state.policy.respond, req)
+    else:  # cheap policies answer inline (no thread hop)
+        out = state.policy.respond(req)
     if isinstance(out, str):
         return PolicyOutput(text=out)
     if not isinstance(out, PolicyOutput):

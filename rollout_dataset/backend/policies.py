@@ -116,7 +116,11 @@ class PolicyRequest:
 
 @runtime_checkable
 class Policy(Protocol):
-    """Anything with `respond(request) -> PolicyOutput`."""
+    """Anything with `respond(request) -> PolicyOutput`.
+
+    The server calls `respond` in a worker thread unless the policy sets `run_in_thread = False`
+    (for policies that answer in microseconds).
+    """
 
     def respond(self, request: PolicyRequest) -> PolicyOutput:  # pragma: no cover - protocol
         ...
@@ -195,6 +199,8 @@ def message_text(content: Any) -> str:
 
 class EchoPolicy:
     """Answers with the text of the last user message (or the completion prompt)."""
+
+    run_in_thread = False  # cheap: the server calls it inline
 
     def respond(self, request: PolicyRequest) -> PolicyOutput:
         """Args: request: the request. Returns: the last user message's text."""
@@ -298,6 +304,8 @@ class ScriptPolicy:
     Raises:
         ValueError: neither `script` nor `steps` is given, or the script is malformed.
     """
+
+    run_in_thread = False  # cheap: the server calls it inline
 
     def __init__(self, script: Any = None, steps: Sequence[Any] | None = None, final: str | None = None) -> None:
         if script is None and steps is None:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Mapping, Sequence
-
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from rollout_dataset.batch import stats
+
+if TYPE_CHECKING:  # matplotlib is imported on first use: importing the batch package stays cheap
+    from matplotlib.figure import Figure
 
 __all__ = ["plot_files", "histogram", "scatter", "ecdf_plot", "write_plots"]
 
@@ -29,7 +29,15 @@ def plot_files(strategy: str) -> dict[str, str]:
     }
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def _figure(width: float, height: float) -> "Figure":
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height))
+
+
+def _save(fig: "Figure", path: Path) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.subplots_adjust(left=0.12, right=0.96, bottom=0.13, top=0.84)
     FigureCanvasAgg(fig)
@@ -54,7 +62,7 @@ def histogram(values: Sequence[Any], path: Path, *, title: str, xlabel: str) -> 
         `path`.
     """
     data = stats.clean(values)
-    fig = Figure(figsize=(6, 4))
+    fig = _figure(6, 4)
     ax = fig.add_subplot(111)
     if data.size:
         bins = min(30, max(5, int(data.size**0.5) + 1))
@@ -84,7 +92,7 @@ def scatter(x: Sequence[Any], y: Sequence[Any], path: Path, *, title: str, xlabe
     r = stats.pearson(x, y)
     rho = stats.spearman(x, y)
     xs, ys = stats.paired(x, y)
-    fig = Figure(figsize=(6, 4.5))
+    fig = _figure(6, 4.5)
     ax = fig.add_subplot(111)
     if xs.size:
         ax.scatter(xs, ys, alpha=0.6, color="#DD8452", edgecolor="none")
@@ -109,7 +117,7 @@ def ecdf_plot(values: Sequence[Any], path: Path, *, title: str, xlabel: str) -> 
         `path`.
     """
     xs, ps = stats.ecdf(values)
-    fig = Figure(figsize=(6, 4))
+    fig = _figure(6, 4)
     ax = fig.add_subplot(111)
     if xs.size:
         ax.step([xs[0], *xs], [0.0, *ps], where="post", color="#55A868")

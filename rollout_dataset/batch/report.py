@@ -11,6 +11,13 @@ __all__ = ["render_report", "TOP_SEEDS"]
 
 TOP_SEEDS = 10
 
+_EXPLAIN = {
+    "coding": "Final return = the rollout's reward after penalties (fraction of held-out tests passed); "
+    "step reward = the sum of per-decision rewards for visible examples that newly pass (the achievements).",
+    "*": "Final return = the environment's outcome reward for the episode; "
+    "step reward = the sum of per-decision rewards for newly unlocked achievements.",
+}
+
 
 def _num(value: Any, digits: int = 3) -> str:
     if value is None:
@@ -67,7 +74,8 @@ def render_report(
         "",
         f"- **Generated:** {summary['created_at']}",
         f"- **Model:** {summary.get('model') or 'n/a'}",
-        f"- **Environment:** {cfg.get('env', 'coding')}; **inference URL:** {snapshot.get('inference_url') or 'local backend'}",
+        f"- **Environment:** {cfg.get('env', 'coding')}; **inference URL:** "
+        + (cfg["base_url"] if cfg.get("base_url") else f"local backend ({snapshot.get('inference_url') or 'one per rollout'})"),
         f"- **Seeds:** {counts['seeds']} × {counts['rollouts_per_seed']} rollouts "
         f"({counts['rollouts_finished']} of {counts['rollouts_planned']} finished, {counts['rollouts_scored']} scored); "
         f"max turns {cfg.get('max_turns')}; executor {cfg.get('executor')}",
@@ -78,9 +86,8 @@ def render_report(
         f"- **Code:** rollout-dataset {snapshot.get('package_version')}"
         + (f", git {snapshot['git_sha'][:12]}" if snapshot.get("git_sha") else ""),
         "",
-        "Final return = the rollout's reward after penalties (fraction of held-out tests passed); "
-        "step reward = the sum of per-decision rewards for newly passing visible examples. "
-        "Correlations are over rollouts with both values; n/a when undefined (fewer than two pairs or a constant side).",
+        _EXPLAIN.get(cfg.get("env", "coding"), _EXPLAIN["*"])
+        + " Correlations are over rollouts with both values; n/a when undefined (fewer than two pairs or a constant side).",
         "",
         "## Global aggregates",
         "",

@@ -469,7 +469,11 @@ def _write_outputs(
     snapshot = {
         "schema_version": 1,
         "created_at": summary["created_at"],
-        "config": {**config.snapshot(), "base_url": redact_url(config.base_url)},
+        "config": {
+            **config.snapshot(),
+            "base_url": redact_url(config.base_url),
+            "argv": [redact_url(a) if "://" in a else a for a in (config.argv or [])],
+        },
         "inference_url": redact_url(base_url),
         "weights": dict(config.step_rewards.weights),
         "k_limits": dict(config.step_rewards.k_limits),

@@ -118,7 +118,8 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _s("summary", "timings", "json"),
         _s("summary", "errors", "json"),
         _s("summary", "stepwise", "json"),
-        _c("tokenizer", "string", "Tokenizer of the capture (task.json config 'tokenizer'), else the model name."),
+        _c("tokenizer", "string", "Tokenizer of the capture: task.json config 'tokenizer'; 'builtin' for the local "
+           "backend; else the model name."),
         _c("sampling_params", "json", "Distinct effective sampling params of the rollout's generation calls "
            "(JSON list, as sent upstream)."),
         _c("n_sequences", "int32", "Rows of this rollout in the sequences config."),

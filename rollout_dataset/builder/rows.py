@@ -145,7 +145,11 @@ def summary_row(art: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
         The row dict.
     """
     config = (art["task"] or {}).get("config") or {}
-    tokenizer = config.get("tokenizer") if isinstance(config, dict) else None
+    tokenizer = None
+    if isinstance(config, dict):
+        tokenizer = config.get("tokenizer")
+        if tokenizer is None and "base_url" in config and config["base_url"] is None:
+            tokenizer = "builtin"  # capture's default: the local backend's built-in tokenizer
     params: list[Any] = []
     for call in art["trace"].get("calls", []):
         p = call.get("effective_sampling_params")
@@ -206,8 +210,23 @@ def _strip_response(response: Any) -> Any:
     return out
 
 
+def _response_message(response: Any) -> Any:
+    """The first choice's message without its null fields (what harnesses append to their history)."""
+    if isinstance(response, dict) and isinstance(response.get("choices"), list) and response["choices"]:
+        first = response["choices"][0]
+        if isinstance(first, dict) and isinstance(first.get("message"), dict):
+            return {k: v for k, v in first["message"].items() if v is not None}
+    return None
+
+
 def trace_rows(art: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
     """One `trace` row per captured call, messages delta-encoded, token arrays left out.
+
+    A call's messages are compared with each earlier call's messages followed by that call's
+    response message without its null fields (what a harness appends before its next call); the
+    longest exact common
+    prefix is left out of `request_json` and named by `messages_prefix_call_index` /
+    `messages_prefix_len`.
 
     Args:
         art: the documents from `read_artifact`.
@@ -227,15 +246,18 @@ def trace_rows(art: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
                 n = _lcp_list(earlier, keys)
                 if n > prefix_len:
                     prefix_idx, prefix_len = idx, n
-            seen.append((call.get("index", len(seen)), keys))
             if prefix_len:
                 req = dict(req, messages=req["messages"][prefix_len:])
+        response = _strip_response(call.get("response"))
         request_json, cut1 = cut_text(_dumps(req))
-        response_json, cut2 = cut_text(_dumps(_strip_response(call.get("response"))))
+        response_json, cut2 = cut_text(_dumps(response))
         if cut1 or cut2:
             n_cut += int(cut1) + int(cut2)
             log.warning("rollout %s call %s: request/response JSON over %d bytes; cut with a marker",
                         rid, call.get("index"), MAX_CELL_BYTES)
+        if keys and not cut1:  # a cut request can never be a prefix source
+            message = _response_message(response)
+            seen.append((call.get("index", len(seen)), keys + ([_dumps(message)] if message and not cut2 else [])))
         extra = {
             "rollout_id": rid,
             "n_prompt_ids": len(call.get("prompt_token_ids") or []),
@@ -518,19 +540,31 @@ def trace_request(rows: Sequence[dict[str, Any]], call_index: int) -> Any:
         if idx not in by_index:
             raise KeyError(f"no trace row with call_index {idx}")
         r = by_index[idx]
-        if r["truncated"]:
-            try:
-                req = json.loads(r["request_json"])
-            except json.JSONDecodeError:
-                raise ValueError(f"call_index {idx}: request_json was cut to the cell limit") from None
-        else:
+        try:
             req = json.loads(r["request_json"])
+        except json.JSONDecodeError:
+            raise ValueError(f"call_index {idx}: request_json was cut to the cell limit; it cannot be restored") \
+                from None
         if r["messages_prefix_call_index"] >= 0:
-            prefix = build(r["messages_prefix_call_index"])["messages"][: r["messages_prefix_len"]]
-            req = dict(req, messages=prefix + req["messages"])
+            src = by_index.get(r["messages_prefix_call_index"])
+            if src is None:
+                raise KeyError(f"no trace row with call_index {r['messages_prefix_call_index']}")
+            history = build(src["call_index"])["messages"]
+            message = None if src["truncated"] and _is_cut(src["response_json"]) else \
+                _response_message(json.loads(src["response_json"]))
+            history = history + ([message] if message is not None else [])
+            req = dict(req, messages=history[: r["messages_prefix_len"]] + req["messages"])
         return req
 
     return build(call_index)
+
+
+def _is_cut(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return True
+    return False
 
 
 def sequence_to_trl(row: dict[str, Any]) -> dict[str, list]:

@@ -5,7 +5,10 @@ Schemas (summary, task, held_out_tests, trace with trace records) and the layout
 docs/architecture.md: an agent root that grows by (sampled + tool result) tokens each turn up to
 the requested context, optionally a toolless title-generator root (auxiliary) and a discarded
 retry. Token ids come from a seeded generator; message text is a deterministic word per id, so
-text and ids have the same information content as a real capture.
+text and ids have the same information content as a real capture (``text="random"``, fast, for
+tests), or ids are real code (Python standard-library sources) encoded with the project's built-in
+tokenizer and text is their decoding (``text="code"``, for storage measurements that need realistic
+compressibility).
 """
 
 from __future__ import annotations
@@ -33,15 +36,41 @@ def _words() -> list[str]:
     return _WORDS
 
 
-def _text(ids: np.ndarray) -> str:
+_CORPUS: dict[str, Any] = {}
+
+
+def _code_corpus(max_chars: int = 600_000) -> tuple[np.ndarray, Any]:
+    """Token ids of Python standard-library sources (sorted files, first `max_chars`) + the tokenizer."""
+    if "ids" not in _CORPUS:
+        import sysconfig
+
+        from rollout_dataset.backend.tokenizer import encode_text, load_tokenizer
+
+        tok = load_tokenizer("builtin")
+        parts, size = [], 0
+        for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            parts.append(text)
+            size += len(text)
+            if size >= max_chars:
+                break
+        _CORPUS["ids"] = np.asarray(encode_text(tok, "".join(parts)[:max_chars]), dtype=np.int32)
+        _CORPUS["tok"] = tok
+    return _CORPUS["ids"], _CORPUS["tok"]
+
+
+def _text(ids: np.ndarray, mode: str = "random") -> str:
+    if mode == "code":
+        return _code_corpus()[1].decode(ids.tolist())
     words = _words()
     return " ".join(words[i] for i in ids.tolist())
 
 
 def _call(index: int, session: str, prompt: np.ndarray, out: np.ndarray, logps: np.ndarray,
-          messages: list[dict[str, Any]], tools: list[dict[str, Any]], finish: str, seed: int) -> dict[str, Any]:
+          messages: list[dict[str, Any]], tools: list[dict[str, Any]], finish: str, seed: int,
+          mode: str) -> dict[str, Any]:
     params = {"temperature": 1.0, "top_p": 1.0, "max_tokens": 4096, "seed": seed}
-    message: dict[str, Any] = {"role": "assistant", "content": _text(out)}
+    message: dict[str, Any] = {"role": "assistant", "content": _text(out, mode)}
     request = {"model": "local", "messages": messages, **params}
     if tools:
         request["tools"] = tools
@@ -71,7 +100,8 @@ def _call(index: int, session: str, prompt: np.ndarray, out: np.ndarray, logps: 
 
 def write_synthetic_rollout(folder: str | Path, *, n_turns: int = 5, context_tokens: int = 2048, seed: int = 0,
                             with_aux: bool = True, with_retry: bool = False, with_tests: bool = True,
-                            task_index: int = 0, model: str = "local", rollout_id: str | None = None) -> str:
+                            task_index: int = 0, model: str = "local", rollout_id: str | None = None,
+                            text: str = "random") -> str:
     """Write one synthetic artifact folder.
 
     Args:
@@ -86,6 +116,8 @@ def write_synthetic_rollout(folder: str | Path, *, n_turns: int = 5, context_tok
         task_index: the task index.
         model: the model name.
         rollout_id: the rollout id (default: a fresh uuid4 hex).
+        text: ``"random"`` (seeded random ids, a word per id) or ``"code"`` (real code through the
+            built-in tokenizer; slower, realistic compressibility).
 
     Returns:
         The rollout id.
@@ -105,8 +137,18 @@ def write_synthetic_rollout(folder: str | Path, *, n_turns: int = 5, context_tok
     turns: list[dict[str, Any]] = []
     sequences: list[dict[str, Any]] = []
 
+    if text not in ("random", "code"):
+        raise ValueError(f"text must be 'random' or 'code', not {text!r}")
+
     def ids(n: int) -> np.ndarray:
+        if text == "code":
+            corpus = _code_corpus()[0]
+            start = int(rng.integers(0, len(corpus) - n)) if len(corpus) > n else 0
+            return np.resize(corpus[start:start + n], n).astype(np.int32)
         return rng.integers(0, _VOCAB, size=n, dtype=np.int64).astype(np.int32)
+
+    def words(x: np.ndarray) -> str:
+        return _text(x, text)
 
     def logps(n: int) -> np.ndarray:
         return (-rng.exponential(0.5, size=n)).astype(np.float32).astype(np.float64)
@@ -115,7 +157,7 @@ def write_synthetic_rollout(folder: str | Path, *, n_turns: int = 5, context_tok
 
     def add_turn(prompt, out, lps, role, trained, tool_calls, messages, tool_list, finish, parent):
         idx = len(calls)
-        calls.append(_call(idx, session, prompt, out, lps, messages, tool_list, finish, seed))
+        calls.append(_call(idx, session, prompt, out, lps, messages, tool_list, finish, seed, text))
         names = [c["name"] for c in tool_calls]
         turns.append({"turn": len(turns), "call_index": idx, "role": role, "trained": trained,
                       "tool_calls": names, "n_prompt_ids": len(prompt), "n_output_ids": len(out),
@@ -135,15 +177,15 @@ def write_synthetic_rollout(folder: str | Path, *, n_turns: int = 5, context_tok
     if with_aux:
         p, o, lp = ids(24), ids(6), logps(6)
         i = add_turn(p, o, lp, "auxiliary", False, [], [{"role": "system", "content": "title generator"},
-                                                         {"role": "user", "content": _text(p)}], [], "stop",
+                                                         {"role": "user", "content": words(p)}], [], "stop",
                      None)
         sequences.append({"role": "auxiliary", "trainable": False, "root_id": i, "node_ids": [i], "n_turns": 1,
                           "prompt_len": len(p), "n_trainable": 0, "turn_lengths": [len(o)],
                           "input_ids": np.concatenate([p, o]).tolist(), "loss_mask": [0] * (len(p) + len(o)),
                           "logprobs": [0.0] * len(p) + lp.tolist(), "findings": []})
     prompt = ids(sys_len)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": _text(prompt[: sys_len // 2])},
-                                      {"role": "user", "content": _text(prompt[sys_len // 2:])}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": words(prompt[: sys_len // 2])},
+                                      {"role": "user", "content": words(prompt[sys_len // 2:])}]
     mask: list[int] = [0] * sys_len
     all_lps: list[float] = [0.0] * sys_len
     node_ids, lengths = [], []
@@ -165,11 +207,11 @@ def write_synthetic_rollout(folder: str | Path, *, n_turns: int = 5, context_tok
         mask += [1] * n_out
         all_lps += lp.tolist()
         prompt = np.concatenate([prompt, out])
-        messages.append({"role": "assistant", "content": _text(out)})
+        messages.append({"role": "assistant", "content": words(out)})
         if not last:
             tool = ids(n_tool)
             prompt = np.concatenate([prompt, tool])
-            messages.append({"role": "tool", "content": _text(tool), "tool_call_id": f"c{t}"})
+            messages.append({"role": "tool", "content": words(tool), "tool_call_id": f"c{t}"})
             mask += [0] * n_tool
             all_lps += [0.0] * n_tool
     final_prompt_len = len(prompt) - n_out
@@ -216,7 +258,7 @@ def write_synthetic_rollout(folder: str | Path, *, n_turns: int = 5, context_tok
     for name, doc in docs.items():
         (folder / name).write_text(json.dumps(doc), encoding="utf-8")
     (folder / "visible_tests.txt").write_text("1 -> 2\n" if with_tests else "", encoding="utf-8")
-    (folder / "samples.md").write_text(f"# rollout {rid}\n\n```\n{_text(prompt)}\n```\n", encoding="utf-8")
+    (folder / "samples.md").write_text(f"# rollout {rid}\n\n```\n{words(prompt)}\n```\n", encoding="utf-8")
     return rid
 
 

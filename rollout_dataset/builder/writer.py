@@ -3,7 +3,8 @@
 Rows of each rollout become one small Arrow table (with the config's fixed schema); tables are
 buffered until about `row_group_bytes` and then written as one row group, so memory stays bounded
 by the buffer whatever the number of rollouts. Files are written for the Hub's viewer: zstd, page
-index on, row groups of at most about 100 MB.
+index on, row groups of at most about 100 MB. Dictionary encoding is used for scalar columns only:
+on token-id / logprob lists it costs about a quarter more bytes than plain zstd (measured).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class ConfigWriter:
         self._buffer: list[pa.Table] = []
         self._buffered = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = pq.ParquetWriter(str(self.path), self.schema, **_WRITE_OPTIONS)
+        scalars = [f.name for f in self.schema if not pa.types.is_list(f.type)]
+        self._writer = pq.ParquetWriter(str(self.path), self.schema, use_dictionary=scalars, **_WRITE_OPTIONS)
 
     def add(self, rows: list[dict[str, Any]]) -> None:
         """Add the rows of one rollout.

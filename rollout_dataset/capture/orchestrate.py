@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -44,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 SOLUTION_NOTE = ("Write your solution as a Python 3 program in the file solution.py in the current working "
                  "directory. It reads the input from standard input and writes the answer to standard output.")
+LOCAL_MAX_MODEL_LEN = 131072
+_IMPORT_LOCK = threading.Lock()
 _GENERATION_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
 
 
@@ -131,14 +134,17 @@ def _model_server(config: CaptureConfig) -> Iterator[tuple[str, Any]]:
         return
     from rollout_dataset.backend import LocalBackend, load_tokenizer, make_policy
 
-    tokenizer = load_tokenizer(config.tokenizer or "builtin")
+    with _IMPORT_LOCK:  # transformers' lazy imports are not thread-safe (concurrent captures)
+        tokenizer = load_tokenizer(config.tokenizer or "builtin")
     kwargs: dict[str, Any] = {}
     if config.policy == "script":
         if not config.script:
             raise ValueError("--policy script needs --script FILE")
         kwargs["script"] = str(config.script)
-    policy = make_policy(config.policy, **kwargs)
-    with serve_in_thread(lambda: LocalBackend(tokenizer=tokenizer, policy=policy,
+    with _IMPORT_LOCK:
+        policy = make_policy(config.policy, **kwargs)
+    # A long context, so harnesses that ask for large completions (opencode: max_tokens 32000) fit.
+    with serve_in_thread(lambda: LocalBackend(tokenizer=tokenizer, policy=policy, max_model_len=LOCAL_MAX_MODEL_LEN,
                                               served_model_name=config.served_model_name),
                          name="local-backend") as backend:
         yield backend.base_url, tokenizer
@@ -167,7 +173,8 @@ def _load_offline_tokenizer(name: str) -> Any:
     from rollout_dataset.backend import load_tokenizer
 
     try:
-        return load_tokenizer(name)
+        with _IMPORT_LOCK:
+            return load_tokenizer(name)
     except Exception as exc:  # a missing tokenizer only costs the cross-check and the samples
         logger.warning("tokenizer %r not available (%s): samples.md is written without the token stream", name, exc)
         return None
@@ -375,7 +382,13 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         "samples.md": _samples(document, records, tokenizer, header),
     }
     secrets = collect_secrets([config.api_key, os.environ.get("OPENAI_API_KEY"), os.environ.get("HF_TOKEN")])
-    write_artifacts(out_dir, files, secrets)
+    summary_doc = files.pop("summary.json")
+    redacted = write_artifacts(out_dir, files, secrets)
+    if redacted:
+        errors.append({"kind": "secret_redacted", "message": f"{redacted} secret occurrence(s) were redacted from "
+                       "the artifacts: a credential reached the requests (token ids may still encode it)"})
+        summary_doc["errors"] = list(errors)
+    write_artifacts(out_dir, {"summary.json": summary_doc}, secrets)
 
     from rollout_dataset.schema.check import check_artifact_dir
 

@@ -86,4 +86,4 @@ def reward_after_penalties(env_reward: float | None, penalties: list[dict[str, A
     """
     if env_reward is None:
         return None
-    return round(max(0.0, env_reward - sum(p["amount"] for p in penalties)), 6)
+    return round(max(0.0, env_reward - sum(p["amount"] for p in penalties)), 12)

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="echo", help="what the model says: echo, script, oracle, ...")
     parser.add_argument("--script", default=None, help="JSON/YAML script of steps (with --policy script)")
     parser.add_argument("--served-model-name", default="local", help="model name clients use (default local)")
-    parser.add_argument("--max-model-len", type=int, default=32768, help="context length in tokens")
+    parser.add_argument("--max-model-len", type=int, default=131072, help="context length in tokens (default 131072)")
     parser.add_argument("--return-tokens-as-token-ids", action="store_true",
                         help="report logprob tokens as token_id:N (as vLLM's flag of the same name)")
 

@@ -134,9 +134,8 @@ def export_rollout(
                     f"loss_mask {len(seq.loss_mask)}, logprobs {len(seq.logprobs)}",
                 )
             )
-        trainable = (
-            trainable_capture and seq.role == AGENT and seq.n_trainable > 0 and rollout_gate_ok and not has_error(found)
-        )
+        n_trainable = seq.n_trainable
+        trainable = trainable_capture and seq.role == AGENT and n_trainable > 0 and rollout_gate_ok and not has_error(found)
         rows.append(
             {
                 "role": seq.role,
@@ -145,7 +144,7 @@ def export_rollout(
                 "n_turns": seq.n_turns,
                 "prompt_len": seq.prompt_len,
                 "turn_lengths": seq.turn_lengths,
-                "n_trainable": seq.n_trainable if trainable_capture else 0,
+                "n_trainable": n_trainable if trainable_capture else 0,
                 "input_ids": seq.input_ids,
                 "loss_mask": seq.loss_mask if trainable_capture else [0] * len(seq.loss_mask),
                 "logprobs": seq.logprobs,

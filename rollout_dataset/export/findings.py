@@ -344,16 +344,31 @@ def prefix_break_findings(graph: RolloutGraph) -> list[dict[str, Any]]:
     nodes = graph.nodes()
     if len(graph.roots()) < 2:
         return []
-    norm_req = [tuple(normalise_message(m) for m in n.request_messages) for n in nodes]
-    norm_hist = [r + ((normalise_message(n.response_message),) if n.response_message else ()) for r, n in zip(norm_req, nodes)]
+    req_cache: dict[int, tuple] = {}
+    hist_cache: dict[int, tuple] = {}
+
+    def norm_req(k: int) -> tuple:  # normalised lazily: most roots stop at the call just before
+        if k not in req_cache:
+            req_cache[k] = tuple(normalise_message(m) for m in nodes[k].request_messages)
+        return req_cache[k]
+
+    def norm_hist(k: int) -> tuple:
+        if k not in hist_cache:
+            response = nodes[k].response_message
+            hist_cache[k] = norm_req(k) + ((normalise_message(response),) if response else ())
+        return hist_cache[k]
+
     out = []
     for pos, root in enumerate(nodes):
         if root.parent is not None or pos == 0:
             continue
-        msgs = norm_req[pos]
+        msgs = norm_req(pos)
         best: tuple[int, int, int] | None = None  # (score, k, earlier position)
         for e in range(pos - 1, -1, -1):
-            hist = norm_hist[e]
+            if norm_req(e) == msgs:  # the same request again: a retry or resample, not a break
+                best = None
+                break
+            hist = norm_hist(e)
             if len(hist) <= len(msgs) and msgs[: len(hist)] == hist:
                 best = (3, len(hist), e)
                 break

@@ -101,7 +101,7 @@ def opencode_preset(opencode_bin: str | None = None, *, title: bool = True) -> H
                                  "options": {"baseURL": "{base_url}", "apiKey": "{env:OPENAI_API_KEY}"},
                                  "models": {"{model}": {"name": "{model}"}}}},
         "model": "rollout/{model}",
-        "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"},
+        "permission": {"edit": "allow", "bash": "allow"},
         "autoupdate": False,
         "share": "disabled",
     }

@@ -105,15 +105,20 @@ class ProxyApp:
     Args:
         upstream_root: the model server's root URL (no trailing ``/v1``).
         recorder: where records go.
-        client: the shared `httpx.AsyncClient` for upstream calls.
+        transport: the shared httpx transport (connection pool) for upstream calls. It is called
+            directly, not through `httpx.AsyncClient`: a proxy wants no cookie jar shared between
+            harnesses, no auth and no redirects, and skipping them halves the per-call CPU.
+        timeout: seconds for connect/pool (`connect`) and for each read (`read`).
         max_body_bytes: largest request body accepted (larger → 413).
     """
 
-    def __init__(self, upstream_root: str, recorder: TraceRecorder, client: httpx.AsyncClient,
-                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    def __init__(self, upstream_root: str, recorder: TraceRecorder, transport: httpx.AsyncBaseTransport,
+                 timeout: httpx.Timeout | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         self.upstream_root = upstream_root.rstrip("/")
         self.recorder = recorder
-        self.client = client
+        self.transport = transport
+        timeout = timeout or httpx.Timeout(600.0, connect=10.0)
+        self._extensions = {"timeout": timeout.as_dict()}
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -181,7 +186,8 @@ class ProxyApp:
         query = scope.get("query_string") or b""
         if query:
             url += "?" + query.decode("latin-1")
-        request = self.client.build_request(call.method, url, content=body or None, headers=up_headers)
+        request = httpx.Request(call.method, url, content=body or None, headers=up_headers,
+                                extensions=self._extensions)
         await self._run_with_disconnect_watch(call, request, token_req, receive, send)
 
     async def _read_body(self, call: _Call, raw_headers: list[tuple[bytes, bytes]], receive: Receive,
@@ -280,7 +286,7 @@ class ProxyApp:
         url = str(request.url)
         try:
             try:
-                response = await self.client.send(request, stream=True)
+                response = await self.transport.handle_async_request(request)
             except httpx.TimeoutException as exc:
                 await self._reply_error(call, send, 504, "upstream_timeout",
                                         f"the model server at {url} did not answer in time "
@@ -297,11 +303,11 @@ class ProxyApp:
                 if "text/event-stream" in ctype:
                     call.stream = True
                     if token_req is not None and response.status_code < 400:
-                        await self._relay_generation_stream(call, response, token_req, send)
+                        await self._relay_generation_stream(call, url, response, token_req, send)
                     else:
-                        await self._relay_stream(call, response, send)
+                        await self._relay_stream(call, url, response, send)
                 else:
-                    await self._relay_whole(call, response, token_req, send)
+                    await self._relay_whole(call, url, response, token_req, send)
             finally:
                 await response.aclose()
         except asyncio.CancelledError:
@@ -319,19 +325,19 @@ class ProxyApp:
         finally:
             self._finish(call)
 
-    async def _relay_whole(self, call: _Call, response: httpx.Response, token_req: TokenRequest | None,
-                           send: Send) -> None:
+    async def _relay_whole(self, call: _Call, url: str, response: httpx.Response,
+                           token_req: TokenRequest | None, send: Send) -> None:
         """A non-streamed answer: read it, record it, then send it."""
         try:
             data = await response.aread()
         except httpx.TimeoutException:
             await self._reply_error(call, send, 504, "upstream_timeout",
-                                    f"the model server at {response.request.url} stopped sending its answer "
+                                    f"the model server at {url} stopped sending its answer "
                                     "(timeout; see upstream_timeout)")
             return
         except httpx.TransportError as exc:
             await self._reply_error(call, send, 502, "upstream_disconnect",
-                                    f"the model server at {response.request.url} dropped the connection: {exc}")
+                                    f"the model server at {url} dropped the connection: {exc}")
             return
         body = data
         ctype = response.headers.get("content-type", "")
@@ -355,7 +361,7 @@ class ProxyApp:
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
-    async def _relay_stream(self, call: _Call, response: httpx.Response, send: Send) -> None:
+    async def _relay_stream(self, call: _Call, url: str, response: httpx.Response, send: Send) -> None:
         """A streamed answer of any other endpoint: bytes through unchanged, recorded as text."""
         call.status = response.status_code
         await send({"type": "http.response.start", "status": response.status_code,
@@ -369,9 +375,9 @@ class ProxyApp:
                     kept += chunk
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except httpx.TimeoutException:
-            call.fail("upstream_timeout", f"the model server at {response.request.url} stopped streaming (timeout)")
+            call.fail("upstream_timeout", f"the model server at {url} stopped streaming (timeout)")
         except httpx.TransportError as exc:
-            call.fail("upstream_disconnect", f"the model server at {response.request.url} dropped the stream: {exc}")
+            call.fail("upstream_disconnect", f"the model server at {url} dropped the stream: {exc}")
         except asyncio.CancelledError:
             call.response = bytes(kept).decode("utf-8", errors="replace") if kept else None
             raise
@@ -379,8 +385,8 @@ class ProxyApp:
         self._finish(call)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _relay_generation_stream(self, call: _Call, response: httpx.Response, token_req: TokenRequest,
-                                       send: Send) -> None:
+    async def _relay_generation_stream(self, call: _Call, url: str, response: httpx.Response,
+                                       token_req: TokenRequest, send: Send) -> None:
         """A streamed chat/completions answer: forward each chunk (stripped), reassemble, record."""
         call.status = response.status_code
         await send({"type": "http.response.start", "status": response.status_code,
@@ -407,11 +413,11 @@ class ProxyApp:
                     call.ttft_ms = (time.perf_counter() - call.t0) * 1000.0
                 await send({"type": "http.response.body", "body": _frame(event, data), "more_body": True})
         except httpx.TimeoutException:
-            message = f"the model server at {response.request.url} stopped streaming (timeout; see upstream_timeout)"
+            message = f"the model server at {url} stopped streaming (timeout; see upstream_timeout)"
             call.fail("upstream_timeout", message)
             tail = b"data: " + _dumps(_error_body(504, message, "upstream_timeout")) + b"\n\n"
         except httpx.TransportError as exc:
-            message = f"the model server at {response.request.url} dropped the stream: {type(exc).__name__}: {exc}"
+            message = f"the model server at {url} dropped the stream: {type(exc).__name__}: {exc}"
             call.fail("upstream_disconnect", message)
             tail = b"data: " + _dumps(_error_body(502, message, "upstream_disconnect")) + b"\n\n"
         except asyncio.CancelledError:  # client gone (or shutdown): keep what arrived for the record

@@ -141,23 +141,26 @@ def default_hidden_paths() -> list[Path]:
     return [p for p in paths if p.exists()]
 
 
-def wrap_command(argv: list[str], hidden: Iterable[Path]) -> tuple[list[str], bool]:
+def wrap_command(argv: list[str], hidden: Iterable[Path], network: bool = False) -> tuple[list[str], bool]:
     """Wrap a command in the available namespaces.
 
     Args:
         argv: the command to run.
         hidden: paths to cover inside the mount namespace (ignored without one).
+        network: keep the host network (for an agent CLI that must reach the recording proxy);
+            the other layers still apply.
 
     Returns:
         ``(argv, via_init)``: the command to start, and whether it runs under the init script (whose
         exit status 128+N means the command died of signal N).
     """
     mode = probe_isolation()
-    if not mode.network:
+    new_net = mode.network and not network
+    if not (new_net or mode.mount or mode.pid):
         return list(argv), False
     masks = [str(p) for p in hidden if os.path.exists(p)] if mode.mount else []
     inner = (_setpriv_prefix() if mode.drop_caps else []) + list(argv)
-    wrapped = ["unshare", *_unshare_flags(mode.network, mode.mount, mode.pid), "--",
+    wrapped = ["unshare", *_unshare_flags(new_net, mode.mount, mode.pid), "--",
                "/bin/sh", "-c", _INIT_SCRIPT, "sandbox-init", str(len(masks)), *masks, *inner]
     return wrapped, True
 
@@ -185,13 +188,15 @@ def isolation_report(hidden: Iterable[Path] | None = None) -> dict[str, Any]:
     if not mode.drop_caps:
         not_isolated.append("privileges: capabilities are not dropped")
     return {
-        "network": "network namespace (no interfaces up)" if mode.network else "none (host network)",
+        "network": ("network namespace (no interfaces up); Sandbox(network=True) keeps the host network "
+                    "for agent CLIs that must reach the proxy") if mode.network else "none (host network)",
         "filesystem": (f"own temporary working directory; mount namespace hiding {hidden}" if mode.mount
                        else "own temporary working directory only"),
         "processes": "PID namespace with private /proc" if mode.pid else "shared with the host",
         "privileges": (f"runs as uid {os.getuid()}; bounding set without {', '.join(DROPPED_CAPS)}"
                        if mode.drop_caps else f"runs as uid {os.getuid()} with its capabilities"),
-        "limits": "setrlimit: CPU (RLIMIT_CPU), address space (RLIMIT_AS), file size (RLIMIT_FSIZE); "
+        "limits": "rlimits (util-linux prlimit, else setrlimit in the child): CPU (RLIMIT_CPU), address "
+                  "space (RLIMIT_AS), file size (RLIMIT_FSIZE), no core files; "
                   "wall time and output size enforced by the runner (process group killed)",
         "environment": "scrubbed: only PATH, HOME/TMPDIR (the working directory), locale and Python "
                        "settings; no tokens, API keys or proxy settings",

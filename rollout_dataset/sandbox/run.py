@@ -11,6 +11,7 @@ limit), with rlimits set between fork and exec, stdout/stderr capped, a scrubbed
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from .isolation import MASK_FAILED_STATUS, default_hidden_paths, isolation_report, wrap_command
-from .limits import Limits, RunResult, apply_rlimits
+from .limits import Limits, RunResult, apply_rlimits, prlimit_args
 
 __all__ = ["Sandbox", "run_in_sandbox", "scrubbed_env"]
 
@@ -38,17 +39,21 @@ _FILE_MARKERS = ("File too large",)
 _CHUNK = 65536
 
 
-def scrubbed_env(home: str | os.PathLike[str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def scrubbed_env(home: str | os.PathLike[str], extra: Mapping[str, str] | None = None,
+                 trusted: Iterable[str] = ()) -> dict[str, str]:
     """The environment sandboxed code gets: nothing inherited but a PATH.
 
     Args:
         home: the working directory, used as HOME and TMPDIR.
         extra: variables the caller wants to add; any whose name looks like a secret (token, key,
             password, auth, proxy, ...) is dropped with a warning naming only the variable.
+        trusted: names in `extra` the caller vouches for although they look secret (e.g. a dummy
+            ``OPENAI_API_KEY`` for the local recording proxy).
 
     Returns:
         The environment dict.
     """
+    trusted = set(trusted)
     python_dir = os.path.dirname(sys.executable)
     env = {
         "PATH": os.pathsep.join([python_dir, "/usr/local/bin", "/usr/bin", "/bin"]),
@@ -62,7 +67,7 @@ def scrubbed_env(home: str | os.PathLike[str], extra: Mapping[str, str] | None =
         "PYTHONHASHSEED": "0",
     }
     for name, value in (extra or {}).items():
-        if _SECRET_NAME.search(name):
+        if _SECRET_NAME.search(name) and name not in trusted:
             log.warning("sandbox: not passing environment variable %s (looks like a secret)", name)
             continue
         env[name] = str(value)
@@ -119,6 +124,17 @@ def _feed(pipe: Any, data: bytes) -> None:
             pass
 
 
+@functools.lru_cache(maxsize=1)
+def _has_prlimit() -> bool:
+    path = shutil.which("prlimit")
+    if not path:
+        return False
+    try:
+        return subprocess.run([path, "--cpu=5:6", "--", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -127,13 +143,18 @@ def _kill_group(pid: int) -> None:
 
 
 def _execute(argv: list[str], *, cwd: Path, stdin: bytes, limits: Limits, env: dict[str, str],
-             hidden: Iterable[Path]) -> RunResult:
-    wrapped, via_init = wrap_command(argv, hidden)
+             hidden: Iterable[Path], network: bool = False) -> RunResult:
+    wrapped, via_init = wrap_command(argv, hidden, network=network)
+    preexec = None
+    if _has_prlimit():
+        wrapped = prlimit_args(limits) + wrapped
+    else:
+        preexec = functools.partial(apply_rlimits, limits)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
             wrapped, cwd=str(cwd), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=lambda: apply_rlimits(limits),
+            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=preexec,
         )
     except OSError as exc:
         return RunResult("", f"could not start {argv[0]!r}: {exc}", 127, False, None,
@@ -170,9 +191,9 @@ def _execute(argv: list[str], *, cwd: Path, stdin: bytes, limits: Limits, env: d
         limit = "output"
     elif timed_out:
         limit = "wall"
-    elif code in (-signal.SIGXCPU, -signal.SIGKILL):
+    elif code == -signal.SIGXCPU or (code == -signal.SIGKILL and limits.cpu_s is not None):
         limit = "cpu"
-    elif code != 0 and any(m in stderr_text for m in _MEMORY_MARKERS):
+    elif code != 0 and limits.memory_mb is not None and any(m in stderr_text for m in _MEMORY_MARKERS):
         limit = "memory"
     elif code == -signal.SIGXFSZ or (code != 0 and any(m in stderr_text for m in _FILE_MARKERS)):
         limit = "file"
@@ -188,15 +209,19 @@ class Sandbox:
         limits: default limits of `run`.
         hide_paths: extra files or directories the code must not read (held-out test files, task
             files, artifact folders); covered inside a mount namespace where available, on top of
-            `default_hidden_paths()`.
+            `default_hidden_paths()`. A path that contains the working directory is not hidden.
         env: extra environment variables for every command (secret-looking names are dropped).
+        trusted_env: names in `env` to pass although they look like secrets (dummy keys only).
+        network: keep the host network (default False: no network at all). Only for agent CLIs
+            that must reach the recording proxy; hidden paths and limits still apply.
 
     Raises:
         FileNotFoundError: `workdir` does not exist.
     """
 
     def __init__(self, workdir: str | os.PathLike[str] | None = None, *, limits: Limits | None = None,
-                 hide_paths: Iterable[str | os.PathLike[str]] = (), env: Mapping[str, str] | None = None) -> None:
+                 hide_paths: Iterable[str | os.PathLike[str]] = (), env: Mapping[str, str] | None = None,
+                 trusted_env: Iterable[str] = (), network: bool = False) -> None:
         if workdir is None:
             self._owned = True
             self.workdir = Path(tempfile.mkdtemp(prefix="rd-sandbox-")).resolve()
@@ -206,8 +231,15 @@ class Sandbox:
             if not self.workdir.is_dir():
                 raise FileNotFoundError(f"sandbox working directory {self.workdir} does not exist")
         self.limits = limits or Limits()
-        self.hidden_paths = [*default_hidden_paths(), *(Path(p).resolve() for p in hide_paths)]
+        self.hidden_paths = []
+        for p in [*default_hidden_paths(), *(Path(p).resolve() for p in hide_paths)]:
+            if p == self.workdir or p in self.workdir.parents:
+                log.warning("sandbox: not hiding %s: it contains the working directory %s", p, self.workdir)
+            else:
+                self.hidden_paths.append(p)
         self.env = dict(env or {})
+        self.trusted_env = tuple(trusted_env)
+        self.network = bool(network)
         self.closed = False
 
     # -- context manager -------------------------------------------------------------------------
@@ -301,7 +333,8 @@ class Sandbox:
         data = stdin.encode("utf-8") if isinstance(stdin, str) else (stdin or b"")
         run_cwd = self.path(cwd) if cwd is not None else self.workdir
         result = _execute(argv, cwd=run_cwd, stdin=data, limits=limits or self.limits,
-                          env=scrubbed_env(self.workdir, {**self.env, **(env or {})}), hidden=self.hidden_paths)
+                          env=scrubbed_env(self.workdir, {**self.env, **(env or {})}, self.trusted_env),
+                          hidden=self.hidden_paths, network=self.network)
         if result.limit:
             log.info("sandbox: %s: %s", argv[-1][:80], result.error)
         return result

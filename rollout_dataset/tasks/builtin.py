@@ -100,8 +100,13 @@ def find_builtin_task_by_instruction(text: str) -> Task | None:
     haystack = _squash(text)
     if not haystack:
         return None
-    for key in (lambda t: t.instruction, lambda t: t.metadata.get("statement", "")):
-        found = [t for t in _load() if key(t) and _squash(key(t)) in haystack]
+    for column in (0, 1):
+        found = [(len(keys[column]), task) for task, keys in _squashed() if keys[column] and keys[column] in haystack]
         if found:
-            return max(found, key=lambda t: len(key(t)))
+            return max(found, key=lambda pair: pair[0])[1]
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def _squashed() -> tuple[tuple[Task, tuple[str, str]], ...]:
+    return tuple((t, (_squash(t.instruction), _squash(t.metadata.get("statement", "")))) for t in _load())

@@ -261,6 +261,8 @@ class CrafterAgent:
                         {"id": tc.get("id"), "type": "function",
                          "function": {"name": tc["function"]["name"], "arguments": tc["function"].get("arguments", "")}}
                         for tc in tool_calls]
+                if message.get("reasoning_content"):
+                    assistant["reasoning_content"] = message["reasoning_content"]
                 messages.append(assistant)
                 if not tool_calls:
                     return result("final_answer")

@@ -1,14 +1,23 @@
 """A headless Crafter episode: seeded world, action names, state snapshots, a step budget.
 
 `CrafterWorld` wraps `crafter.Env` for a text-only agent. Pixels are never rendered (the agent
-reads a text observation), which makes a step about 5x cheaper without changing the world: the
+reads a text observation), which makes a step much cheaper without changing the world: the
 world's randomness does not depend on rendering. The seed decides the world; the same seed and
 the same actions give the same episode.
+
+Crafter generates worlds with pure-Python simplex noise (seconds for 64 x 64), so freshly reset
+worlds are kept in a small process-wide cache and each episode plays on a deep copy: rollouts of
+the same seed (a batch runs several) generate the world once, and a copy plays exactly like a
+fresh generation (the copy carries the world's random state too).
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import logging
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -102,16 +111,54 @@ class StepOutcome:
     state: CrafterState
 
 
-def _headless_env_class() -> type:
+@functools.lru_cache(maxsize=2)
+def _env_class(pixels: bool) -> type:
+    """crafter.Env made reproducible (and, unless `pixels`, headless).
+
+    Crafter keeps each chunk's creatures in a set, ordered by memory address, and despawns a
+    randomly indexed member of it: the same seed could then play differently from one process (or
+    one copied world) to the next. Here a chunk's objects are handed over sorted by position (one
+    object per cell), so the seed alone decides the episode.
+    """
     import crafter
 
-    class _HeadlessEnv(crafter.Env):  # type: ignore[misc]
-        """crafter.Env that skips rendering pixels (the world is unchanged)."""
+    def _balance_object(self, chunk, objs, *args, **kwargs):  # noqa: ANN001 - crafter's hook
+        ordered = sorted(objs, key=lambda obj: (int(obj.pos[0]), int(obj.pos[1])))
+        return crafter.Env._balance_object(self, chunk, ordered, *args, **kwargs)
 
-        def _obs(self):  # noqa: D401 - crafter's hook
-            return None
+    namespace: dict[str, Any] = {"_balance_object": _balance_object, "__doc__": _env_class.__doc__}
+    if not pixels:
+        namespace["_obs"] = lambda self: None  # skip rendering pixels; the world is unchanged
+    return type("ReproducibleCrafterEnv" if pixels else "HeadlessCrafterEnv", (crafter.Env,), namespace)
 
-    return _HeadlessEnv
+
+_CACHE_SIZE = 16
+_CACHE: "OrderedDict[tuple[int, tuple[int, int], bool], Any]" = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def _fresh_env(seed: int, area: tuple[int, int], length: int, pixels: bool, reuse: bool) -> Any:
+    """A just-reset `crafter.Env` for `seed`, copied from the cache when `reuse` allows."""
+    cls = _env_class(bool(pixels))
+    if not reuse:
+        env = cls(area=area, seed=seed, length=length, reward=True)
+        env.reset()
+        return env
+    key = (int(seed), (int(area[0]), int(area[1])), bool(pixels))
+    with _CACHE_LOCK:  # generation is CPU-bound Python: serialising it costs nothing
+        template = _CACHE.get(key)
+        if template is None:
+            template = cls(area=area, seed=seed, length=length, reward=True)
+            template.reset()
+            _CACHE[key] = template
+            while len(_CACHE) > _CACHE_SIZE:
+                _CACHE.popitem(last=False)
+        else:
+            _CACHE.move_to_end(key)
+        textures = template._textures  # read-only image cache: shared, not copied
+        env = copy.deepcopy(template, memo={id(textures): textures})
+    env._length = length
+    return env
 
 
 @dataclass
@@ -124,6 +171,7 @@ class CrafterWorld:
         view: (width, height) of the area around the player reported in states (odd numbers).
         area: world size (Crafter's default 64 x 64).
         render_pixels: render Crafter's image observation too (not needed by text agents).
+        reuse_worlds: start from a cached copy of the seed's generated world (same episode, faster).
 
     Raises:
         ValueError: `max_steps` < 1 or an even/non-positive view size.
@@ -134,6 +182,7 @@ class CrafterWorld:
     view: tuple[int, int] = (11, 9)
     area: tuple[int, int] = (64, 64)
     render_pixels: bool = False
+    reuse_worlds: bool = True
     total_reward: float = field(default=0.0, init=False)
     _env: Any = field(default=None, init=False, repr=False)
     _state: CrafterState | None = field(default=None, init=False, repr=False)
@@ -152,11 +201,7 @@ class CrafterWorld:
         Returns:
             The initial state.
         """
-        import crafter
-
-        cls = crafter.Env if self.render_pixels else _headless_env_class()
-        self._env = cls(area=self.area, seed=int(self.seed), length=self.max_steps, reward=True)
-        self._env.reset()
+        self._env = _fresh_env(int(self.seed), self.area, self.max_steps, self.render_pixels, self.reuse_worlds)
         self.total_reward = 0.0
         self._state = self._snapshot(done=False, dead=False)
         logger.debug("crafter world seed=%s reset at %s", self.seed, self._state.player_pos)

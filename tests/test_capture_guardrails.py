@@ -1,0 +1,157 @@
+"""Guardrails of a capture: out-of-range index, first-call failure, timeout, leakage, secrets, CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from rollout_dataset.capture import CaptureConfig, capture_rollout, serve_in_thread
+from rollout_dataset.cli import main as cli_main
+from rollout_dataset.errors import TaskIndexError, UpstreamStatusError
+from rollout_dataset.schema.check import validate_path
+from rollout_dataset.tasks import load_tasks
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET = "sk-rollout-SECRET-4242-do-not-leak"
+
+# A stand-in "CLI agent": one chat call through the proxy, then whatever the flags say.
+AGENT = r'''
+import json, os, sys, time, urllib.request
+base, model = sys.argv[1], sys.argv[2]
+statement = open(os.environ["ROLLOUT_TASK_FILE"]).read()
+extra = os.environ.get("AGENT_EXTRA_TEXT", "")
+body = {"model": model, "messages": [{"role": "user", "content": statement + extra}], "max_tokens": 64}
+req = urllib.request.Request(base + "/chat/completions", data=json.dumps(body).encode(),
+                             headers={"Content-Type": "application/json",
+                                      "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+try:
+    urllib.request.urlopen(req, timeout=30).read()
+except Exception as exc:
+    print("call failed:", exc, file=sys.stderr)
+    while os.environ.get("AGENT_RETRY_FOREVER"):
+        time.sleep(0.2)
+if os.environ.get("AGENT_SOLUTION"):
+    open("solution.py", "w").write(os.environ["AGENT_SOLUTION"])
+if os.environ.get("AGENT_NOTES"):
+    open("notes.txt", "w").write(os.environ["AGENT_NOTES"])
+time.sleep(float(os.environ.get("AGENT_SLEEP", "0")))
+'''
+
+
+@pytest.fixture(scope="module")
+def agent_cmd(tmp_path_factory):
+    script = tmp_path_factory.mktemp("agent") / "agent.py"
+    script.write_text(AGENT)
+    return f"cmd:{sys.executable} {script} {{base_url}} {{model}}"
+
+
+@contextlib.asynccontextmanager
+async def _failing_server(status: int):
+    async def fail(request):
+        return JSONResponse({"error": {"message": "engine exploded", "type": "InternalServerError",
+                                       "param": None, "code": status}}, status_code=status)
+
+    async def models(request):
+        return JSONResponse({"object": "list", "data": [{"id": "broken", "object": "model"}]})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", fail, methods=["POST"]),
+                            Route("/v1/models", models, methods=["GET"])])
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
+    import asyncio
+
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@pytest.fixture(scope="module")
+def failing_url():
+    with serve_in_thread(lambda: _failing_server(500), name="fail500") as url:
+        yield url
+
+
+def test_an_out_of_range_task_index_fails_at_once_naming_the_valid_range(tmp_path):
+    n = len(load_tasks("builtin", n_prompts=64, seed=0))
+    with pytest.raises(TaskIndexError, match=rf"0\.\.{n - 1}"):
+        capture_rollout(CaptureConfig(out_dir=tmp_path / "out", task_index=n))
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_script_has_the_same_flags_and_exit_code_for_a_bad_index(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "capture_scripts/capture_trace.py"), "--task-index", "500",
+                           "--out-dir", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "500" in proc.stderr and "0.." in proc.stderr
+
+
+def test_a_first_call_500_fails_fast_naming_status_and_url(tmp_path, failing_url):
+    with pytest.raises(UpstreamStatusError) as info:
+        capture_rollout(CaptureConfig(out_dir=tmp_path, base_url=failing_url, timeout_s=60))
+    assert info.value.status == 500 and info.value.url == failing_url + "/chat/completions"
+    assert "HTTP 500" in str(info.value) and failing_url in str(info.value)
+
+
+def test_an_external_harness_that_retries_is_stopped_at_the_first_500(tmp_path, failing_url, agent_cmd, monkeypatch):
+    monkeypatch.setenv("AGENT_RETRY_FOREVER", "1")
+    with pytest.raises(UpstreamStatusError) as info:
+        capture_rollout(CaptureConfig(out_dir=tmp_path, base_url=failing_url, harness=agent_cmd, timeout_s=120))
+    assert info.value.status == 500 and info.value.url == failing_url + "/chat/completions"
+
+
+def test_the_cli_exits_non_zero_naming_status_and_url(tmp_path, failing_url, capsys):
+    code = cli_main(["capture", "--base-url", failing_url, "--out-dir", str(tmp_path), "--timeout-s", "60"])
+    assert code == 1
+    assert f"HTTP 500 for {failing_url}/chat/completions" in capsys.readouterr().err
+
+
+def test_a_timed_out_rollout_keeps_its_partial_capture(tmp_path, agent_cmd, monkeypatch):
+    task = load_tasks("builtin", seed=0)[1]
+    monkeypatch.setenv("AGENT_SOLUTION", task.reference_solution)
+    monkeypatch.setenv("AGENT_SLEEP", "60")
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path, task_index=1, harness=agent_cmd, timeout_s=3))
+    summary = result.summary
+    assert summary["timed_out"] is True and summary["stop_reason"] == "timeout"
+    assert summary["captured_calls"] == 1 and summary["env_reward"] == 1.0
+    assert result.ok and validate_path(tmp_path) == []
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["timed_out"] is True and len(json.loads((tmp_path / "trace.json").read_text())["calls"]) == 1
+
+
+def test_a_planted_held_out_leak_is_an_error_in_the_summary_and_a_non_zero_exit(tmp_path, agent_cmd, monkeypatch,
+                                                                                 capsys):
+    task = load_tasks("builtin", seed=0)[0]
+    planted = next(t.input.strip() for t in task.held_out_tests if len(t.input.strip()) >= 6)
+    monkeypatch.setenv("AGENT_NOTES", f"found it: {planted}\n")
+    code = cli_main(["capture", "--task-index", "0", "--harness", agent_cmd, "--out-dir", str(tmp_path),
+                     "--timeout-s", "60"])
+    assert code == 1 and "leakage" in capsys.readouterr().err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["errors"][0]["kind"] == "leakage"
+    assert {"field": "input", "where": "workdir:notes.txt"}.items() <= summary["leakage"]["hits"][0].items()
+
+
+def test_a_distinctive_api_key_appears_in_no_artifact(tmp_path, agent_cmd, monkeypatch):
+    # The harness gets the key and even echoes it into its prompt; nothing on disk may hold it.
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("AGENT_EXTRA_TEXT", f"\n(my key is {SECRET})")
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "ext", harness=agent_cmd, timeout_s=60))
+    builtin = capture_rollout(CaptureConfig(out_dir=tmp_path / "builtin", timeout_s=60, api_key=SECRET))
+    assert result.summary["captured_calls"] == 1 and builtin.summary["captured_calls"] >= 3
+    assert builtin.ok and [e["kind"] for e in result.errors] == ["secret_redacted"]
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(files) >= 16
+    assert not [str(p) for p in files if SECRET in p.read_text(errors="replace")]
