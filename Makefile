@@ -52,6 +52,7 @@ bench: install-test
 	$(PY) bench/proxy_overhead.py
 	$(PY) bench/graph_export.py
 	$(PY) bench/dataset_build.py
+	$(PY) bench/batch_throughput.py
 
 clean:
 	rm -rf $(VENV) $(NPM_TOOLS) demo-dataset demo-artifacts

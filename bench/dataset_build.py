@@ -32,12 +32,14 @@ from rollout_dataset.builder.synthetic import write_synthetic_rollout
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dataset_build.json"
 
+# VmHWM of the child itself (ru_maxrss would carry the parent's high-water mark across fork+exec)
 _RSS_CHILD = """
-import resource, sys, time
+import sys, time
 from rollout_dataset.builder import build
 t = time.perf_counter()
 r = build([sys.argv[1]], sys.argv[2], progress=False)
-print(len(r.added), time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM")][0]
+print(len(r.added), time.perf_counter() - t, hwm)
 """
 
 _LOAD_CHILD = """

@@ -57,6 +57,10 @@ def capture_demo_rollouts(out_root: str | Path = DEFAULT_ARTIFACTS, task_indices
     return dirs
 
 
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def format_summaries(dirs: Sequence[Path]) -> str:
     """A table of the captured rollouts' summaries.
 
@@ -73,7 +77,8 @@ def format_summaries(dirs: Sequence[Path]) -> str:
     for d in dirs:
         s = json.loads((Path(d) / "summary.json").read_text(encoding="utf-8"))
         rows.append(f"| {s['rollout_id'][:8]} | {s['task_id']} | {s['captured_calls']} | {s['agent_turns']} | "
-                    f"{s['tool_calls_total']} | {s['env_reward']} | {s['reward_after_penalties']} | {s['stop_reason']} |")
+                    f"{s['tool_calls_total']} | {_num(s['env_reward'])} | {_num(s['reward_after_penalties'])} | "
+                    f"{s['stop_reason']} |")
     return "\n".join(rows)
 
 

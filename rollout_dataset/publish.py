@@ -114,9 +114,12 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
         with tempfile.TemporaryDirectory(prefix="rollout-push-") as tmp:
             for attempt in range(1, max_attempts + 1):
                 result.attempts = attempt
-                info = api.dataset_info(repo_id)
+                info = api.dataset_info(repo_id, files_metadata=True)
                 sha = info.sha
                 remote_files = [s.rfilename for s in (info.siblings or [])]
+                config_bytes = {c: sum(int(s.size or 0) for s in (info.siblings or [])
+                                       if s.rfilename.startswith(f"data/{c}/") and s.rfilename.endswith(".parquet"))
+                                for c in CONFIG_NAMES}
                 remote_rows = []
                 for path in sorted(f for f in remote_files
                                    if f.startswith(f"data/{DEFAULT_CONFIG}/") and f.endswith(".parquet")):
@@ -142,8 +145,10 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
                         path_in_repo = f"data/{config}/{name}"
                         ops.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(out)))
                         files.append(path_in_repo)
+                        config_bytes[config] += out.stat().st_size
                 union = remote_rows + [r for r in read_summary_rows(dataset_dir) if r["rollout_id"] in new_ids]
-                readme = render_card(union, template=template, repo_id=repo_id).encode("utf-8")
+                readme = render_card(union, template=template, repo_id=repo_id,
+                                     config_bytes=config_bytes).encode("utf-8")
                 ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme))
                 files.append("README.md")
                 try:

@@ -276,3 +276,11 @@ def test_serve_command_prints_its_base_url_once_listening(tmp_path):
         proc.terminate()
         proc.wait(timeout=30)
     assert proc.returncode == 0
+
+
+def test_start_in_thread_on_the_class_builds_the_backend_from_keywords():
+    from rollout_dataset.backend import LocalBackend
+
+    with LocalBackend.start_in_thread(policy="script", script=["from the class"], served_model_name="m") as backend:
+        r = httpx.post(f"{backend.base_url}/chat/completions", json={"model": "m", "messages": USER})
+    assert r.json()["choices"][0]["message"]["content"] == "from the class"

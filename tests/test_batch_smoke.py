@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -99,3 +98,17 @@ def test_model_server_500_fails_the_batch_at_once_naming_status_and_url(tmp_path
     assert f"HTTP 500 for {url}/chat/completions" in err
     assert len(list((tmp_path / "b" / "rollouts").glob("*"))) <= 1  # stopped after the first rollout
     assert not (tmp_path / "b" / "runs").exists()
+
+
+def test_unreachable_model_server_fails_the_batch_at_once_naming_the_url(tmp_path, capsys):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
+    port = server.server_port
+    server.server_close()  # nothing listens on this port any more
+    url = f"http://127.0.0.1:{port}/v1"
+    code = main(["batch", "--seeds", "0,1", "--rollouts-per-seed", "2", "--concurrency", "1", "--model", "m",
+                 "--base-url", url, "--no-progress", "--out", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert code == 1
+    # the recording proxy answers 502 for an upstream it cannot reach; the batch names it and the URL
+    assert "rollout-dataset batch: stopped:" in err and url in err and "Connect call failed" in err
+    assert len(list((tmp_path / "b" / "rollouts").glob("*"))) <= 1

@@ -54,16 +54,28 @@ def test_synthetic_artifacts_follow_the_shipped_schemas(built):
             assert schema_errors(call, "trace_record") == []
 
 
-def test_every_config_loads_with_its_declared_features_and_no_name_gives_summary(built):
+def test_every_config_loads_with_its_declared_features_and_no_name_gives_summary(built, tmp_path):
     datasets = pytest.importorskip("datasets")
     root, _, result = built
     for config in CONFIG_NAMES:
-        ds = datasets.load_dataset(str(root / "ds"), config, split="train")
+        ds = datasets.load_dataset(str(root / "ds"), config, split="train", cache_dir=str(tmp_path))
         assert ds.features == features(config), config
         assert len(ds) == result.rows[config], config
-    default = datasets.load_dataset(str(root / "ds"), split="train")
+    default = datasets.load_dataset(str(root / "ds"), split="train", cache_dir=str(tmp_path))
     assert default.column_names == [c.name for c in resolved_columns("summary")]
     assert len(default) == 4
+
+
+def test_load_dataset_never_serves_a_stale_cache_for_another_dataset_of_the_same_name(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    loaded = []
+    for k in range(2):  # same folder name, same number of rollouts, different rollouts
+        write_synthetic_rollout(tmp_path / f"art{k}", seed=900 + k, n_turns=2, context_tokens=64)
+        build([tmp_path / f"art{k}"], tmp_path / f"v{k}" / "ds", progress=False)
+        ds = datasets.load_dataset(str(tmp_path / f"v{k}" / "ds"), "sequences", split="train",
+                                   cache_dir=str(tmp_path / "cache"))
+        loaded.append(set(ds["rollout_id"]))
+    assert loaded[0] != loaded[1]
 
 
 def test_token_arrays_are_int32_logprobs_float32_masks_int8(built):

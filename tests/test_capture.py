@@ -94,3 +94,19 @@ def test_the_wrong_attempt_is_penalty_free_but_scored_by_the_real_verifier(captu
     assert 0 <= summary["held_out_passed"] < summary["held_out_tests"]
     assert summary["env_reward"] == pytest.approx(summary["held_out_passed"] / summary["held_out_tests"])
     assert summary["reward_after_penalties"] == pytest.approx(summary["env_reward"])
+
+
+def test_a_task_from_a_local_jsonl_file_is_captured_with_an_external_harness(tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    row = {"task_id": "double-it", "title": "Double it",
+           "instruction": "Print twice the integer given on one line.\n\nExample 1\nInput:\n4\nOutput:\n8\n",
+           "held_out_tests": [{"input": f"{n}\n", "output": f"{2 * n}\n"} for n in (0, -7, 123456, 99, 5)]}
+    tasks.write_text(json.dumps(row) + "\n")
+    harness = "cmd:printf 'print(2 * int(input()))\\n' > solution.py"
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", tasks=str(tasks), harness=harness,
+                                           timeout_s=60, push=False))
+    assert result.ok, (result.errors, result.validation_failures)
+    summary = result.summary
+    assert summary["task_id"] == "double-it" and summary["env_reward"] == 1.0 and summary["captured_calls"] == 0
+    assert [p["code"] for p in summary["penalties"]] == ["never_ran_code"]
+    assert json.loads((tmp_path / "out" / "task.json").read_text())["source"].startswith("file:")

@@ -155,3 +155,29 @@ def test_a_distinctive_api_key_appears_in_no_artifact(tmp_path, agent_cmd, monke
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert len(files) >= 16
     assert not [str(p) for p in files if SECRET in p.read_text(errors="replace")]
+
+
+def test_push_to_dataset_uploads_the_capture_and_the_token_stays_out_of_the_artifacts(tmp_path):
+    import os
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hub_fixture import FakeHub
+
+    token = "hf_captureTokenNeverOnDisk12345"
+    with FakeHub(token=token) as hub:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PUSH_", "HUGGINGFACE"))}
+        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), HF_TOKEN=token, PUSH_TO_DATASET="org/rollouts",
+                   HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+        # No model call is needed to prove the push: an external harness that just writes the solution.
+        task = load_tasks("builtin", seed=0)[4]
+        (tmp_path / "ref.py").write_text(task.reference_solution)
+        proc = subprocess.run([sys.executable, str(REPO / "capture_scripts/capture_trace.py"), "--task-index", "4",
+                               "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--tokenizer", "builtin",
+                               "--harness", f"cmd:cp {tmp_path / 'ref.py'} solution.py",
+                               "--out-dir", str(tmp_path / "art"), "--timeout-s", "60"],
+                              env=env, capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        _, files = hub.repos["org/rollouts"].head()
+    assert "README.md" in files and any(p.startswith("data/summary/") for p in files)
+    assert token not in proc.stdout + proc.stderr
+    assert not [p for p in (tmp_path / "art").rglob("*") if p.is_file() and token in p.read_text(errors="replace")]

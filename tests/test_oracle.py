@@ -62,15 +62,11 @@ def test_the_plan_is_seeded_and_both_outcomes_occur():
     assert {p.wrong_first for p in plans} == {True, False}
 
 
-def test_rewards_of_one_and_below_one_both_occur_across_seeds_and_tasks():
-    rewards = []
-    for task in builtin_tasks()[:2]:
-        plans = {s: oracle_plan(task.task_id, s) for s in range(40)}
-        right = next(s for s, p in plans.items() if not p.wrong_first)
-        wrong = next(s for s, p in plans.items() if p.wrong_first and not p.fix)
-        rewards += [_play(task, right)[1], _play(task, wrong)[1]]
-    assert all(r is not None for r in rewards)
-    assert rewards[0::2] == [1.0, 1.0] and all(r < 1.0 for r in rewards[1::2])
+def test_a_wrong_unfixed_attempt_scores_below_one_on_the_real_verifier():
+    task = builtin_tasks()[1]
+    seed = next(s for s in range(60) if oracle_plan(task.task_id, s).wrong_first and not oracle_plan(task.task_id, s).fix)
+    names, reward = _play(task, seed)
+    assert names == ["write_file", "run_examples", "submit"] and reward is not None and reward < 1.0
 
 
 def test_a_fixed_attempt_rewrites_after_seeing_failing_examples():

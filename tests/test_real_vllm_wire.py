@@ -63,8 +63,13 @@ def _stream_shapes(text: str) -> tuple[set[str], list[str]]:
     tail = events[-1:]
     shapes = set()
     for e in events[:-1]:
-        obj = json.loads(e)
-        shapes.add(json.dumps(_shape(obj), sort_keys=False))
+        shape = _shape(json.loads(e))
+        for choice in shape.get("choices", []):
+            # vLLM sometimes folds the last text token and the end token into one finishing chunk
+            # (delta with or without content): compare the finishing chunk's other keys only
+            if choice.get("finish_reason") != "null" and "delta" in choice:
+                choice["delta"] = "<final delta>"
+        shapes.add(json.dumps(shape, sort_keys=False))
     return shapes, tail
 
 

@@ -186,7 +186,12 @@ def coding_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunO
             push=False,
             tokenizer="builtin" if settings.get("local_backend") else None,
         )
-        capture_rollout(capture)
-        return result_from_artifacts(job.artifact_dir)
+        captured = capture_rollout(capture)
+        if not captured.ok:
+            log.warning("rollout %s (seed %d, #%d) has capture errors: %s", job.rollout_id, job.seed, job.rollout_idx,
+                        "; ".join(e.get("message", "") for e in captured.errors) or captured.validation_failures[:3])
+        result = result_from_artifacts(job.artifact_dir)
+        result.extra["capture_errors"] = [e.get("kind") for e in captured.errors]
+        return result
 
     return _local_backend_or(config), run_one

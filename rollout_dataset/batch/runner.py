@@ -44,8 +44,8 @@ from rollout_dataset.batch import stats
 from rollout_dataset.batch.config import BatchConfig
 from rollout_dataset.batch.executor import Executor, JobOutcome, RolloutJob, RolloutResult, RunOne, make_executor
 from rollout_dataset.batch.plots import write_plots
-from rollout_dataset.batch.stepwise import stepwise_for_rollout, timeline_from_json, timeline_to_json
-from rollout_dataset.errors import GuardrailError, RolloutDatasetError, UpstreamStatusError
+from rollout_dataset.batch.stepwise import stepwise_for_rollout, timeline_to_json
+from rollout_dataset.errors import GuardrailError, RolloutDatasetError, UpstreamError, UpstreamStatusError
 from rollout_dataset.schema import validate
 
 __all__ = [
@@ -341,6 +341,26 @@ def _no_server(config: BatchConfig) -> Iterator[str | None]:
     yield config.base_url
 
 
+_RESUME_KEYS = ("env", "model", "base_url", "max_turns", "tasks", "n_prompts", "timeout_s")
+
+
+def _warn_on_changed_settings(config: BatchConfig) -> None:
+    """On resume, say which rollout-shaping settings differ from the earlier run's snapshot."""
+    previous = _read_json(config.out_dir / "summary" / "config_snapshot.json")
+    if not isinstance(previous, dict):
+        return
+    before = previous.get("config") or {}
+    now = {**config.snapshot(), "base_url": redact_url(config.base_url)}
+    changed = [k for k in _RESUME_KEYS if k in before and before[k] != now.get(k)]
+    if changed:
+        log.warning(
+            "%s: resuming with different %s than the finished rollouts used (%s); they are kept as they are",
+            config.out_dir,
+            ", ".join(changed),
+            ", ".join(f"{k}: {before[k]!r} -> {now.get(k)!r}" for k in changed),
+        )
+
+
 def run_batch(config: BatchConfig, run_one: RunOne | None = None, *, executor: Executor | None = None) -> BatchResult:
     """Run (or resume) a batch and write every output.
 
@@ -355,6 +375,7 @@ def run_batch(config: BatchConfig, run_one: RunOne | None = None, *, executor: E
 
     Raises:
         UpstreamStatusError: a rollout's model server answered 4xx/5xx (the batch stops at once).
+        UpstreamError: the model server could not be reached (the batch stops at once).
         GuardrailError: no agent turns (mean 0 or more than half at 0), or some rollouts failed;
             the outputs are written first, the dataset is not built.
         ConfigError: an invalid configuration.
@@ -362,6 +383,7 @@ def run_batch(config: BatchConfig, run_one: RunOne | None = None, *, executor: E
     out = config.out_dir
     out.mkdir(parents=True, exist_ok=True)
     batch_id = _batch_id(out)
+    _warn_on_changed_settings(config)
     if run_one is None:
         from rollout_dataset.batch.envs import env_runner
 
@@ -395,6 +417,8 @@ def run_batch(config: BatchConfig, run_one: RunOne | None = None, *, executor: E
                 err = outcome.error
                 if err.type == "UpstreamStatusError" and err.status is not None:
                     raise UpstreamStatusError(int(err.status), err.url or str(job.settings.get("base_url")), err.message)
+                if err.type == "UpstreamError":  # the model server cannot be reached: no rollout can succeed
+                    raise UpstreamError(err.message)
                 log.error("rollout seed=%s idx=%s failed: %s: %s\n%s", job.seed, job.rollout_idx, err.type, err.message, err.traceback)
                 _write_json(folder / ERROR_FILE, {"type": err.type, "message": err.message, "at": utc_now()})
                 result.failed.append((job.rollout_id, f"{err.type}: {err.message}"))

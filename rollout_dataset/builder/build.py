@@ -147,6 +147,7 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
                 continue
             rows, stats = rollout_rows(art)
             writer.add(rows)
+            art = rows = None  # keep one rollout in memory at a time
             present.add(rid)
             result.added.append(rid)
             result.cut_cells += stats["cut_cells"]
@@ -159,13 +160,13 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             if not ok or (w.rows == 0 and others):
                 w.path.unlink(missing_ok=True)
     summary_rows = read_summary_rows(out)
-    readme = out / "README.md"
-    readme.write_text(render_card(summary_rows, template=template, pretty_name=pretty_name, license=license),
-                      encoding="utf-8")
-    result.readme = readme
-    result.total_rollouts = len(summary_rows)
     result.bytes_per_config = {c: sum(p.stat().st_size for p in (out / "data" / c).glob("*.parquet"))
                                for c in CONFIG_NAMES}
+    readme = out / "README.md"
+    readme.write_text(render_card(summary_rows, template=template, pretty_name=pretty_name, license=license,
+                                  config_bytes=result.bytes_per_config), encoding="utf-8")
+    result.readme = readme
+    result.total_rollouts = len(summary_rows)
     log.info("built %s: %d rollouts added, %d skipped, %d in total", out, len(result.added),
              len(result.skipped), result.total_rollouts)
     return result

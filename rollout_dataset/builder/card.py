@@ -102,18 +102,23 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def card_metadata(stats: dict[str, Any], *, pretty_name: str, license: str) -> dict[str, Any]:
+def card_metadata(stats: dict[str, Any], *, pretty_name: str, license: str,
+                  config_bytes: dict[str, int] | None = None) -> dict[str, Any]:
     """The card's YAML metadata (a dict; dumped with pyyaml).
 
     Args:
         stats: from `card_stats`.
         pretty_name: the dataset's display name.
         license: a Hub license id.
+        config_bytes: parquet bytes per config (all shards).
 
     Returns:
         license, pretty_name, task_categories, tags, size_categories, configs (one default) and
-        dataset_info (the features of each config; row counts are in the body).
+        dataset_info: per config its features, its split's row count, and its parquet bytes (as
+        ``num_bytes``/``download_size``). The counts and sizes also make the metadata differ between
+        dataset states, which `datasets` needs: it keys its local cache on this metadata.
     """
+    config_bytes = config_bytes or {}
     configs, infos = [], []
     for spec in CONFIGS:
         entry: dict[str, Any] = {"config_name": spec.name,
@@ -121,7 +126,10 @@ def card_metadata(stats: dict[str, Any], *, pretty_name: str, license: str) -> d
         if spec.name == DEFAULT_CONFIG:
             entry["default"] = True
         configs.append(entry)
-        infos.append({"config_name": spec.name, "features": features_yaml(spec.name)})
+        nbytes = int(config_bytes.get(spec.name, 0))
+        infos.append({"config_name": spec.name, "features": features_yaml(spec.name),
+                      "splits": [{"name": "train", "num_bytes": nbytes, "num_examples": stats["rows"][spec.name]}],
+                      "download_size": nbytes, "dataset_size": nbytes})
     return {
         "license": license,
         "pretty_name": pretty_name,
@@ -135,7 +143,7 @@ def card_metadata(stats: dict[str, Any], *, pretty_name: str, license: str) -> d
 
 def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path | None = None,
                 repo_id: str | None = None, pretty_name: str = "Agent rollouts (rollout-dataset)",
-                license: str = "apache-2.0") -> str:
+                license: str = "apache-2.0", config_bytes: dict[str, int] | None = None) -> str:
     """Render README.md for a dataset.
 
     Args:
@@ -144,6 +152,7 @@ def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path 
         repo_id: the Hub repo id for the loading examples (default: a local path placeholder).
         pretty_name: the dataset's display name.
         license: a Hub license id.
+        config_bytes: parquet bytes per config over all shards (for `dataset_info`).
 
     Returns:
         The README text: YAML header + body.
@@ -155,7 +164,7 @@ def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path 
     if not path.is_file():
         raise ArtifactError(f"{path}: dataset card template not found (pass template=PATH)")
     stats = card_stats(summary_rows)
-    meta = card_metadata(stats, pretty_name=pretty_name, license=license)
+    meta = card_metadata(stats, pretty_name=pretty_name, license=license, config_bytes=config_bytes)
     configs = [{"name": s.name, "row": s.row, "description": s.description, "default": s.name == DEFAULT_CONFIG,
                 "rows": stats["rows"][s.name],
                 "columns": [{"name": c.name, "dtype": c.dtype, "description": c.description.replace("|", "\\|")}

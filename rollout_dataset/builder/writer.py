@@ -21,7 +21,7 @@ from rollout_dataset.builder.configs import CONFIG_NAMES, arrow_schema
 
 __all__ = ["ROW_GROUP_BYTES", "shard_name", "ConfigWriter", "DatasetWriter", "copy_filtered"]
 
-ROW_GROUP_BYTES = 64 * 1024 * 1024
+ROW_GROUP_BYTES = 32 * 1024 * 1024  # per config; bounds the build's buffers (8 configs)
 _WRITE_OPTIONS: dict[str, Any] = {"compression": "zstd", "write_page_index": True, "write_statistics": True}
 
 

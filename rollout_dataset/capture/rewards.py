@@ -86,4 +86,6 @@ def reward_after_penalties(env_reward: float | None, penalties: list[dict[str, A
     """
     if env_reward is None:
         return None
+    if not penalties:
+        return env_reward
     return round(max(0.0, env_reward - sum(p["amount"] for p in penalties)), 12)

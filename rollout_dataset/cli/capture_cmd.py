@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 __all__ = ["add_arguments", "run", "config_from_args"]
@@ -74,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     from rollout_dataset.errors import TaskIndexError, TaskSourceError, UpstreamError
     from rollout_dataset.schema.check import format_failure
 
+    if not getattr(args, "verbose", 0):
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP call is noise here
     try:
         config = config_from_args(args)
         result = capture_rollout(config)

@@ -30,6 +30,8 @@ from rollout_dataset.schema import SCHEMA_NAMES, schema_errors
 __all__ = [
     "ARTIFACT_FILES",
     "FILE_SCHEMAS",
+    "JSONL_SCHEMAS",
+    "PLACED_SCHEMAS",
     "Failure",
     "check_artifact_dir",
     "check_document",
@@ -51,6 +53,15 @@ FILE_SCHEMAS: dict[str, str] = {
     "held_out_tests.json": "held_out_tests",
     "summary.json": "summary",
 }
+
+#: (parent folder name, file name) -> schema name, for a batch's outputs (checked when shipped).
+PLACED_SCHEMAS: dict[tuple[str, str], str] = {
+    ("summary", "summary.json"): "batch_summary",
+    ("summary", "stats_by_seed.json"): "batch_stats_by_seed",
+}
+
+#: parent folder name -> schema of each line, for JSON Lines files (a batch's `runs/<strategy>.jsonl`).
+JSONL_SCHEMAS: dict[str, str] = {"runs": "run_record"}
 
 #: every file an artifact folder written by `capture` holds.
 ARTIFACT_FILES: tuple[str, ...] = (
@@ -152,7 +163,7 @@ def _check_trace(doc: dict) -> list[tuple[str, str]]:
     for i, call in enumerate(calls):
         if not isinstance(call, dict):
             continue
-        for path, reason in schema_errors(call, "trace_record"):
+        for path, reason in schema_errors(_condensed(call), "trace_record"):
             out.append((f"$.calls[{i}]" + path[1:], reason))
         index = call.get("index")
         if isinstance(index, int):
@@ -178,6 +189,28 @@ def _check_rollout(doc: dict) -> list[tuple[str, str]]:
     return out
 
 
+_CONDENSE_MIN = 8
+
+
+def _condensed(value: Any) -> Any:
+    """A copy for schema checking where long homogeneous int (or float) arrays keep one element.
+
+    Token-id and logprob arrays are most of a rollout's bytes; checking each element's type through
+    jsonschema costs seconds on a long rollout. An array whose elements all have the same type
+    (`int`, or `float`) is checked as its first element: its type is the only thing the schemas
+    say about it. Mixed arrays are kept whole, so a stray element is reported at its own index.
+    """
+    if isinstance(value, dict):
+        return {k: _condensed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        if len(value) >= _CONDENSE_MIN:
+            kind = type(value[0])
+            if kind in (int, float) and all(type(x) is kind for x in value):
+                return value[:1]
+        return [_condensed(v) for v in value]
+    return value
+
+
 _SEMANTIC = {"turns": _check_turns, "trace": _check_trace, "rollout": _check_rollout}
 
 
@@ -194,7 +227,7 @@ def check_document(document: Any, schema_name: str, file: str = "<document>") ->
     """
     failures: list[Failure] = []
     if schema_name in SCHEMA_NAMES:
-        failures.extend((file, p, r) for p, r in schema_errors(document, schema_name))
+        failures.extend((file, p, r) for p, r in schema_errors(_condensed(document), schema_name))
     else:
         logger.debug("schema %r is not shipped; only semantic checks for %s", schema_name, file)
     semantic = _SEMANTIC.get(schema_name)
@@ -291,12 +324,48 @@ def _is_artifact_dir(folder: Path) -> bool:
     return any((folder / name).is_file() for name in ARTIFACT_FILES if name != "summary.json")
 
 
+def _check_jsonl(path: Path, schema_name: str) -> list[Failure]:
+    failures: list[Failure] = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        return [(str(path), "$", f"cannot read: {exc}")]
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            failures.append((str(path), f"$[{n}]", f"line {n + 1} is not valid JSON: {exc.msg}"))
+            continue
+        failures.extend((str(path), f"$[{n}]" + p[1:], r) for _, p, r in check_document(record, schema_name))
+    return failures
+
+
+def _check_any(path: Path) -> list[Failure] | None:
+    """Check a file found in a walk by its name and place; None when it is not a known document."""
+    if path.suffix == ".jsonl":
+        name = JSONL_SCHEMAS.get(path.parent.name)
+        return _check_jsonl(path, name) if name in SCHEMA_NAMES else None
+    name = PLACED_SCHEMAS.get((path.parent.name, path.name))
+    if name is not None:
+        if name not in SCHEMA_NAMES:
+            return None
+        doc, failures = _load_json(path)
+        return failures or check_document(doc, name, str(path))
+    if path.name in FILE_SCHEMAS:
+        return _check_file(path)[0]
+    return None
+
+
 def validate_path(path: str | Path) -> list[Failure]:
-    """Validate a file, an artifact folder, or a tree holding artifact folders.
+    """Validate a file, an artifact folder, or a tree holding artifact folders (and batch outputs).
 
     A folder holding `summary.json` and another artifact file is an artifact folder (checked
-    whole, with cross-file checks); other folders are walked. Files whose names are not artifact documents are skipped in a walk
-    but reported when named directly.
+    whole, with cross-file checks). Other known documents found in a walk are checked on their
+    own: artifact files outside artifact folders, a batch's `summary/summary.json` and
+    `summary/stats_by_seed.json`, and `runs/*.jsonl` (one record per line, reported as
+    ``$[line index]``). Unknown files are skipped in a walk but reported when named directly.
 
     Args:
         path: a file or folder.
@@ -311,21 +380,22 @@ def validate_path(path: str | Path) -> list[Failure]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder")
     if path.is_file():
-        if path.name not in FILE_SCHEMAS:
+        checked = _check_any(path)
+        if checked is None:
             return [(str(path), "$", f"unknown artifact file; known: {', '.join(sorted(FILE_SCHEMAS))}")]
-        return _check_file(path)[0]
+        return checked
     failures: list[Failure] = []
-    found = False
-    for folder in sorted({p.parent for p in path.rglob("summary.json")} | {path}):
-        if not _is_artifact_dir(folder):
-            continue
-        found = True
+    artifact_dirs = [folder for folder in sorted({p.parent for p in path.rglob("summary.json")} | {path})
+                     if _is_artifact_dir(folder)]
+    for folder in artifact_dirs:
         failures.extend(check_artifact_dir(folder))
-    if not found:
-        for file in sorted(path.rglob("*.json")):
-            if _schema_for(file) is not None:
-                found = True
-                failures.extend(_check_file(file)[0])
+    found = bool(artifact_dirs)
+    inside = set(artifact_dirs)
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.parent not in inside):
+        checked = _check_any(file)
+        if checked is not None:
+            found = True
+            failures.extend(checked)
     if not found:
         failures.append((str(path), "$", "no artifact folder or artifact file found under this path"))
     return failures

@@ -116,6 +116,10 @@ def batch_runner(config: Any) -> tuple[ContextManager[str | None], Any]:
             **options,
         )
         captured = run_crafter_rollout(rollout)
+        if not captured.ok:
+            logger.warning("crafter rollout %s (seed %d, #%d) has capture errors: %s", job.rollout_id, job.seed,
+                           job.rollout_idx, "; ".join(e.get("message", "") for e in captured.errors)
+                           or captured.validation_failures[:3])
         summary = captured.summary
         crafter = _episode(captured)
         from rollout_dataset.batch.coding import read_achievements
@@ -138,6 +142,7 @@ def batch_runner(config: Any) -> tuple[ContextManager[str | None], Any]:
                 "stop_reason": summary.get("stop_reason"),
                 "timed_out": summary.get("timed_out"),
                 "capture_level": summary.get("capture_level"),
+                "capture_errors": [e.get("kind") for e in captured.errors],
             },
         )
 

@@ -1,6 +1,7 @@
 """The Crafter harness: a tool-calling agent loop over the chat completions API.
 
-Each turn the model reads a text observation (see `observation.py`) and calls the `act` tool with
+Each turn the model reads a text observation (see `observation.py`; the map legend only in the
+first one, to keep prompts short) and calls the `act` tool with
 a short list of Crafter actions; the harness takes them in the world and answers with what
 happened plus the next observation. The loop stops when the episode ends (step budget or death),
 the model answers without a tool call, the turn budget or the time budget runs out, or a model
@@ -282,14 +283,14 @@ class CrafterAgent:
     def _execute(self, world: CrafterWorld, name: str, arguments: Any, decision: dict[str, Any]) -> str:
         if name != ACT_TOOL:
             decision["invalid"] += 1
-            return f"Error: unknown tool {name!r}; the only tool is {ACT_TOOL!r}.\n\n" + render_observation(world.state)
+            return f"Error: unknown tool {name!r}; the only tool is {ACT_TOOL!r}.\n\n" + render_observation(world.state, legend=False)
         if world.state.done:
             decision["invalid"] += 1
-            return "The episode is over; no action was taken.\n\n" + render_observation(world.state)
+            return "The episode is over; no action was taken.\n\n" + render_observation(world.state, legend=False)
         actions, problem = _parse_actions(arguments, self.max_actions)
         if actions is None:
             decision["invalid"] += 1
-            return f"Error: {problem}. No action was taken.\n\n" + render_observation(world.state)
+            return f"Error: {problem}. No action was taken.\n\n" + render_observation(world.state, legend=False)
         outcome = world.step(actions)
         decision["actions"].extend(outcome.actions)
         decision["env_steps"] += len(outcome.actions)
@@ -298,4 +299,4 @@ class CrafterAgent:
         took = ", ".join(outcome.actions)
         unlocked = ", ".join(outcome.newly_unlocked) or "nothing new"
         return (f"Took {len(outcome.actions)} action(s): {took}. Reward {outcome.reward:+.1f}. "
-                f"Unlocked: {unlocked}.\n\n" + render_observation(outcome.state))
+                f"Unlocked: {unlocked}.\n\n" + render_observation(outcome.state, legend=False))

@@ -115,11 +115,12 @@ def _fmt_counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items()) or "nothing"
 
 
-def render_observation(state: CrafterState) -> str:
+def render_observation(state: CrafterState, legend: bool = True) -> str:
     """The text the agent reads for a state.
 
     Args:
         state: the state (see `CrafterWorld.state`).
+        legend: include the map legend (the harness shows it in the first observation only).
 
     Returns:
         A multi-line observation: status, vitals, inventory, achievements, map, legend, nearest.
@@ -156,8 +157,8 @@ def render_observation(state: CrafterState) -> str:
         f"Achievements ({len(unlocked)}/{len(ACHIEVEMENTS)}): " + (", ".join(unlocked) or "none yet"),
         f"{_MAP_HEADER} ({w} wide x {h} tall, north up, you are @ at the centre):",
         *(f"|{r}|" for r in rows),
-        _LEGEND_HEADER + " " + ", ".join(f"{sym}={name}" for name, sym in SYMBOLS.items() if name != "outside")
-        + ", blank=outside the world",
+        *([_LEGEND_HEADER + " " + ", ".join(f"{sym}={name}" for name, sym in SYMBOLS.items() if name != "outside")
+           + ", blank=outside the world"] if legend else []),
         "Nearest: " + ("; ".join(f"{name} {describe_offset(*off)}" for name, off in
                                  sorted(seen.items(), key=lambda kv: (abs(kv[1][0]) + abs(kv[1][1]), kv[0])))
                        or "nothing but grass"),
@@ -204,9 +205,8 @@ def parse_observation(text: str) -> ParsedObservation | None:
             in_map = True
         elif in_map and line.startswith("|") and line.endswith("|"):
             obs.grid.append([NAMES_BY_SYMBOL.get(ch, "outside") for ch in line[1:-1]])
-        elif line.startswith(_LEGEND_HEADER):
-            in_map = False
-            break
+        elif in_map:
+            break  # the map ends at the legend or the nearest-things line
     if not obs.grid:
         return None
     return obs

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout_dataset.batch.config import StepRewardConfig
+from rollout_dataset.batch.stepwise import stepwise_for_rollout
 from rollout_dataset.envs.crafter.harness import (
     MAX_ACTIONS_PER_CALL,
     SYSTEM_PROMPT,
@@ -204,7 +205,7 @@ def _episode_metadata(result: CrafterAgentResult) -> dict[str, Any]:
     }
 
 
-def run_crafter_rollout(config: CrafterRolloutConfig):
+def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
     """Capture one Crafter episode end to end and write its artifact folder.
 
     Args:
@@ -222,8 +223,8 @@ def run_crafter_rollout(config: CrafterRolloutConfig):
     from rollout_dataset.capture.artifacts import write_artifacts
     from rollout_dataset.capture.config import CaptureResult
     from rollout_dataset.export import capture_level_of, export_rollout, turns_document
-    from rollout_dataset.proxy import CaptureProxy, read_trace
     from rollout_dataset.capture.threads import serve_in_thread
+    from rollout_dataset.proxy import CaptureProxy, read_trace
     from rollout_dataset.schema.check import validate_path
 
     t0 = time.monotonic()
@@ -254,7 +255,7 @@ def run_crafter_rollout(config: CrafterRolloutConfig):
     t2 = time.monotonic()
     task_id = task_id_for(config.seed)
     level = capture_level_of(records)
-    decisions, totals = _stepwise(result, config.step_rewards)
+    decisions, totals = stepwise_for_rollout(result.timeline, config.step_rewards)
     metadata = {
         "env": ENV_NAME, "task_id": task_id, "rollout_id": rollout_id, "model": model, "harness": HARNESS_NAME,
         "seed": config.seed, "rollout_seed": config.effective_rollout_seed,
@@ -321,8 +322,3 @@ def run_crafter_rollout(config: CrafterRolloutConfig):
     return CaptureResult(out_dir=out_dir, rollout_id=rollout_id, summary=summary, errors=summary["errors"],
                          validation_failures=failures, decisions=result.decisions)
 
-
-def _stepwise(result: CrafterAgentResult, config: StepRewardConfig) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    from rollout_dataset.batch.stepwise import stepwise_for_rollout
-
-    return stepwise_for_rollout(result.timeline, config)
