@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from rollout_dataset.builder import CONFIG_NAMES, build
 from rollout_dataset.builder.synthetic import write_synthetic_rollout
+from rollout_dataset.builder.writer import ROW_GROUP_BYTES
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dataset_build.json"
 
@@ -37,7 +38,7 @@ _RSS_CHILD = """
 import sys, time
 from rollout_dataset.builder import build
 t = time.perf_counter()
-r = build([sys.argv[1]], sys.argv[2], progress=False)
+r = build([sys.argv[1]], sys.argv[2], progress=False, row_group_bytes=int(sys.argv[3]))
 hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM")][0]
 print(len(r.added), time.perf_counter() - t, hwm)
 """
@@ -137,18 +138,20 @@ def main() -> None:
         per_config = result.bytes_per_config
         whole = sum(per_config.values()) + (work / "ds" / "README.md").stat().st_size
 
-        # RSS as the rollout count grows
+        # RSS as the rollout count grows: default row-group buffers, and small ones (plateau sooner)
         rss = []
         for n in sizes:
             dst = work / f"rss-{n}"
             _replicate(src, dst / "in", n)
-            proc = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(dst / "in"), str(dst / "ds")],
-                                  capture_output=True, text=True)
-            if proc.returncode:
-                raise SystemExit(f"build of {n} rollouts failed:\n{proc.stderr}")
-            added, secs, maxrss_kb = proc.stdout.split()
-            rss.append({"rollouts": int(added), "seconds": round(float(secs), 2),
-                        "peak_rss_mb": round(int(maxrss_kb) / 1024, 1)})
+            for buffer_mb in (ROW_GROUP_BYTES // 2**20, 4):
+                out_dir = dst / ("ds" if buffer_mb != 4 else "ds-small")
+                proc = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(dst / "in"), str(out_dir),
+                                       str(buffer_mb * 2**20)], capture_output=True, text=True)
+                if proc.returncode:
+                    raise SystemExit(f"build of {n} rollouts failed:\n{proc.stderr}")
+                added, secs, maxrss_kb = proc.stdout.split()
+                rss.append({"rollouts": int(added), "row_group_buffer_mb": buffer_mb, "seconds": round(float(secs), 2),
+                            "peak_rss_mb": round(int(maxrss_kb) / 1024, 1)})
             shutil.rmtree(dst / "in")
 
         # load_dataset vs pyarrow read, on the small dataset and the largest RSS one
@@ -200,7 +203,10 @@ def main() -> None:
         print(f"  {c:<15} {per_config[c]:>12} {out['storage']['bytes_per_unique_token'][c]:>20}")
     print(f"  whole dataset {whole} bytes = {out['storage']['whole_over_sequences']}x sequences (target <= 1.5x); "
           f"naive full-prompt turns alone would be {bare_bytes.get('turns')} bytes")
-    print("  peak RSS: " + ", ".join(f"{r['rollouts']} rollouts {r['peak_rss_mb']} MB ({r['seconds']}s)" for r in rss))
+    for mb in sorted({r["row_group_buffer_mb"] for r in rss}, reverse=True):
+        print(f"  peak RSS ({mb} MB row-group buffers): " + ", ".join(
+            f"{r['rollouts']} rollouts {r['peak_rss_mb']} MB ({r['seconds']}s)" for r in rss
+            if r["row_group_buffer_mb"] == mb))
     for ld in loads:
         print(f"  load sequences ({ld['rows']} rows, {ld['sequences_bytes']} bytes): load_dataset cold "
               f"{ld['load_dataset_cold_seconds']}s, warm {ld['load_dataset_warm_seconds']}s vs pyarrow "

@@ -34,6 +34,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "proxy_overhead.json"
 LITELLM_VENV = Path(os.environ.get("LITELLM_VENV", Path(tempfile.gettempdir()) / "rollout-dataset-bench-litellm"))
+# LiteLLM refuses to start without a master key; every target gets the same bearer header.
+BENCH_KEY = "sk-bench-" + os.urandom(8).hex()
 MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": "Say hello in a few words."}]
 
@@ -94,7 +96,8 @@ def start_litellm(upstream: str, model: str, workdir: str) -> tuple[subprocess.P
     config.write_text(json.dumps({"model_list": [{"model_name": model, "litellm_params": {
         "model": f"hosted_vllm/{model}", "api_base": upstream, "api_key": "none"}}],
         "litellm_settings": {"drop_params": False, "telemetry": False}}))
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "NO_DOCS": "True"}
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "NO_DOCS": "True",
+           "LITELLM_MASTER_KEY": BENCH_KEY}
     proc = subprocess.Popen([str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
                              "--num_workers", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
@@ -129,7 +132,8 @@ async def one_call(client: httpx.AsyncClient, base: str, model: str, stream: boo
 async def measure(bases: dict[str, str], model: str, calls: int, max_tokens: int) -> dict[str, dict]:
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     out: dict[str, dict] = {name: {} for name in bases}
-    async with httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as client:
+    headers = {"authorization": f"Bearer {BENCH_KEY}"}
+    async with httpx.AsyncClient(timeout=120, limits=limits, trust_env=False, headers=headers) as client:
         for name, base in bases.items():  # warm-up: connections, caches
             await asyncio.gather(*(one_call(client, base, model, False, max_tokens) for _ in range(32)))
         # concurrency 1, interleaved so drift hits every target alike

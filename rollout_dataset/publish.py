@@ -65,8 +65,9 @@ class PushResult:
 
 
 def _scrub(text: str, token: str | None) -> str:
-    if token:
-        text = text.replace(token, "***")
+    for secret in (token, os.environ.get("HF_TOKEN"), os.environ.get("HUGGING_FACE_HUB_TOKEN")):
+        if secret:
+            text = text.replace(secret, "***")
     return re.sub(r"hf_[A-Za-z0-9]{8,}", "hf_***", text)
 
 

@@ -231,7 +231,11 @@ async def test_tokenize_and_detokenize_at_the_root(local_backend, builtin_tokeni
         ("/v1/chat/completions", {"messages": "x"}, 400, "body.messages"),
         ("/v1/chat/completions", {"messages": USER, "stream": True, "prompt_logprobs": 1}, 400, "prompt_logprobs"),
         ("/v1/completions", {"model": "local"}, 400, "prompt"),
-        ("/detokenize", {"tokens": [10**9]}, 400, "tokens"),
+        ("/v1/chat/completions", {"messages": USER, "max_tokens": 0}, 400, "max_tokens"),
+        ("/v1/chat/completions", {"messages": USER, "stream_options": {"include_usage": True}}, 400,
+         "stream_options"),
+        ("/v1/chat/completions", {"messages": USER, "logprobs": True, "top_logprobs": 21}, 400, "logprobs"),
+        ("/detokenize", {"tokens": "x"}, 400, "body.tokens"),
     ],
 )
 async def test_bad_requests_get_vllms_error_body(local_backend, path, body, status, param):
@@ -284,3 +288,48 @@ def test_start_in_thread_on_the_class_builds_the_backend_from_keywords():
     with LocalBackend.start_in_thread(policy="script", script=["from the class"], served_model_name="m") as backend:
         r = httpx.post(f"{backend.base_url}/chat/completions", json={"model": "m", "messages": USER})
     assert r.json()["choices"][0]["message"]["content"] == "from the class"
+
+
+async def test_prompt_filling_the_context_is_refused_and_output_is_clamped(start_local_backend):
+    backend = await start_local_backend(policy="echo", max_model_len=64)
+    async with httpx.AsyncClient(base_url=backend.base_url) as h:
+        r = await h.post("/completions", json={"prompt": "word " * 100})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "input_tokens"
+        r = await h.post("/completions", json={"prompt": "word " * 40, "max_tokens": 60})
+        body = r.json()
+        assert body["usage"]["prompt_tokens"] < 64
+        assert body["usage"]["total_tokens"] == 64 and body["choices"][0]["finish_reason"] == "length"
+
+
+async def test_client_leaving_mid_stream_does_not_disturb_the_backend(start_local_backend):
+    backend = await start_local_backend(policy="echo", token_delay=0.05)
+    async with httpx.AsyncClient(base_url=backend.base_url) as h:
+        async with h.stream("POST", "/chat/completions",
+                            json={"messages": [{"role": "user", "content": "one two three four five six"}],
+                                  "stream": True}) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    break
+        r = await h.post("/chat/completions", json={"messages": USER})
+    assert r.json()["choices"][0]["message"]["content"] == "What is here?"
+
+
+@pytest.mark.parametrize("tool_choice, finish", [("auto", "tool_calls"), ("required", "tool_calls"),
+                                                 ({"type": "function", "function": {"name": "bash"}}, "stop")])
+async def test_finish_reason_follows_vllms_rule_for_each_tool_choice(scripted, tool_choice, finish):
+    client = _client(scripted)
+    r = await client.chat.completions.create(model="local", messages=USER, tools=TOOLS, tool_choice=tool_choice)
+    assert r.choices[0].finish_reason == finish and r.choices[0].message.tool_calls
+    stream = await client.chat.completions.create(model="local", messages=USER, tools=TOOLS, tool_choice=tool_choice,
+                                                  stream=True)
+    chunks = [c async for c in stream]
+    assert chunks[-1].choices[0].finish_reason == finish
+
+
+async def test_logprob_tokens_of_incomplete_characters_are_empty_as_in_vllm(start_local_backend):
+    backend = await start_local_backend(policy="script", script=["é✓ ok"])
+    r = await _client(backend).chat.completions.create(model="local", messages=USER, logprobs=True, top_logprobs=1)
+    content = r.model_dump()["choices"][0]["logprobs"]["content"]
+    assert "".join(e["token"] for e in content[:-1]) == "é✓ ok"
+    assert any(e["token"] == "" and e["bytes"] == [] for e in content)
+    assert content[-1]["token"] == "<|im_end|>"

@@ -254,3 +254,14 @@ def test_cli_build_writes_the_dataset_and_prints_counts(built, tmp_path, capsys)
     out = capsys.readouterr().out
     assert "4 rollouts" in out and "sequences" in out
     assert yaml.safe_load((tmp_path / "ds" / "README.md").read_text().split("---\n")[1])["configs"]
+
+
+def test_a_value_that_does_not_fit_its_column_names_the_folder_config_and_column(tmp_path):
+    folder = tmp_path / "odd"
+    write_synthetic_rollout(folder, seed=11, n_turns=2, context_tokens=64)
+    doc = json.loads((folder / "turns.json").read_text())
+    doc["turns"][0]["tool_calls"] = [{"name": "run"}]  # the schema says: names (strings)
+    (folder / "turns.json").write_text(json.dumps(doc))
+    with pytest.raises(ArtifactError, match=r"odd: .*config 'turns', column 'tool_calls'"):
+        build([folder], tmp_path / "ds", progress=False)
+    assert not list((tmp_path / "ds" / "data").rglob("*.parquet"))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from hub_fixture import FakeHub
 from rollout_dataset.capture import CaptureConfig, capture_rollout, serve_in_thread
 from rollout_dataset.cli import main as cli_main
 from rollout_dataset.errors import TaskIndexError, UpstreamStatusError
@@ -66,8 +69,6 @@ async def _failing_server(status: int):
     app = Starlette(routes=[Route("/v1/chat/completions", fail, methods=["POST"]),
                             Route("/v1/models", models, methods=["GET"])])
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
-    import asyncio
-
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
@@ -158,11 +159,6 @@ def test_a_distinctive_api_key_appears_in_no_artifact(tmp_path, agent_cmd, monke
 
 
 def test_push_to_dataset_uploads_the_capture_and_the_token_stays_out_of_the_artifacts(tmp_path):
-    import os
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from hub_fixture import FakeHub
-
     token = "hf_captureTokenNeverOnDisk12345"
     with FakeHub(token=token) as hub:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PUSH_", "HUGGINGFACE"))}

@@ -102,8 +102,8 @@ SCRIPT = [
 
 
 @pytest.fixture(scope="module")
-def script_backend():
-    with run_backend_in_thread(policy=make_policy("script", steps=SCRIPT)) as backend:
+def script_backend(builtin_tokenizer):
+    with run_backend_in_thread(tokenizer=builtin_tokenizer, policy=make_policy("script", steps=SCRIPT)) as backend:
         yield backend
 
 
@@ -130,3 +130,21 @@ def test_a_first_call_answered_4xx_fails_at_once_naming_status_and_url(script_ba
     agent = CrafterAgent(script_backend.base_url, "no-such-model", max_turns=3)
     with pytest.raises(UpstreamStatusError, match=r"HTTP 404 for http://127\.0\.0\.1:\d+/v1/chat/completions"):
         agent.run(CrafterWorld(seed=0, area=SMALL))
+
+
+def test_the_rollout_document_carries_the_per_decision_stepwise_records(episode):
+    out, _ = episode
+    stepwise = _read(out, "rollout.json")["metadata"]["stepwise"]
+    summary = _read(out, "summary.json")
+    assert stepwise["config"]["strategy"] == "simple"
+    assert len(stepwise["decisions"]) == summary["agent_turns"]
+    for decision in stepwise["decisions"]:
+        assert set(decision) == {"turn", "ach_delta", "unique_delta", "all", "unique", "indicator", "reward"}
+    assert stepwise["totals"] == summary["stepwise"]
+
+
+def test_the_capture_command_refuses_an_out_of_range_budget_naming_it(capsys):
+    from rollout_dataset.envs.crafter.cli import main
+
+    assert main(["--max-steps", "0"]) == 2
+    assert "max_steps: 0 is out of range (an integer >= 1)" in capsys.readouterr().err

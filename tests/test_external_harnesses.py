@@ -1,13 +1,24 @@
-"""Running an external harness command: placeholders, environment, isolation of HOME, stopping."""
+"""External harnesses: the command runner (placeholders, environment, isolated HOME, stopping), and
+two real third-party harnesses, mini-swe-agent and opencode, captured end to end."""
 
 from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rollout_dataset.harness import resolve_harness, run_external_harness, substitute_placeholders
+from rollout_dataset.capture import CaptureConfig, capture_rollout
+from rollout_dataset.harness import (
+    find_mini,
+    find_opencode,
+    resolve_harness,
+    run_external_harness,
+    substitute_placeholders,
+)
+from rollout_dataset.schema.check import validate_path
+from rollout_dataset.tasks import load_tasks
 
 
 def test_placeholders_are_shell_quoted_and_other_braces_kept():
@@ -67,15 +78,6 @@ def test_harness_specs_resolve_to_builtin_commands_or_presets():
 # --- two real third-party harnesses, offline against the local backend's `script` policy -------------
 # One script drives both: write solution.py with the bash tool, then mini-swe-agent's end marker
 # (a harmless echo for opencode), then a final text (opencode stops on a text-only answer).
-
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
-
-import pytest  # noqa: E402
-
-from rollout_dataset.capture import CaptureConfig, capture_rollout  # noqa: E402
-from rollout_dataset.harness import find_mini, find_opencode  # noqa: E402
-from rollout_dataset.schema.check import validate_path  # noqa: E402
-from rollout_dataset.tasks import load_tasks  # noqa: E402
 
 TASK_INDEX = 3
 

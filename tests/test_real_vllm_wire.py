@@ -21,6 +21,7 @@ REAL = os.environ.get("REAL_VLLM_URL", "").rstrip("/")
 pytestmark = [pytest.mark.real_vllm, pytest.mark.skipif(not REAL, reason="set REAL_VLLM_URL to compare with vLLM")]
 
 PLAIN = "Hello there, friend."
+UTF8 = "é✓ ok"  # multi-byte characters: tokens holding incomplete UTF-8 decode to "" in logprobs
 TOOL_ARGS = {"command": "ls -la"}
 TOOL_TEXT = 'Ok\n<tool_call>\n{"name": "bash", "arguments": ' + json.dumps(TOOL_ARGS) + "}\n</tool_call>"
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a shell command.",
@@ -29,6 +30,7 @@ TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a
                                                           "required": ["command"]}}}]
 HELLO = [{"role": "user", "content": "say hello"}]
 TOOL_PLEASE = [{"role": "user", "content": "list the files (TOOL)"}]
+ACCENTS = [{"role": "user", "content": "say something accented (UTF8)"}]
 
 
 class _SamePolicy:
@@ -38,6 +40,8 @@ class _SamePolicy:
         last = request.messages[-1].get("content") if request.messages else ""
         if "TOOL" in str(last):
             return PolicyOutput(text="Ok", tool_calls=[ToolCallSpec("bash", TOOL_ARGS)])
+        if "UTF8" in str(last):
+            return PolicyOutput(text=UTF8)
         return PolicyOutput(text=PLAIN)
 
 
@@ -106,6 +110,8 @@ CHAT_CASES = {
                              "return_tokens_as_token_ids": True}, PLAIN),
     "tools_no_call": ({"messages": HELLO, "tools": TOOLS, "return_token_ids": True}, PLAIN),
     "tool_call": ({"messages": TOOL_PLEASE, "tools": TOOLS, "return_token_ids": True, "logprobs": True}, TOOL_TEXT),
+    "utf8": ({"messages": ACCENTS, "logprobs": True, "top_logprobs": 1}, UTF8),
+    "utf8_plain": ({"messages": ACCENTS}, UTF8),
 }
 
 
@@ -178,6 +184,11 @@ ERROR_CASES = [
     {"messages": HELLO, "n": 0},
     {"messages": "x"},
     {"messages": HELLO, "stream": True, "prompt_logprobs": 1},
+    {"messages": HELLO, "max_tokens": 0},
+    {"messages": HELLO, "stream_options": {"include_usage": True}},
+    {"messages": HELLO, "logprobs": True, "top_logprobs": 21},
+    {"messages": HELLO, "stop": 5},
+    {"messages": HELLO, "n": "x"},
 ]
 
 

@@ -119,3 +119,11 @@ def test_semantic_checks_run_on_documents_in_memory():
             "n_prompt_ids": 2, "n_output_ids": 1}
     failures = check_document({"turns": [turn]}, "turns", "mem")
     assert ("mem", "$.turns[0].mask[1]", "mask must be 0 on the prompt ids and 1 on the output ids") in failures
+
+
+def test_batch_run_records_are_checked_line_by_line(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "simple.jsonl").write_text('{"seed": "zero"}\n')
+    code, lines = _validate(capsys, tmp_path)
+    assert code == 1 and f"{runs}/simple.jsonl: $[0].seed: 'zero' is not of type 'integer'" in lines

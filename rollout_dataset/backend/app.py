@@ -28,6 +28,20 @@ from rollout_dataset.backend import protocol as P
 from rollout_dataset.backend.bigram import BigramModel, bigram_for_tokenizer
 from rollout_dataset.backend.engine import Generation, generate
 from rollout_dataset.backend.hermes import StreamingToolParser, parse_tool_calls
+from rollout_dataset.backend.params import (
+    CommonParams,
+    RequestError,
+    bool_param,
+    chat_inputs,
+    check_context,
+    common_params,
+    completion_prompt,
+    MAX_LOGPROBS,
+    int_param,
+    json_body,
+    logprob_params,
+    validation_error,
+)
 from rollout_dataset.backend.policies import Policy, PolicyOutput, PolicyRequest, make_policy
 from rollout_dataset.backend.template import render_assistant_text
 from rollout_dataset.backend.tokenizer import encode_text, load_tokenizer, render_chat
@@ -37,20 +51,6 @@ __all__ = ["create_backend_app", "BackendState", "DEFAULT_MAX_MODEL_LEN", "MAX_L
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MODEL_LEN = 131072
-MAX_LOGPROBS = 20
-
-
-class _RequestError(Exception):
-    def __init__(self, message: str, param: str | None = None, type_: str = "BadRequestError", code: int = 400):
-        super().__init__(message)
-        self.body = P.error_body(message, type_, param, code)
-        self.code = code
-
-
-def _validation_error(loc: str, kind: str, msg: str, value: Any) -> _RequestError:
-    # the shape vLLM gives request-validation failures (pydantic errors, type "Bad Request")
-    detail = {"type": kind, "loc": loc, "msg": msg, "input": value}
-    return _RequestError(f"1 validation error:\n  {detail!r}", param=loc, type_="Bad Request")
 
 
 @dataclass
@@ -84,142 +84,6 @@ class BackendState:
         return f"vllm-{P.EMULATED_VLLM_VERSION}-{vocab_hash}"
 
 
-# --------------------------------------------------------------------------------------------
-# request parsing
-
-
-async def _json_body(request: Request) -> dict:
-    raw = await request.body()
-    try:
-        body = json.loads(raw) if raw else None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _validation_error("body", "json_invalid", f"JSON decode error: {exc}", raw[:200].decode("utf-8", "replace"))
-    if not isinstance(body, dict):
-        raise _validation_error("body", "model_attributes_type", "Input should be a valid dictionary or object", body)
-    return body
-
-
-def _int_param(body: dict, name: str, default: Any = None, minimum: int | None = None, maximum: int | None = None) -> Any:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _validation_error(f"body.{name}", "int_type", "Input should be a valid integer", value)
-    if minimum is not None and value < minimum:
-        raise _RequestError(f"{name} must be at least {minimum}, got {value}.", param=name)
-    if maximum is not None and value > maximum:
-        raise _RequestError(f"{name} must be at most {maximum}, got {value}.", param=name)
-    return value
-
-
-def _bool_param(body: dict, name: str, default: bool = False) -> bool:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise _validation_error(f"body.{name}", "bool_type", "Input should be a valid boolean", value)
-    return value
-
-
-@dataclass
-class _Common:
-    model: str
-    n: int
-    max_tokens: int | None
-    stop: list[str]
-    stream: bool
-    include_usage: bool
-    seed: int | None
-    return_token_ids: bool
-    as_token_ids: bool
-    include_stop_str: bool
-    ignore_eos: bool
-    sampling: dict
-
-
-def _common_params(body: dict, state: BackendState) -> _Common:
-    model = body.get("model")
-    if model is not None and model != state.served_model_name:
-        raise _RequestError(
-            f"The model `{model}` does not exist. Valid aliases: {state.served_model_name}.",
-            param="model", type_="NotFoundError", code=404,
-        )
-    n = body.get("n", 1)
-    if n is None:
-        n = 1
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise _validation_error("body.n", "int_type", "Input should be a valid integer", n)
-    if n < 1:
-        raise _RequestError(f"n must be at least 1, got {n}.")
-    max_tokens = body.get("max_completion_tokens")
-    name = "max_completion_tokens"
-    if max_tokens is None:
-        max_tokens, name = body.get("max_tokens"), "max_tokens"
-    if max_tokens is not None:
-        max_tokens = _int_param(body, name)
-        if max_tokens < 1:
-            raise _RequestError(f"max_tokens must be at least 1, got {max_tokens}.", param=name)
-        if max_tokens > state.max_model_len:
-            raise _RequestError(
-                f"{name}={max_tokens} cannot be greater than max_model_len={state.max_model_len}. "
-                f"Please request fewer output tokens. (parameter={name}, value={max_tokens})",
-                param=name,
-            )
-    stop = body.get("stop") or []
-    if isinstance(stop, str):
-        stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise _validation_error("body.stop", "list_type", "Input should be a valid string or list of strings", stop)
-    temperature = body.get("temperature")
-    if temperature is not None:
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-            raise _validation_error("body.temperature", "float_type", "Input should be a valid number", temperature)
-        if temperature < 0:
-            raise _RequestError(
-                f"temperature must be non-negative, got {float(temperature)}. "
-                f"(parameter=temperature, value={float(temperature)})", param="temperature",
-            )
-    stream = _bool_param(body, "stream")
-    stream_options = body.get("stream_options")
-    if stream_options is not None:
-        if not isinstance(stream_options, dict):
-            raise _validation_error("body.stream_options", "model_type", "Input should be an object", stream_options)
-        if not stream:
-            raise _RequestError("Stream options can only be defined when `stream=True`.", param="stream_options")
-    if stream and body.get("prompt_logprobs") is not None:
-        raise _RequestError("`prompt_logprobs` are not available when `stream=True`. (parameter=prompt_logprobs)",
-                            param="prompt_logprobs")
-    seed = _int_param(body, "seed")
-    as_ids = body.get("return_tokens_as_token_ids")
-    sampling_keys = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "stop",
-                     "seed", "n", "presence_penalty", "frequency_penalty", "repetition_penalty", "logprobs",
-                     "top_logprobs")
-    return _Common(
-        model=state.served_model_name,
-        n=n,
-        max_tokens=max_tokens,
-        stop=stop,
-        stream=stream,
-        include_usage=bool(stream and stream_options and stream_options.get("include_usage")),
-        seed=seed,
-        return_token_ids=_bool_param(body, "return_token_ids"),
-        as_token_ids=state.return_tokens_as_token_ids if as_ids is None else bool(as_ids),
-        include_stop_str=_bool_param(body, "include_stop_str_in_output"),
-        ignore_eos=_bool_param(body, "ignore_eos"),
-        sampling={k: body[k] for k in sampling_keys if k in body},
-    )
-
-
-def _check_context(state: BackendState, n_prompt: int, max_tokens: int | None) -> int:
-    if n_prompt >= state.max_model_len or (max_tokens is not None and n_prompt + max_tokens > state.max_model_len):
-        raise _RequestError(
-            f"This model's maximum context length is {state.max_model_len} tokens. However, your request has "
-            f"{n_prompt} input tokens and requested {max_tokens or 0} output tokens. Please reduce the length of "
-            "the input or the requested output.", param="input_tokens",
-        )
-    return max_tokens if max_tokens is not None else state.max_model_len - n_prompt
-
-
 async def _respond(state: BackendState, req: PolicyRequest) -> PolicyOutput:
     if getattr(state.policy, "run_in_thread", True):
         out = await asyncio.to_thread(state.policy.respond, req)
@@ -244,7 +108,7 @@ def _sse(obj: Any) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
 
 
-def _error_response(exc: _RequestError) -> JSONResponse:
+def _error_response(exc: RequestError) -> JSONResponse:
     return JSONResponse(exc.body, status_code=exc.code)
 
 
@@ -252,7 +116,7 @@ def _handler(fn: Callable) -> Callable:
     async def endpoint(request: Request) -> Response:
         try:
             return await fn(request, request.app.state.backend)
-        except _RequestError as exc:
+        except RequestError as exc:
             return _error_response(exc)
 
     endpoint.__name__ = fn.__name__
@@ -289,49 +153,17 @@ async def _models(request: Request, state: BackendState) -> Response:
     return JSONResponse({"object": "list", "data": [card]})
 
 
-def _chat_inputs(body: dict) -> tuple[list[dict], list[dict] | None, Any, dict]:
-    messages = body.get("messages")
-    if messages is None:
-        raise _validation_error("body.messages", "missing", "Field required", body)
-    if not isinstance(messages, list):
-        raise _validation_error("body.messages", "list_type", "Input should be a valid list", messages)
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise _validation_error(f"body.messages.{i}", "model_type", "Each message needs a string 'role'", m)
-    tools = body.get("tools")
-    if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
-        raise _validation_error("body.tools", "list_type", "Input should be a valid list of tool objects", tools)
-    kwargs = body.get("chat_template_kwargs") or {}
-    if not isinstance(kwargs, dict):
-        raise _validation_error("body.chat_template_kwargs", "dict_type", "Input should be a valid dictionary", kwargs)
-    return messages, tools or None, body.get("tool_choice"), kwargs
-
-
-def _logprob_params(body: dict) -> tuple[bool, int]:
-    logprobs = _bool_param(body, "logprobs")
-    top = body.get("top_logprobs")
-    if top is not None:
-        top = _int_param(body, "top_logprobs", minimum=0)
-        if top > 0 and not logprobs:
-            raise _RequestError("when using `top_logprobs`, `logprobs` must be set to true. (parameter=top_logprobs)",
-                                param="top_logprobs")
-        if top > MAX_LOGPROBS:
-            raise _RequestError(f"Requested sample logprobs of {top}, which is greater than max allowed: "
-                                f"{MAX_LOGPROBS}", param="top_logprobs")
-    return logprobs, top or 0
-
-
 async def _chat(request: Request, state: BackendState) -> Response:
-    body = await _json_body(request)
-    messages, tools, tool_choice, template_kwargs = _chat_inputs(body)
-    common = _common_params(body, state)
-    want_logprobs, top_k = _logprob_params(body)
+    body = await json_body(request)
+    messages, tools, tool_choice, template_kwargs = chat_inputs(body)
+    common = common_params(body, state.served_model_name, state.max_model_len, state.return_tokens_as_token_ids)
+    want_logprobs, top_k = logprob_params(body)
     try:
         prompt_text = render_chat(state.tokenizer, messages, tools, True, template_kwargs)
     except ValueError as exc:
-        raise _RequestError(str(exc), param="messages")
+        raise RequestError(str(exc), param="messages")
     prompt_ids = encode_text(state.tokenizer, prompt_text)
-    max_tokens = _check_context(state, len(prompt_ids), common.max_tokens)
+    max_tokens = check_context(state.max_model_len, len(prompt_ids), common.max_tokens)
     parse_tools = bool(tools) and tool_choice != "none"
     turn = sum(1 for m in messages if m.get("role") == "assistant")
     gens: list[Generation] = []
@@ -346,15 +178,12 @@ async def _chat(request: Request, state: BackendState) -> Response:
     rid, created = P.chat_completion_id(), P.now()
     n_out = sum(len(g.steps) for g in gens)
     if common.stream:
-        stream = _chat_stream(state, common, gens, fmt, rid, created, prompt_ids, parse_tools, want_logprobs, top_k)
+        stream = _chat_stream(state, common, gens, fmt, rid, created, prompt_ids, parse_tools, want_logprobs, top_k,
+                              tool_choice)
         return StreamingResponse(stream, media_type="text/event-stream")
     choices = []
     for i, g in enumerate(gens):
-        content, calls, finish = g.text, [], g.finish_reason
-        if parse_tools:
-            parsed = parse_tool_calls(g.text)
-            if parsed.tools_called:
-                content, calls, finish = parsed.content, parsed.tool_calls, "tool_calls"
+        content, calls, finish = _message_parts(g, tool_choice) if parse_tools else (g.text, [], g.finish_reason)
         logprobs = P.chat_logprobs(g.steps, fmt, top_k) if want_logprobs else None
         choices.append(P.chat_choice(i, content, calls, logprobs, finish, g.stop_reason,
                                      g.token_ids if common.return_token_ids else None))
@@ -363,8 +192,28 @@ async def _chat(request: Request, state: BackendState) -> Response:
     return JSONResponse(resp)
 
 
-async def _chat_stream(state, common: _Common, gens, fmt, rid, created, prompt_ids, parse_tools, want_logprobs,
-                       top_k) -> AsyncIterator[str]:
+def _message_parts(g: Generation, tool_choice: Any) -> tuple[str | None, list[dict], str]:
+    """Content, tool calls and finish reason of a choice, as vLLM 0.32 with the hermes parser gives
+    them: `auto` drops whitespace-only content and finishes with `tool_calls`; `required` and a named
+    function (parsed the same way, hermes being a strict structural-tag parser) give content "" when
+    there is none, and a named function finishes with the engine's own reason."""
+    parsed = parse_tool_calls(g.text)
+    if tool_choice in (None, "auto"):
+        if not parsed.tools_called:
+            return g.text, [], g.finish_reason
+        content = parsed.content if parsed.content and parsed.content.strip() else None
+        return content, parsed.tool_calls, "tool_calls"
+    content = parsed.content if parsed.tools_called else g.text
+    if not parsed.tools_called and not (content or "").strip():
+        content = None
+    finish = g.finish_reason
+    if tool_choice == "required" and parsed.tools_called and finish == "stop":
+        finish = "tool_calls"
+    return content or "", parsed.tool_calls, finish
+
+
+async def _chat_stream(state, common: CommonParams, gens, fmt, rid, created, prompt_ids, parse_tools, want_logprobs,
+                       top_k, tool_choice) -> AsyncIterator[str]:
     model = common.model
     for i, g in enumerate(gens):
         role_choice = {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
@@ -397,7 +246,7 @@ async def _chat_stream(state, common: _Common, gens, fmt, rid, created, prompt_i
                 choice["finish_reason"] = None
             else:
                 finish = g.finish_reason
-                if tools_streamed and finish == "stop":
+                if tools_streamed and finish == "stop" and not isinstance(tool_choice, dict):
                     finish = "tool_calls"
                 choice["finish_reason"] = finish
                 choice["stop_reason"] = g.stop_reason
@@ -412,34 +261,17 @@ async def _chat_stream(state, common: _Common, gens, fmt, rid, created, prompt_i
     yield "data: [DONE]\n\n"
 
 
-def _completion_prompt(body: dict, tokenizer) -> tuple[str | None, list[int]]:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]
-    if isinstance(prompt, str) and prompt:
-        return prompt, list(tokenizer.encode(prompt, add_special_tokens=True))
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        if any(t < 0 or t >= len(tokenizer) for t in prompt):
-            raise _RequestError(f"Token id out of vocabulary (0..{len(tokenizer) - 1}) in prompt.", param="prompt")
-        return None, list(prompt)
-    if prompt is None or prompt == "" or prompt == []:
-        raise _RequestError("Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
-                            param="prompt")
-    raise _RequestError("prompt must be a string, a list of token ids, or a list holding one of those "
-                        "(several prompts per request are not supported by the local backend).", param="prompt")
-
-
 async def _completions(request: Request, state: BackendState) -> Response:
-    body = await _json_body(request)
-    common = _common_params(body, state)
+    body = await json_body(request)
+    common = common_params(body, state.served_model_name, state.max_model_len, state.return_tokens_as_token_ids)
     k = body.get("logprobs")
     if k is not None:
-        k = _int_param(body, "logprobs", minimum=0)
+        k = int_param(body, "logprobs", minimum=0)
         if k > MAX_LOGPROBS:
-            raise _RequestError(f"Requested sample logprobs of {k}, which is greater than max allowed: {MAX_LOGPROBS}",
-                                param="logprobs")
-    prompt_text, prompt_ids = _completion_prompt(body, state.tokenizer)
-    max_tokens = _check_context(state, len(prompt_ids), common.max_tokens if common.max_tokens else 16)
+            raise RequestError(f"Requested sample logprobs of {k}, which is greater than max allowed: {MAX_LOGPROBS} "
+                                f"(parameter=logprobs, value={k})", param="logprobs")
+    prompt_text, prompt_ids = completion_prompt(body, state.tokenizer)
+    max_tokens = check_context(state.max_model_len, len(prompt_ids), common.max_tokens if common.max_tokens else 16)
     if prompt_text is None:
         prompt_text_for_policy = state.tokenizer.decode(prompt_ids, skip_special_tokens=False)
     else:
@@ -469,7 +301,7 @@ async def _completions(request: Request, state: BackendState) -> Response:
                                               P.usage_dict(len(prompt_ids), n_out), state.fingerprint))
 
 
-async def _completion_stream(state, common: _Common, gens, fmt, rid, created, prompt_ids, k) -> AsyncIterator[str]:
+async def _completion_stream(state, common: CommonParams, gens, fmt, rid, created, prompt_ids, k) -> AsyncIterator[str]:
     model = common.model
     for i, g in enumerate(gens):
         offset = 0
@@ -480,7 +312,7 @@ async def _completion_stream(state, common: _Common, gens, fmt, rid, created, pr
             logprobs = None
             if k is not None:
                 logprobs = P.completion_logprobs([step], fmt, k, initial_offset=offset)
-                offset += len(fmt.token(step.token_id))
+                offset += len(fmt.token(step.token_id, step.held))
             choice = {
                 "index": i,
                 "text": step.delta,
@@ -500,33 +332,31 @@ async def _completion_stream(state, common: _Common, gens, fmt, rid, created, pr
 
 
 async def _tokenize(request: Request, state: BackendState) -> Response:
-    body = await _json_body(request)
+    body = await json_body(request)
     tok = state.tokenizer
     if "messages" in body:
-        messages, tools, _, kwargs = _chat_inputs(body)
+        messages, tools, _, kwargs = chat_inputs(body)
         try:
-            text = render_chat(tok, messages, tools, _bool_param(body, "add_generation_prompt", True), kwargs)
+            text = render_chat(tok, messages, tools, bool_param(body, "add_generation_prompt", True), kwargs)
         except ValueError as exc:
-            raise _RequestError(str(exc), param="messages")
-        ids = list(tok.encode(text, add_special_tokens=_bool_param(body, "add_special_tokens", False)))
+            raise RequestError(str(exc), param="messages")
+        ids = list(tok.encode(text, add_special_tokens=bool_param(body, "add_special_tokens", False)))
     elif isinstance(body.get("prompt"), str):
-        ids = list(tok.encode(body["prompt"], add_special_tokens=_bool_param(body, "add_special_tokens", True)))
+        ids = list(tok.encode(body["prompt"], add_special_tokens=bool_param(body, "add_special_tokens", True)))
     else:
-        raise _validation_error("body.prompt", "missing", "Field required (prompt or messages)", body)
-    strs = tok.convert_ids_to_tokens(ids) if _bool_param(body, "return_token_strs") else None
+        raise validation_error("body.prompt", "missing", "Field required (prompt or messages)", body)
+    strs = tok.convert_ids_to_tokens(ids) if bool_param(body, "return_token_strs") else None
     return JSONResponse({"count": len(ids), "max_model_len": state.max_model_len, "tokens": ids, "token_strs": strs})
 
 
 async def _detokenize(request: Request, state: BackendState) -> Response:
-    body = await _json_body(request)
+    body = await json_body(request)
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
-        raise _validation_error("body.tokens", "list_type", "Input should be a valid list of integers", tokens)
-    bad = [t for t in tokens if t < 0 or t >= len(state.tokenizer)]
-    if bad:
-        raise _RequestError(f"Token id {bad[0]} is out of vocabulary (0..{len(state.tokenizer) - 1}).",
-                            param="tokens")
-    text = state.tokenizer.decode(tokens, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        raise validation_error("body.tokens", "list_type", "Input should be a valid list of integers", tokens)
+    # as vLLM does, ids outside the vocabulary decode to nothing (no error)
+    known = [t for t in tokens if 0 <= t < len(state.tokenizer)]
+    text = state.tokenizer.decode(known, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     return JSONResponse({"prompt": text})
 
 

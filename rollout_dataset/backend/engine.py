@@ -30,12 +30,15 @@ class TokenStep:
         delta: the output text this token added ("" while bytes are held back or for eos).
         logprob: its log-probability under the bigram model.
         prev_id: the token it was conditioned on (for `top_logprobs`).
+        held: ids of earlier tokens whose bytes were still held back (an incomplete UTF-8
+            character) when this token came; logprob token strings are decoded in that context.
     """
 
     token_id: int
     delta: str
     logprob: float
     prev_id: int | None
+    held: tuple[int, ...] = ()
 
 
 @dataclass
@@ -141,10 +144,11 @@ def generate(
             break
         lp = model.logprob(prev, tok)
         if tok == eos and not ignore_eos:
-            gen.steps.append(TokenStep(tok, "", lp, prev))
+            gen.steps.append(TokenStep(tok, "", lp, prev, tuple(pending)))
             gen.finish_reason = "stop"
             gen.text = text
             return gen
+        held = tuple(pending)
         pending.append(tok)
         piece = tokenizer.decode(pending, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         last_step = len(gen.steps) + 1 >= limit
@@ -160,12 +164,12 @@ def generate(
             cut = idx + len(s) if include_stop_str_in_output else idx
             new_text = new_text[:cut]
             delta = new_text[before:] if len(new_text) > before else ""
-            gen.steps.append(TokenStep(tok, delta, lp, prev))
+            gen.steps.append(TokenStep(tok, delta, lp, prev, held))
             gen.text = new_text
             gen.finish_reason = "stop"
             gen.stop_reason = s
             return gen
-        gen.steps.append(TokenStep(tok, delta, lp, prev))
+        gen.steps.append(TokenStep(tok, delta, lp, prev, held))
         text = new_text
         prev = tok
     gen.text = text

@@ -113,17 +113,30 @@ class TokenFormatter:
         self.as_token_ids = as_token_ids
         self._text_cache: dict[int, str] = {}
 
-    def text(self, token_id: int) -> str:
-        """Args: token_id: an id. Returns: its decoded text."""
-        out = self._text_cache.get(token_id)
-        if out is None:
-            out = self.tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-            self._text_cache[token_id] = out
-        return out
+    def text(self, token_id: int, held: Sequence[int] = ()) -> str:
+        """The text a token adds after `held` ids whose bytes were held back, as vLLM decodes
+        logprob tokens: "" while the UTF-8 character is still incomplete.
 
-    def token(self, token_id: int) -> str:
-        """Args: token_id: an id. Returns: the token string as reported in logprobs."""
-        return f"token_id:{token_id}" if self.as_token_ids else self.text(token_id)
+        Args:
+            token_id: an id.
+            held: earlier ids still waiting for the rest of their character.
+
+        Returns:
+            The decoded text.
+        """
+        if not held:
+            out = self._text_cache.get(token_id)
+            if out is None:
+                out = self.tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+                out = "" if out.endswith("\ufffd") else out
+                self._text_cache[token_id] = out
+            return out
+        out = self.tokenizer.decode([*held, token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return "" if out.endswith("\ufffd") else out
+
+    def token(self, token_id: int, held: Sequence[int] = ()) -> str:
+        """Args: token_id: an id. held: ids held back before it. Returns: the token string in logprobs."""
+        return f"token_id:{token_id}" if self.as_token_ids else self.text(token_id, held)
 
     def alternatives(self, step: TokenStep, k: int) -> list[tuple[int, float]]:
         """The sampled token first, then the `k` most likely others (as vLLM's logprob dict).
@@ -161,13 +174,13 @@ def chat_logprobs(steps: Sequence[TokenStep], fmt: TokenFormatter, top_k: int) -
     for step in steps:
         top = []
         for tok, lp in fmt.alternatives(step, top_k)[: max(top_k, 0)]:
-            s = fmt.token(tok)
+            s = fmt.token(tok, step.held)
             top.append({"token": s, "logprob": _floor(lp), "bytes": list(s.encode("utf-8", errors="replace"))})
         content.append(
             {
-                "token": fmt.token(step.token_id),
+                "token": fmt.token(step.token_id, step.held),
                 "logprob": _floor(step.logprob),
-                "bytes": list(fmt.text(step.token_id).encode("utf-8", errors="replace")),
+                "bytes": list(fmt.text(step.token_id, step.held).encode("utf-8", errors="replace")),
                 "top_logprobs": top,
             }
         )
@@ -192,7 +205,7 @@ def completion_logprobs(steps: Sequence[TokenStep], fmt: TokenFormatter, k: int,
     tops: list[dict[str, float]] = []
     offset = initial_offset
     for step in steps:
-        tok = fmt.token(step.token_id)
+        tok = fmt.token(step.token_id, step.held)
         offsets.append(offset)
         offset += len(tok)
         tokens.append(tok)
@@ -200,7 +213,7 @@ def completion_logprobs(steps: Sequence[TokenStep], fmt: TokenFormatter, k: int,
         top: dict[str, float] = {}
         for i, (alt, lp) in enumerate(fmt.alternatives(step, k)):
             if i <= k:
-                top.setdefault(fmt.token(alt), _floor(lp))
+                top.setdefault(fmt.token(alt, step.held), _floor(lp))
         tops.append(top)
     return {"text_offset": offsets, "token_logprobs": lps, "tokens": tokens, "top_logprobs": tops}
 

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.rows import read_artifact, rollout_rows
-from rollout_dataset.builder.writer import DatasetWriter
+from rollout_dataset.builder.writer import ROW_GROUP_BYTES, DatasetWriter
 from rollout_dataset.errors import ArtifactError
 
 __all__ = ["BuildResult", "build", "find_artifact_dirs", "read_summary_rows", "dataset_rollout_ids"]
@@ -102,7 +102,7 @@ def dataset_rollout_ids(dataset_dir: str | Path) -> set[str]:
 
 def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template: str | Path | None = None,
           progress: bool = True, pretty_name: str = "Agent rollouts (rollout-dataset)",
-          license: str = "apache-2.0") -> BuildResult:
+          license: str = "apache-2.0", row_group_bytes: int = ROW_GROUP_BYTES) -> BuildResult:
     """Build (or extend) a multi-config parquet dataset with its card.
 
     Args:
@@ -112,6 +112,8 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
         progress: show a progress bar.
         pretty_name: the card's display name.
         license: the card's license id.
+        row_group_bytes: Arrow bytes buffered per config before a row group is written; with one
+            rollout in memory at a time, this bounds the build's memory.
 
     Returns:
         A `BuildResult`.
@@ -129,7 +131,7 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
     out.mkdir(parents=True, exist_ok=True)
     present = dataset_rollout_ids(out)
     result = BuildResult(out_dir=out)
-    writer = DatasetWriter(out)
+    writer = DatasetWriter(out, row_group_bytes=row_group_bytes)
     ok = False
     try:
         for folder in tqdm(folders, desc="build", unit="rollout", disable=not progress):
@@ -146,7 +148,10 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
                 result.skipped.append(rid)
                 continue
             rows, stats = rollout_rows(art)
-            writer.add(rows)
+            try:
+                writer.add(rows)
+            except ValueError as exc:
+                raise ArtifactError(f"{folder}: a value does not fit the dataset schema: {exc}") from None
             art = rows = None  # keep one rollout in memory at a time
             present.add(rid)
             result.added.append(rid)

@@ -162,8 +162,9 @@ CONFIGS: tuple[ConfigSpec, ...] = (
     ConfigSpec("trace", "one row per captured call", "Every call the recording proxy captured, in arrival "
                "order. Request and response are JSON text; token arrays and per-token logprobs are NOT "
                "repeated here (they live in sequences/turns), and `request_json.messages` holds only the "
-               "messages after `messages_prefix_len` messages shared with call `messages_prefix_call_index` "
-               "(`rollout_dataset.builder.trace_request(rows, call_index)` gives the full request back).", (
+               "messages after the first `messages_prefix_len` messages of call `messages_prefix_call_index`'s "
+               "history (its request messages followed by its response message without null fields); "
+               "`rollout_dataset.builder.trace_request(rows, call_index)` gives the full request back.", (
         _RID,
         _s("trace_record", "call_index", "int32", field="index"),
         _s("trace_record", "call_id", "string"),
@@ -180,9 +181,9 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _s("trace_record", "token_source", "string"),
         _c("n_prompt_ids", "int32", "Length of the server's prompt_token_ids (0 when none)."),
         _c("n_completion_ids", "int32", "Length of the server's completion_token_ids (0 when none)."),
-        _c("messages_prefix_call_index", "int32", "call_index of the earlier call whose request messages "
-           "start this call's messages; -1 when none is shared."),
-        _c("messages_prefix_len", "int32", "How many leading messages are shared with that call and left "
+        _c("messages_prefix_call_index", "int32", "call_index of the earlier call whose history (request "
+           "messages + response message without null fields) starts this call's messages; -1 when none."),
+        _c("messages_prefix_len", "int32", "How many leading messages come from that history and are left "
            "out of request_json.messages."),
         _c("request_json", "string", "The request as the harness sent it (JSON text), messages delta-encoded "
            "as described above."),

@@ -103,9 +103,22 @@ class DatasetWriter:
         self.writers = {c: ConfigWriter(c, self.out_dir / "data" / c / name, row_group_bytes) for c in CONFIG_NAMES}
 
     def add(self, rows_by_config: dict[str, list[dict[str, Any]]]) -> None:
-        """Add one rollout's rows (every config)."""
-        for config, rows in rows_by_config.items():
-            self.writers[config].add(rows)
+        """Add one rollout's rows (every config).
+
+        Raises:
+            ValueError: a value does not fit its column's type (the message names config and column).
+        """
+        tables = {}
+        for config, rows in rows_by_config.items():  # convert all first: a bad value adds nothing
+            try:
+                tables[config] = pa.Table.from_pylist(rows, schema=self.writers[config].schema) if rows else None
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+                column = next((c for c in self.writers[config].schema.names
+                               if not _fits(rows, c, self.writers[config].schema)), "?")
+                raise ValueError(f"config {config!r}, column {column!r}: {exc}") from None
+        for config, table in tables.items():
+            if table is not None:
+                self.writers[config].add_table(table)
 
     def close(self) -> dict[str, int]:
         """Close every shard.
@@ -122,6 +135,14 @@ class DatasetWriter:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _fits(rows: list[dict[str, Any]], column: str, schema: pa.Schema) -> bool:
+    try:
+        pa.array([r.get(column) for r in rows], type=schema.field(column).type)
+        return True
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        return False
 
 
 def _batches(path: str | Path) -> Iterator[pa.RecordBatch]:

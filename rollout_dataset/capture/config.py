@@ -6,10 +6,22 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from rollout_dataset.capture.rewards import PenaltyRules
 
 __all__ = ["CaptureConfig", "CaptureResult"]
+
+
+def _without_credentials(url: str | None) -> str | None:
+    """The URL without user:password and without a query string (either may carry a key)."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 @dataclass
@@ -93,7 +105,7 @@ class CaptureConfig:
             A JSON-ready dict without the API key.
         """
         return {
-            "base_url": self.base_url, "model": self.model, "tasks": self.tasks, "harness": self.harness,
+            "base_url": _without_credentials(self.base_url), "model": self.model, "tasks": self.tasks, "harness": self.harness,
             "timeout_s": self.timeout_s, "policy": self.policy if self.base_url is None else None,
             "script": str(self.script) if self.script else None, "tokenizer": self.tokenizer,
             "max_turns": self.max_turns, "max_tokens": self.max_tokens, "temperature": self.temperature,

@@ -12,7 +12,9 @@ command and the environment get:
 | — | `OPENAI_API_KEY` | the API key (never put it in the command: commands are recorded) |
 
 Placeholders are substituted shell-quoted. HOME and the XDG directories point into a fresh
-temporary folder so a harness reads no user config. The run stops on exit, on the time budget
+temporary folder so a harness reads no user config. Inherited environment variables whose names
+look like credentials (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*API_KEY*`) are dropped: the harness
+gets exactly one key, `OPENAI_API_KEY`. The run stops on exit, on the time budget
 (process group: SIGTERM, then SIGKILL), or when `should_stop()` returns a reason (the capture
 uses it to stop at once when the first model call failed).
 

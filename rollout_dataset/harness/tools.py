@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -185,7 +185,6 @@ class ToolBox:
     examples: Sequence[tuple[str, str]] = ()
     runner: CommandRunner = subprocess_runner
     command_timeout_s: float = 10.0
-    calls: list[str] = field(default_factory=list)
 
     def _resolve(self, rel: Any) -> Path:
         if not isinstance(rel, str) or not rel.strip():
@@ -207,7 +206,6 @@ class ToolBox:
         Returns:
             The outcome; errors (unknown tool, bad arguments) become an outcome with ``ok=False``.
         """
-        self.calls.append(name)
         try:
             args = json.loads(arguments) if isinstance(arguments, str) and arguments.strip() else (arguments or {})
             if not isinstance(args, dict):

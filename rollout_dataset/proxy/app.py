@@ -119,6 +119,7 @@ class ProxyApp:
         self.transport = transport
         timeout = timeout or httpx.Timeout(600.0, connect=10.0)
         self._extensions = {"timeout": timeout.as_dict()}
+        self._urls: dict[tuple[str, bytes], httpx.URL] = {}
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -136,6 +137,17 @@ class ProxyApp:
             await self._handle(scope, receive, send)
         except Exception:  # never crash the server: the record is already written by _handle's paths
             log.exception("proxy failed on %s %s", scope.get("method"), scope.get("path"))
+
+    def _url(self, endpoint: str, query: bytes) -> httpx.URL:
+        """The upstream URL, parsed once per (endpoint, query) (URL parsing is a visible per-call cost)."""
+        key = (endpoint, query)
+        url = self._urls.get(key)
+        if url is None:
+            text = self.upstream_root + endpoint + ("?" + query.decode("latin-1") if query else "")
+            url = httpx.URL(text)
+            if len(self._urls) < 1024:
+                self._urls[key] = url
+        return url
 
     # ---- request side -------------------------------------------------------------------------
 
@@ -182,12 +194,8 @@ class ProxyApp:
 
         up_headers = [(k, v) for k, v in raw_headers if k not in _DROP_REQUEST]
         up_headers.append((b"accept-encoding", b"identity"))
-        url = self.upstream_root + endpoint
-        query = scope.get("query_string") or b""
-        if query:
-            url += "?" + query.decode("latin-1")
-        request = httpx.Request(call.method, url, content=body or None, headers=up_headers,
-                                extensions=self._extensions)
+        request = httpx.Request(call.method, self._url(endpoint, scope.get("query_string") or b""),
+                                content=body or None, headers=up_headers, extensions=self._extensions)
         await self._run_with_disconnect_watch(call, request, token_req, receive, send)
 
     async def _read_body(self, call: _Call, raw_headers: list[tuple[bytes, bytes]], receive: Receive,
@@ -265,21 +273,18 @@ class ProxyApp:
 
     async def _run_with_disconnect_watch(self, call: _Call, request: httpx.Request,
                                          token_req: TokenRequest | None, receive: Receive, send: Send) -> None:
-        work = asyncio.ensure_future(self._exchange(call, request, token_req, send))
-        watch = asyncio.ensure_future(_wait_for_disconnect(receive))
+        """Run the exchange in this task while a watcher cancels it if the harness goes away."""
+        task = asyncio.current_task()
+        watch = asyncio.ensure_future(_cancel_on_disconnect(receive, call, task))
         try:
-            done, _ = await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+            await self._exchange(call, request, token_req, send)
         except asyncio.CancelledError:
-            work.cancel()
+            if not call.client_gone:
+                raise  # shutdown, not the harness
+            if task is not None and hasattr(task, "uncancel"):
+                task.uncancel()
+        finally:
             watch.cancel()
-            raise
-        if work in done:
-            watch.cancel()
-            work.result()
-            return
-        call.client_gone = True
-        work.cancel()
-        await asyncio.gather(work, return_exceptions=True)
 
     async def _exchange(self, call: _Call, request: httpx.Request, token_req: TokenRequest | None,
                         send: Send) -> None:
@@ -517,8 +522,11 @@ def _frame(event: ServerSentEvent, data: str) -> bytes:
     return (head + body + "\n").encode("utf-8")
 
 
-async def _wait_for_disconnect(receive: Receive) -> None:
+async def _cancel_on_disconnect(receive: Receive, call: _Call, task: asyncio.Task[Any] | None) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return
+            break
+    if not call.recorded and task is not None:  # recorded: the disconnect is the response ending
+        call.client_gone = True
+        task.cancel()

@@ -30,6 +30,14 @@ __all__ = ["CaptureProxy", "new_event_loop", "upstream_root"]
 
 log = logging.getLogger(__name__)
 
+# Idle upstream connections are dropped before the upstream drops them: uvicorn (vLLM's server)
+# closes idle keep-alive connections after 5 s, and a POST sent on a connection the server is
+# closing fails without having been processed.
+UPSTREAM_KEEPALIVE_S = 3.0
+# The proxy keeps idle harness connections longer than common client pools do (httpx/openai: 5 s),
+# so a harness never sends a request on a connection the proxy is closing.
+CLIENT_KEEPALIVE_S = 75
+
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """A fresh event loop: uvloop's when it is installed (it comes with uvicorn[standard]).
@@ -171,7 +179,8 @@ class CaptureProxy:
             raise RuntimeError("the proxy is already running")
         self._recorder = TraceRecorder(self.trace_dir)
         limits = httpx.Limits(max_connections=self.max_connections,
-                              max_keepalive_connections=min(self.max_connections, 256), keepalive_expiry=30.0)
+                              max_keepalive_connections=min(self.max_connections, 256),
+                              keepalive_expiry=UPSTREAM_KEEPALIVE_S)
         timeout = httpx.Timeout(self.upstream_timeout, connect=self.connect_timeout)
         transport = self.transport
         if transport is None:
@@ -190,7 +199,8 @@ class CaptureProxy:
             raise OSError(exc.errno, f"cannot bind the proxy to {self.host}:{self.port}: {exc.strerror}") from exc
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, server_header=False,
-                                date_header=False, timeout_graceful_shutdown=5, backlog=2048)
+                                date_header=False, timeout_graceful_shutdown=5, backlog=2048,
+                                timeout_keep_alive=CLIENT_KEEPALIVE_S)
         server = uvicorn.Server(config)
         self._server = server
         self._serve_task = asyncio.ensure_future(server.serve(sockets=[sock]))

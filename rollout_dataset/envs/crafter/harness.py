@@ -281,16 +281,19 @@ class CrafterAgent:
         return result("episode_done" if world.state.done else "turn_budget")
 
     def _execute(self, world: CrafterWorld, name: str, arguments: Any, decision: dict[str, Any]) -> str:
+        refusal = None
+        actions: list[str] | None = None
         if name != ACT_TOOL:
+            refusal = f"Error: unknown tool {name!r}; the only tool is {ACT_TOOL!r}."
+        elif world.state.done:
+            refusal = "The episode is over; no action was taken."
+        else:
+            actions, problem = _parse_actions(arguments, self.max_actions)
+            if actions is None:
+                refusal = f"Error: {problem}. No action was taken."
+        if refusal is not None or actions is None:
             decision["invalid"] += 1
-            return f"Error: unknown tool {name!r}; the only tool is {ACT_TOOL!r}.\n\n" + render_observation(world.state, legend=False)
-        if world.state.done:
-            decision["invalid"] += 1
-            return "The episode is over; no action was taken.\n\n" + render_observation(world.state, legend=False)
-        actions, problem = _parse_actions(arguments, self.max_actions)
-        if actions is None:
-            decision["invalid"] += 1
-            return f"Error: {problem}. No action was taken.\n\n" + render_observation(world.state, legend=False)
+            return f"{refusal}\n\n" + render_observation(world.state, legend=False)
         outcome = world.step(actions)
         decision["actions"].extend(outcome.actions)
         decision["env_steps"] += len(outcome.actions)

@@ -249,7 +249,9 @@ def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
         t1 = time.monotonic()
         result = agent.run(world)
         timings["agent"] = time.monotonic() - t1
+        t_stop = time.monotonic()
         stack.close()  # stop the proxy (flushes the trace) and the backend
+        timings["teardown"] = time.monotonic() - t_stop
         trace_path = Path(trace_dir) / f"{_SESSION}.jsonl"
         records = read_trace(trace_path) if trace_path.is_file() else []
     t2 = time.monotonic()
@@ -269,6 +271,10 @@ def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
     by_name = Counter(name for t in agent_turns for name in (t.get("tool_calls") or []))
     env_reward = len(result.unlocked) / len(ACHIEVEMENTS)
     errors = [{"kind": "upstream_error", "message": result.error}] if result.error else []
+    header = {"rollout": rollout_id, "reward": round(env_reward, 4),
+                         "passed": f"{len(result.unlocked)}/{len(ACHIEVEMENTS)} achievements",
+                         "stop_reason": result.stop_reason}
+    samples = _samples(document, records, tokenizer, header)
     timings["export"] = time.monotonic() - t2
     timings["total"] = time.monotonic() - t0
     summary: dict[str, Any] = {
@@ -295,8 +301,6 @@ def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
         "source": ENV_NAME, "dataset_seed": config.seed, "rollout_seed": config.effective_rollout_seed,
         "n_prompts": 1, "config": config.public_dict(),
     }
-    header = {"rollout": rollout_id, "reward": round(env_reward, 4), "passed": f"{len(result.unlocked)}/22 achievements",
-              "stop_reason": result.stop_reason}
     files = {
         "trace.json": {"schema_version": 1, "session": _SESSION, "calls": records},
         "rollout.json": document,
@@ -305,7 +309,7 @@ def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
         "visible_tests.txt": "",
         "held_out_tests.json": {"schema_version": 1, "task_id": task_id, "tests": []},
         "summary.json": summary,
-        "samples.md": _samples(document, records, tokenizer, header),
+        "samples.md": samples,
     }
     secrets = [config.api_key] if config.api_key and len(config.api_key) >= 8 else []
     redacted = write_artifacts(out_dir, files, secrets)
