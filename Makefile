@@ -53,6 +53,8 @@ bench: install-test
 	$(PY) bench/graph_export.py
 	$(PY) bench/dataset_build.py
 	$(PY) bench/batch_throughput.py
+	$(PY) bench/crafter_rollout.py
+	$(PY) bench/sandbox_overhead.py
 
 clean:
 	rm -rf $(VENV) $(NPM_TOOLS) demo-dataset demo-artifacts

@@ -25,6 +25,9 @@ _EXPORTS: dict[str, str] = {
     "build": "rollout_dataset.builder",
     "push": "rollout_dataset.publish",
     "run_batch": "rollout_dataset.batch",
+    "run_crafter_rollout": "rollout_dataset.envs.crafter",
+    "turns_document": "rollout_dataset.export",
+    "summarise": "rollout_dataset.export",
     "validate_path": "rollout_dataset.schema.check",
 }
 

@@ -13,6 +13,7 @@ from importlib import resources
 from typing import Any
 
 import jsonschema
+from referencing import Registry, Resource
 
 __all__ = ["SCHEMA_NAMES", "load_schema", "schema_errors", "validate"]
 
@@ -47,12 +48,19 @@ def load_schema(name: str) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+@functools.lru_cache(maxsize=1)
+def _registry() -> Registry:
+    """Every shipped schema under its `$id`, so one schema can `$ref` another by file name."""
+    resources = [Resource.from_contents(load_schema(name)) for name in _names()]
+    return Registry().with_resources((resource.id(), resource) for resource in resources if resource.id())
+
+
 @functools.lru_cache(maxsize=None)
 def _validator(name: str) -> jsonschema.protocols.Validator:
     schema = load_schema(name)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     cls.check_schema(schema)
-    return cls(schema)
+    return cls(schema, registry=_registry())
 
 
 def _json_path(error: jsonschema.ValidationError) -> str:
