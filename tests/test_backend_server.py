@@ -333,3 +333,9 @@ async def test_logprob_tokens_of_incomplete_characters_are_empty_as_in_vllm(star
     assert "".join(e["token"] for e in content[:-1]) == "é✓ ok"
     assert any(e["token"] == "" and e["bytes"] == [] for e in content)
     assert content[-1]["token"] == "<|im_end|>"
+
+
+async def test_listening_socket_disables_nagle_so_kept_alive_replies_are_not_delayed(local_backend):
+    import socket
+
+    assert local_backend._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0

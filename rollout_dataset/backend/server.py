@@ -109,6 +109,9 @@ class LocalBackend:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # accepted connections inherit this: without it, small responses on a kept-alive
+        # connection wait ~40 ms for the client's delayed ACK (Nagle)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((self.host, self.port))
         sock.listen(2048)
         sock.setblocking(False)

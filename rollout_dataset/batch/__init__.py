@@ -18,7 +18,7 @@ Public API:
 from __future__ import annotations
 
 from rollout_dataset.batch.coding import CodingExamples, read_achievements, write_achievements
-from rollout_dataset.batch.config import BatchConfig, StepRewardConfig, load_json_mapping, load_step_config, parse_seeds
+from rollout_dataset.batch.config import BatchConfig, StepRewardConfig, load_json_mapping, load_step_config, parse_env_option, parse_seeds
 from rollout_dataset.batch.envs import register_env, result_from_artifacts
 from rollout_dataset.batch.executor import LocalExecutor, RayExecutor, RolloutJob, RolloutResult
 from rollout_dataset.batch.runner import BatchResult, check_turns, run_batch
@@ -54,6 +54,7 @@ __all__ = [
     "load_json_mapping",
     "load_step_config",
     "parse_seeds",
+    "parse_env_option",
     "pearson",
     "read_achievements",
     "register_env",

@@ -30,6 +30,7 @@ __all__ = [
     "load_step_config",
     "load_json_mapping",
     "parse_seeds",
+    "parse_env_option",
 ]
 
 MODES = ("off", "decision_stepwise")
@@ -228,6 +229,32 @@ def load_json_mapping(path: str | Path, kind: str) -> dict[str, Any]:
     raise ValueError(f"kind must be 'weights' or 'k_limits', got {kind!r}")
 
 
+def parse_env_option(text: str) -> tuple[str, Any]:
+    """Parse one `--env-option KEY=VALUE`; the value is JSON when it parses as JSON, else the text.
+
+    Examples: `max_steps=20` -> `("max_steps", 20)`, `area=[16,16]` -> `("area", [16, 16])`,
+    `mode=fast` -> `("mode", "fast")`.
+
+    Args:
+        text: the flag's value.
+
+    Returns:
+        `(key, value)`.
+
+    Raises:
+        ConfigError: no `=`, or an empty key.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--env-option: {text!r} is not KEY=VALUE (example: --env-option max_steps=20)")
+    try:
+        value: Any = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key, value
+
+
 def parse_seeds(text: str) -> list[int]:
     """Parse `--seeds 0,1,5` (ranges `3-6` allowed) into a list of distinct seeds, order kept.
 
@@ -278,6 +305,8 @@ class BatchConfig:
         n_prompts: size of the task set drawn from the source.
         timeout_s: wall-time budget of one rollout.
         env: environment family (`coding`; others register in `rollout_dataset.batch.envs`).
+        env_options: environment settings passed to the env's runner (`--env-option KEY=VALUE`;
+            Crafter reads `max_steps`, `max_actions`, `area`, `view`); empty for coding.
         argv: the command line, for the config snapshot.
     """
 
@@ -297,6 +326,7 @@ class BatchConfig:
     n_prompts: int = 64
     timeout_s: float = 900.0
     env: str = "coding"
+    env_options: dict[str, Any] = field(default_factory=dict)
     argv: list[str] | None = None
 
     def __post_init__(self) -> None:
@@ -315,6 +345,9 @@ class BatchConfig:
             raise ConfigError(f"concurrency: {self.concurrency} is out of range (>= 1)")
         if self.executor not in EXECUTORS:
             raise ConfigError(f"executor: {self.executor!r} is not one of {', '.join(EXECUTORS)}")
+        if not isinstance(self.env_options, Mapping) or not all(isinstance(k, str) and k for k in self.env_options):
+            raise ConfigError(f"env_options: expected a mapping of option name -> value, got {self.env_options!r}")
+        self.env_options = dict(self.env_options)
         self.strategies = tuple(self.strategies)
         bad = [s for s in self.strategies if s not in STRATEGIES]
         if bad or not self.strategies:
@@ -337,5 +370,6 @@ class BatchConfig:
             "n_prompts": self.n_prompts,
             "timeout_s": self.timeout_s,
             "env": self.env,
+            "env_options": dict(self.env_options),
             "argv": list(self.argv) if self.argv is not None else None,
         }

@@ -163,8 +163,15 @@ def coding_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunO
 
     Seed `s` runs task index `s mod (number of tasks)` of the task list drawn with dataset seed 0;
     rollout `i` of it uses rollout seed `s * 1000 + i`, so rollouts of a seed differ and every run
-    is reproducible.
+    is reproducible. Coding takes no env options. Each rollout's sandbox hides the batch's
+    `rollouts/` folder (`settings["hide_paths"]`), so no agent reads the held-out tests an earlier
+    rollout wrote there.
+
+    Raises:
+        ConfigError: env options were given (coding has none).
     """
+    if config.env_options:
+        raise ConfigError(f"--env-option: the coding environment takes no options (got {', '.join(sorted(config.env_options))})")
 
     def run_one(job: RolloutJob) -> RolloutResult:
         from rollout_dataset.capture import CaptureConfig, capture_rollout
@@ -185,6 +192,7 @@ def coding_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunO
             rollout_id=job.rollout_id,
             push=False,
             tokenizer="builtin" if settings.get("local_backend") else None,
+            hide_paths=tuple(settings.get("hide_paths") or ()),
         )
         captured = capture_rollout(capture)
         if not captured.ok:

@@ -14,6 +14,9 @@ TOP_SEEDS = 10
 _EXPLAIN = {
     "coding": "Final return = the rollout's reward after penalties (fraction of held-out tests passed); "
     "step reward = the sum of per-decision rewards for visible examples that newly pass (the achievements).",
+    "crafter": "Final return = the number of Crafter achievements unlocked in the episode (0–22); "
+    "Crafter's own return is in batch_result.json extra.crafter_return. "
+    "Step reward = the sum of per-decision rewards for newly unlocked achievements.",
     "*": "Final return = the environment's outcome reward for the episode; "
     "step reward = the sum of per-decision rewards for newly unlocked achievements.",
 }

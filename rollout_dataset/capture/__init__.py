@@ -7,10 +7,12 @@ Public API:
 - `CaptureConfig`, `CaptureResult`;
 - `scan_for_leaks`, `compute_penalties`, `reward_after_penalties`, `PenaltyRules` — the integrity
   and reward rules, usable on their own;
+- `capture_hidden_paths`, `safe_to_hide` — what the agent's sandbox hides (held-out isolation);
 - `harness_statement` — the statement every harness is given (instruction + where solution.py goes).
 """
 
 from rollout_dataset.capture.config import CaptureConfig, CaptureResult
+from rollout_dataset.capture.hiding import capture_hidden_paths, safe_to_hide
 from rollout_dataset.capture.leakage import MIN_LEAK_CHARS, LeakHit, scan_for_leaks
 from rollout_dataset.capture.orchestrate import SOLUTION_NOTE, capture_rollout, first_call_failure, harness_statement
 from rollout_dataset.capture.rewards import PenaltyRules, compute_penalties, reward_after_penalties
@@ -24,6 +26,7 @@ __all__ = [
     "MIN_LEAK_CHARS",
     "PenaltyRules",
     "SOLUTION_NOTE",
+    "capture_hidden_paths",
     "capture_rollout",
     "collect_secrets",
     "compute_penalties",
@@ -31,6 +34,7 @@ __all__ = [
     "harness_statement",
     "redact_text",
     "reward_after_penalties",
+    "safe_to_hide",
     "scan_for_leaks",
     "serve_in_thread",
 ]

@@ -52,6 +52,8 @@ class CaptureConfig:
         push: push to `PUSH_TO_DATASET` when set; None reads the environment.
         keep_workdir: copy the agent's final working directory to ``<out_dir>/workdir`` (debugging).
         served_model_name: the local backend's model name.
+        hide_paths: more paths the agent's sandbox hides, besides the task's files, `out_dir` and
+            its parent (see `rollout_dataset.capture.hiding`); a batch names its `rollouts/` folder.
     """
 
     out_dir: str | Path = "trace_artifact"
@@ -76,8 +78,10 @@ class CaptureConfig:
     push: bool | None = None
     keep_workdir: bool = False
     served_model_name: str = "local"
+    hide_paths: tuple[str | Path, ...] = ()
 
     def __post_init__(self) -> None:
+        self.hide_paths = tuple(self.hide_paths)
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         if self.n_prompts < 1:

@@ -5,7 +5,9 @@ Orchestration only; each step is another module's job:
 1. pick the task (`rollout_dataset.tasks`): an out-of-range index fails here, at once;
 2. start the local backend (`oracle` policy) unless a base URL is given, and the recording proxy
    in front (one proxy session per rollout, named by the rollout id);
-3. run the harness in a sandbox working directory (`rollout_dataset.harness`); the first model
+3. run the harness in a sandbox working directory (`rollout_dataset.harness`) that hides the
+   held-out data: the task's files, the output folder and the folder of its sibling rollouts
+   (`rollout_dataset.capture.hiding`); the first model
    call answering 4xx/5xx stops everything at once with `UpstreamStatusError` (status and URL);
 4. verify `solution.py` on the held-out tests in fresh sandboxes (`rollout_dataset.sandbox`);
 5. scan requests and working files for held-out text (`rollout_dataset.capture.leakage`);
@@ -33,6 +35,7 @@ import httpx
 
 from rollout_dataset.capture.artifacts import write_artifacts
 from rollout_dataset.capture.config import CaptureConfig, CaptureResult
+from rollout_dataset.capture.hiding import capture_hidden_paths
 from rollout_dataset.capture.leakage import scan_for_leaks
 from rollout_dataset.capture.rewards import compute_penalties, reward_after_penalties
 from rollout_dataset.capture.secrets import collect_secrets
@@ -283,7 +286,8 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         session = rollout_id
         harness_url = proxy.session_base_url(session)
         trace_path = proxy.trace_path(session)
-        box = stack.enter_context(Sandbox())
+        # held-out isolation: the task's files, this rollout's folder and its siblings' are hidden
+        box = stack.enter_context(Sandbox(hide_paths=capture_hidden_paths(task, out_dir, config.hide_paths)))
         timings["setup_s"] = time.monotonic() - t_start
 
         t_agent = time.monotonic()

@@ -26,7 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="batch folder (the same folder resumes)")
     parser.add_argument("--base-url", help="OpenAI-compatible inference URL ending in /v1 (default: start the local backend)")
     parser.add_argument("--model", help="model name (default: the server's)")
-    parser.add_argument("--env", default="coding", help="environment family (default: coding)")
+    parser.add_argument("--env", default="coding", help="environment family: coding (default) or crafter")
+    parser.add_argument("--env-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment setting, repeatable; VALUE is parsed as JSON when it can be "
+                             "(crafter: max_steps=40, max_actions=8, area=16 or area=[16,16], view=[9,7])")
     parser.add_argument("--rollouts-per-seed", type=int, default=3, metavar="K", help="rollouts per seed (default 3)")
     parser.add_argument("--max-turns", type=int, default=10, help="agent turn budget per rollout (default 10)")
     parser.add_argument("--concurrency", type=int, default=8, help="rollouts in flight (default 8)")
@@ -57,6 +60,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
         StepRewardConfig,
         load_json_mapping,
         load_step_config,
+        parse_env_option,
         parse_seeds,
     )
     from rollout_dataset.errors import ConfigError
@@ -97,6 +101,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
         n_prompts=args.n_prompts,
         timeout_s=args.timeout_s,
         env=args.env,
+        env_options=dict(parse_env_option(item) for item in getattr(args, "env_option", None) or []),
         argv=list(sys.argv[1:] if argv is None else argv),
     )
 

@@ -8,7 +8,9 @@ batch's `achievements.json` (the achievement timeline); Crafter has no tests, so
 `visible_tests.txt` is empty and `held_out_tests.json` lists none.
 
 Rewards: `env_reward` (and `reward_after_penalties`, no penalties apply) is the fraction of
-Crafter's 22 achievements unlocked in the episode; the count, Crafter's own return and the
+Crafter's 22 achievements unlocked in the episode; `summary.json` `env_metrics` holds the count
+(`achievements_unlocked`), Crafter's own return (`crafter_return`) and `env_steps`; the count,
+Crafter's own return and the
 per-decision record are in `rollout.json` under `metadata.crafter`, and the stepwise rewards of
 the configured strategy under `metadata.stepwise` (totals also in `summary.json`).
 """
@@ -290,6 +292,8 @@ def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
         "trainable_tokens": int(document.get("stats", {}).get("n_trainable_tokens", 0)),
         "findings_count": _findings_count(document), "leakage": {"checked": False, "hits": []},
         "timings": {k: round(v, 3) for k, v in timings.items()}, "errors": errors,
+        "env_metrics": {"achievements_unlocked": len(result.unlocked),
+                        "crafter_return": float(result.crafter_return), "env_steps": int(result.env_steps)},
     }
     if totals is not None:
         summary["stepwise"] = totals
