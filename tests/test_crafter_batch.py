@@ -17,7 +17,7 @@ from rollout_dataset.schema import validate
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("crafter-batch") / "batch"
     code = main(["batch", "--env", "crafter", "--smoke", "--max-turns", "4", "--concurrency", "2",
-                 "--no-progress", "--out", str(out)])
+                 "--env-option", "area=[24,24]", "--env-option", "max_steps=24", "--no-progress", "--out", str(out)])
     return code, out
 
 
@@ -48,10 +48,21 @@ def test_each_strategy_has_one_valid_run_record_per_rollout_with_achievements_as
         assert doc["timeline"], "the achievement timeline reached the batch"
 
 
+def test_env_options_reach_every_episode_and_the_config_snapshot(smoke):
+    _, out = smoke
+    snapshot = json.loads((out / "summary" / "config_snapshot.json").read_text())
+    assert snapshot["config"]["env_options"] == {"area": [24, 24], "max_steps": 24}
+    tasks = [json.loads(p.read_text()) for p in (out / "rollouts").glob("*/task.json")]
+    assert len(tasks) == 2
+    assert all(t["config"]["area"] == [24, 24] and t["config"]["max_steps"] == 24 for t in tasks)
+
+
 def test_the_report_compares_stepwise_and_final_returns_for_both_strategies(smoke):
     _, out = smoke
     report = (out / "report.md").read_text()
     assert "crafter" in report and "| simple |" in report and "| complex |" in report
+    assert "number of Crafter achievements unlocked in the episode (0–22)" in report
+    assert "extra.crafter_return" in report and "held-out tests" not in report
     summary = json.loads((out / "summary" / "summary.json").read_text())
     assert set(summary["strategies"]) == {"simple", "complex"}
 
@@ -77,6 +88,29 @@ def test_the_episode_budget_defaults_to_eight_actions_per_turn_and_rejects_unkno
     config.env_options = {"gravity": 1}
     with pytest.raises(ConfigError, match="gravity.*valid: area, max_actions, max_steps, view"):
         episode_options(config)
+
+
+def test_the_env_option_flag_parses_json_values_and_keeps_other_text():
+    from rollout_dataset.batch.config import parse_env_option
+
+    assert parse_env_option("max_steps=20") == ("max_steps", 20)
+    assert parse_env_option("area=[16,16]") == ("area", [16, 16])
+    assert parse_env_option("mode=fast") == ("mode", "fast")
+    with pytest.raises(ConfigError, match="not KEY=VALUE"):
+        parse_env_option("max_steps")
+
+
+def test_an_unknown_crafter_option_exits_two_before_any_rollout(tmp_path, capsys):
+    out = tmp_path / "batch"
+    assert main(["batch", "--env", "crafter", "--smoke", "--env-option", "gravity=1", "--no-progress",
+                 "--out", str(out)]) == 2
+    assert "gravity" in capsys.readouterr().err
+    assert not (out / "rollouts").exists()
+
+
+def test_the_coding_env_rejects_env_options(tmp_path, capsys):
+    assert main(["batch", "--smoke", "--env-option", "max_steps=3", "--no-progress", "--out", str(tmp_path / "b")]) == 2
+    assert "the coding environment takes no options" in capsys.readouterr().err
 
 
 def test_rollouts_of_one_world_use_distinct_request_seeds():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rollout_dataset.builder.build import BuildResult, build, find_artifact_dirs
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG, arrow_schema, features
-from rollout_dataset.builder.rows import sequence_to_trl, trace_request, turn_prompt_ids, turn_token_arrays
+from rollout_dataset.builder.readers import sequence_to_trl, trace_request, turn_prompt_ids, turn_token_arrays
 
 __all__ = [
     "build",

@@ -22,7 +22,8 @@ from rollout_dataset.errors import ArtifactError
 
 __all__ = ["TEMPLATE_PATH", "card_stats", "card_metadata", "render_card", "read_card_metadata"]
 
-TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "dataset_card.md"
+# The template lives at the repo top; `builder/dataset_card.md` links to it so that a wheel ships it too.
+TEMPLATE_PATH = Path(__file__).parent / "dataset_card.md"
 
 # config -> summary column holding that config's rows per rollout (None: one row per rollout)
 _ROW_COUNT_COLUMN = {"summary": None, "task": None, "visible_tests": None, "held_out_tests": "n_held_out_rows",

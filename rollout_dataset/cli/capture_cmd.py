@@ -1,5 +1,10 @@
 """`rollout-dataset capture`: capture one rollout through the recording proxy and write its artifacts.
 
+`--env coding` (the default) captures one coding task with a harness; `--env crafter` (or any
+family registered in `rollout_dataset.envs`) hands the shared flags (`--seed`, `--rollout-seed`,
+`--base-url`, `--model`, `--max-turns`, `--timeout-s`, `--tokenizer`, `--out-dir`) and the game's
+own (`--max-steps`, `--max-actions`, `--area`) to that family's rollout function.
+
 Exit codes: 0 captured and valid; 1 the capture failed (first model call 4xx/5xx, server
 unreachable, held-out leakage, artifacts that do not validate, failed push); 2 bad arguments
 (task index out of range, unreadable task source, unknown harness).
@@ -11,8 +16,9 @@ import argparse
 import json
 import logging
 import sys
+from typing import Any
 
-__all__ = ["add_arguments", "run", "config_from_args"]
+__all__ = ["add_arguments", "run", "config_from_args", "env_config_from_args"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,12 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: the parser to fill.
     """
+    parser.add_argument("--env", default="coding",
+                        help="environment family: coding (default: a coding task and a harness) or crafter")
     parser.add_argument("--base-url", default=None,
                         help="OpenAI-compatible server (ends in /v1); default: start the local backend")
     parser.add_argument("--model", default=None, help="model name (default: 'local', or the server's first model)")
     parser.add_argument("--task-index", type=int, default=0, help="which task of the selected list")
     parser.add_argument("--seed", type=int, default=0,
-                        help="dataset seed: decides which task each index points at")
+                        help="dataset seed: decides which task each index points at (crafter: the world)")
     parser.add_argument("--rollout-seed", type=int, default=None,
                         help="seed of this rollout, to sample the same task again (default: --seed)")
     parser.add_argument("--n-prompts", type=int, default=64, help="size of the selected task list")
@@ -35,13 +43,105 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='builtin | cmd:"COMMAND" ({base_url} {model} {task_file} {workdir}) | '
                              "mini-swe-agent | opencode")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="wall-time budget of the harness")
-    parser.add_argument("--out-dir", default="trace_artifact", help="artifact folder to write")
+    parser.add_argument("--out-dir", default=None,
+                        help="artifact folder to write (default trace_artifact; crafter: crafter_artifact)")
     parser.add_argument("--policy", default="oracle", help="local backend policy: oracle | script | echo")
     parser.add_argument("--script", default=None, help="script file of the local backend's script policy")
     parser.add_argument("--tokenizer", default=None, help="tokenizer for checks and samples (builtin | PATH | HUB_ID)")
-    parser.add_argument("--max-turns", type=int, default=20, help="turn budget of the built-in harness")
+    parser.add_argument("--max-turns", type=int, default=None,
+                        help="turn budget of the built-in harness (default 20; crafter: model calls, default 30)")
+    game = parser.add_argument_group("environment options (--env crafter)")
+    game.add_argument("--max-steps", type=int, default=None, help="game steps per episode (crafter default 100)")
+    game.add_argument("--max-actions", type=int, default=None, help="actions per act call (crafter default 8)")
+    game.add_argument("--area", type=_pair, default=None, metavar="W,H", help="world size (crafter default 64,64)")
     parser.add_argument("--keep-workdir", action="store_true", help="copy the agent's working directory to OUT/workdir")
     parser.add_argument("--no-push", action="store_true", help="do not push even when PUSH_TO_DATASET is set")
+
+
+def _pair(text: str) -> tuple[int, int]:
+    """Parse `W,H` (or `WxH`, or one number for a square)."""
+    parts = [p for p in text.lower().replace("x", ",").split(",") if p.strip()]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not W,H (e.g. 64,64)") from None
+    if len(values) == 1:
+        values = values * 2
+    if len(values) != 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not W,H (e.g. 64,64)")
+    return values[0], values[1]
+
+
+#: flags that only mean something for the coding environment, with their defaults
+_CODING_ONLY = {"task_index": 0, "n_prompts": 64, "tasks": "builtin", "harness": "builtin", "policy": "oracle",
+                "script": None, "keep_workdir": False}
+#: flags that only mean something for a game environment
+_GAME_ONLY = ("max_steps", "max_actions", "area")
+
+
+def env_config_from_args(args: argparse.Namespace) -> Any:
+    """Build the rollout configuration of a registered environment family (`--env crafter`).
+
+    Only the flags the family's configuration has are passed, and only when given, so the family's
+    own defaults apply otherwise. The API key comes from `OPENAI_API_KEY`.
+
+    Args:
+        args: parsed arguments.
+
+    Returns:
+        An instance of the family's configuration class (e.g. `CrafterRolloutConfig`).
+
+    Raises:
+        ConfigError: an unknown environment, or a coding-only flag given for it.
+        ValueError: a value out of range (the configuration's own check).
+    """
+    import dataclasses
+    import os
+
+    from rollout_dataset.envs import get_env
+    from rollout_dataset.errors import ConfigError
+
+    family = get_env(args.env)
+    wrong = [name for name, default in _CODING_ONLY.items() if getattr(args, name, default) != default]
+    if wrong:
+        flags = ", ".join("--" + n.replace("_", "-") for n in wrong)
+        raise ConfigError(f"--env {args.env}: {flags} only appl{'ies' if len(wrong) == 1 else 'y'} to --env coding")
+    config_class = family.config_class()
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    given = {"out_dir": args.out_dir, "seed": args.seed, "rollout_seed": args.rollout_seed, "base_url": args.base_url,
+             "model": args.model, "max_turns": args.max_turns, "timeout_s": args.timeout_s,
+             "tokenizer": args.tokenizer, "api_key": os.environ.get("OPENAI_API_KEY"),
+             **{name: getattr(args, name, None) for name in _GAME_ONLY}}
+    unknown = sorted(k for k, v in given.items() if v is not None and k not in fields and k != "api_key")
+    if unknown:
+        raise ConfigError(f"--env {args.env}: {', '.join('--' + k.replace('_', '-') for k in unknown)} not supported")
+    return config_class(**{k: v for k, v in given.items() if v is not None and k in fields})
+
+
+def _run_env(args: argparse.Namespace) -> int:
+    """`--env NAME` other than coding: the family's rollout function."""
+    from rollout_dataset.envs import get_env
+    from rollout_dataset.errors import ConfigError, UpstreamError
+    from rollout_dataset.schema.check import format_failure
+
+    try:
+        config = env_config_from_args(args)
+        rollout = get_env(args.env).rollout_function()
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = rollout(config)
+    except UpstreamError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result.summary, indent=1))
+    for failure in result.validation_failures:
+        print(f"invalid: {format_failure(failure)}", file=sys.stderr)
+    for error in result.errors:
+        print(f"error: {error['kind']}: {error['message']}", file=sys.stderr)
+    print(f"artifacts: {result.out_dir}", file=sys.stderr)
+    return result.exit_code
 
 
 def config_from_args(args: argparse.Namespace):
@@ -54,11 +154,16 @@ def config_from_args(args: argparse.Namespace):
         The `CaptureConfig`.
     """
     from rollout_dataset.capture import CaptureConfig
+    from rollout_dataset.errors import ConfigError
 
-    return CaptureConfig(out_dir=args.out_dir, base_url=args.base_url, model=args.model, task_index=args.task_index,
+    given = [name for name in _GAME_ONLY if getattr(args, name, None) is not None]
+    if given:
+        raise ConfigError(f"{', '.join('--' + n.replace('_', '-') for n in given)}: only for a game environment "
+                          "(--env crafter), not --env coding")
+    return CaptureConfig(out_dir=args.out_dir or "trace_artifact", base_url=args.base_url, model=args.model, task_index=args.task_index,
                          seed=args.seed, rollout_seed=args.rollout_seed, n_prompts=args.n_prompts, tasks=args.tasks,
                          harness=args.harness, timeout_s=args.timeout_s, policy=args.policy, script=args.script,
-                         tokenizer=args.tokenizer, max_turns=args.max_turns, keep_workdir=args.keep_workdir,
+                         tokenizer=args.tokenizer, max_turns=args.max_turns or 20, keep_workdir=args.keep_workdir,
                          push=False if args.no_push else None)
 
 
@@ -77,10 +182,12 @@ def run(args: argparse.Namespace) -> int:
 
     if not getattr(args, "verbose", 0):
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP call is noise here
+    if getattr(args, "env", "coding") != "coding":
+        return _run_env(args)
     try:
         config = config_from_args(args)
         result = capture_rollout(config)
-    except (TaskIndexError, TaskSourceError, ValueError) as exc:
+    except (TaskIndexError, TaskSourceError, ValueError) as exc:  # ConfigError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except UpstreamError as exc:
