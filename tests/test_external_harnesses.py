@@ -137,3 +137,8 @@ def test_opencode_streams_through_the_proxy_with_its_title_call_and_its_capture_
     tool_counts = sorted(len(c["request"].get("tools") or []) for c in generation)
     assert tool_counts == [0, 10, 10, 10]  # the toolless title call, then the agent's calls with 10 tools
     assert {s["role"] for s in document["sequences"]} == {"agent", "auxiliary"}
+    # opencode re-encodes tool-call arguments with JSON.stringify; vLLM (and the local backend) parse them
+    # before templating, so the agent's three calls still extend one another token for token.
+    agent = [s for s in document["sequences"] if s["role"] == "agent"]
+    assert len(agent) == 1 and agent[0]["n_turns"] == 3
+    assert "retokenization_skew" not in json.dumps(document)

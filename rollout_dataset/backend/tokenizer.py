@@ -13,11 +13,12 @@ special tokens.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["BUILTIN_TOKENIZER_DIR", "load_tokenizer", "render_chat", "chat_prompt_ids", "encode_text"]
+__all__ = ["BUILTIN_TOKENIZER_DIR", "load_tokenizer", "render_chat", "chat_prompt_ids", "encode_text", "template_messages"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def render_chat(
     kwargs = dict(chat_template_kwargs or {})
     try:
         return tokenizer.apply_chat_template(
-            [dict(m) for m in messages],
+            template_messages(messages),
             tools=list(tools) if tools else None,
             add_generation_prompt=add_generation_prompt,
             tokenize=False,
@@ -94,6 +95,46 @@ def render_chat(
         )
     except Exception as exc:  # jinja errors, bad message shapes
         raise ValueError(f"chat template could not render the messages: {exc}") from exc
+
+
+def template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as vLLM hands them to the chat template.
+
+    vLLM parses each assistant tool call's `arguments` JSON string into an object before rendering
+    (an empty one becomes `{}`), so the template re-serialises the arguments itself: a harness that
+    re-encodes them (opencode's `JSON.stringify` drops the spaces) still gets the same prompt ids.
+    Arguments that are not valid JSON are left as the string they are.
+
+    Args:
+        messages: OpenAI-style chat messages (not modified).
+
+    Returns:
+        Copies of the messages, tool-call arguments parsed.
+    """
+    out = []
+    for message in messages:
+        message = dict(message)
+        calls = message.get("tool_calls")
+        if message.get("role") == "assistant" and isinstance(calls, list):
+            parsed = []
+            for call in calls:
+                call = dict(call) if isinstance(call, Mapping) else call
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, Mapping):
+                    function = dict(function)
+                    arguments = function.get("arguments")
+                    if not arguments:
+                        function["arguments"] = {}
+                    elif isinstance(arguments, str):
+                        try:
+                            function["arguments"] = json.loads(arguments)
+                        except ValueError:
+                            pass
+                    call["function"] = function
+                parsed.append(call)
+            message["tool_calls"] = parsed
+        out.append(message)
+    return out
 
 
 def encode_text(tokenizer, text: str) -> list[int]:

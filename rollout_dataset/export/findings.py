@@ -29,10 +29,10 @@ eval_capture              INFO     capture level below ``tokens``: nothing is tr
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
+from rollout_dataset.backend.tokenizer import template_messages
 from rollout_dataset.graph import RolloutGraph, TurnNode, normalise_message
 
 __all__ = [
@@ -226,28 +226,6 @@ def call_findings(node: TurnNode, *, tokens_expected: bool) -> list[dict[str, An
     return out
 
 
-def _template_messages(messages: list[Any]) -> list[Any]:
-    """Messages as vLLM hands them to the chat template: tool-call arguments parsed to dicts."""
-    out = []
-    for message in messages:
-        if isinstance(message, dict) and message.get("tool_calls"):
-            message = dict(message)
-            calls = []
-            for call in message["tool_calls"]:
-                call = dict(call or {})
-                fn = dict(call.get("function") or {})
-                if isinstance(fn.get("arguments"), str):
-                    try:
-                        fn["arguments"] = json.loads(fn["arguments"])
-                    except ValueError:
-                        pass
-                call["function"] = fn
-                calls.append(call)
-            message["tool_calls"] = calls
-        out.append(message)
-    return out
-
-
 def render_prompt_ids(node: TurnNode, tokenizer: Any, request_kwargs: dict[str, Any] | None = None) -> list[int]:
     """Re-render a call's request through the tokenizer's chat template.
 
@@ -260,7 +238,7 @@ def render_prompt_ids(node: TurnNode, tokenizer: Any, request_kwargs: dict[str, 
         The rendered prompt ids (``add_generation_prompt=True``).
     """
     rendered = tokenizer.apply_chat_template(
-        _template_messages(node.request_messages),
+        template_messages(node.request_messages),
         tools=node.request_tools or None,
         add_generation_prompt=True,
         tokenize=True,
