@@ -29,6 +29,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import aiohttp
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,56 +112,62 @@ def pct(values: list[float], q: float) -> float:
     return ordered[idx]
 
 
-async def one_call(client: httpx.AsyncClient, base: str, model: str, stream: bool, max_tokens: int) -> float:
+async def one_call(session: aiohttp.ClientSession, base: str, model: str, stream: bool, max_tokens: int) -> float:
+    """One chat call; returns its latency (non-streaming) or its time to first content chunk, in ms."""
     body = {"model": model, "messages": MESSAGES, "max_tokens": max_tokens, "temperature": 0, "seed": 0}
+    if stream:
+        body["stream"] = True
     t0 = time.perf_counter()
-    if not stream:
-        resp = await client.post(base + "/chat/completions", json=body)
+    async with session.post(base + "/chat/completions", json=body) as resp:
         resp.raise_for_status()
-        resp.json()
-        return (time.perf_counter() - t0) * 1000
-    body["stream"] = True
-    async with client.stream("POST", base + "/chat/completions", json=body) as resp:
-        resp.raise_for_status()
+        if not stream:
+            await resp.json()
+            return (time.perf_counter() - t0) * 1000
         first = None
-        async for line in resp.aiter_lines():
-            if first is None and line.startswith("data:") and '"content"' in line:
+        async for line in resp.content:
+            if first is None and line.startswith(b"data:") and b'"content"' in line:
                 first = (time.perf_counter() - t0) * 1000
     return first if first is not None else float("nan")
 
 
-async def measure(bases: dict[str, str], model: str, calls: int, max_tokens: int) -> dict[str, dict]:
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+async def measure(bases: dict[str, str], model: str, calls: int, max_tokens: int, rounds: int = 4) -> dict[str, dict]:
+    """Every phase interleaves the targets (call by call at c=1, round by round at c=32), so the load
+    other processes put on the machine hits every target alike."""
     out: dict[str, dict] = {name: {} for name in bases}
     headers = {"authorization": f"Bearer {BENCH_KEY}"}
-    async with httpx.AsyncClient(timeout=120, limits=limits, trust_env=False, headers=headers) as client:
+    connector = aiohttp.TCPConnector(limit=64, keepalive_timeout=3)  # aiohttp: the cheapest client here
+    async with aiohttp.ClientSession(connector=connector, headers=headers,
+                                     timeout=aiohttp.ClientTimeout(total=120)) as session:
         for name, base in bases.items():  # warm-up: connections, caches
-            await asyncio.gather(*(one_call(client, base, model, False, max_tokens) for _ in range(32)))
-        # concurrency 1, interleaved so drift hits every target alike
+            await asyncio.gather(*(one_call(session, base, model, False, max_tokens) for _ in range(32)))
         seq: dict[str, list[float]] = {n: [] for n in bases}
         ttft: dict[str, list[float]] = {n: [] for n in bases}
         for _ in range(calls):
             for name, base in bases.items():
-                seq[name].append(await one_call(client, base, model, False, max_tokens))
+                seq[name].append(await one_call(session, base, model, False, max_tokens))
         for _ in range(max(50, calls // 2)):
             for name, base in bases.items():
-                ttft[name].append(await one_call(client, base, model, True, max_tokens))
-        for name, base in bases.items():
-            lat: list[float] = []
+                ttft[name].append(await one_call(session, base, model, True, max_tokens))
+        lat: dict[str, list[float]] = {n: [] for n in bases}
+        wall: dict[str, float] = {n: 0.0 for n in bases}
+        per_worker = max(2, calls // (8 * rounds))
+        for _ in range(rounds):
+            for name, base in bases.items():
 
-            async def worker(n: int) -> None:
-                for _ in range(n):
-                    lat.append(await one_call(client, base, model, False, max_tokens))
+                async def worker() -> None:
+                    for _ in range(per_worker):
+                        lat[name].append(await one_call(session, base, model, False, max_tokens))
 
-            per_worker = max(4, calls // 8)
-            t0 = time.perf_counter()
-            await asyncio.gather(*(worker(per_worker) for _ in range(32)))
-            wall = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                await asyncio.gather(*(worker() for _ in range(32)))
+                wall[name] += time.perf_counter() - t0
+        for name in bases:
             out[name] = {
                 "c1_p50_ms": statistics.median(seq[name]), "c1_p99_ms": pct(seq[name], 99),
-                "c32_p50_ms": statistics.median(lat), "c32_p99_ms": pct(lat, 99),
+                "c32_p50_ms": statistics.median(lat[name]), "c32_p99_ms": pct(lat[name], 99),
                 "ttft_p50_ms": statistics.median(ttft[name]), "ttft_p99_ms": pct(ttft[name], 99),
-                "c32_throughput_rps": len(lat) / wall, "c32_calls": len(lat), "c1_calls": len(seq[name]),
+                "c32_throughput_rps": len(lat[name]) / wall[name], "c32_calls": len(lat[name]),
+                "c1_calls": len(seq[name]),
             }
     return out
 

@@ -1,9 +1,9 @@
 """`make demo`: the main job on the embedded default.
 
-Starts the local backend (built-in tokenizer, `oracle` policy) once, captures a few rollouts of
-the built-in harness over several tasks through the recording proxy, and prints their summaries.
-`capture_demo_rollouts` returns the artifact folders, so later steps (building and loading the
-dataset, pushing it) plug in after it; see `main`.
+Starts the local backend (built-in tokenizer, `oracle` policy) once, captures a few rollouts of the
+built-in harness over several tasks through the recording proxy, builds them into a multi-config
+parquet dataset (`./demo-dataset`), loads every config back with `datasets.load_dataset`, prints the
+summary table, and pushes the dataset when `PUSH_TO_DATASET=org/name` is set (with `HF_TOKEN`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,26 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["capture_demo_rollouts", "format_summaries", "main"]
+__all__ = ["capture_demo_rollouts", "build_and_load", "format_summaries", "main"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_ARTIFACTS = Path("demo-artifacts")
+DEFAULT_DATASET = Path("demo-dataset")
+_MARKER = ".rollout-dataset-demo"  # only folders holding it are cleared by a new demo run
+
+
+def _fresh_folder(path: Path) -> Path:
+    """Empty a folder this demo made before (it holds the marker); refuse to touch anything else."""
+    import shutil
+
+    if path.exists() and any(path.iterdir()):
+        if not (path / _MARKER).exists():
+            raise FileExistsError(f"{path} exists and was not made by the demo; pass another folder or remove it")
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / _MARKER).write_text("made by `make demo`; cleared by the next demo run\n", encoding="utf-8")
+    return path
 
 
 def capture_demo_rollouts(out_root: str | Path = DEFAULT_ARTIFACTS, task_indices: Sequence[int] = (0, 1, 2, 3, 4, 5),
@@ -57,6 +72,35 @@ def capture_demo_rollouts(out_root: str | Path = DEFAULT_ARTIFACTS, task_indices
     return dirs
 
 
+def build_and_load(artifact_dirs: Sequence[Path], dataset_dir: str | Path = DEFAULT_DATASET) -> dict[str, int]:
+    """Build the dataset from artifact folders and load every config back with `datasets.load_dataset`.
+
+    Args:
+        artifact_dirs: the rollouts' artifact folders.
+        dataset_dir: the dataset folder to build into.
+
+    Returns:
+        Rows per config, as `load_dataset` returned them.
+
+    Raises:
+        ArtifactError: an artifact folder could not be read.
+        ValueError: a loaded config's features differ from the declared ones.
+    """
+    import datasets
+
+    from rollout_dataset.builder import CONFIG_NAMES, build, features
+
+    result = build(artifact_dirs, dataset_dir, progress=False)
+    datasets.disable_progress_bars()
+    rows = {}
+    for name in CONFIG_NAMES:
+        split = datasets.load_dataset(str(result.out_dir), name, split="train")
+        if split.features != features(name):
+            raise ValueError(f"config {name!r} loaded with features that differ from the declared ones")
+        rows[name] = split.num_rows
+    return rows
+
+
 def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
@@ -91,15 +135,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit code.
     """
-    parser = argparse.ArgumentParser(description="Capture a few oracle rollouts on the local backend.")
+    parser = argparse.ArgumentParser(description="Capture oracle rollouts on the local backend, build and load the dataset.")
     parser.add_argument("--out", default=str(DEFAULT_ARTIFACTS), help="artifact root folder")
+    parser.add_argument("--dataset", default=str(DEFAULT_DATASET), help="dataset folder")
     parser.add_argument("--n", type=int, default=6, help="number of rollouts (task indices 0..n-1)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    dirs = capture_demo_rollouts(args.out, range(args.n))
+    from rollout_dataset.publish import maybe_push_from_env
+
+    artifacts, dataset = _fresh_folder(Path(args.out)), _fresh_folder(Path(args.dataset))
+    dirs = capture_demo_rollouts(artifacts, range(args.n))
     print(format_summaries(dirs))
-    print(f"\nartifacts: {Path(args.out).resolve()}  (check them: rollout-dataset validate {args.out})")
-    # Next steps of the main job (dataset build, load, push) take `dirs` from here.
+    print(f"\nartifacts: {artifacts.resolve()}  (check them: rollout-dataset validate {args.out})")
+    rows = build_and_load(dirs, dataset)
+    print(f"\ndataset: {dataset.resolve()}  (dataset card: {dataset / 'README.md'})")
+    print("load_dataset(..., name) rows: " + ", ".join(f"{name}={n}" for name, n in rows.items()))
+    pushed = maybe_push_from_env(dataset)
+    if pushed is None:
+        print(f"\nto publish it: PUSH_TO_DATASET=org/name HF_TOKEN=... rollout-dataset push {args.dataset} --repo org/name")
+    else:
+        print(f"\npushed to {pushed.url or pushed.repo_id}")
     return 0
 
 
