@@ -6,7 +6,10 @@ Measures, on synthetic schema-faithful rollouts (default: 50 turns, 8k-token con
 - peak RSS of a build as the rollout count grows (a fresh subprocess per size);
 - dataset bytes per config and per unique token; whole dataset / sequences config; what the seed's
   full-prompt turns encoding would have cost;
-- `datasets.load_dataset(dir, "sequences")` time (cold cache and warm) vs `pyarrow.parquet.read_table`.
+- parquet writer variants side by side on the same tables (zstd levels per column kind, BYTE_STREAM_SPLIT);
+- a second storage point with more distinct rollouts (the marginal ratio, without the fixed card/footer bytes);
+- `datasets.load_dataset(dir, "sequences")` time vs `pyarrow.parquet.read_table`: first call in a fresh
+  process (library imports included), first call with an empty cache in a warm process, and cached.
 
 Usage: python bench/dataset_build.py [--turns 50] [--context 8192] [--sizes 10,40,160] [--quick]
 """
@@ -44,16 +47,60 @@ print(len(r.added), time.perf_counter() - t, hwm)
 """
 
 _LOAD_CHILD = """
-import sys, time, os
+import sys, time
 t0 = time.perf_counter()
 import datasets
 t1 = time.perf_counter()
-ds = datasets.load_dataset(sys.argv[1], "sequences", split="train")
+ds = datasets.load_dataset(sys.argv[1], "sequences", split="train")  # fresh process, empty cache
 t2 = time.perf_counter()
-ds = datasets.load_dataset(sys.argv[1], "sequences", split="train")
+ds = datasets.load_dataset(sys.argv[2], "sequences", split="train")  # same files elsewhere: empty cache, warm imports
 t3 = time.perf_counter()
-print(len(ds), t2 - t1, t3 - t2)
+ds = datasets.load_dataset(sys.argv[2], "sequences", split="train")  # cached
+t4 = time.perf_counter()
+print(len(ds), t2 - t1, t3 - t2, t4 - t3)
 """
+
+# Writer variants measured side by side on the built dataset's tables (the last one is what the builder uses).
+_VARIANTS = ("zstd-default (previous)", "text-19", "text-19 lists-12", "text-19 lists-12 bss-f32 (used)",
+             "text-19 lists-19 bss-f32")
+
+
+def _variant_options(schema: pa.Schema, variant: str) -> dict:
+    dictionary = [f.name for f in schema if not pa.types.is_list(f.type)]
+    levels, encodings = {}, {}
+    for f in schema:
+        if pa.types.is_list(f.type):
+            leaf = f"{f.name}.list.element"
+            if "lists-12" in variant or "lists-19" in variant:
+                levels[leaf] = 19 if "lists-19" in variant else 12
+            if "bss" in variant and pa.types.is_floating(f.type.value_type):
+                encodings[leaf] = "BYTE_STREAM_SPLIT"
+        elif "text-19" in variant and pa.types.is_string(f.type):
+            levels[f.name] = 19
+    return {"use_dictionary": dictionary, "compression_level": levels or None, "column_encoding": encodings or None}
+
+
+def _encoding_table(ds_dir: Path, work: Path) -> dict:
+    """Bytes per config (and write seconds) of each writer variant on the same tables."""
+    out = {}
+    readme = (ds_dir / "README.md").stat().st_size
+    for variant in _VARIANTS:
+        sizes, secs = {}, 0.0
+        for config in CONFIG_NAMES:
+            table = pq.read_table(sorted((ds_dir / "data" / config).glob("*.parquet")))
+            dst = work / "variant.parquet"
+            t = time.perf_counter()
+            opts = {k: v for k, v in _variant_options(table.schema, variant).items() if v is not None}
+            with pq.ParquetWriter(dst, table.schema, compression="zstd", write_page_index=True, **opts) as w:
+                w.write_table(table)
+            secs += time.perf_counter() - t
+            if not pq.read_table(dst).equals(table):
+                raise SystemExit(f"variant {variant}: {config} did not read back equal")
+            sizes[config] = dst.stat().st_size
+        whole = sum(sizes.values()) + readme
+        out[variant] = {"bytes_per_config": sizes, "whole_bytes": whole, "write_seconds": round(secs, 3),
+                        "whole_over_sequences": round(whole / sizes["sequences"], 3)}
+    return out
 
 
 def _replicate(src: Path, dst: Path, copies: int) -> None:
@@ -103,12 +150,14 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=8192)
     parser.add_argument("--unique", type=int, default=10, help="distinct synthetic rollouts generated")
     parser.add_argument("--sizes", default="10,40,160", help="rollout counts for the RSS series")
+    parser.add_argument("--unique-large", type=int, default=40,
+                        help="distinct rollouts of the second storage point (marginal bytes per rollout)")
     parser.add_argument("--text", choices=["code", "random"], default="code",
                         help="synthetic content: real code through the built-in tokenizer, or random ids")
     parser.add_argument("--quick", action="store_true", help="small run (5 turns, 1k context, sizes 4,8)")
     args = parser.parse_args()
     if args.quick:
-        args.turns, args.context, args.unique, args.sizes = 5, 1024, 4, "4,8"
+        args.turns, args.context, args.unique, args.sizes, args.unique_large = 5, 1024, 4, "4,8", 8
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="bench-dataset-"))
     try:
@@ -138,6 +187,17 @@ def main() -> None:
         per_config = result.bytes_per_config
         whole = sum(per_config.values()) + (work / "ds" / "README.md").stat().st_size
 
+        encodings = _encoding_table(work / "ds", work)
+
+        # a second storage point with more distinct rollouts: what the fixed costs (card, footers) hide
+        for k in range(args.unique, args.unique_large):
+            write_synthetic_rollout(src / f"u{k:03d}", seed=k, n_turns=args.turns, context_tokens=args.context,
+                                    with_aux=True, with_retry=True, task_index=k, text=args.text)
+        large = build(sorted(p for p in src.iterdir()), work / "ds-large", progress=False).bytes_per_config
+        whole_large = sum(large.values()) + (work / "ds-large" / "README.md").stat().st_size
+        seq_delta = large["sequences"] - per_config["sequences"]
+        marginal = round((whole_large - whole) / seq_delta, 3) if seq_delta > 0 else None
+
         # RSS as the rollout count grows: default row-group buffers, and small ones (plateau sooner)
         rss = []
         for n in sizes:
@@ -164,15 +224,19 @@ def main() -> None:
             pa_read = (time.perf_counter() - t) / 3
             env = dict(os.environ, HF_DATASETS_CACHE=str(work / f"hfcache-{len(loads)}"), HF_HUB_OFFLINE="1",
                        HF_DATASETS_DISABLE_PROGRESS_BARS="1")
-            proc = subprocess.run([sys.executable, "-c", _LOAD_CHILD, str(ds_dir)], env=env, capture_output=True,
-                                  text=True, check=True)
-            n_rows, cold, warm = proc.stdout.split()
+            twin = work / f"twin-{len(loads)}"
+            shutil.copytree(ds_dir, twin)
+            proc = subprocess.run([sys.executable, "-c", _LOAD_CHILD, str(ds_dir), str(twin)], env=env,
+                                  capture_output=True, text=True, check=True)
+            n_rows, first, cold, warm = proc.stdout.split()
             loads.append({"rows": int(n_rows), "sequences_bytes": sum(f.stat().st_size for f in files),
                           "pyarrow_read_seconds": round(pa_read, 4),
+                          "load_dataset_first_in_process_seconds": round(float(first), 3),
                           "load_dataset_cold_seconds": round(float(cold), 3),
                           "load_dataset_warm_seconds": round(float(warm), 3),
-                          "warm_ratio": round(float(warm) / pa_read, 2), "cold_ratio": round(float(cold) / pa_read, 2),
-                          "target_ratio": 2.0})
+                          "first_in_process_ratio": round(float(first) / pa_read, 2),
+                          "cold_ratio": round(float(cold) / pa_read, 2),
+                          "warm_ratio": round(float(warm) / pa_read, 2), "target_ratio": 2.0})
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -187,7 +251,12 @@ def main() -> None:
                     "bytes_per_unique_token": {c: round(b / unique_tokens, 3) for c, b in per_config.items()},
                     "whole_over_sequences": round(whole / per_config["sequences"], 3), "target": 1.5,
                     "naive_turns_full_prompt_bytes": bare_bytes.get("turns"),
-                    "naive_trace_raw_json_bytes": bare_bytes.get("trace")},
+                    "naive_trace_raw_json_bytes": bare_bytes.get("trace"),
+                    "large": {"unique_rollouts": args.unique_large, "bytes_per_config": large,
+                              "whole_dataset_bytes": whole_large,
+                              "whole_over_sequences": round(whole_large / large["sequences"], 3),
+                              "marginal_whole_over_sequences": marginal},
+                    "encodings": encodings},
         "rss": rss,
         "load": loads,
     }
@@ -203,14 +272,25 @@ def main() -> None:
         print(f"  {c:<15} {per_config[c]:>12} {out['storage']['bytes_per_unique_token'][c]:>20}")
     print(f"  whole dataset {whole} bytes = {out['storage']['whole_over_sequences']}x sequences (target <= 1.5x); "
           f"naive full-prompt turns alone would be {bare_bytes.get('turns')} bytes")
+    st = out["storage"]
+    print(f"  {args.unique_large} distinct rollouts: whole {st['large']['whole_dataset_bytes']} bytes = "
+          f"{st['large']['whole_over_sequences']}x sequences; marginal (per added rollout) "
+          f"{st['large']['marginal_whole_over_sequences']}x")
+    print(f"  writer variants on the {args.unique}-rollout tables:")
+    print(f"    {'variant':<34} {'sequences':>10} {'trace':>8} {'samples':>8} {'whole':>8} {'whole/seq':>9} {'write s':>8}")
+    for variant, v in st["encodings"].items():
+        b = v["bytes_per_config"]
+        print(f"    {variant:<34} {b['sequences']:>10} {b['trace']:>8} {b['samples']:>8} {v['whole_bytes']:>8} "
+              f"{v['whole_over_sequences']:>9} {v['write_seconds']:>8}")
     for mb in sorted({r["row_group_buffer_mb"] for r in rss}, reverse=True):
         print(f"  peak RSS ({mb} MB row-group buffers): " + ", ".join(
             f"{r['rollouts']} rollouts {r['peak_rss_mb']} MB ({r['seconds']}s)" for r in rss
             if r["row_group_buffer_mb"] == mb))
     for ld in loads:
-        print(f"  load sequences ({ld['rows']} rows, {ld['sequences_bytes']} bytes): load_dataset cold "
-              f"{ld['load_dataset_cold_seconds']}s, warm {ld['load_dataset_warm_seconds']}s vs pyarrow "
-              f"{ld['pyarrow_read_seconds']}s -> warm {ld['warm_ratio']}x, cold {ld['cold_ratio']}x (target <= 2x)")
+        print(f"  load sequences ({ld['rows']} rows, {ld['sequences_bytes']} bytes) vs pyarrow {ld['pyarrow_read_seconds']}s: "
+              f"first in a process {ld['load_dataset_first_in_process_seconds']}s ({ld['first_in_process_ratio']}x), "
+              f"cold cache {ld['load_dataset_cold_seconds']}s ({ld['cold_ratio']}x), "
+              f"warm {ld['load_dataset_warm_seconds']}s ({ld['warm_ratio']}x) (target <= 2x)")
     print(f"saved {name}")
 
 

@@ -7,7 +7,9 @@ Runs, on loopback, in one go:
     dependency; `--skip-litellm` leaves it out).
 Then measures, per target, non-streaming latency at concurrency 1 and 32, time to first token when
 streaming (concurrency 1), and throughput at concurrency 32; "added" figures are target minus
-direct. Prints a markdown table and saves bench/results/proxy_overhead.json.
+direct, measured in the same phase with calls interleaved (LiteLLM gets its own phase, started
+only then, so its idle background work does not tax the others). The client is aiohttp, the
+cheapest here, so that the 2 cores go to the servers. Prints a markdown table and saves bench/results/proxy_overhead.json.
 
     .venv/bin/python bench/proxy_overhead.py [--calls 300] [--skip-litellm]
 """
@@ -202,9 +204,12 @@ def markdown(results: dict[str, dict], table: dict[str, dict]) -> str:
     lines = ["| metric | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
     for label, key, fmt in rows:
         lines.append(f"| {label} | " + " | ".join(fmt.format(table[n][key]) for n in names) + " |")
-    direct = results["direct"]
-    lines.append(f"\ndirect baseline: p50 {direct['c1_p50_ms']:.2f} ms at c=1, p50 {direct['c32_p50_ms']:.2f} ms at "
+    direct = results["direct (phase 1)"]
+    lines.append(f"\ndirect baseline (phase 1): p50 {direct['c1_p50_ms']:.2f} ms at c=1, p50 {direct['c32_p50_ms']:.2f} ms at "
                  f"c=32, {direct['c32_throughput_rps']:.0f} calls/s at c=32, TTFT p50 {direct['ttft_p50_ms']:.2f} ms")
+    ratio = table.get("rollout-dataset proxy", {}).get("litellm_added_p50_ratio")
+    if ratio:
+        lines.append(f"LiteLLM adds {ratio:.1f}x the latency the recording proxy adds (p50, c=1).")
     return "\n".join(lines)
 
 
@@ -216,6 +221,8 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=300, help="calls per target at concurrency 1")
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument("--also", action="append", default=[], metavar="NAME=URL",
+                        help="measure another OpenAI-compatible base URL too (e.g. a bare pass-through proxy)")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
 
@@ -232,12 +239,24 @@ def main() -> int:
         proxy_proc, proxy_base = start_proxy(upstream, os.path.join(workdir, "traces"))
         procs.append(proxy_proc)
         bases = {"direct": upstream, "rollout-dataset proxy": proxy_base}
+        for extra in args.also:
+            name, _, url = extra.partition("=")
+            bases[name] = url.rstrip("/")
+        # Phase 1: direct vs the recording proxy (and --also targets). Phase 2, with LiteLLM started
+        # only then (its idle background work would otherwise tax phase 1): direct vs LiteLLM.
+        # Each phase interleaves its own direct baseline; "added" is relative to that baseline.
+        phases = [asyncio.run(measure(bases, model, args.calls, args.max_tokens))]
         if not args.skip_litellm:
             litellm_proc, litellm_base = start_litellm(upstream, model, workdir)
             procs.append(litellm_proc)
-            bases["LiteLLM proxy"] = litellm_base
-        results = asyncio.run(measure(bases, model, args.calls, args.max_tokens))
-        table = added(results)
+            phases.append(asyncio.run(measure({"direct": upstream, "LiteLLM proxy": litellm_base}, model,
+                                              args.calls, args.max_tokens)))
+        table: dict[str, dict] = {}
+        results: dict[str, dict] = {}
+        for number, phase in enumerate(phases, start=1):
+            table.update(added(phase))
+            for name, figures in phase.items():
+                results[name if name != "direct" else f"direct (phase {number})"] = figures
         if "LiteLLM proxy" in table:
             ours, theirs = table["rollout-dataset proxy"], table["LiteLLM proxy"]
             table["rollout-dataset proxy"]["litellm_added_p50_ratio"] = (

@@ -24,9 +24,8 @@ def batch(tmp_path_factory):
     command = f"cat {out / 'rollouts'}/*/held_out_tests.json; echo; ls -a {out / 'rollouts'}; cat {control}"
     policy = make_policy("script", steps=[{"name": "run", "arguments": {"command": command}},
                                           {"name": "submit", "arguments": {}}])
-    with pytest.MonkeyPatch.context() as mp, \
-            run_backend_in_thread(tokenizer=load_tokenizer("builtin"), policy=policy, served_model_name="local") as backend:
-        mp.setenv("HF_HUB_OFFLINE", "1")  # a served model named "local" is no Hub id: do not look it up
+    tokenizer = load_tokenizer("builtin")
+    with run_backend_in_thread(tokenizer=tokenizer, policy=policy, served_model_name="local") as backend:
         config = BatchConfig(out_dir=out, seeds=[0, 1], rollouts_per_seed=1, base_url=backend.base_url, model="local",
                              max_turns=3, concurrency=1, progress=False, build_dataset=False, timeout_s=120)
         run_batch(config)

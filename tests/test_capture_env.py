@@ -55,3 +55,23 @@ def test_an_unknown_env_exits_two_listing_the_known_ones(tmp_path, capsys):
 def test_a_crafter_value_out_of_range_exits_two(tmp_path, capsys):
     assert main(["capture", "--env", "crafter", "--max-steps", "0", "--out-dir", str(tmp_path)]) == 2
     assert "max_steps" in capsys.readouterr().err
+
+
+def test_the_summary_schema_explains_env_reward_for_both_families_and_checks_env_metrics(crafter_capture):
+    from rollout_dataset.schema import load_schema, schema_errors
+
+    description = load_schema("summary")["properties"]["env_reward"]["description"]
+    assert "held-out tests" in description and "22 achievements" in description
+    summary = json.loads((crafter_capture[1] / "summary.json").read_text())
+    summary["env_metrics"].update(achievements_unlocked=23, crafter_return="high")
+    paths = [path for path, _ in schema_errors(summary, "summary")]
+    assert paths == ["$.env_metrics.achievements_unlocked", "$.env_metrics.crafter_return"]
+
+
+def test_the_crafter_module_entry_point_still_runs():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "rollout_dataset.envs.crafter", "--max-steps", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "max_steps" in proc.stderr

@@ -177,3 +177,19 @@ def test_push_to_dataset_uploads_the_capture_and_the_token_stays_out_of_the_arti
     assert "README.md" in files and any(p.startswith("data/summary/") for p in files)
     assert token not in proc.stdout + proc.stderr
     assert not [p for p in (tmp_path / "art").rglob("*") if p.is_file() and token in p.read_text(errors="replace")]
+
+
+def test_a_remote_models_name_is_not_fetched_from_the_hub_as_a_tokenizer(tmp_path, monkeypatch):
+    import rollout_dataset.backend as backend_pkg
+    from rollout_dataset.backend import load_tokenizer, make_policy, run_backend_in_thread
+
+    name = "example-org/not-cached-model"
+    asked = []
+    real = backend_pkg.load_tokenizer
+    with run_backend_in_thread(tokenizer=load_tokenizer("builtin"), policy=make_policy("oracle"),
+                               served_model_name=name) as backend:
+        monkeypatch.setattr(backend_pkg, "load_tokenizer", lambda spec="builtin": asked.append(str(spec)) or real(spec))
+        result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", base_url=backend.base_url, timeout_s=60,
+                                               push=False))
+    assert result.summary["model"] == name and result.summary["captured_calls"] >= 1
+    assert name not in asked, "the model name is tried from the local cache only; --tokenizer may download"

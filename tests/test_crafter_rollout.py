@@ -87,6 +87,14 @@ def test_rewards_are_the_achievements_unlocked_with_crafters_own_return_recorded
     assert len(timeline) == summary["agent_turns"]
 
 
+def test_the_summary_carries_the_episodes_env_metrics(episode):
+    out, _ = episode
+    summary = _read(out, "summary.json")
+    crafter = _read(out, "rollout.json")["metadata"]["crafter"]
+    assert summary["env_metrics"] == {"achievements_unlocked": crafter["achievements_unlocked"],
+                                      "crafter_return": crafter["crafter_return"], "env_steps": crafter["env_steps"]}
+
+
 def test_the_api_key_reaches_no_artifact(episode):
     out, _ = episode
     for path in out.iterdir():

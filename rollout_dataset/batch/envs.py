@@ -171,7 +171,8 @@ def coding_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunO
         ConfigError: env options were given (coding has none).
     """
     if config.env_options:
-        raise ConfigError(f"--env-option: the coding environment takes no options (got {', '.join(sorted(config.env_options))})")
+        names = ", ".join(sorted(config.env_options))
+        raise ConfigError(f"--env-option: the coding environment takes no options (got {names})")
 
     def run_one(job: RolloutJob) -> RolloutResult:
         from rollout_dataset.capture import CaptureConfig, capture_rollout

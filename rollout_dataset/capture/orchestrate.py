@@ -172,9 +172,26 @@ def _resolve_model(config: CaptureConfig, upstream: str) -> str:
         raise UpstreamError(f"{url} lists no model; pass --model") from exc
 
 
-def _load_offline_tokenizer(name: str) -> Any:
+def _cached_or_local(name: str) -> bool:
+    """True when `name` is `builtin`, a local folder, or a Hub id whose tokenizer is in the HF cache."""
+    if name == "builtin" or Path(name).expanduser().exists():
+        return True
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(name, "tokenizer_config.json")
+    except Exception:  # not a valid repo id
+        return False
+    return isinstance(found, str)
+
+
+def _load_offline_tokenizer(name: str, *, allow_download: bool = True) -> Any:
     from rollout_dataset.backend import load_tokenizer
 
+    if not allow_download and not _cached_or_local(name):
+        logger.warning("tokenizer %r is not cached locally (pass --tokenizer to fetch it): samples.md is written "
+                       "without the token stream", name)
+        return None
     try:
         with _IMPORT_LOCK:
             return load_tokenizer(name)
@@ -328,7 +345,8 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         if config.keep_workdir:
             shutil.copytree(box.workdir, out_dir / "workdir", dirs_exist_ok=True)
         if tokenizer is None and (config.tokenizer or config.base_url):
-            tokenizer = _load_offline_tokenizer(config.tokenizer or model)
+            # the model's own name is tried from the local cache only; an explicit --tokenizer may download
+            tokenizer = _load_offline_tokenizer(config.tokenizer or model, allow_download=bool(config.tokenizer))
 
     t_export = time.monotonic()
     from rollout_dataset.export import capture_level_of, export_rollout, turns_document

@@ -152,6 +152,10 @@ def config_from_args(args: argparse.Namespace):
 
     Returns:
         The `CaptureConfig`.
+
+    Raises:
+        ConfigError: a game-only flag (`--max-steps`, `--max-actions`, `--area`) was given.
+        ValueError: a value out of range (the configuration's own check).
     """
     from rollout_dataset.capture import CaptureConfig
     from rollout_dataset.errors import ConfigError
@@ -160,10 +164,10 @@ def config_from_args(args: argparse.Namespace):
     if given:
         raise ConfigError(f"{', '.join('--' + n.replace('_', '-') for n in given)}: only for a game environment "
                           "(--env crafter), not --env coding")
-    return CaptureConfig(out_dir=args.out_dir or "trace_artifact", base_url=args.base_url, model=args.model, task_index=args.task_index,
-                         seed=args.seed, rollout_seed=args.rollout_seed, n_prompts=args.n_prompts, tasks=args.tasks,
+    return CaptureConfig(out_dir=args.out_dir or "trace_artifact", base_url=args.base_url, model=args.model,
+                         task_index=args.task_index, seed=args.seed, rollout_seed=args.rollout_seed, n_prompts=args.n_prompts, tasks=args.tasks,
                          harness=args.harness, timeout_s=args.timeout_s, policy=args.policy, script=args.script,
-                         tokenizer=args.tokenizer, max_turns=args.max_turns or 20, keep_workdir=args.keep_workdir,
+                         tokenizer=args.tokenizer, max_turns=20 if args.max_turns is None else args.max_turns, keep_workdir=args.keep_workdir,
                          push=False if args.no_push else None)
 
 

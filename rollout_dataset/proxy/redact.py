@@ -6,6 +6,7 @@ are written to the trace.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Iterable
 
@@ -85,6 +86,17 @@ def _header_is_credential(name: str) -> bool:
     return any(part in name for part in _CREDENTIAL_PARTS)
 
 
+@functools.lru_cache(maxsize=1024)
+def _recorded_name(raw_name: bytes) -> str | None:
+    """The lower-case header name if the header may be recorded, else None (decided once per name)."""
+    name = raw_name.decode("latin-1").lower()
+    if name not in RECORDED_HEADERS and not name.startswith(_RECORDED_PREFIXES):
+        return None
+    if _header_is_credential(name):
+        return None
+    return name
+
+
 def recorded_headers(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     """The allow-listed request headers, as they may be written to the trace.
 
@@ -97,10 +109,8 @@ def recorded_headers(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     """
     out: dict[str, str] = {}
     for raw_name, raw_value in headers:
-        name = raw_name.decode("latin-1").lower()
-        if name not in RECORDED_HEADERS and not name.startswith(_RECORDED_PREFIXES):
-            continue
-        if _header_is_credential(name):
+        name = _recorded_name(raw_name)
+        if name is None:
             continue
         value = raw_value.decode("latin-1")
         out[name] = f"{out[name]}, {value}" if name in out else value
@@ -184,5 +194,13 @@ def redact_body(body: Any) -> Any:
 
 
 def valid_session_id(session: str) -> bool:
-    """Whether a session id is safe to use as a trace file name (letters, digits, ``._-``, ≤ 128)."""
+    """Whether a session id is safe to use as a trace file name.
+
+    Args:
+        session: the candidate id.
+
+    Returns:
+        True for 1-128 letters, digits, ``.``, ``_`` or ``-`` (starting with a letter or digit,
+        no ``..``).
+    """
     return bool(_SAFE_SESSION.match(session)) and ".." not in session

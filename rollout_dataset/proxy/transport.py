@@ -1,67 +1,100 @@
 """The default upstream transport: aiohttp's connection pool behind httpx's transport API.
 
-`httpx_aiohttp.AiohttpTransport` does the work (aiohttp parses HTTP in C, at about a third of
-httpcore's CPU per call on this kind of machine); this subclass only fixes how failures are mapped
-to httpx exceptions, because the proxy's error records depend on telling them apart: a refused
-connection is `httpx.ConnectError` (not a timeout), a server that closes the connection is
-`httpx.RemoteProtocolError`, and only real timeouts are `httpx.TimeoutException`.
+httpx's own transport (httpcore + h11, pure Python) costs about three times the CPU per call of
+aiohttp, whose HTTP parser is C. This transport keeps httpx's interface (`httpx.Request` in,
+`httpx.Response` out, so httpx-sse and the test seam `transport=httpx.ASGITransport(app)` work
+unchanged) and maps aiohttp's failures by cause, because the proxy's error records depend on
+telling them apart: a refused connection is `httpx.ConnectError`, a server that closes the
+connection is `httpx.RemoteProtocolError` (or `httpx.ReadError` mid-body), and only real timeouts
+are `httpx.TimeoutException`. (The `httpx-aiohttp` package does the same job but maps a refused
+connection to a timeout, and adds two wrapper layers per body chunk.)
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import aiohttp
 import httpx
-from httpx_aiohttp import AiohttpTransport
 
 __all__ = ["UpstreamTransport"]
 
 
-def _remap(exc: httpx.TransportError) -> httpx.TransportError:
-    cause = exc.__cause__
-    if cause is None:
-        return exc
-    if isinstance(cause, (asyncio.TimeoutError, TimeoutError)):
-        return exc if isinstance(exc, httpx.TimeoutException) else httpx.ReadTimeout(str(cause) or "timed out")
-    if isinstance(cause, aiohttp.ClientConnectorError):
-        return httpx.ConnectError(str(cause))
-    if isinstance(cause, aiohttp.ServerDisconnectedError):
-        return httpx.RemoteProtocolError(str(cause) or "server disconnected")
-    if isinstance(cause, (aiohttp.ClientPayloadError, aiohttp.ClientOSError)):
-        return httpx.ReadError(str(cause))
-    return exc
+def _mapped(exc: BaseException, url: str) -> httpx.TransportError:
+    """The httpx exception for an aiohttp (or asyncio) failure."""
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            return httpx.ConnectTimeout(f"connecting to {url} timed out")
+        return httpx.ReadTimeout(f"reading from {url} timed out")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return httpx.ConnectError(f"cannot connect to {url}: {exc.os_error}")
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return httpx.RemoteProtocolError(f"{url} closed the connection")
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return httpx.ReadError(f"{url} ended the body early: {exc}")
+    if isinstance(exc, aiohttp.InvalidURL):
+        return httpx.UnsupportedProtocol(f"invalid upstream URL {url}")
+    return httpx.ReadError(f"{type(exc).__name__} talking to {url}: {exc}")
 
 
-class _Stream(httpx.AsyncByteStream):
-    def __init__(self, inner: httpx.AsyncByteStream) -> None:
-        self._inner = inner
+class _Body(httpx.AsyncByteStream):
+    """The response body, chunk by chunk as aiohttp receives it."""
+
+    def __init__(self, response: aiohttp.ClientResponse, url: str) -> None:
+        self._response = response
+        self._url = url
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self._inner:
+            async for chunk in self._response.content.iter_any():
                 yield chunk
-        except httpx.TransportError as exc:
-            raise _remap(exc) from exc.__cause__
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise _mapped(exc, self._url) from exc
 
     async def aclose(self) -> None:
-        try:
-            await self._inner.aclose()
-        except httpx.TransportError:  # closing a broken connection: nothing left to tell
-            pass
+        if self._response.content.at_eof():
+            self._response.release()  # back to the pool
+        else:
+            self._response.close()  # body not read to the end: drop the connection (vLLM aborts the request)
 
 
-class UpstreamTransport(AiohttpTransport):
-    """`AiohttpTransport` with failures mapped by their cause (see the module docstring).
+class UpstreamTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that sends requests with one shared `aiohttp.ClientSession`.
+
+    The session is created in the running event loop on first use. No cookies are kept, no
+    redirects followed, bodies are not decompressed (httpx does that if asked), environment
+    proxies are ignored.
 
     Args:
-        limits: connection pool limits.
-        verify: verify TLS certificates (only meaningful for https upstreams).
+        limits: connection pool size and keep-alive expiry.
+        verify: verify TLS certificates of https upstreams.
     """
 
     def __init__(self, limits: httpx.Limits, verify: bool = True) -> None:
-        super().__init__(limits=limits, verify=verify, trust_env=False)
+        self._limits = limits
+        self._verify = verify
+        self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[tuple[Any, ...], aiohttp.ClientTimeout] = {}
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._limits.max_connections or 0,
+                                             keepalive_timeout=self._limits.keepalive_expiry,
+                                             ssl=self._verify)
+            self._session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(),
+                                                  auto_decompress=False, trust_env=False,
+                                                  skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"))
+        return self._session
+
+    def _timeout(self, request: httpx.Request) -> aiohttp.ClientTimeout:
+        spec = request.extensions.get("timeout") or {}
+        key = (spec.get("connect"), spec.get("read"), spec.get("pool"))
+        timeout = self._timeouts.get(key)
+        if timeout is None:
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=key[0], sock_read=key[1], connect=key[2])
+            self._timeouts[key] = timeout
+        return timeout
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send one request; the response body streams from the pooled connection.
@@ -77,9 +110,20 @@ class UpstreamTransport(AiohttpTransport):
             httpx.TimeoutException: connect or read timeout.
             httpx.RemoteProtocolError: the upstream closed the connection.
         """
+        url = str(request.url)
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw
+                   if k.lower() not in (b"host", b"content-length", b"transfer-encoding")]
         try:
-            response = await super().handle_async_request(request)
-        except httpx.TransportError as exc:
-            raise _remap(exc) from exc.__cause__
-        response.stream = _Stream(response.stream)
-        return response
+            response = await self._get_session().request(
+                request.method, url, headers=headers, data=request.content or None, allow_redirects=False,
+                timeout=self._timeout(request))
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise _mapped(exc, url) from exc
+        return httpx.Response(response.status, headers=response.raw_headers, stream=_Body(response, url),
+                              request=request, extensions={"http_version": b"HTTP/1.1"})
+
+    async def aclose(self) -> None:
+        """Close the pooled connections."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -6,9 +6,9 @@ job is one `run_crafter_rollout`: seed `s` is the world, rollout `i` of it sends
 `s * 1000 + i` (so the scripted policy explores differently and rollouts of one world differ).
 
 The batch's final return is the number of achievements unlocked in the episode; Crafter's own
-return, the env steps and the unlocked names go to the result's `extra`. The episode's step budget
-is `config.env_options["max_steps"]` when the batch config carries env options, else
-`max_turns * 8` (every turn may take up to 8 actions).
+return, the env steps and the unlocked names go to the result's `extra`. The episode is shaped by
+`config.env_options` (`rollout-dataset batch --env crafter --env-option KEY=VALUE`): `max_steps`
+(default `max_turns * max_actions`), `max_actions` (default 8), `area` and `view`.
 """
 
 from __future__ import annotations
