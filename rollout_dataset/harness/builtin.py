@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from rollout_dataset.errors import UpstreamError, UpstreamStatusError
+from rollout_dataset.harness.chat import ChatTurnClient, chat_request_body
 from rollout_dataset.harness.tools import SOLUTION_FILE, ToolBox, tool_manifest
 
 __all__ = ["AgentResult", "BuiltinAgent", "DEFAULT_SYSTEM_PROMPT"]
@@ -96,12 +96,8 @@ class BuiltinAgent:
         self.transport = transport
 
     def _request(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "tools": tool_manifest(),
-                                "tool_choice": "auto", "temperature": self.temperature,
-                                "max_tokens": self.max_tokens}
-        if self.seed is not None:
-            body["seed"] = self.seed
-        return body
+        return chat_request_body(self.model, messages, tool_manifest(), temperature=self.temperature,
+                                 max_tokens=self.max_tokens, seed=self.seed)
 
     def run(self, instruction: str) -> AgentResult:
         """Run the agent on one task statement until it stops.
@@ -122,53 +118,24 @@ class BuiltinAgent:
         counts: Counter[str] = Counter()
         ran_code = False
         decisions: list[dict[str, Any]] = []
-        calls = 0
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        chat = ChatTurnClient(self.url, api_key=self.api_key, report_url=self.report_url, transport=self.transport)
 
         def result(reason: str, error: str | None = None) -> AgentResult:
-            return AgentResult(reason, calls, reason == "timeout", dict(sorted(counts.items())), ran_code,
+            return AgentResult(reason, chat.calls, reason == "timeout", dict(sorted(counts.items())), ran_code,
                                error, messages, decisions)
 
-        with httpx.Client(transport=self.transport, headers=headers) as client:
+        with chat:
             for turn in range(self.max_turns):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return result("timeout")
-                try:
-                    response = client.post(self.url, json=self._request(messages), timeout=remaining)
-                except httpx.TimeoutException:
-                    calls += 1
-                    return result("timeout")
-                except httpx.HTTPError as exc:
-                    if calls == 0:
-                        raise UpstreamError(f"model server unreachable at {self.report_url}: {exc}") from exc
-                    calls += 1
-                    return result("upstream_error", f"{self.report_url}: {exc}")
-                calls += 1
-                if response.status_code >= 400:
-                    if calls == 1:
-                        raise UpstreamStatusError(response.status_code, self.report_url, response.text)
-                    return result("upstream_error", f"HTTP {response.status_code} from {self.report_url}")
-                try:
-                    message = response.json()["choices"][0]["message"]
-                except (ValueError, KeyError, IndexError, TypeError) as exc:
-                    return result("upstream_error", f"unreadable response from {self.report_url}: {exc}")
-                assistant: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
-                tool_calls = message.get("tool_calls") or []
-                if tool_calls:
-                    assistant["tool_calls"] = [
-                        {"id": tc.get("id"), "type": "function",
-                         "function": {"name": tc["function"]["name"], "arguments": tc["function"].get("arguments", "")}}
-                        for tc in tool_calls]
-                if message.get("reasoning_content"):
-                    assistant["reasoning_content"] = message["reasoning_content"]
-                messages.append(assistant)
-                if not tool_calls:
+                step = chat.turn(self._request(messages), deadline)
+                if step.assistant is None:
+                    return result(step.stop_reason or "upstream_error", step.error)
+                messages.append(step.assistant)
+                if not step.tool_calls:
                     return result("final_answer")
                 decision = {"turn": turn, "tools": [], "changed_solution": False, "ran_code": False,
                             "examples_passed": None}
                 submitted = False
-                for tc in assistant["tool_calls"]:
+                for tc in step.tool_calls:
                     name = tc["function"]["name"]
                     counts[name] += 1
                     outcome = self.tools.execute(name, tc["function"]["arguments"],

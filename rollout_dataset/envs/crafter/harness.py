@@ -25,7 +25,7 @@ import httpx
 from rollout_dataset.batch.stepwise import AchievementSnapshot, AchievementTracker, CounterAchievements
 from rollout_dataset.envs.crafter.observation import render_observation
 from rollout_dataset.envs.crafter.world import ACHIEVEMENTS, ACTIONS, CrafterWorld
-from rollout_dataset.errors import UpstreamError, UpstreamStatusError
+from rollout_dataset.harness.chat import ChatTurnClient, chat_request_body
 
 __all__ = [
     "ACT_TOOL",
@@ -189,12 +189,8 @@ class CrafterAgent:
         self.transport = transport
 
     def _body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": messages,
-                                "tools": act_tool_manifest(self.max_actions), "tool_choice": "auto",
-                                "temperature": self.temperature, "max_tokens": self.max_tokens}
-        if self.seed is not None:
-            body["seed"] = self.seed
-        return body
+        return chat_request_body(self.model, messages, act_tool_manifest(self.max_actions),
+                                 temperature=self.temperature, max_tokens=self.max_tokens, seed=self.seed)
 
     def run(self, world: CrafterWorld) -> CrafterAgentResult:
         """Play the episode until it stops.
@@ -217,59 +213,30 @@ class CrafterAgent:
                                           {"role": "user", "content": render_observation(state)}]
         counts: Counter[str] = Counter()
         decisions: list[dict[str, Any]] = []
-        calls = 0
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        chat = ChatTurnClient(self.url, api_key=self.api_key, report_url=self.report_url, transport=self.transport)
 
         def result(reason: str, error: str | None = None) -> CrafterAgentResult:
             end = world.state
             return CrafterAgentResult(
-                stop_reason=reason, model_calls=calls, timed_out=reason == "timeout",
+                stop_reason=reason, model_calls=chat.calls, timed_out=reason == "timeout",
                 tool_calls_by_name=dict(sorted(counts.items())), env_steps=end.step,
                 crafter_return=round(world.total_reward, 6), achievements=dict(end.achievements),
                 unlocked=end.unlocked, dead=end.dead, decisions=decisions, timeline=tracker.timeline,
                 error=error, messages=messages)
 
-        with httpx.Client(transport=self.transport, headers=headers) as client:
+        with chat:
             for turn in range(self.max_turns):
                 if world.state.done:
                     return result("episode_done")
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return result("timeout")
-                try:
-                    response = client.post(self.url, json=self._body(messages), timeout=remaining)
-                except httpx.TimeoutException:
-                    calls += 1
-                    return result("timeout")
-                except httpx.HTTPError as exc:
-                    if calls == 0:
-                        raise UpstreamError(f"model server unreachable at {self.report_url}: {exc}") from exc
-                    calls += 1
-                    return result("upstream_error", f"{self.report_url}: {exc}")
-                calls += 1
-                if response.status_code >= 400:
-                    if calls == 1:
-                        raise UpstreamStatusError(response.status_code, self.report_url, response.text)
-                    return result("upstream_error", f"HTTP {response.status_code} from {self.report_url}")
-                try:
-                    message = response.json()["choices"][0]["message"]
-                except (ValueError, KeyError, IndexError, TypeError) as exc:
-                    return result("upstream_error", f"unreadable response from {self.report_url}: {exc}")
-                assistant: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
-                tool_calls = message.get("tool_calls") or []
-                if tool_calls:
-                    assistant["tool_calls"] = [
-                        {"id": tc.get("id"), "type": "function",
-                         "function": {"name": tc["function"]["name"], "arguments": tc["function"].get("arguments", "")}}
-                        for tc in tool_calls]
-                if message.get("reasoning_content"):
-                    assistant["reasoning_content"] = message["reasoning_content"]
-                messages.append(assistant)
-                if not tool_calls:
+                step = chat.turn(self._body(messages), deadline)
+                if step.assistant is None:
+                    return result(step.stop_reason or "upstream_error", step.error)
+                messages.append(step.assistant)
+                if not step.tool_calls:
                     return result("final_answer")
                 decision = {"turn": turn, "actions": [], "invalid": 0, "env_steps": 0, "reward": 0.0,
                             "newly_unlocked": []}
-                for tc in assistant["tool_calls"]:
+                for tc in step.tool_calls:
                     name = tc["function"]["name"]
                     counts[name] += 1
                     content = self._execute(world, name, tc["function"]["arguments"], decision)
