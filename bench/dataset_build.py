@@ -8,6 +8,8 @@ Measures, on synthetic schema-faithful rollouts (default: 50 turns, 8k-token con
   full-prompt turns encoding would have cost;
 - parquet writer variants side by side on the same tables (zstd levels per column kind, BYTE_STREAM_SPLIT);
 - a second storage point with more distinct rollouts (the marginal ratio, without the fixed card/footer bytes);
+- both storage points in each `samples` mode side by side: "preview" (default; one bounded row per rollout)
+  and "full" (samples.md split into parts, lossless);
 - `datasets.load_dataset(dir, "sequences")` time vs `pyarrow.parquet.read_table`: first call in a fresh
   process (library imports included), first call with an empty cache in a warm process, and cached.
 
@@ -32,7 +34,8 @@ import pyarrow.parquet as pq
 
 from rollout_dataset.builder import CONFIG_NAMES, build
 from rollout_dataset.builder.synthetic import write_synthetic_rollout
-from rollout_dataset.builder.writer import ROW_GROUP_BYTES
+from rollout_dataset.builder.rows import read_artifact, sample_rows
+from rollout_dataset.builder.writer import ROW_GROUP_BYTES, ConfigWriter
 
 RESULTS = Path(__file__).resolve().parent / "results" / "dataset_build.json"
 
@@ -101,6 +104,18 @@ def _encoding_table(ds_dir: Path, work: Path) -> dict:
         out[variant] = {"bytes_per_config": sizes, "whole_bytes": whole, "write_seconds": round(secs, 3),
                         "whole_over_sequences": round(whole / sizes["sequences"], 3)}
     return out
+
+
+def _samples_bytes(folders: list[Path], out: Path, preview_chars: int) -> int:
+    """Bytes of a `samples` shard holding the preview rows of `folders` at one preview size."""
+    w = ConfigWriter("samples", out)
+    for folder in folders:
+        art = read_artifact(folder)
+        w.add(sample_rows(art, "preview", preview_chars=preview_chars))
+    w.close()
+    size = out.stat().st_size
+    out.unlink()
+    return size
 
 
 def _replicate(src: Path, dst: Path, copies: int) -> None:
@@ -198,6 +213,44 @@ def main() -> None:
         seq_delta = large["sequences"] - per_config["sequences"]
         marginal = round((whole_large - whole) / seq_delta, 3) if seq_delta > 0 else None
 
+        # the same two storage points in each samples mode
+        modes = {}
+        for mode in ("preview", "full"):
+            point = {}
+            for label, chosen in (("small", folders), ("large", sorted(p for p in src.iterdir()))):
+                dst = work / f"ds-{mode}-{label}"
+                b = build(chosen, dst, progress=False, samples=mode).bytes_per_config
+                point[label] = {"rollouts": len(chosen), "bytes_per_config": b,
+                                "whole_bytes": sum(b.values()) + (dst / "README.md").stat().st_size}
+                shutil.rmtree(dst)
+            sm, lg = point["small"], point["large"]
+            delta = lg["bytes_per_config"]["sequences"] - sm["bytes_per_config"]["sequences"]
+            modes[mode] = {
+                **point,
+                "whole_over_sequences_small": round(sm["whole_bytes"] / sm["bytes_per_config"]["sequences"], 3),
+                "whole_over_sequences_large": round(lg["whole_bytes"] / lg["bytes_per_config"]["sequences"], 3),
+                "marginal_whole_over_sequences": round((lg["whole_bytes"] - sm["whole_bytes"]) / delta, 3)
+                if delta > 0 else None,
+                "marginal_by_config_over_sequences": {
+                    c: round((lg["bytes_per_config"][c] - sm["bytes_per_config"][c]) / delta, 3)
+                    for c in CONFIG_NAMES} if delta > 0 else None,
+            }
+
+        # the preview size's share: samples bytes per added rollout over sequences bytes per added rollout
+        all_folders = sorted(p for p in src.iterdir())
+        preview_sizes = {}
+        delta_seq = modes["preview"]["large"]["bytes_per_config"]["sequences"] - \
+            modes["preview"]["small"]["bytes_per_config"]["sequences"]
+        whole_wo_samples = modes["preview"]["marginal_whole_over_sequences"] - \
+            modes["preview"]["marginal_by_config_over_sequences"]["samples"]
+        for chars in (2_000, 4_000, 8_000, 16_000):
+            small_b = _samples_bytes(folders, work / "s.parquet", chars)
+            large_b = _samples_bytes(all_folders, work / "s.parquet", chars)
+            share = round((large_b - small_b) / delta_seq, 3) if delta_seq > 0 else None
+            preview_sizes[chars] = {"samples_over_sequences_per_added_rollout": share,
+                                    "marginal_whole_over_sequences": round(whole_wo_samples + share, 3)
+                                    if share is not None else None}
+
         # RSS as the rollout count grows: default row-group buffers, and small ones (plateau sooner)
         rss = []
         for n in sizes:
@@ -256,6 +309,8 @@ def main() -> None:
                               "whole_dataset_bytes": whole_large,
                               "whole_over_sequences": round(whole_large / large["sequences"], 3),
                               "marginal_whole_over_sequences": marginal},
+                    "samples_modes": modes,
+                    "preview_size_sensitivity": preview_sizes,
                     "encodings": encodings},
         "rss": rss,
         "load": loads,
@@ -276,6 +331,16 @@ def main() -> None:
     print(f"  {args.unique_large} distinct rollouts: whole {st['large']['whole_dataset_bytes']} bytes = "
           f"{st['large']['whole_over_sequences']}x sequences; marginal (per added rollout) "
           f"{st['large']['marginal_whole_over_sequences']}x")
+    print("  samples mode side by side (whole dataset / sequences config):")
+    print(f"    {'mode':<8} {args.unique:>4} rollouts {args.unique_large:>4} rollouts {'per added rollout':>18} "
+          f"{'samples/seq per added':>22} {'trace/seq per added':>20}")
+    for mode, m in modes.items():
+        mb = m["marginal_by_config_over_sequences"] or {}
+        print(f"    {mode:<8} {m['whole_over_sequences_small']:>13} {m['whole_over_sequences_large']:>13} "
+              f"{m['marginal_whole_over_sequences']!s:>18} {mb.get('samples')!s:>22} {mb.get('trace')!s:>20}")
+    print("  preview size -> per added rollout (samples/seq, whole/seq): " + ", ".join(
+        f"{c} chars ({v['samples_over_sequences_per_added_rollout']}, {v['marginal_whole_over_sequences']})"
+        for c, v in preview_sizes.items()))
     print(f"  writer variants on the {args.unique}-rollout tables:")
     print(f"    {'variant':<34} {'sequences':>10} {'trace':>8} {'samples':>8} {'whole':>8} {'whole/seq':>9} {'write s':>8}")
     for variant, v in st["encodings"].items():

@@ -37,6 +37,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "proxy_overhead.json"
 LITELLM_VENV = Path(os.environ.get("LITELLM_VENV", Path(tempfile.gettempdir()) / "rollout-dataset-bench-litellm"))
+# A target URL ending in this asks the server directly for what the proxy adds (ids + logprobs):
+# the server's own cost of token capture, apart from the proxy's.
+CAPTURE = "#capture"
 # LiteLLM refuses to start without a master key; every target gets the same bearer header.
 BENCH_KEY = "sk-bench-" + os.urandom(8).hex()
 MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
@@ -117,6 +120,9 @@ def pct(values: list[float], q: float) -> float:
 async def one_call(session: aiohttp.ClientSession, base: str, model: str, stream: bool, max_tokens: int) -> float:
     """One chat call; returns its latency (non-streaming) or its time to first content chunk, in ms."""
     body = {"model": model, "messages": MESSAGES, "max_tokens": max_tokens, "temperature": 0, "seed": 0}
+    if base.endswith(CAPTURE):  # what the proxy asks upstream, asked directly
+        base = base[: -len(CAPTURE)]
+        body.update(return_token_ids=True, logprobs=True)
     if stream:
         body["stream"] = True
     t0 = time.perf_counter()
@@ -200,14 +206,20 @@ def markdown(results: dict[str, dict], table: dict[str, dict]) -> str:
         ("added TTFT p50, streaming, c=1 (ms)", "added_ttft_p50_ms", "{:+.2f}"),
         ("throughput vs direct, c=32", "throughput_vs_direct_c32", "{:.2f}x"),
     ]
-    names = list(table)
+    names = [n for n in table if n != "direct, asking ids+logprobs"] + (
+        ["direct, asking ids+logprobs"] if "direct, asking ids+logprobs" in table else [])
     lines = ["| metric | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
     for label, key, fmt in rows:
         lines.append(f"| {label} | " + " | ".join(fmt.format(table[n][key]) for n in names) + " |")
     direct = results["direct (phase 1)"]
     lines.append(f"\ndirect baseline (phase 1): p50 {direct['c1_p50_ms']:.2f} ms at c=1, p50 {direct['c32_p50_ms']:.2f} ms at "
                  f"c=32, {direct['c32_throughput_rps']:.0f} calls/s at c=32, TTFT p50 {direct['ttft_p50_ms']:.2f} ms")
-    ratio = table.get("rollout-dataset proxy", {}).get("litellm_added_p50_ratio")
+    ours = table.get("rollout-dataset proxy", {})
+    if "proxy_only_c1_p50_ms" in ours:
+        lines.append(f"the proxy alone, against direct calls asking the same ids+logprobs: "
+                     f"{ours['proxy_only_c1_p50_ms']:+.2f} ms p50 at c=1, {ours['proxy_only_ttft_p50_ms']:+.2f} ms TTFT, "
+                     f"{ours['throughput_vs_direct_asking_ids_c32']:.2f}x throughput at c=32")
+    ratio = ours.get("litellm_added_p50_ratio")
     if ratio:
         lines.append(f"LiteLLM adds {ratio:.1f}x the latency the recording proxy adds (p50, c=1).")
     return "\n".join(lines)
@@ -238,7 +250,8 @@ def main() -> int:
         model = args.model or httpx.get(upstream + "/models", timeout=10).json()["data"][0]["id"]
         proxy_proc, proxy_base = start_proxy(upstream, os.path.join(workdir, "traces"))
         procs.append(proxy_proc)
-        bases = {"direct": upstream, "rollout-dataset proxy": proxy_base}
+        bases = {"direct": upstream, "direct, asking ids+logprobs": upstream + CAPTURE,
+                 "rollout-dataset proxy": proxy_base}
         for extra in args.also:
             name, _, url = extra.partition("=")
             bases[name] = url.rstrip("/")
@@ -257,6 +270,11 @@ def main() -> int:
             table.update(added(phase))
             for name, figures in phase.items():
                 results[name if name != "direct" else f"direct (phase {number})"] = figures
+        ours, capture = table["rollout-dataset proxy"], results["direct, asking ids+logprobs"]
+        ours["proxy_only_c1_p50_ms"] = results["rollout-dataset proxy"]["c1_p50_ms"] - capture["c1_p50_ms"]
+        ours["proxy_only_ttft_p50_ms"] = results["rollout-dataset proxy"]["ttft_p50_ms"] - capture["ttft_p50_ms"]
+        ours["throughput_vs_direct_asking_ids_c32"] = (results["rollout-dataset proxy"]["c32_throughput_rps"]
+                                                       / capture["c32_throughput_rps"])
         if "LiteLLM proxy" in table:
             ours, theirs = table["rollout-dataset proxy"], table["LiteLLM proxy"]
             table["rollout-dataset proxy"]["litellm_added_p50_ratio"] = (

@@ -212,14 +212,14 @@ def test_building_again_into_the_same_folder_adds_only_new_rollouts(built, tmp_p
     assert "**5 rollouts**" in (ds / "README.md").read_text()
 
 
-def test_giant_text_cells_are_split_or_cut_with_a_marker_never_silently(tmp_path):
+def test_giant_text_cells_are_split_or_cut_with_a_marker_never_silently_in_full_samples_mode(tmp_path):
     folder = tmp_path / "a"
     write_synthetic_rollout(folder, seed=7, n_turns=2, context_tokens=64)
     (folder / "samples.md").write_text(("line of text\n" * 200_000), encoding="utf-8")  # 2.6 MB
     trace = json.loads((folder / "trace.json").read_text())
     trace["calls"][-1]["request"]["messages"].append({"role": "user", "content": "y" * (MAX_CELL_BYTES + 10)})
     (folder / "trace.json").write_text(json.dumps(trace))
-    result = build([folder], tmp_path / "ds", progress=False)
+    result = build([folder], tmp_path / "ds", progress=False, samples="full")
     samples = _rows(tmp_path / "ds", "samples")
     assert len(samples) == 3 and "".join(s["text"] for s in samples) == "line of text\n" * 200_000
     assert all(len(s["text"].encode()) <= MAX_CELL_BYTES for s in samples)

@@ -14,12 +14,19 @@ def _rows(dataset_dir, config):
     return pq.read_table(sorted((dataset_dir / "data" / config).glob("*.parquet"))).to_pylist()
 
 
-def test_a_real_capture_builds_and_every_turn_and_request_comes_back_exactly(tmp_path):
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
     capture = pytest.importorskip("rollout_dataset.capture")
-    result = capture.capture_rollout(capture.CaptureConfig(out_dir=tmp_path / "a", policy="oracle", task_index=0,
+    root = tmp_path_factory.mktemp("real")
+    result = capture.capture_rollout(capture.CaptureConfig(out_dir=root / "a", policy="oracle", task_index=0,
                                                            push=False))
     assert result.ok
-    built = build([tmp_path / "a"], tmp_path / "ds", progress=False)
+    built = build([root / "a"], root / "ds", progress=False)
+    return root, built
+
+
+def test_a_real_capture_builds_and_every_turn_and_request_comes_back_exactly(captured):
+    tmp_path, built = captured
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert built.added == [summary["rollout_id"]]
 
@@ -33,3 +40,19 @@ def test_a_real_capture_builds_and_every_turn_and_request_comes_back_exactly(tmp
         assert trace_request(trace, call["index"]) == call["request"]
     row = _rows(tmp_path / "ds", "summary")[0]
     assert row["env_reward"] == summary["env_reward"] and row["n_turn_rows"] == len(turns)
+
+
+def test_a_real_sample_previews_with_its_header_and_the_cards_snippet_gives_its_token_stream(captured):
+    from rollout_dataset.backend import load_tokenizer
+
+    tmp_path, _ = captured
+    samples_md = (tmp_path / "a" / "samples.md").read_text(encoding="utf-8")
+    (sample,) = _rows(tmp_path / "ds", "samples")
+    header = samples_md.split("\n## ")[0]
+    assert header.startswith("# Rollout ") and sample["text"].startswith(header)
+    assert sample["full_chars"] == len(samples_md) and sample["truncated"] == (len(samples_md) > len(sample["text"]))
+    # the card's snippet: sequences + the rollout's tokenizer give the rendered token stream back
+    summary_row, sequence_row = _rows(tmp_path / "ds", "summary")[0], _rows(tmp_path / "ds", "sequences")[0]
+    tokenizer = load_tokenizer(summary_row["tokenizer"])
+    text = tokenizer.decode(sequence_row["input_ids"], skip_special_tokens=False)
+    assert sequence_row["role"] == "agent" and text in samples_md

@@ -109,7 +109,7 @@ def test_a_first_call_500_fails_fast_naming_status_and_url(tmp_path, failing_url
 def test_an_external_harness_that_retries_is_stopped_at_the_first_500(tmp_path, failing_url, agent_cmd, monkeypatch):
     monkeypatch.setenv("AGENT_RETRY_FOREVER", "1")
     with pytest.raises(UpstreamStatusError) as info:
-        capture_rollout(CaptureConfig(out_dir=tmp_path, base_url=failing_url, harness=agent_cmd, timeout_s=120))
+        capture_rollout(CaptureConfig(out_dir=tmp_path / "out", base_url=failing_url, harness=agent_cmd, timeout_s=120))
     assert info.value.status == 500 and info.value.url == failing_url + "/chat/completions"
 
 
@@ -123,13 +123,14 @@ def test_a_timed_out_rollout_keeps_its_partial_capture(tmp_path, agent_cmd, monk
     task = load_tasks("builtin", seed=0)[1]
     monkeypatch.setenv("AGENT_SOLUTION", task.reference_solution)
     monkeypatch.setenv("AGENT_SLEEP", "60")
-    result = capture_rollout(CaptureConfig(out_dir=tmp_path, task_index=1, harness=agent_cmd, timeout_s=3))
+    out = tmp_path / "out"
+    result = capture_rollout(CaptureConfig(out_dir=out, task_index=1, harness=agent_cmd, timeout_s=3))
     summary = result.summary
     assert summary["timed_out"] is True and summary["stop_reason"] == "timeout"
     assert summary["captured_calls"] == 1 and summary["env_reward"] == 1.0
-    assert result.ok and validate_path(tmp_path) == []
-    on_disk = json.loads((tmp_path / "summary.json").read_text())
-    assert on_disk["timed_out"] is True and len(json.loads((tmp_path / "trace.json").read_text())["calls"]) == 1
+    assert result.ok and validate_path(out) == []
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert on_disk["timed_out"] is True and len(json.loads((out / "trace.json").read_text())["calls"]) == 1
 
 
 def test_a_planted_held_out_leak_is_an_error_in_the_summary_and_a_non_zero_exit(tmp_path, agent_cmd, monkeypatch,
@@ -137,10 +138,10 @@ def test_a_planted_held_out_leak_is_an_error_in_the_summary_and_a_non_zero_exit(
     task = load_tasks("builtin", seed=0)[0]
     planted = next(t.input.strip() for t in task.held_out_tests if len(t.input.strip()) >= 6)
     monkeypatch.setenv("AGENT_NOTES", f"found it: {planted}\n")
-    code = cli_main(["capture", "--task-index", "0", "--harness", agent_cmd, "--out-dir", str(tmp_path),
+    code = cli_main(["capture", "--task-index", "0", "--harness", agent_cmd, "--out-dir", str(tmp_path / "out"),
                      "--timeout-s", "60"])
     assert code == 1 and "leakage" in capsys.readouterr().err
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["errors"][0]["kind"] == "leakage"
     assert {"field": "input", "where": "workdir:notes.txt"}.items() <= summary["leakage"]["hits"][0].items()
 
@@ -164,14 +165,15 @@ def test_push_to_dataset_uploads_the_capture_and_the_token_stays_out_of_the_arti
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PUSH_", "HUGGINGFACE"))}
         env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), HF_TOKEN=token, PUSH_TO_DATASET="org/rollouts",
                    HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
-        # No model call is needed to prove the push: an external harness that just writes the solution.
+        # No model call is needed to prove the push: an external harness that just writes the solution
+        # (copied from the current directory, which holds the output folder and stays readable).
         task = load_tasks("builtin", seed=0)[4]
         (tmp_path / "ref.py").write_text(task.reference_solution)
         proc = subprocess.run([sys.executable, str(REPO / "capture_scripts/capture_trace.py"), "--task-index", "4",
                                "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--tokenizer", "builtin",
                                "--harness", f"cmd:cp {tmp_path / 'ref.py'} solution.py",
-                               "--out-dir", str(tmp_path / "art"), "--timeout-s", "60"],
-                              env=env, capture_output=True, text=True, timeout=240)
+                               "--out-dir", "art", "--timeout-s", "60"],
+                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, proc.stderr[-3000:]
         _, files = hub.repos["org/rollouts"].head()
     assert "README.md" in files and any(p.startswith("data/summary/") for p in files)

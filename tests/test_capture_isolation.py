@@ -94,3 +94,15 @@ def test_a_file_task_source_is_hidden_too(tmp_path):
     task = _Task()
     task.source = f"file:{source}"
     assert source.resolve() in capture_hidden_paths(task, tmp_path / "out")
+
+
+def test_a_parent_holding_the_current_directory_stays_readable_but_its_sibling_rollouts_are_hidden(
+        tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    task = load_tasks("builtin", n_prompts=4, seed=0)[0]
+    earlier, unrelated = tmp_path / "r0", tmp_path / "scripts"
+    earlier.mkdir()
+    (earlier / "held_out_tests.json").write_text("{}")
+    unrelated.mkdir()
+    hidden = capture_hidden_paths(task, "r1")
+    assert hidden == [(tmp_path / "r1").resolve(), earlier.resolve()]

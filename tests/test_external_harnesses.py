@@ -1,11 +1,14 @@
-"""External harnesses: the command runner (placeholders, environment, isolated HOME, stopping), and
-two real third-party harnesses, mini-swe-agent and opencode, captured end to end."""
+"""External harnesses: the command runner (placeholders, environment, isolated HOME, stopping), the
+sandbox they run in (held-out data hidden), and two real third-party harnesses, mini-swe-agent and
+opencode, captured end to end."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +20,16 @@ from rollout_dataset.harness import (
     run_external_harness,
     substitute_placeholders,
 )
+from rollout_dataset.sandbox import isolation
+from rollout_dataset.sandbox.isolation import probe_isolation
 from rollout_dataset.schema.check import validate_path
 from rollout_dataset.tasks import load_tasks
+
+needs_mounts = pytest.mark.skipif(not probe_isolation().mount,
+                                  reason="no mount namespace on this machine: the sandbox cannot hide paths")
+
+TASK_DATA = Path(isolation.__file__).resolve().parent.parent / "tasks" / "data" / "builtin_tasks.yaml"
+CONTROL_MARKER = "CONTROL-FILE-READABLE-0815"
 
 
 def test_placeholders_are_shell_quoted_and_other_braces_kept():
@@ -62,6 +73,67 @@ def test_should_stop_ends_the_harness_with_its_reason(tmp_path):
     result = run_external_harness("sleep 30", base_url="http://x/v1", model="m", workdir=tmp_path,
                                   instruction="t", timeout_s=30, should_stop=stop, poll_s=0.05)
     assert result.stop_reason == "upstream_error" and not result.timed_out and result.wall_s < 10
+
+
+# --- the sandbox around an external harness ----------------------------------------------------------
+
+def _probe_command(*paths) -> str:
+    """A shell command writing each file's text (or the error reading it) to probe.txt."""
+    return "exec > probe.txt 2>&1; " + "; ".join(f"echo '== {p}'; cat {p}" for p in paths)
+
+
+@needs_mounts
+def test_an_external_harness_cannot_read_the_builtin_task_data_or_a_hidden_path(tmp_path):
+    secret = tmp_path / "private" / "held_out_tests.json"
+    secret.parent.mkdir()
+    secret.write_text('{"tests": [{"input": "HIDDEN-4711", "output": ""}]}')
+    control = tmp_path / "control.txt"
+    control.write_text(CONTROL_MARKER)
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run_external_harness(_probe_command(TASK_DATA, secret, control),
+                                  base_url="http://127.0.0.1:9/v1", model="m", workdir=work, instruction="t",
+                                  timeout_s=30, hide_paths=[secret.parent])
+    probe = (work / "probe.txt").read_text()
+    assert result.exit_code == 0 and CONTROL_MARKER in probe, probe
+    assert TASK_DATA.stat().st_size > 1000 and TASK_DATA.read_text()[:200] not in probe
+    assert "HIDDEN-4711" not in probe and probe.count("No such file") == 2, probe
+
+
+def test_without_a_mount_namespace_the_harness_still_runs_and_a_warning_says_nothing_is_hidden(
+        tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("ROLLOUT_DATASET_SANDBOX_ISOLATION", "off")
+    probe_isolation.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="rollout_dataset.harness.external"):
+            result = run_external_harness("echo ran > ran.txt", base_url="http://x/v1", model="m",
+                                          workdir=tmp_path, instruction="t", timeout_s=30)
+    finally:
+        monkeypatch.delenv("ROLLOUT_DATASET_SANDBOX_ISOLATION")
+        probe_isolation.cache_clear()
+    assert result.exit_code == 0 and (tmp_path / "ran.txt").read_text() == "ran\n"
+    assert "no mount namespace" in caplog.text
+
+
+@needs_mounts
+def test_a_captured_cmd_harness_cannot_read_its_own_or_a_siblings_held_out_tests(tmp_path):
+    root = tmp_path / "rollouts"
+    sibling, own = root / "a", root / "b"
+    for folder, marker in ((sibling, "SIBLING-HELD-OUT-0042"), (own, "OWN-HELD-OUT-4711")):
+        folder.mkdir(parents=True)
+        (folder / "held_out_tests.json").write_text(json.dumps({"tests": [{"input": marker, "output": ""}]}))
+    control = tmp_path / "control.txt"
+    control.write_text(CONTROL_MARKER + "\n")
+    command = (_probe_command(TASK_DATA, sibling / "held_out_tests.json", own / "held_out_tests.json", control)
+               + f"; ls -a {root}")
+    result = capture_rollout(CaptureConfig(out_dir=own, harness="cmd:" + command, base_url="http://127.0.0.1:9/v1",
+                                           model="m", timeout_s=60, push=False, keep_workdir=True))
+    probe = (own / "workdir" / "probe.txt").read_text()
+    assert result.summary["harness_exit_code"] == 0 and CONTROL_MARKER in probe, probe
+    assert "SIBLING-HELD-OUT" not in probe and "OWN-HELD-OUT" not in probe
+    assert probe.count("No such file") == 3 and TASK_DATA.read_text()[:200] not in probe
+    assert probe.endswith(CONTROL_MARKER + "\n.\n..\n"), "the folder of sibling rollouts lists as empty"
+    assert not result.summary["leakage"]["hits"]
 
 
 def test_harness_specs_resolve_to_builtin_commands_or_presets():

@@ -192,3 +192,17 @@ async def test_concurrent_calls_are_each_recorded_once_on_whole_lines(setup):
     records = valid([json.loads(line) for line in lines])
     assert sorted(r["index"] for r in records) == list(range(40))
     assert len({r["call_id"] for r in records}) == 40
+
+
+async def test_pretty_printed_request_still_makes_one_line_per_record(setup):
+    fake, root, proxy, client = setup
+    body = json.dumps({"model": "ok", "messages": MESSAGES}, indent=2).encode()
+    resp = await client.post(proxy.base_url + "/chat/completions", content=body,
+                             headers={"content-type": "application/json"})
+    assert resp.status_code == 200
+    await chat(client, proxy.base_url)
+    lines = proxy.trace_path().read_bytes().split(b"\n")
+    assert len(lines) == 3 and lines[-1] == b""
+    first, second = valid([json.loads(line) for line in lines[:2]])
+    assert first["request"] == second["request"] == {"model": "ok", "messages": MESSAGES}
+    assert first["response"]["choices"][0]["token_ids"] == first["completion_token_ids"]

@@ -17,9 +17,9 @@ from tqdm.auto import tqdm
 
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
-from rollout_dataset.builder.rows import read_artifact, rollout_rows
+from rollout_dataset.builder.rows import PREVIEW_CHARS, SAMPLES_MODES, read_artifact, rollout_rows
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES, DatasetWriter
-from rollout_dataset.errors import ArtifactError
+from rollout_dataset.errors import ArtifactError, ConfigError
 
 __all__ = ["BuildResult", "build", "find_artifact_dirs", "read_summary_rows", "dataset_rollout_ids"]
 
@@ -102,7 +102,8 @@ def dataset_rollout_ids(dataset_dir: str | Path) -> set[str]:
 
 def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template: str | Path | None = None,
           progress: bool = True, pretty_name: str = "Agent rollouts (rollout-dataset)",
-          license: str = "apache-2.0", row_group_bytes: int = ROW_GROUP_BYTES) -> BuildResult:
+          license: str = "apache-2.0", row_group_bytes: int = ROW_GROUP_BYTES, samples: str = "preview",
+          preview_chars: int = PREVIEW_CHARS) -> BuildResult:
     """Build (or extend) a multi-config parquet dataset with its card.
 
     Args:
@@ -114,6 +115,11 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
         license: the card's license id.
         row_group_bytes: Arrow bytes buffered per config before a row group is written; with one
             rollout in memory at a time, this bounds the build's memory.
+        samples: the `samples` config's mode: ``"preview"`` (default; one viewer-sized row per rollout:
+            header + head + tail of samples.md, `truncated`/`full_chars` say what was cut) or ``"full"``
+            (samples.md split into parts, lossless). Same columns either way, so shards of both modes
+            can coexist; each rollout's mode is recorded in `summary.samples_mode`.
+        preview_chars: characters of samples.md a preview keeps (the cut marker is extra; >= 100).
 
     Returns:
         A `BuildResult`.
@@ -122,10 +128,15 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
         ArtifactError: an input is missing or unreadable (this build's shards are removed; earlier
             shards are untouched).
         SchemaValidationError: summary.json, task.json or held_out_tests.json does not match its schema.
+        ConfigError: `samples` is not "preview" or "full", or `preview_chars` is below 100 (a ValueError).
     """
     from rollout_dataset.schema import validate
     from rollout_dataset.errors import SchemaValidationError
 
+    if samples not in SAMPLES_MODES:
+        raise ConfigError(f"samples={samples!r}: valid modes are {', '.join(SAMPLES_MODES)}")
+    if preview_chars < 100:
+        raise ConfigError(f"preview_chars={preview_chars}: must be >= 100")
     folders = find_artifact_dirs(artifact_dirs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -147,7 +158,7 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
                 log.info("%s: rollout %s already in %s; skipped", folder, rid, out)
                 result.skipped.append(rid)
                 continue
-            rows, stats = rollout_rows(art)
+            rows, stats = rollout_rows(art, samples, preview_chars=preview_chars)
             try:
                 writer.add(rows)
             except ValueError as exc:

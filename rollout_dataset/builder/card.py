@@ -18,6 +18,7 @@ import jinja2
 import yaml
 
 from rollout_dataset.builder.configs import CONFIGS, DEFAULT_CONFIG, features_yaml, resolved_columns
+from rollout_dataset.builder.rows import PREVIEW_CHARS as _PREVIEW_CHARS
 from rollout_dataset.errors import ArtifactError
 
 __all__ = ["TEMPLATE_PATH", "card_stats", "card_metadata", "render_card", "read_card_metadata"]
@@ -56,14 +57,16 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
     Returns:
         A dict: ``n_rollouts``, ``rows`` per config, ``envs``/``models``/``harnesses``/``tokenizers``/
-        ``stop_reasons``/``capture_levels`` counters, ``sampling_params`` (distinct, JSON), reward
+        ``stop_reasons``/``capture_levels``/``samples_modes`` counters, ``sampling_params`` (distinct, JSON), reward
         statistics (``env_reward``, ``reward_after_penalties``, ``stepwise_reward_sum``), ``trainable``,
-        ``trainable_tokens``, ``timed_out``, ``n_tasks``, ``cut_cells``, ``unique_tokens``.
+        ``trainable_tokens``, ``timed_out``, ``n_tasks``, ``cut_cells``, ``unique_tokens``,
+        ``preview_chars`` (the default preview size of the `samples` config).
     """
     rows = list(summary_rows)
-    counters = {k: Counter() for k in ("envs", "models", "harnesses", "tokenizers", "stop_reasons", "capture_levels")}
+    counters = {k: Counter() for k in ("envs", "models", "harnesses", "tokenizers", "stop_reasons", "capture_levels",
+                                        "samples_modes")}
     fields = {"envs": "env", "models": "model", "harnesses": "harness", "tokenizers": "tokenizer",
-              "stop_reasons": "stop_reason", "capture_levels": "capture_level"}
+              "stop_reasons": "stop_reason", "capture_levels": "capture_level", "samples_modes": "samples_mode"}
     params: list[str] = []
     rewards, penalised, stepwise = [], [], []
     per_config = {c.name: 0 for c in CONFIGS}
@@ -98,6 +101,7 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "timed_out": sum(1 for r in rows if r.get("timed_out")),
         "n_tasks": len({(r.get("env"), r.get("task_id")) for r in rows}),
         "cut_cells": sum(int(r.get("n_cut_cells") or 0) for r in rows),
+        "preview_chars": _PREVIEW_CHARS,
         "unique_tokens": sum(int(r.get("n_unique_tokens") or 0) for r in rows),
         "held_out_tests": sum(int(r.get("held_out_tests") or 0) for r in rows),
     }

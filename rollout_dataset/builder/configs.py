@@ -118,6 +118,7 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _s("summary", "timings", "json"),
         _s("summary", "errors", "json"),
         _s("summary", "stepwise", "json"),
+        _s("summary", "env_metrics", "json"),
         _c("tokenizer", "string", "Tokenizer of the capture: task.json config 'tokenizer'; 'builtin' for the local "
            "backend; else the model name."),
         _c("sampling_params", "json", "Distinct effective sampling params of the rollout's generation calls "
@@ -126,7 +127,10 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _c("n_trace_rows", "int32", "Rows of this rollout in the trace config (captured calls)."),
         _c("n_turn_rows", "int32", "Rows of this rollout in the turns config."),
         _c("n_held_out_rows", "int32", "Rows of this rollout in the held_out_tests config."),
-        _c("n_sample_rows", "int32", "Rows of this rollout in the samples config (parts of samples.md)."),
+        _c("n_sample_rows", "int32", "Rows of this rollout in the samples config (1 in preview mode; the "
+           "parts of samples.md in full mode)."),
+        _c("samples_mode", "string", "How this rollout's samples rows were built: 'preview' (one viewer-sized "
+           "row, header + head + tail of samples.md) or 'full' (samples.md split into parts, lossless)."),
         _c("n_cut_cells", "int32", "Text cells of this rollout cut to the cell limit (trace request/response "
            "JSON over 1 MB, kept as head + tail with a marker); 0 almost always."),
         _c("n_unique_tokens", "int64", "Distinct token positions of the rollout: the sum over turns of prompt "
@@ -245,11 +249,18 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _c("env_reward", "float64", "The rollout's env_reward (copied from summary for convenience)."),
         _c("reward_after_penalties", "float64", "The rollout's reward_after_penalties (copied from summary)."),
     )),
-    ConfigSpec("samples", "one row per part of samples.md", "The rendered token stream with special tokens, "
-               "for reading in the viewer. A samples.md over the cell limit is split into parts.", (
+    ConfigSpec("samples", "one row per rollout (preview mode) or per part of samples.md (full mode)",
+               "The rendered sample (header + token stream with special tokens), for reading in the viewer. "
+               "Preview mode (the default) keeps the header, the head and the tail of samples.md within a "
+               "bounded size, with a marker saying how many characters were cut; full mode splits samples.md "
+               "into parts of at most 1 MB, losslessly. Both modes have these same columns.", (
         _RID,
-        _c("part", "int32", "Part number (0-based); concatenate parts in order for the whole file."),
-        _c("text", "string", "Markdown text of the part."),
+        _c("part", "int32", "Part number (0-based; always 0 in preview mode); in full mode concatenate the parts "
+           "in order for the whole samples.md."),
+        _c("text", "string", "Markdown text: the preview, or one part of samples.md."),
+        _c("truncated", "bool", "True when text is a preview with characters cut from the middle (the marker "
+           "says how many); False for a whole samples.md or a full-mode part."),
+        _c("full_chars", "int64", "Characters of the whole samples.md of the rollout (before any cut)."),
     )),
 )
 

@@ -11,8 +11,12 @@ parsed documents and return lists of dicts whose keys are exactly the config's c
   earlier call; token arrays and per-token logprobs are dropped from the response (they are in
   sequences/turns). `readers.trace_request` gives the full request back.
 
-Cells of text over `MAX_CELL_BYTES` are never dropped silently: samples.md is split into parts
-(lossless); a trace request/response is cut to head + tail with a marker and `truncated = True`.
+`samples` holds, by default, a viewer-sized preview of samples.md (header + head + tail within
+`PREVIEW_CHARS`, cut with `rollout_dataset.render.truncate_middle`'s marker, `truncated = True`);
+mode ``"full"`` keeps the whole file split into parts (lossless). Both modes have the same columns.
+
+Cells of text over `MAX_CELL_BYTES` are never dropped silently: a full-mode samples.md is split into
+parts (lossless); a trace request/response is cut to head + tail with a marker and `truncated = True`.
 Token arrays are never cut (a trainer needs them whole); a row over `MAX_ROW_BYTES` is logged.
 """
 
@@ -32,6 +36,8 @@ __all__ = [
     "ARTIFACT_FILES",
     "MAX_CELL_BYTES",
     "MAX_ROW_BYTES",
+    "PREVIEW_CHARS",
+    "SAMPLES_MODES",
     "read_artifact",
     "rollout_rows",
     "summary_row",
@@ -42,6 +48,7 @@ __all__ = [
     "turn_rows",
     "sequence_rows",
     "sample_rows",
+    "preview_text",
     "cut_text",
     "response_message",
 ]
@@ -52,6 +59,9 @@ ARTIFACT_FILES = ("summary.json", "task.json", "trace.json", "rollout.json", "tu
                   "held_out_tests.json", "visible_tests.txt", "samples.md")
 MAX_CELL_BYTES = 1_000_000
 MAX_ROW_BYTES = 2_000_000
+PREVIEW_CHARS = 8_000  # characters of samples.md kept in a preview row (the cut marker is extra)
+SAMPLES_MODES = ("preview", "full")
+_HEADER_MAX = 2_000  # at most this many leading characters count as the header a preview always keeps
 
 
 def _dumps(value: Any) -> str:
@@ -136,7 +146,8 @@ def summary_row(art: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
     Args:
         art: the documents from `read_artifact`.
         counts: ``n_sequences``, ``n_trace_rows``, ``n_turn_rows``, ``n_held_out_rows``,
-            ``n_sample_rows``, ``n_cut_cells``, ``n_unique_tokens`` of this rollout.
+            ``n_sample_rows``, ``n_cut_cells``, ``n_unique_tokens`` of this rollout, and
+            ``samples_mode`` (``"preview"`` or ``"full"``).
 
     Returns:
         The row dict.
@@ -399,13 +410,12 @@ def turn_rows(art: dict[str, Any], seq_rows: list[dict[str, Any]]) -> tuple[list
     return rows, unique
 
 
-def sample_rows(art: dict[str, Any], limit: int = MAX_CELL_BYTES) -> list[dict[str, Any]]:
-    """samples.md as one or more rows of at most `limit` bytes, split at line ends where possible."""
-    rid = art["summary"]["rollout_id"]
+def _split_parts(text: str, limit: int) -> list[str]:
+    """Split a text into parts of at most `limit` UTF-8 bytes, at line ends where possible."""
     parts: list[str] = []
     buf: list[str] = []
     size = 0
-    for line in art["samples"].splitlines(keepends=True):
+    for line in text.splitlines(keepends=True):
         n = len(line.encode("utf-8"))
         while n > limit:  # one giant line: split by characters
             if buf:
@@ -422,14 +432,85 @@ def sample_rows(art: dict[str, Any], limit: int = MAX_CELL_BYTES) -> list[dict[s
         size += n
     if buf or not parts:
         parts.append("".join(buf))
-    return [{"rollout_id": rid, "part": i, "text": p} for i, p in enumerate(parts)]
+    return parts
 
 
-def rollout_rows(art: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
+def _header_end(text: str) -> int:
+    """Length of the sample's header: the lines before its first section (``## ``) or code fence."""
+    end = len(text)
+    for mark in ("\n## ", "\n```"):
+        i = text.find(mark, 0, _HEADER_MAX + len(mark))
+        if 0 <= i < end:
+            end = i + 1
+    if end > _HEADER_MAX:  # no section within reach: keep the first line only
+        end = text.find("\n") + 1 or min(len(text), _HEADER_MAX)
+    return min(end, _HEADER_MAX)
+
+
+def preview_text(text: str, max_chars: int = PREVIEW_CHARS) -> tuple[str, bool]:
+    """A viewer-sized preview of a rendered sample: its header, then the head and tail of the rest.
+
+    The cut uses `rollout_dataset.render.truncate_middle`, whose marker says how many characters
+    were cut. The header (the lines before the first ``## `` section or code fence: title, reward
+    line) is kept whole when it fits in 2,000 characters and half of `max_chars`.
+
+    Args:
+        text: the whole samples.md.
+        max_chars: characters of `text` kept (the marker is extra); at least 100.
+
+    Returns:
+        ``(preview, was_cut)``; ``preview == text`` when it fits.
+
+    Raises:
+        ValueError: `max_chars` below 100.
+    """
+    from rollout_dataset.render import truncate_middle
+
+    if max_chars < 100:
+        raise ValueError(f"preview max_chars must be >= 100, got {max_chars}")
+    if len(text) <= max_chars:
+        return text, False
+    head = _header_end(text)
+    head = min(head, max_chars // 2)
+    return text[:head] + truncate_middle(text[head:], max_chars - head), True
+
+
+def sample_rows(art: dict[str, Any], mode: str = "preview", limit: int = MAX_CELL_BYTES,
+                preview_chars: int = PREVIEW_CHARS) -> list[dict[str, Any]]:
+    """The `samples` rows of one rollout.
+
+    Args:
+        art: the documents from `read_artifact` (uses ``samples`` and the summary's rollout_id).
+        mode: ``"preview"``: one row, header + head + tail within `preview_chars`; ``"full"``: samples.md
+            split into parts of at most `limit` bytes at line ends where possible (lossless).
+        limit: the byte budget of a full-mode part.
+        preview_chars: characters of samples.md kept by a preview.
+
+    Returns:
+        Row dicts with ``rollout_id``, ``part``, ``text``, ``truncated``, ``full_chars``.
+
+    Raises:
+        ValueError: unknown mode, or `preview_chars` below 100.
+    """
+    if mode not in SAMPLES_MODES:
+        raise ValueError(f"samples mode {mode!r} unknown; valid: {', '.join(SAMPLES_MODES)}")
+    rid = art["summary"]["rollout_id"]
+    text = art["samples"]
+    if mode == "preview":
+        preview, cut = preview_text(text, preview_chars)
+        return [{"rollout_id": rid, "part": 0, "text": preview, "truncated": cut, "full_chars": len(text)}]
+    return [{"rollout_id": rid, "part": i, "text": p, "truncated": False, "full_chars": len(text)}
+            for i, p in enumerate(_split_parts(text, limit))]
+
+
+def rollout_rows(art: dict[str, Any], samples: str = "preview",
+                 preview_chars: int = PREVIEW_CHARS) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
     """Every config's rows for one rollout.
 
     Args:
         art: the documents from `read_artifact`.
+        samples: the `samples` mode, ``"preview"`` or ``"full"`` (see `sample_rows`).
+        preview_chars: characters of samples.md kept by a preview.
 
     Returns:
         ``(rows_by_config, stats)`` where stats holds ``cut_cells`` and ``unique_tokens``.
@@ -438,9 +519,10 @@ def rollout_rows(art: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], 
     turns, unique = turn_rows(art, seqs)
     trace, n_cut = trace_rows(art)
     held = held_out_test_rows(art)
-    samples = sample_rows(art)
+    sample = sample_rows(art, samples, preview_chars=preview_chars)
     counts = {"n_sequences": len(seqs), "n_trace_rows": len(trace), "n_turn_rows": len(turns),
-              "n_held_out_rows": len(held), "n_sample_rows": len(samples), "n_cut_cells": n_cut, "n_unique_tokens": unique}
+              "n_held_out_rows": len(held), "n_sample_rows": len(sample), "samples_mode": samples,
+              "n_cut_cells": n_cut, "n_unique_tokens": unique}
     rows = {
         "summary": [summary_row(art, counts)],
         "task": [task_row(art)],
@@ -449,6 +531,6 @@ def rollout_rows(art: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], 
         "trace": trace,
         "turns": turns,
         "sequences": seqs,
-        "samples": samples,
+        "samples": sample,
     }
     return rows, {"cut_cells": n_cut, "unique_tokens": unique}

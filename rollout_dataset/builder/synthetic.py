@@ -112,7 +112,8 @@ def write_synthetic_rollout(folder: str | Path, *, n_turns: int = 5, context_tok
         with_aux: add a toolless title-generator call (an auxiliary root).
         with_retry: add a retry of the second agent turn that did not continue (discarded, not in
             rollout.json's sequences).
-        with_tests: False writes an environment without tests (empty visible/held-out tests).
+        with_tests: False writes an environment without tests (empty visible/held-out tests) that reports
+            Crafter-like `env_metrics` in summary.json.
         task_index: the task index.
         model: the model name.
         rollout_id: the rollout id (default: a fresh uuid4 hex).
@@ -237,6 +238,9 @@ def write_synthetic_rollout(folder: str | Path, *, n_turns: int = 5, context_tok
         "trainable_tokens": int(sum(mask)), "findings_count": 0, "leakage": {"checked": True, "hits": []},
         "timings": {"total": 1.0}, "errors": [],
     }
+    if not with_tests:  # a Crafter-like environment reports its own outcome figures
+        summary["env_metrics"] = {"achievements_unlocked": int(rng.integers(0, 23)),
+                                  "crafter_return": round(float(rng.normal(2.0, 1.0)), 2), "env_steps": 10 * n_turns}
     task = {"schema_version": 1, "env": summary["env"], "task_id": task_id, "task_index": task_index,
             "title": f"Double {task_index}", "instruction": "Read n, print 2n.\n\nExample: 1 -> 2",
             "source": "builtin", "dataset_seed": 0, "rollout_seed": seed, "n_prompts": 64,

@@ -8,6 +8,8 @@ Public API:
 - `scan_for_leaks`, `compute_penalties`, `reward_after_penalties`, `PenaltyRules` — the integrity
   and reward rules, usable on their own;
 - `capture_hidden_paths`, `safe_to_hide` — what the agent's sandbox hides (held-out isolation);
+- `push_artifacts_from_env` — build one artifact folder into a dataset and push it when
+  ``PUSH_TO_DATASET`` is set (every capture calls it at the end, Crafter's too);
 - `harness_statement` — the statement every harness is given (instruction + where solution.py goes).
 """
 
@@ -15,6 +17,7 @@ from rollout_dataset.capture.config import CaptureConfig, CaptureResult
 from rollout_dataset.capture.hiding import capture_hidden_paths, safe_to_hide
 from rollout_dataset.capture.leakage import MIN_LEAK_CHARS, LeakHit, scan_for_leaks
 from rollout_dataset.capture.orchestrate import SOLUTION_NOTE, capture_rollout, first_call_failure, harness_statement
+from rollout_dataset.capture.push import push_artifacts_from_env, push_wanted
 from rollout_dataset.capture.rewards import PenaltyRules, compute_penalties, reward_after_penalties
 from rollout_dataset.capture.secrets import collect_secrets, redact_text
 from rollout_dataset.capture.threads import serve_in_thread
@@ -32,6 +35,8 @@ __all__ = [
     "compute_penalties",
     "first_call_failure",
     "harness_statement",
+    "push_artifacts_from_env",
+    "push_wanted",
     "redact_text",
     "reward_after_penalties",
     "safe_to_hide",

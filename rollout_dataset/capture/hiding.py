@@ -8,7 +8,10 @@ next to it (a batch writes every rollout under one `rollouts/` folder). So the s
 - the output folder itself;
 - the output folder's parent (the root holding sibling rollouts), unless hiding it would also
   hide what the sandboxed code needs to run (the Python installation, this package, the
-  temporary directory holding the sandbox's working directory);
+  temporary directory holding the sandbox's working directory) or the current working directory
+  (where a user keeps the files an external harness command names, e.g. ``--out-dir r1`` run
+  from a project folder); then the sibling folders already holding a ``held_out_tests.json``
+  are hidden instead;
 - any extra paths the caller names (`CaptureConfig.hide_paths`, e.g. a batch's `rollouts/`).
 
 Hiding uses the sandbox's mount namespace: a hidden directory reads as empty, a hidden file as
@@ -57,6 +60,23 @@ def safe_to_hide(path: str | os.PathLike[str]) -> bool:
     return not any(target == needed or target in needed.parents for needed in _needed_paths())
 
 
+def _holds_cwd(path: Path) -> bool:
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:  # the current directory was deleted
+        return False
+    return path == cwd or path in cwd.parents
+
+
+def _sibling_artifacts(out: Path) -> list[Path]:
+    """Folders next to `out` that hold a rollout's held-out tests (sorted)."""
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return []
+    return sorted(p for p in entries if p != out and p.is_dir() and (p / "held_out_tests.json").is_file())
+
+
 def capture_hidden_paths(task: Any, out_dir: str | os.PathLike[str],
                          extra: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
     """The paths a capture's agent sandbox hides.
@@ -68,17 +88,21 @@ def capture_hidden_paths(task: Any, out_dir: str | os.PathLike[str],
 
     Returns:
         The paths, resolved and without duplicates, in order: task files, the output folder, its
-        parent (when `safe_to_hide`), the extras.
+        parent (when `safe_to_hide` and not holding the current directory; else the sibling folders
+        holding ``held_out_tests.json``), the extras.
     """
     from rollout_dataset.sandbox import task_hidden_paths
 
     out = Path(out_dir).resolve()
     paths = [*task_hidden_paths(task), out]
-    if safe_to_hide(out.parent):
+    if safe_to_hide(out.parent) and not _holds_cwd(out.parent):
         paths.append(out.parent)
     else:
-        logger.info("sandbox: not hiding %s (the parent of the output folder): the sandboxed code needs it; "
-                    "only %s itself is hidden", out.parent, out)
+        siblings = _sibling_artifacts(out)
+        logger.info("sandbox: not hiding %s (the parent of the output folder): it holds what the sandboxed code "
+                    "or the current directory needs; hiding %s and %d sibling rollout folder(s)",
+                    out.parent, out, len(siblings))
+        paths += siblings
     paths += [Path(p).resolve() for p in extra]
     unique: list[Path] = []
     for p in paths:

@@ -5,7 +5,7 @@ Orchestration only; each step is another module's job:
 1. pick the task (`rollout_dataset.tasks`): an out-of-range index fails here, at once;
 2. start the local backend (`oracle` policy) unless a base URL is given, and the recording proxy
    in front (one proxy session per rollout, named by the rollout id);
-3. run the harness in a sandbox working directory (`rollout_dataset.harness`) that hides the
+3. run the harness (built-in or external) in a sandbox (`rollout_dataset.harness`) that hides the
    held-out data: the task's files, the output folder and the folder of its sibling rollouts
    (`rollout_dataset.capture.hiding`); the first model
    call answering 4xx/5xx stops everything at once with `UpstreamStatusError` (status and URL);
@@ -37,6 +37,7 @@ from rollout_dataset.capture.artifacts import write_artifacts
 from rollout_dataset.capture.config import CaptureConfig, CaptureResult
 from rollout_dataset.capture.hiding import capture_hidden_paths
 from rollout_dataset.capture.leakage import scan_for_leaks
+from rollout_dataset.capture.push import push_artifacts_from_env
 from rollout_dataset.capture.rewards import compute_penalties, reward_after_penalties
 from rollout_dataset.capture.secrets import collect_secrets
 from rollout_dataset.capture.threads import serve_in_thread
@@ -237,24 +238,6 @@ def _samples(document: dict[str, Any], records: list[dict[str, Any]], tokenizer:
     return render_samples(document, records, tokenizer, header=header)
 
 
-def _maybe_push(out_dir: Path, config: CaptureConfig) -> str | None:
-    wanted = config.push if config.push is not None else bool(os.environ.get("PUSH_TO_DATASET"))
-    if not wanted:
-        return None
-    try:
-        from rollout_dataset.builder import build
-        from rollout_dataset.publish import maybe_push_from_env
-    except ImportError as exc:
-        return f"PUSH_TO_DATASET is set but the dataset builder/publisher is unavailable: {exc}"
-    with tempfile.TemporaryDirectory(prefix="rollout-push-") as tmp:
-        try:
-            build([out_dir], Path(tmp) / "dataset", progress=False)
-            maybe_push_from_env(Path(tmp) / "dataset")
-        except Exception as exc:  # the artifacts are written; a failed push is reported, not fatal
-            return f"push to {os.environ.get('PUSH_TO_DATASET')} failed: {type(exc).__name__}: {exc}"
-    return None
-
-
 def capture_rollout(config: CaptureConfig) -> CaptureResult:
     """Capture one rollout and write its artifact folder.
 
@@ -304,7 +287,8 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         harness_url = proxy.session_base_url(session)
         trace_path = proxy.trace_path(session)
         # held-out isolation: the task's files, this rollout's folder and its siblings' are hidden
-        box = stack.enter_context(Sandbox(hide_paths=capture_hidden_paths(task, out_dir, config.hide_paths)))
+        hidden = capture_hidden_paths(task, out_dir, config.hide_paths)
+        box = stack.enter_context(Sandbox(hide_paths=hidden))
         timings["setup_s"] = time.monotonic() - t_start
 
         t_agent = time.monotonic()
@@ -323,7 +307,8 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
             watch = _TraceWatch(trace_path)
             ext = run_external_harness(preset.command, base_url=harness_url, model=model, workdir=box.workdir,
                                        instruction=statement, api_key=config.effective_api_key,
-                                       timeout_s=config.timeout_s, env=preset.env, should_stop=watch)
+                                       timeout_s=config.timeout_s, env=preset.env, should_stop=watch,
+                                       hide_paths=hidden)
             stop_reason, timed_out, exit_code = ext.stop_reason, ext.timed_out, ext.exit_code
             if ext.stop_reason == "upstream_error" or watch() or watch.failed:
                 _raise_first_call(watch.failed or first_call_failure(read_trace(trace_path)) or {}, upstream)
@@ -417,7 +402,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
     failures = check_artifact_dir(out_dir)
     for failure in failures:
         logger.error("artifact does not validate: %s: %s: %s", *failure)
-    push_error = _maybe_push(out_dir, config) if not failures and not hits else None
+    push_error = push_artifacts_from_env(out_dir, config.push) if not failures and not hits else None
     if push_error:
         errors.append({"kind": "push_error", "message": push_error})
     logger.info("captured %s: %d calls, reward %s, stop %s -> %s", rollout_id, len(records), env_reward,

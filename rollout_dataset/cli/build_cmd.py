@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--template", default=None, help="dataset card template (default: dataset_card.md)")
     parser.add_argument("--pretty-name", default="Agent rollouts (rollout-dataset)", help="the card's title")
     parser.add_argument("--license", default="apache-2.0", help="the card's license id")
+    parser.add_argument("--samples", choices=("preview", "full"), default="preview",
+                        help="samples config: 'preview' (default; one viewer-sized row per rollout) or 'full' "
+                             "(the whole samples.md, split into parts, lossless)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -42,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = build(args.artifacts, args.out, template=args.template, progress=not args.no_progress,
-                       pretty_name=args.pretty_name, license=args.license)
+                       pretty_name=args.pretty_name, license=args.license, samples=args.samples)
     except RolloutDatasetError as exc:
         print(f"error: {exc}")
         return 1

@@ -2,16 +2,16 @@
 
 - `BuiltinAgent`: the built-in tool-calling coding agent (tools `write_file`, `read_file`, `run`,
   `run_examples`, `submit`; manifest on every call; stops on submit, turn budget or timeout).
-- `ChatTurnClient`: one assistant turn over the chat completions API (shared by the built-in agents:
-  the coding agent and the Crafter agent).
+- `ChatAgentBase`, `ChatTurnClient`: the settings, requests and the one-assistant-turn call shared
+  by the built-in agents (the coding agent and the Crafter agent).
 - `run_external_harness`: any CLI agent (`--harness cmd:"..."`) with its OpenAI base URL pointed at
   the proxy; presets for mini-swe-agent and opencode.
 
 Every harness leaves its answer in `solution.py` in its working directory (`SOLUTION_FILE`).
 """
 
-from rollout_dataset.harness.chat import ChatTurn, ChatTurnClient, chat_request_body
 from rollout_dataset.harness.builtin import DEFAULT_SYSTEM_PROMPT, AgentResult, BuiltinAgent
+from rollout_dataset.harness.chat import ChatAgentBase, ChatTurn, ChatTurnClient
 from rollout_dataset.harness.external import ExternalResult, run_external_harness, substitute_placeholders
 from rollout_dataset.harness.presets import (
     HarnessPreset,
@@ -35,6 +35,7 @@ from rollout_dataset.harness.tools import (
 __all__ = [
     "AgentResult",
     "BuiltinAgent",
+    "ChatAgentBase",
     "ChatTurn",
     "ChatTurnClient",
     "CommandResult",
@@ -43,7 +44,6 @@ __all__ = [
     "HarnessPreset",
     "SOLUTION_FILE",
     "TOOL_NAMES",
-    "chat_request_body",
     "ToolBox",
     "ToolOutcome",
     "find_mini",

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from rollout_dataset.harness.chat import ChatTurnClient, chat_request_body
+from rollout_dataset.harness.chat import ChatAgentBase
 from rollout_dataset.harness.tools import SOLUTION_FILE, ToolBox, tool_manifest
 
 __all__ = ["AgentResult", "BuiltinAgent", "DEFAULT_SYSTEM_PROMPT"]
@@ -56,7 +56,7 @@ class AgentResult:
     decisions: list[dict[str, Any]] = field(default_factory=list)
 
 
-class BuiltinAgent:
+class BuiltinAgent(ChatAgentBase):
     """A tool-calling coding agent speaking the OpenAI chat completions API.
 
     Args:
@@ -72,32 +72,19 @@ class BuiltinAgent:
         system_prompt: the system message.
         report_url: the URL named in errors (default: the request URL), e.g. the upstream behind a proxy.
         transport: an httpx transport (tests).
+
+    Raises:
+        ValueError: a budget out of range.
     """
 
     def __init__(self, base_url: str, model: str, tools: ToolBox, *, api_key: str | None = None,
                  max_turns: int = 20, timeout_s: float = 900.0, seed: int | None = None,
                  temperature: float = 1.0, max_tokens: int = 2048, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                  report_url: str | None = None, transport: httpx.BaseTransport | None = None) -> None:
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model = model
+        super().__init__(base_url, model, api_key=api_key, max_turns=max_turns, timeout_s=timeout_s, seed=seed,
+                         temperature=temperature, max_tokens=max_tokens, report_url=report_url, transport=transport)
         self.tools = tools
-        self.api_key = api_key
-        self.max_turns = max_turns
-        self.timeout_s = timeout_s
-        self.seed = seed
-        self.temperature = temperature
-        self.max_tokens = max_tokens
         self.system_prompt = system_prompt
-        self.report_url = report_url or self.url
-        self.transport = transport
-
-    def _request(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        return chat_request_body(self.model, messages, tool_manifest(), temperature=self.temperature,
-                                 max_tokens=self.max_tokens, seed=self.seed)
 
     def run(self, instruction: str) -> AgentResult:
         """Run the agent on one task statement until it stops.
@@ -118,7 +105,7 @@ class BuiltinAgent:
         counts: Counter[str] = Counter()
         ran_code = False
         decisions: list[dict[str, Any]] = []
-        chat = ChatTurnClient(self.url, api_key=self.api_key, report_url=self.report_url, transport=self.transport)
+        chat = self.chat_client()
 
         def result(reason: str, error: str | None = None) -> AgentResult:
             return AgentResult(reason, chat.calls, reason == "timeout", dict(sorted(counts.items())), ran_code,
@@ -126,7 +113,7 @@ class BuiltinAgent:
 
         with chat:
             for turn in range(self.max_turns):
-                step = chat.turn(self._request(messages), deadline)
+                step = chat.turn(self.request_body(messages, tool_manifest()), deadline)
                 if step.assistant is None:
                     return result(step.stop_reason or "upstream_error", step.error)
                 messages.append(step.assistant)

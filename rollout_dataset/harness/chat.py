@@ -2,7 +2,8 @@
 
 The built-in coding agent (`rollout_dataset.harness.builtin`) and the Crafter agent
 (`rollout_dataset.envs.crafter.harness`) run the same model-call loop; only what they do with the
-tool calls differs. `ChatTurnClient.turn` is the part they share: post one request within the
+tool calls differs. `ChatAgentBase` holds the settings they share (URL, model, key, budgets,
+sampling) and builds each request; `ChatTurnClient.turn` is the call itself: post one request within the
 time budget, and hand back either the assistant message (ready to append to the conversation:
 content, tool calls in request form, reasoning) or a stop reason with an error message.
 
@@ -23,31 +24,9 @@ import httpx
 
 from rollout_dataset.errors import UpstreamError, UpstreamStatusError
 
-__all__ = ["ChatTurn", "ChatTurnClient", "chat_request_body"]
+__all__ = ["ChatAgentBase", "ChatTurn", "ChatTurnClient"]
 
 logger = logging.getLogger(__name__)
-
-
-def chat_request_body(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
-                      temperature: float, max_tokens: int, seed: int | None) -> dict[str, Any]:
-    """The chat completions request of one agent turn (tools offered with ``tool_choice: auto``).
-
-    Args:
-        model: the model name.
-        messages: the conversation so far.
-        tools: the OpenAI `tools` list (sent on every call).
-        temperature: sampling temperature.
-        max_tokens: completion cap.
-        seed: the request `seed`; None leaves it out.
-
-    Returns:
-        The JSON body.
-    """
-    body: dict[str, Any] = {"model": model, "messages": messages, "tools": tools, "tool_choice": "auto",
-                            "temperature": temperature, "max_tokens": max_tokens}
-    if seed is not None:
-        body["seed"] = seed
-    return body
 
 
 @dataclass
@@ -119,7 +98,7 @@ class ChatTurnClient:
         """Make one model call and parse its assistant message.
 
         Args:
-            body: the request body (see `chat_request_body`).
+            body: the request body (see `ChatAgentBase.request_body`).
             deadline: `time.monotonic()` value at which the time budget ends.
 
         Returns:
@@ -155,3 +134,65 @@ class ChatTurnClient:
             return ChatTurn(stop_reason="upstream_error", error=f"unreadable response from {self.report_url}: {exc}")
         logger.debug("model call %d: %d tool call(s)", self.calls, len(assistant.get("tool_calls") or []))
         return ChatTurn(assistant=assistant)
+
+
+class ChatAgentBase:
+    """Settings and request building shared by the built-in tool-calling agents.
+
+    Args:
+        base_url: the API base URL (ends in ``/v1``), e.g. the recording proxy's.
+        model: the model name to request.
+        api_key: sent as a bearer token (never logged).
+        max_turns: turn budget (model calls), >= 1.
+        timeout_s: wall-time budget of the whole run, > 0.
+        seed: the request `seed`; None to omit it.
+        temperature: sampling temperature.
+        max_tokens: completion cap per call.
+        report_url: the URL named in errors (default: the request URL), e.g. the upstream behind a proxy.
+        transport: an httpx transport (tests).
+
+    Raises:
+        ValueError: a budget out of range.
+    """
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None, max_turns: int, timeout_s: float,
+                 seed: int | None, temperature: float, max_tokens: int, report_url: str | None,
+                 transport: httpx.BaseTransport | None) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.api_key = api_key
+        self.max_turns = max_turns
+        self.timeout_s = timeout_s
+        self.seed = seed
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.report_url = report_url or self.url
+        self.transport = transport
+
+    def request_body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        """The chat completions request of one turn (tools offered with ``tool_choice: auto``).
+
+        Args:
+            messages: the conversation so far.
+            tools: the OpenAI `tools` list (sent on every call).
+
+        Returns:
+            The JSON body (with `seed` only when set).
+        """
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "tools": tools, "tool_choice": "auto",
+                                "temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.seed is not None:
+            body["seed"] = self.seed
+        return body
+
+    def chat_client(self) -> ChatTurnClient:
+        """A client for this agent's URL, key and transport (use as a context manager).
+
+        Returns:
+            A fresh `ChatTurnClient` (its `calls` start at 0).
+        """
+        return ChatTurnClient(self.url, api_key=self.api_key, report_url=self.report_url, transport=self.transport)

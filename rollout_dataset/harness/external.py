@@ -11,36 +11,64 @@ command and the environment get:
 | `{workdir}` | `ROLLOUT_WORKDIR` | the working directory; the solution goes to `solution.py` there |
 | — | `OPENAI_API_KEY` | the API key (never put it in the command: commands are recorded) |
 
-Placeholders are substituted shell-quoted. HOME and the XDG directories point into a fresh
-temporary folder so a harness reads no user config. Inherited environment variables whose names
-look like credentials (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*API_KEY*`) are dropped: the harness
-gets exactly one key, `OPENAI_API_KEY`. The run stops on exit, on the time budget
-(process group: SIGTERM, then SIGKILL), or when `should_stop()` returns a reason (the capture
-uses it to stop at once when the first model call failed).
+Placeholders are substituted shell-quoted. HOME, TMPDIR and the XDG directories point into a fresh
+temporary folder so a harness reads no user config.
 
-External harnesses run as ordinary processes: they need the loopback network to reach the proxy,
-so they are not in the sandbox's network namespace. Only the verifier runs their code sandboxed.
+The harness runs inside the sandbox (`rollout_dataset.sandbox.Sandbox`), like the code it writes:
+
+- held-out data is hidden (mount namespace): the built-in task data, the Hugging Face cache, and
+  the paths the caller names (`hide_paths`; a capture passes `capture_hidden_paths`: the task's
+  ``file:`` source, the rollout's output folder and the folder of its sibling rollouts). A hidden
+  directory reads as empty, a hidden file as empty;
+- the environment is inherited (PATH included, to find the agent CLI) without every name that
+  looks like a credential or a proxy setting (``*TOKEN*``, ``*KEY*``, ``*SECRET*``, ``*PASSW*``,
+  ``*AUTH*``, ``*SESSION*``, ``*PROXY*``, ...), plus the variables above and `env`: the harness gets
+  exactly one key, `OPENAI_API_KEY`;
+- the host network is kept (``Sandbox(network=True)``) so the harness reaches the proxy on
+  loopback; there is no CPU or address-space limit (Node.js reserves a huge address range), a
+  file-size limit applies, and its own PID namespace means no process outlives the run.
+
+The run stops on exit, on the time budget (process group: SIGTERM, then SIGKILL), or when
+`should_stop()` returns a reason (the capture uses it to stop at once when the first model call
+failed). Where the machine has no mount namespace the harness still runs, as the sandbox does,
+but nothing is hidden: `rollout_dataset.sandbox.isolation_report()` says what is isolated.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import re
 import shlex
+import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import IO, Callable, Iterable, Mapping
 
-__all__ = ["ExternalResult", "run_external_harness", "substitute_placeholders", "PLACEHOLDERS"]
+from rollout_dataset.sandbox import Limits, Sandbox, scrubbed_env
+from rollout_dataset.sandbox.isolation import MASK_FAILED_STATUS, probe_isolation, wrap_command
+from rollout_dataset.sandbox.limits import apply_rlimits, prlimit_args
+
+__all__ = ["ExternalResult", "run_external_harness", "substitute_placeholders", "PLACEHOLDERS", "HARNESS_LIMITS"]
 
 logger = logging.getLogger(__name__)
 
 PLACEHOLDERS = ("base_url", "model", "task_file", "workdir")
 _TAIL = 4000
+
+#: the limits of an external harness (``wall_s`` is replaced by the time budget): no CPU or
+#: address-space limit (Node.js agents reserve a huge address range; the wall time bounds the run),
+#: files up to 1 GiB (logs included)
+HARNESS_LIMITS = Limits(wall_s=900.0, cpu_s=None, memory_mb=None, file_mb=1024)
+#: the one credential a harness gets
+TRUSTED_ENV = ("OPENAI_API_KEY",)
+#: inherited variables not passed on (the sandbox's rule for secret-looking names), dropped silently
+_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PROXY", re.IGNORECASE)
 
 
 @dataclass
@@ -100,10 +128,45 @@ def _tail(path: Path) -> str:
     return data[-_TAIL:].decode("utf-8", errors="replace")
 
 
+def _spawn(box: Sandbox, argv: list[str], out: IO[bytes], err: IO[bytes]) -> subprocess.Popen:
+    """Start `argv` in `box` (namespaces, hidden paths, rlimits, scrubbed environment), without waiting."""
+    wrapped, _ = wrap_command(argv, box.hidden_paths, network=box.network)
+    preexec = None
+    if shutil.which("prlimit"):
+        wrapped = prlimit_args(box.limits) + wrapped
+    else:
+        preexec = functools.partial(apply_rlimits, box.limits)
+    env = scrubbed_env(box.workdir, box.env, box.trusted_env)
+    return subprocess.Popen(wrapped, cwd=box.workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                            start_new_session=True, preexec_fn=preexec)
+
+
+def _harness_env(home: Path, values: Mapping[str, str], api_key: str,
+                 extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The variables a harness gets on top of the sandbox's scrubbed environment."""
+    env = {k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k)}
+    env.update({"PATH": os.environ.get("PATH") or os.defpath, "HOME": str(home), "TMPDIR": str(home / "tmp")})
+    for name, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"),
+                      ("XDG_CACHE_HOME", ".cache"), ("XDG_STATE_HOME", ".local/state")):
+        env[name] = str(home / sub)
+    for name in ("TMPDIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
+        Path(env[name]).mkdir(parents=True, exist_ok=True)
+    base_url = values["base_url"]
+    env.update({
+        "OPENAI_BASE_URL": base_url, "OPENAI_API_BASE": base_url, "OPENAI_API_KEY": api_key,
+        "ROLLOUT_MODEL": values["model"], "ROLLOUT_TASK_FILE": values["task_file"], "ROLLOUT_WORKDIR": values["workdir"],
+    })
+    for key, value in (extra or {}).items():
+        for name in PLACEHOLDERS:
+            value = value.replace("{" + name + "}", values[name])
+        env[key] = value
+    return env
+
+
 def run_external_harness(command: str, *, base_url: str, model: str, workdir: str | Path, instruction: str,
                          api_key: str = "EMPTY", timeout_s: float = 900.0, env: Mapping[str, str] | None = None,
-                         should_stop: Callable[[], str | None] | None = None,
-                         poll_s: float = 0.1) -> ExternalResult:
+                         should_stop: Callable[[], str | None] | None = None, poll_s: float = 0.1,
+                         hide_paths: Iterable[str | os.PathLike[str]] = ()) -> ExternalResult:
     """Run one external harness command to completion, timeout, or a stop request.
 
     Args:
@@ -117,43 +180,36 @@ def run_external_harness(command: str, *, base_url: str, model: str, workdir: st
         env: extra environment variables (values may use the placeholders too).
         should_stop: polled while the harness runs; a returned string stops it with that reason.
         poll_s: polling interval in seconds.
+        hide_paths: files or folders the harness must not read (on top of the sandbox's defaults,
+            the built-in task data); e.g. `rollout_dataset.capture.capture_hidden_paths(...)`.
 
     Returns:
         The harness's result.
 
     Raises:
         ValueError: empty command or non-positive timeout.
+        FileNotFoundError: `workdir` does not exist.
     """
     if not command.strip():
         raise ValueError("the external harness command is empty (expected cmd:\"...\")")
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
     workdir = Path(workdir)
+    if not probe_isolation().mount:
+        logger.warning("external harness: no mount namespace on this machine, so it can read the held-out data "
+                       "it should not (see rollout_dataset.sandbox.isolation_report())")
     with tempfile.TemporaryDirectory(prefix="rollout-harness-") as home_dir:
         home = Path(home_dir)
         task_file = home / "task.md"
         task_file.write_text(instruction, encoding="utf-8")
         values = {"base_url": base_url, "model": model, "task_file": str(task_file), "workdir": str(workdir)}
-        full_env = {k: v for k, v in os.environ.items()
-                    if not any(s in k.upper() for s in ("TOKEN", "SECRET", "PASSWORD", "API_KEY"))}
-        xdg = {name: home / sub for name, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"),
-                                                   ("XDG_CACHE_HOME", ".cache"), ("XDG_STATE_HOME", ".local/state"))}
-        for path in xdg.values():
-            path.mkdir(parents=True, exist_ok=True)
-        full_env.update({name: str(path) for name, path in xdg.items()})
-        full_env.update({
-            "HOME": str(home), "OPENAI_BASE_URL": base_url, "OPENAI_API_BASE": base_url, "OPENAI_API_KEY": api_key,
-            "ROLLOUT_MODEL": model, "ROLLOUT_TASK_FILE": str(task_file), "ROLLOUT_WORKDIR": str(workdir),
-        })
-        for key, value in (env or {}).items():
-            full_env[key] = value.replace("{base_url}", base_url).replace("{model}", model) \
-                .replace("{task_file}", str(task_file)).replace("{workdir}", str(workdir))
+        box = Sandbox(workdir, limits=replace(HARNESS_LIMITS, wall_s=timeout_s), hide_paths=hide_paths,
+                      env=_harness_env(home, values, api_key, env), trusted_env=TRUSTED_ENV, network=True)
         cmd = substitute_placeholders(command, values)
         out_path, err_path = home / "stdout.log", home / "stderr.log"
         start = time.monotonic()
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(["bash", "-c", cmd], cwd=workdir, env=full_env, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=err, start_new_session=True)
+        with box, open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = _spawn(box, ["bash", "-c", cmd], out, err)
             reason = "harness_exit"
             timed_out = False
             try:
@@ -172,5 +228,7 @@ def run_external_harness(command: str, *, base_url: str, model: str, workdir: st
         wall = time.monotonic() - start
         exit_code = proc.returncode if reason == "harness_exit" else None
         result = ExternalResult(exit_code, timed_out, reason, _tail(out_path), _tail(err_path), wall)
+        if exit_code == MASK_FAILED_STATUS and "sandbox-init" in result.stderr_tail:
+            logger.warning("external harness: the sandbox could not hide a path: %s", result.stderr_tail.strip()[-300:])
         logger.info("external harness stopped: %s (exit code %s) after %.1f s", reason, exit_code, wall)
         return result

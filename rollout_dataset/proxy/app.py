@@ -69,7 +69,7 @@ class _Call:
 
     __slots__ = ("session", "index", "call_id", "started_at", "t0", "method", "endpoint", "stream", "status",
                  "headers", "request", "upstream_changes", "requested", "effective", "response", "ttft_ms",
-                 "notes", "error", "kind", "recorded", "client_gone")
+                 "notes", "error", "kind", "recorded", "client_gone", "raw_request", "raw_response")
 
     def __init__(self, session: str, method: str, endpoint: str, headers: dict[str, str]) -> None:
         self.session = session
@@ -93,6 +93,8 @@ class _Call:
         self.kind: str | None = None
         self.recorded = False
         self.client_gone = False
+        self.raw_request: bytes | None = None  # the request's JSON bytes, when they can go into the record as is
+        self.raw_response: bytes | None = None
 
     def fail(self, kind: str, message: str) -> None:
         if self.error is None:
@@ -190,6 +192,8 @@ class ProxyApp:
                 return
             call.kind = kind
             call.request = redact_body(parsed)
+            if call.request is parsed and _spliceable(body):
+                call.raw_request = body  # recorded as received: no re-encoding of a long context
             call.stream = parsed.get("stream") is True
             token_req = prepare_request(kind, parsed, body)
             call.upstream_changes = token_req.changes
@@ -362,6 +366,8 @@ class ProxyApp:
                 call.notes.append("the model server's body is not valid JSON although its content-type says so")
         call.response = parsed if parsed is not None else (
             data[:_RAW_RECORD_CAP].decode("utf-8", errors="replace") if data else None)
+        if parsed is not None and _spliceable(data):
+            call.raw_response = data
         if token_req is not None and response.status_code < 400 and parsed is not None:
             edited = strip_response(parsed, token_req)
             if edited is not None:
@@ -496,7 +502,14 @@ class ProxyApp:
             "error": call.error,
         }
         try:
-            self.recorder.write(call.session, record)
+            raw = {}
+            if call.raw_request is not None:
+                raw["request"] = call.raw_request
+                del record["request"]
+            if call.raw_response is not None:
+                raw["response"] = call.raw_response
+                del record["response"]
+            self.recorder.write(call.session, record, raw)
         except Exception:
             log.exception("could not write the trace record of call %s to %s", call.call_id,
                           self.recorder.path(call.session))
@@ -514,6 +527,12 @@ def _response_headers(response: httpx.Response, raw: bool = False) -> list[tuple
             continue
         out.append((low, value))
     return out
+
+
+def _spliceable(data: bytes) -> bool:
+    """Whether JSON bytes can be spliced into a trace line verbatim: one line, UTF-8, an object."""
+    head = data[:4]
+    return (head[:1] == b"{" and b"\x00" not in head and b"\n" not in data and b"\r" not in data)
 
 
 def _frame(event: ServerSentEvent, data: str) -> bytes:

@@ -76,17 +76,26 @@ class TraceRecorder:
             self._fds[session] = fd
         return fd
 
-    def write(self, session: str, record: dict[str, Any]) -> None:
+    def write(self, session: str, record: dict[str, Any], raw: dict[str, bytes] | None = None) -> None:
         """Append one record as one JSON line, handed to the OS before returning.
 
         Args:
             session: a validated session id.
             record: the trace record (JSON-serialisable).
+            raw: fields whose value is already JSON (one line of UTF-8, e.g. the request exactly as
+                the harness sent it); spliced into the line verbatim instead of re-encoded.
 
         Raises:
             OSError: the file could not be written.
         """
-        data = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        if raw:
+            parts = [line[:-1]]
+            for key, value in raw.items():
+                parts.append(b"," + json.dumps(key).encode() + b":" + value)
+            parts.append(b"}")
+            line = b"".join(parts)
+        data = line + b"\n"
         fd = self._fd(session)
         view = memoryview(data)
         while view:

@@ -25,7 +25,7 @@ import httpx
 from rollout_dataset.batch.stepwise import AchievementSnapshot, AchievementTracker, CounterAchievements
 from rollout_dataset.envs.crafter.observation import render_observation
 from rollout_dataset.envs.crafter.world import ACHIEVEMENTS, ACTIONS, CrafterWorld
-from rollout_dataset.harness.chat import ChatTurnClient, chat_request_body
+from rollout_dataset.harness.chat import ChatAgentBase
 
 __all__ = [
     "ACT_TOOL",
@@ -146,7 +146,7 @@ def _parse_actions(arguments: Any, max_actions: int) -> tuple[list[str] | None, 
     return actions, None
 
 
-class CrafterAgent:
+class CrafterAgent(ChatAgentBase):
     """Plays one Crafter episode with a model behind an OpenAI-compatible chat API.
 
     Args:
@@ -170,27 +170,11 @@ class CrafterAgent:
                  max_actions: int = MAX_ACTIONS_PER_CALL, timeout_s: float = 900.0, seed: int | None = None,
                  temperature: float = 1.0, max_tokens: int = 512, report_url: str | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if not 1 <= max_actions <= 64:
             raise ValueError(f"max_actions must be in 1..64, got {max_actions}")
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model = model
-        self.api_key = api_key
-        self.max_turns = max_turns
+        super().__init__(base_url, model, api_key=api_key, max_turns=max_turns, timeout_s=timeout_s, seed=seed,
+                         temperature=temperature, max_tokens=max_tokens, report_url=report_url, transport=transport)
         self.max_actions = max_actions
-        self.timeout_s = timeout_s
-        self.seed = seed
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-        self.report_url = report_url or self.url
-        self.transport = transport
-
-    def _body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        return chat_request_body(self.model, messages, act_tool_manifest(self.max_actions),
-                                 temperature=self.temperature, max_tokens=self.max_tokens, seed=self.seed)
 
     def run(self, world: CrafterWorld) -> CrafterAgentResult:
         """Play the episode until it stops.
@@ -213,7 +197,7 @@ class CrafterAgent:
                                           {"role": "user", "content": render_observation(state)}]
         counts: Counter[str] = Counter()
         decisions: list[dict[str, Any]] = []
-        chat = ChatTurnClient(self.url, api_key=self.api_key, report_url=self.report_url, transport=self.transport)
+        chat = self.chat_client()
 
         def result(reason: str, error: str | None = None) -> CrafterAgentResult:
             end = world.state
@@ -228,7 +212,7 @@ class CrafterAgent:
             for turn in range(self.max_turns):
                 if world.state.done:
                     return result("episode_done")
-                step = chat.turn(self._body(messages), deadline)
+                step = chat.turn(self.request_body(messages, act_tool_manifest(self.max_actions)), deadline)
                 if step.assistant is None:
                     return result(step.stop_reason or "upstream_error", step.error)
                 messages.append(step.assistant)
