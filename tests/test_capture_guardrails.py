@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -11,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from hub_fixture import FakeHub
+from proxy_fakes import serve
 from rollout_dataset.capture import CaptureConfig, capture_rollout, serve_in_thread
 from rollout_dataset.cli import main as cli_main
 from rollout_dataset.errors import TaskIndexError, UpstreamStatusError
@@ -68,16 +67,8 @@ async def _failing_server(status: int):
 
     app = Starlette(routes=[Route("/v1/chat/completions", fail, methods=["POST"]),
                             Route("/v1/models", models, methods=["GET"])])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        await task
+    async with serve(app) as root:
+        yield root + "/v1"
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,17 @@ def test_capture_env_crafter_pushes_the_rollout_when_push_to_dataset_is_set(tmp_
     assert not [p for p in out.rglob("*") if p.is_file() and TOKEN in p.read_text(errors="replace")]
 
 
+def test_capture_env_crafter_no_push_skips_the_push_even_with_push_to_dataset_set(tmp_path):
+    out = tmp_path / "art"
+    with FakeHub(token=TOKEN) as hub:
+        proc = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "capture", "--env", "crafter", *EPISODE,
+                               "--no-push", "--out-dir", str(out)], env=_hub_env(hub, tmp_path),
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "org/crafter" not in hub.repos
+    assert (out / "summary.json").exists()
+
+
 def test_a_failed_crafter_push_is_an_error_of_the_capture_and_the_artifacts_stay(tmp_path, monkeypatch):
     monkeypatch.setenv("PUSH_TO_DATASET", "not a repo id")
     result = run_crafter_rollout(CrafterRolloutConfig(out_dir=tmp_path / "art", seed=2, max_steps=8, max_turns=3,

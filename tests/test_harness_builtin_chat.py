@@ -3,16 +3,15 @@ against a scripted chat server on loopback."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from proxy_fakes import serve
 from rollout_dataset.capture import serve_in_thread
 from rollout_dataset.errors import UpstreamError, UpstreamStatusError
 from rollout_dataset.harness import ChatTurnClient
@@ -28,24 +27,15 @@ def _reply(message: dict) -> JSONResponse:
 
 @contextlib.asynccontextmanager
 async def _scripted(responses: list[Response]):
-    """A chat server answering each POST with the next response of the list."""
+    """A chat server answering each POST with the next response of the list; yields its chat URL."""
     queue = list(responses)
 
     async def chat(request):
         await request.body()
         return queue.pop(0)
 
-    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}/v1/chat/completions"
-    finally:
-        server.should_exit = True
-        await task
+    async with serve(Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])) as root:
+        yield root + "/v1/chat/completions"
 
 
 def _turns(responses: list[Response], n: int, report_url: str | None = None):

@@ -111,6 +111,7 @@ def env_config_from_args(args: argparse.Namespace) -> Any:
     given = {"out_dir": args.out_dir, "seed": args.seed, "rollout_seed": args.rollout_seed, "base_url": args.base_url,
              "model": args.model, "max_turns": args.max_turns, "timeout_s": args.timeout_s,
              "tokenizer": args.tokenizer, "api_key": os.environ.get("OPENAI_API_KEY"),
+             "push": False if args.no_push else None,
              **{name: getattr(args, name, None) for name in _GAME_ONLY}}
     unknown = sorted(k for k, v in given.items() if v is not None and k not in fields and k != "api_key")
     if unknown:
