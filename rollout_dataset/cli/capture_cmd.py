@@ -53,12 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     game = parser.add_argument_group("environment options (--env crafter)")
     game.add_argument("--max-steps", type=int, default=None, help="game steps per episode (crafter default 100)")
     game.add_argument("--max-actions", type=int, default=None, help="actions per act call (crafter default 8)")
-    game.add_argument("--area", type=_pair, default=None, metavar="W,H", help="world size (crafter default 64,64)")
+    game.add_argument("--area", type=parse_pair, default=None, metavar="W,H", help="world size (crafter default 64,64)")
     parser.add_argument("--keep-workdir", action="store_true", help="copy the agent's working directory to OUT/workdir")
     parser.add_argument("--no-push", action="store_true", help="do not push even when PUSH_TO_DATASET is set")
 
 
-def _pair(text: str) -> tuple[int, int]:
+def parse_pair(text: str) -> tuple[int, int]:
     """Parse `W,H` (or `WxH`, or one number for a square)."""
     parts = [p for p in text.lower().replace("x", ",").split(",") if p.strip()]
     try:
@@ -123,7 +123,6 @@ def _run_env(args: argparse.Namespace) -> int:
     """`--env NAME` other than coding: the family's rollout function."""
     from rollout_dataset.envs import get_env
     from rollout_dataset.errors import ConfigError, UpstreamError
-    from rollout_dataset.schema.check import format_failure
 
     try:
         config = env_config_from_args(args)
@@ -136,6 +135,20 @@ def _run_env(args: argparse.Namespace) -> int:
     except UpstreamError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    return report_result(result)
+
+
+def report_result(result) -> int:
+    """Print a capture's summary (stdout) and its failures (stderr); return its exit code.
+
+    Args:
+        result: a `CaptureResult` (coding or another environment family).
+
+    Returns:
+        The capture's exit code.
+    """
+    from rollout_dataset.schema.check import format_failure
+
     print(json.dumps(result.summary, indent=1))
     for failure in result.validation_failures:
         print(f"invalid: {format_failure(failure)}", file=sys.stderr)
@@ -183,7 +196,6 @@ def run(args: argparse.Namespace) -> int:
     """
     from rollout_dataset.capture import capture_rollout
     from rollout_dataset.errors import TaskIndexError, TaskSourceError, UpstreamError
-    from rollout_dataset.schema.check import format_failure
 
     if not getattr(args, "verbose", 0):
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP call is noise here
@@ -198,10 +210,4 @@ def run(args: argparse.Namespace) -> int:
     except UpstreamError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(result.summary, indent=1))
-    for failure in result.validation_failures:
-        print(f"invalid: {format_failure(failure)}", file=sys.stderr)
-    for error in result.errors:
-        print(f"error: {error['kind']}: {error['message']}", file=sys.stderr)
-    print(f"artifacts: {result.out_dir}", file=sys.stderr)
-    return result.exit_code
+    return report_result(result)

@@ -8,25 +8,13 @@ it can also be registered as a `rollout-dataset` sub-command. Exit codes: 0 capt
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
+from rollout_dataset.cli.capture_cmd import parse_pair, report_result
+
 __all__ = ["add_arguments", "run", "main"]
-
-
-def _pair(text: str) -> tuple[int, int]:
-    parts = text.lower().replace("x", ",").split(",")
-    try:
-        values = [int(p) for p in parts if p.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not W,H (e.g. 64,64)") from None
-    if len(values) == 1:
-        values = values * 2
-    if len(values) != 2:
-        raise argparse.ArgumentTypeError(f"{text!r} is not W,H (e.g. 64,64)")
-    return values[0], values[1]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-steps", type=int, default=100, help="Crafter steps per episode (default 100)")
     parser.add_argument("--max-turns", type=int, default=30, help="model calls per episode (default 30)")
     parser.add_argument("--max-actions", type=int, default=8, help="actions per act call (default 8)")
-    parser.add_argument("--area", type=_pair, default=(64, 64), metavar="W,H", help="world size (default 64,64)")
+    parser.add_argument("--area", type=parse_pair, default=(64, 64), metavar="W,H", help="world size (default 64,64)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
     parser.add_argument("--max-tokens", type=int, default=512, help="completion cap per call (default 512)")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="wall-time budget (default 900)")
@@ -76,13 +64,7 @@ def run(args: argparse.Namespace) -> int:
     except UpstreamError as exc:
         print(f"crafter: stopped: {exc}", file=sys.stderr)
         return 1
-    for failure in result.validation_failures:
-        print("%s: %s: %s" % failure, file=sys.stderr)
-    summary = result.summary
-    print(json.dumps({k: summary[k] for k in ("rollout_id", "task_id", "agent_turns", "env_reward", "stop_reason",
-                                              "capture_level", "trainable", "stepwise") if k in summary}, indent=1))
-    print(f"artifacts: {result.out_dir}")
-    return result.exit_code
+    return report_result(result)
 
 
 def main(argv: list[str] | None = None) -> int:
