@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import datasets
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -55,7 +56,6 @@ def test_synthetic_artifacts_follow_the_shipped_schemas(built):
 
 
 def test_every_config_loads_with_its_declared_features_and_no_name_gives_summary(built, tmp_path):
-    datasets = pytest.importorskip("datasets")
     root, _, result = built
     for config in CONFIG_NAMES:
         ds = datasets.load_dataset(str(root / "ds"), config, split="train", cache_dir=str(tmp_path))
@@ -67,7 +67,6 @@ def test_every_config_loads_with_its_declared_features_and_no_name_gives_summary
 
 
 def test_load_dataset_never_serves_a_stale_cache_for_another_dataset_of_the_same_name(tmp_path):
-    datasets = pytest.importorskip("datasets")
     loaded = []
     for k in range(2):  # same folder name, same number of rollouts, different rollouts
         write_synthetic_rollout(tmp_path / f"art{k}", seed=900 + k, n_turns=2, context_tokens=64)

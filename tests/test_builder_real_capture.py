@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rollout_dataset.builder import build, trace_request, turn_token_arrays
+from rollout_dataset.capture import CaptureConfig, capture_rollout
 
 
 def _rows(dataset_dir, config):
@@ -16,9 +17,8 @@ def _rows(dataset_dir, config):
 
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory):
-    capture = pytest.importorskip("rollout_dataset.capture")
     root = tmp_path_factory.mktemp("real")
-    result = capture.capture_rollout(capture.CaptureConfig(out_dir=root / "a", policy="oracle", task_index=0,
+    result = capture_rollout(CaptureConfig(out_dir=root / "a", policy="oracle", task_index=0,
                                                            push=False))
     assert result.ok
     built = build([root / "a"], root / "ds", progress=False)

@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import datasets
 import pyarrow.parquet as pq
 import pytest
 
@@ -84,7 +85,6 @@ def test_full_mode_keeps_samples_md_whole_in_parts_under_the_cell_limit(artifact
 
 
 def test_both_modes_load_with_the_same_features_and_their_shards_coexist(artifacts, tmp_path):
-    datasets = pytest.importorskip("datasets")
     _, long_dir, short_dir, _ = artifacts
     build([long_dir], tmp_path / "ds", progress=False)  # preview
     build([short_dir], tmp_path / "ds", progress=False, samples="full")  # full, into the same dataset
