@@ -213,6 +213,7 @@ class _PrefixIndex:
         self._length_set: set[int] = set()
 
     def add(self, length: int, digest: bytes, node_id: int) -> None:
+        """Index a node's full token sequence (prompt + sampled) by its length and prefix digest."""
         self._by_key.setdefault((length, digest), []).append(node_id)
         if length not in self._length_set:
             self._length_set.add(length)

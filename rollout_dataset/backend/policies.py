@@ -123,6 +123,7 @@ class Policy(Protocol):
     """
 
     def respond(self, request: PolicyRequest) -> PolicyOutput:  # pragma: no cover - protocol
+        """Decide what the assistant says for one request: text and/or tool calls."""
         ...
 
 

@@ -97,6 +97,7 @@ class _Call:
         self.raw_response: bytes | None = None
 
     def fail(self, kind: str, message: str) -> None:
+        """Record the call's first error (later ones are consequences of it)."""
         if self.error is None:
             self.error = {"kind": kind, "message": message}
 

@@ -53,6 +53,7 @@ class _Body(httpx.AsyncByteStream):
             raise _mapped(exc, self._url) from exc
 
     async def aclose(self) -> None:
+        """Return a fully read connection to the pool; close one that was left half read."""
         if self._response.content.at_eof():
             self._response.release()  # back to the pool
         else:
