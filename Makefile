@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 NPM_TOOLS := .npm-tools
-OPENCODE_VERSION ?= latest
+OPENCODE_VERSION ?= 1.18.33
 
 .PHONY: all venv install install-test npm-tools demo test test-fast test-real-vllm bench clean
 
