@@ -28,6 +28,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# libraries that log every HTTP request or file lock at INFO/DEBUG
+_CHATTY_LIBRARIES = ("httpx", "httpcore", "urllib3", "filelock", "huggingface_hub", "datasets", "fsspec",
+                     "uvicorn", "uvicorn.access", "uvicorn.error", "asyncio", "matplotlib", "PIL")
+
+
 def _available() -> dict[str, tuple[str, str]]:
     found = {}
     for name, (module, help_text) in COMMANDS.items():
@@ -43,7 +48,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         prog="rollout-dataset",
         description="Capture LLM-agent rollouts token-exact and publish them as a Hugging Face dataset.",
     )
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="-v: debug logging of this package; -vv: also other libraries' requests")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = None
     args = list(sys.argv[1:] if argv is None else argv)
@@ -72,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if args.verbose < 2:  # other libraries' per-request chatter only with -vv
+        for name in _CHATTY_LIBRARIES:
+            logging.getLogger(name).setLevel(logging.WARNING)
     module = importlib.import_module(args._module)
     try:
         return int(module.run(args) or 0)
