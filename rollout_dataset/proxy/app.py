@@ -20,6 +20,7 @@ from typing import Any, Awaitable, Callable
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
+from rollout_dataset.proxy.jsoncodec import loads
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import harness_session_id, recorded_headers, redact_body, valid_session_id
 from rollout_dataset.proxy.streaming import StreamAssembler
@@ -69,7 +70,8 @@ class _Call:
 
     __slots__ = ("session", "index", "call_id", "started_at", "t0", "method", "endpoint", "stream", "status",
                  "headers", "request", "upstream_changes", "requested", "effective", "response", "ttft_ms",
-                 "notes", "error", "kind", "recorded", "client_gone", "raw_request", "raw_response")
+                 "notes", "error", "kind", "recorded", "client_gone", "raw_request", "raw_response",
+                 "nonfinite")
 
     def __init__(self, session: str, method: str, endpoint: str, headers: dict[str, str]) -> None:
         self.session = session
@@ -95,6 +97,7 @@ class _Call:
         self.client_gone = False
         self.raw_request: bytes | None = None  # the request's JSON bytes, when they can go into the record as is
         self.raw_response: bytes | None = None
+        self.nonfinite = False  # a parsed body held NaN/Infinity: the record is encoded by the standard library
 
     def fail(self, kind: str, message: str) -> None:
         """Record the call's first error (later ones are consequences of it)."""
@@ -202,7 +205,7 @@ class ProxyApp:
             call.effective = {**call.requested, **token_req.changes}
             body = token_req.body
         else:
-            call.request = self._recordable_body(body)
+            call.request = self._recordable_body(call, body)
 
         up_headers = [(k, v) for k, v in raw_headers if k not in _DROP_REQUEST]
         up_headers.append((b"accept-encoding", b"identity"))
@@ -253,17 +256,18 @@ class ProxyApp:
             if name == b"content-type":
                 ctype = value.decode("latin-1").split(";")[0].strip().lower()
         if ctype and ctype != "application/json" and not ctype.endswith("+json"):
-            call.request = self._recordable_body(body)
+            call.request = self._recordable_body(call, body)
             await self._reply_error(call, send, 415, "bad_request",
                                     f"{call.endpoint} expects content-type application/json, got {ctype!r}")
             return None
         try:
-            parsed = json.loads(body)
+            parsed, nonfinite = loads(body)
         except ValueError as exc:
-            call.request = self._recordable_body(body)
+            call.request = self._recordable_body(call, body)
             await self._reply_error(call, send, 400, "bad_request",
                                     f"request body of {call.endpoint} is not valid JSON: {exc}")
             return None
+        call.nonfinite = call.nonfinite or nonfinite
         if not isinstance(parsed, dict):
             call.request = redact_body(parsed)
             await self._reply_error(call, send, 400, "bad_request",
@@ -273,13 +277,15 @@ class ProxyApp:
         return parsed
 
     @staticmethod
-    def _recordable_body(body: bytes) -> Any:
+    def _recordable_body(call: _Call, body: bytes) -> Any:
         if not body:
             return None
         try:
-            return redact_body(json.loads(body))
+            parsed, nonfinite = loads(body)
         except ValueError:
             return body[:_RAW_RECORD_CAP].decode("utf-8", errors="replace")
+        call.nonfinite = call.nonfinite or nonfinite
+        return redact_body(parsed)
 
     # ---- upstream exchange --------------------------------------------------------------------
 
@@ -346,7 +352,7 @@ class ProxyApp:
                            token_req: TokenRequest | None, send: Send) -> None:
         """A non-streamed answer: read it, record it, then send it."""
         try:
-            data = await response.aread()
+            data = await _read_whole(response)
         except httpx.TimeoutException:
             await self._reply_error(call, send, 504, "upstream_timeout",
                                     f"the model server at {url} stopped sending its answer "
@@ -361,7 +367,8 @@ class ProxyApp:
         parsed: Any = None
         if data and "json" in ctype:
             try:
-                parsed = json.loads(data)
+                parsed, nonfinite = loads(data)
+                call.nonfinite = call.nonfinite or nonfinite
             except ValueError:
                 parsed = None
                 call.notes.append("the model server's body is not valid JSON although its content-type says so")
@@ -411,6 +418,8 @@ class ProxyApp:
         await send({"type": "http.response.start", "status": response.status_code,
                     "headers": _response_headers(response)})
         assembler = StreamAssembler(token_req.kind)
+        if _plain_utf8(response.headers.get("content-type", "")):
+            response.encoding = "utf-8"  # what httpx would pick anyway, without its per-call charset parsing
         tail = b""
         try:
             async for event in EventSource(response).aiter_sse():
@@ -419,7 +428,8 @@ class ProxyApp:
                     tail = _frame(event, data)
                     continue
                 try:
-                    chunk = json.loads(data)
+                    chunk, nonfinite = loads(data)
+                    call.nonfinite = call.nonfinite or nonfinite
                 except ValueError:
                     chunk = None
                     call.notes.append("a stream event's data is not JSON; forwarded as is")
@@ -510,7 +520,7 @@ class ProxyApp:
             if call.raw_response is not None:
                 raw["response"] = call.raw_response
                 del record["response"]
-            self.recorder.write(call.session, record, raw)
+            self.recorder.write(call.session, record, raw, nonfinite=call.nonfinite)
         except Exception:
             log.exception("could not write the trace record of call %s to %s", call.call_id,
                           self.recorder.path(call.session))
@@ -528,6 +538,21 @@ def _response_headers(response: httpx.Response, raw: bool = False) -> list[tuple
             continue
         out.append((low, value))
     return out
+
+
+async def _read_whole(response: httpx.Response) -> bytes:
+    """The whole response body; one read from the default transport when nothing needs decoding."""
+    read_all = getattr(response.stream, "read_all", None)
+    if read_all is not None and response.headers.get("content-encoding", "identity").strip().lower() == "identity":
+        return await read_all()
+    return await response.aread()
+
+
+def _plain_utf8(ctype: str) -> bool:
+    """Whether a content type says UTF-8 plainly: no charset (UTF-8 by default) or just ``charset=utf-8``."""
+    _, _, params = ctype.lower().partition(";")
+    params = params.replace(" ", "")
+    return "charset" not in params or params in ("charset=utf-8", "charset=utf-8;")
 
 
 def _spliceable(data: bytes) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout_dataset.errors import SchemaValidationError
+from rollout_dataset.proxy.jsoncodec import encode_record
 
 __all__ = ["TraceRecorder", "read_trace"]
 
@@ -76,7 +77,8 @@ class TraceRecorder:
             self._fds[session] = fd
         return fd
 
-    def write(self, session: str, record: dict[str, Any], raw: dict[str, bytes] | None = None) -> None:
+    def write(self, session: str, record: dict[str, Any], raw: dict[str, bytes] | None = None,
+              nonfinite: bool = False) -> None:
         """Append one record as one JSON line, handed to the OS before returning.
 
         Args:
@@ -84,11 +86,12 @@ class TraceRecorder:
             record: the trace record (JSON-serialisable).
             raw: fields whose value is already JSON (one line of UTF-8, e.g. the request exactly as
                 the harness sent it); spliced into the line verbatim instead of re-encoded.
+            nonfinite: the record may hold NaN or infinite floats (see `encode_record`).
 
         Raises:
             OSError: the file could not be written.
         """
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        line = encode_record(record, nonfinite)
         if raw:
             parts = [line[:-1]]
             for key, value in raw.items():

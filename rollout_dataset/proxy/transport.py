@@ -52,6 +52,23 @@ class _Body(httpx.AsyncByteStream):
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             raise _mapped(exc, self._url) from exc
 
+    async def read_all(self) -> bytes:
+        """The whole body in one read, without httpx's per-chunk decoder layers.
+
+        The caller must only use it for bodies that need no content decoding (no
+        ``content-encoding`` other than identity): the bytes are returned as received.
+
+        Returns:
+            The body bytes.
+
+        Raises:
+            httpx.TransportError: the upstream failed mid-body (mapped like `__aiter__`).
+        """
+        try:
+            return await self._response.content.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise _mapped(exc, self._url) from exc
+
     async def aclose(self) -> None:
         """Return a fully read connection to the pool; close one that was left half read."""
         if self._response.content.at_eof():
