@@ -115,5 +115,9 @@ async def test_a_stream_in_another_charset_is_recorded_as_that_charset_decodes(t
             yield b"data: [DONE]\n\n"
         return StreamingResponse(events(), media_type="text/event-stream; charset=latin-1")
 
-    _, record = await _one_call(tmp_path, _upstream(chat), stream=True)
+    response, record = await _one_call(tmp_path, _upstream(chat), stream=True)
     assert record["response"]["choices"][0]["message"]["content"] == "café"
+    # the events are re-framed as UTF-8, and the header says so: the harness decodes the same text
+    assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
+    first = response.text.split("\n\n")[0].removeprefix("data: ")
+    assert json.loads(first)["choices"][0]["delta"]["content"] == "café"

@@ -415,11 +415,13 @@ class ProxyApp:
                                        token_req: TokenRequest, send: Send) -> None:
         """A streamed chat/completions answer: forward each chunk (stripped), reassemble, record."""
         call.status = response.status_code
-        await send({"type": "http.response.start", "status": response.status_code,
-                    "headers": _response_headers(response)})
-        assembler = StreamAssembler(token_req.kind)
+        headers = _response_headers(response)
         if _plain_utf8(response.headers.get("content-type", "")):
             response.encoding = "utf-8"  # what httpx would pick anyway, without its per-call charset parsing
+        else:  # events are decoded with the upstream's charset and re-framed as UTF-8: say so
+            headers = [(k, b"text/event-stream; charset=utf-8" if k == b"content-type" else v) for k, v in headers]
+        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        assembler = StreamAssembler(token_req.kind)
         tail = b""
         try:
             async for event in EventSource(response).aiter_sse():
