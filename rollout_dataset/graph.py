@@ -6,11 +6,15 @@ prefix of this node's prompt ids; a node with none is a root. A fork is a node w
 children. A discarded node is a childless node whose sibling (same parent, or the same prompt)
 continued: a retry or a resample the harness did not build on.
 
-Finding the parent is linear in the rollout's total tokens: each node's prompt is hashed once,
-incrementally (``hashlib`` ``update``/``copy``), and the running digest is looked up at the lengths
-where some earlier node's full sequence ends; a hit is confirmed by an exact comparison. When the
-previous call's full sequence is a prefix of the prompt (the agent-loop case), its saved hash state
-is reused so only the new tokens are hashed. There is no all-pairs list comparison.
+Finding the parent is linear in the rollout's total tokens: each node's prompt is hashed at most
+once, incrementally (``hashlib`` ``update``/``copy``), and the running digest is looked up at the
+lengths where some earlier node's full sequence ends; a hit is confirmed by an exact comparison.
+When the previous call's full sequence is a prefix of the prompt (the agent-loop case), its saved
+hash state is reused so only the new tokens are hashed. Sequences are indexed by their first token,
+and hashing is lazy: a prompt whose first token starts no earlier sequence cannot have a parent and
+is not hashed until a later prompt could extend it (so a rollout where every call starts a new
+root, e.g. a template that re-renders history, costs no hashing). There is no all-pairs list
+comparison.
 
 Without token ids (capture level below ``tokens``) the same machinery runs over messages instead of
 tokens: each request message and each response message is normalised (tool-call argument JSON
@@ -201,6 +205,20 @@ def _pack(ids: list[int]) -> bytes:
         raise ValueError(f"token ids must be integers in int64 range (prompt_token_ids/completion_token_ids): {exc}") from exc
 
 
+def _check_ids(ids: list[int]) -> None:
+    """Raise ``_pack``'s ValueError for ids it would reject, without packing them when they are fine.
+
+    A list of Python ints whose sum lies in ``[0, 2**63)`` passes at C speed (exact for non-negative
+    ids, as token ids are); anything else (a float, a string, a negative sum) gets the exact check.
+    """
+    try:
+        total = sum(ids)
+    except TypeError:
+        total = None
+    if type(total) is not int or not 0 <= total < 2**63:
+        _pack(ids)
+
+
 _GUESSES = 4  # recent childless calls tried as a known prefix before hashing a whole prompt
 
 
@@ -214,10 +232,14 @@ class _PrefixIndex:
 
     def add(self, length: int, digest: bytes, node_id: int) -> None:
         """Index a node's full token sequence (prompt + sampled) by its length and prefix digest."""
-        self._by_key.setdefault((length, digest), []).append(node_id)
+        bisect.insort(self._by_key.setdefault((length, digest), []), node_id)  # ascending, even when indexed late
         if length not in self._length_set:
             self._length_set.add(length)
             bisect.insort(self._lengths, length)
+
+    def reaches(self, length: int) -> bool:
+        """Whether some indexed sequence is at most ``length`` long (so could be a prefix)."""
+        return bool(self._lengths) and self._lengths[0] <= length
 
     def longest(self, seq: list[int], is_prefix, start: tuple[int, Any, int | None] | None = None) -> tuple[int | None, Any]:
         """The node whose full sequence is the longest prefix of ``seq`` (latest on ties).
@@ -375,17 +397,63 @@ class RolloutGraph:
         }
 
 
-def _link_by_sequences(nodes: list[TurnNode], prompts: list[list[int]], sampled: list[list[int]]) -> list[bytes]:
-    """Link each node to its longest-prefix parent; return each prompt's digest.
+class _LazyStates:
+    """Hash states of the nodes' sequences, computed only when a lookup needs them.
+
+    A prompt whose first token starts no earlier node's sequence cannot have a parent, so it is not
+    hashed when it arrives (the every-call-a-new-root case then costs no hashing at all); its state
+    is computed, once, when a later prompt with the same first token needs it.
+    """
+
+    def __init__(self, prompts: list[list[int]], sampled: list[list[int]]) -> None:
+        self._prompts = prompts
+        self._sampled = sampled
+        self.states: list[Any] = [None] * len(prompts)  # hasher after the node's full sequence
+        self.prompt_digests: list[bytes | None] = [None] * len(prompts)
+
+    def set(self, i: int, prompt_hasher: Any) -> None:
+        """Record node ``i``'s state from a hasher already fed with its whole prompt."""
+        self.prompt_digests[i] = prompt_hasher.digest()
+        prompt_hasher.update(_pack(self._sampled[i]))
+        self.states[i] = prompt_hasher
+
+    def state(self, i: int) -> Any:
+        """The hasher state after node ``i``'s full sequence (prompt + sampled)."""
+        if self.states[i] is None:
+            self.set(i, hashlib.blake2b(_pack(self._prompts[i]), digest_size=16))
+        return self.states[i]
+
+    def prompt_keys(self) -> list[Any]:
+        """One key per node, equal exactly for equal prompts (up to the digest).
+
+        Prompts never hashed are hashed here only when another prompt has the same length, first
+        and last token; any other gets a key of its own.
+        """
+        coarse: dict[tuple, int] = {}
+        shapes = [(len(p), p[0], p[-1]) if p else (0, None, None) for p in self._prompts]
+        for shape in shapes:
+            coarse[shape] = coarse.get(shape, 0) + 1
+        keys: list[Any] = []
+        for i, prompt in enumerate(self._prompts):
+            digest = self.prompt_digests[i]
+            if digest is None and coarse[shapes[i]] > 1:
+                digest = self.prompt_digests[i] = _digest(_pack(prompt))
+            keys.append((len(prompt), digest) if digest is not None else ("unique", i))
+        return keys
+
+
+def _link_by_sequences(nodes: list[TurnNode], prompts: list[list[int]], sampled: list[list[int]]) -> list[Any]:
+    """Link each node to its longest-prefix parent; return each prompt's key (see ``RolloutGraph``).
 
     The few most recent childless calls are tried first as a known prefix (an exact list comparison
     each, usually failing at the first token for another conversation): in an agent loop, even with
     several sessions interleaved, only the new tokens of each prompt are then hashed. A miss falls
-    back to hashing the whole prompt. Either way each prompt costs O(its length).
+    back to hashing the whole prompt, and only when some earlier sequence starts with its first
+    token. Either way each prompt costs at most O(its length).
     """
-    index = _PrefixIndex()
-    prompt_digests = []
-    states: list[Any] = []  # hasher state after each node's full sequence
+    indexes: dict[int, _PrefixIndex] = {}  # by the first token of the indexed sequences
+    pending: dict[int, list[int]] = {}  # nodes not hashed yet, by the first token of their sequence
+    hashes = _LazyStates(prompts, sampled)
     frontier: list[int] = []  # nodes without children yet, oldest first
     for i, node in enumerate(nodes):
         prompt = prompts[i]
@@ -405,20 +473,36 @@ def _link_by_sequences(nodes: list[TurnNode], prompts: list[list[int]], sampled:
             for j in reversed(frontier[-_GUESSES:]):
                 full = len(prompts[j]) + len(sampled[j])
                 if full and (start is None or full > start[0]) and is_prefix(j, full):
-                    start = (full, states[j], j)
-        parent, h = index.longest(prompt, is_prefix, start)
-        if parent is not None and prompt:
+                    start = (full, j)
+        parent = None
+        try:
+            known_first = bool(prompt) and (prompt[0] in indexes or prompt[0] in pending)
+        except TypeError:  # an unhashable first token: the clear error hashing would give
+            _pack(prompt)
+            raise
+        if known_first or start is not None:
+            index = indexes.setdefault(prompt[0], _PrefixIndex())
+            for j in pending.pop(prompt[0], []):
+                index.add(len(prompts[j]) + len(sampled[j]), hashes.state(j).digest(), j)
+            if start is not None or index.reaches(len(prompt)):
+                known = None if start is None else (start[0], hashes.state(start[1]), start[1])
+                parent, h = index.longest(prompt, is_prefix, known)
+                hashes.set(i, h)
+        if parent is not None:
             node.parent = nodes[parent].node_id
             nodes[parent].children.append(node.node_id)
-        prompt_digests.append(h.digest())
-        h.update(_pack(sampled[i]))
-        states.append(h)
-        if parent is not None and parent in frontier:
-            frontier.remove(parent)
+            if parent in frontier:
+                frontier.remove(parent)
         frontier.append(i)
         if prompt or sampled[i]:
-            index.add(len(prompt) + len(sampled[i]), h.digest(), i)
-    return prompt_digests
+            first = prompt[0] if prompt else sampled[i][0]
+            if hashes.states[i] is not None:
+                indexes.setdefault(first, _PrefixIndex()).add(len(prompt) + len(sampled[i]), hashes.states[i].digest(), i)
+            else:  # not hashed (yet): still reject ids that hashing would have rejected
+                _check_ids(prompt)
+                _check_ids(sampled[i])
+                pending.setdefault(first, []).append(i)
+    return hashes.prompt_keys()
 
 
 def build_graph(records: Iterable[dict[str, Any]]) -> RolloutGraph:
@@ -459,8 +543,7 @@ def build_graph(records: Iterable[dict[str, Any]]) -> RolloutGraph:
 
         prompts = [ids(n.request_messages) for n in nodes]
         sampled = [ids([n.response_message]) if n.response_message is not None else [] for n in nodes]
-    digests = _link_by_sequences(nodes, prompts, sampled)
-    graph = RolloutGraph(nodes, mode, prompt_keys=[(len(p), d) for p, d in zip(prompts, digests)])
+    graph = RolloutGraph(nodes, mode, prompt_keys=_link_by_sequences(nodes, prompts, sampled))
     log.debug("graph: %s", graph.stats())
     return graph
 

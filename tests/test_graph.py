@@ -186,3 +186,28 @@ def test_identical_resamples_link_the_continuation_to_the_latest():
     graph = build_graph(records)
     assert graph.get(2).parent == 1
     assert [n.node_id for n in graph.discarded_nodes()] == [0]
+
+
+def test_a_conversation_resumed_after_many_other_roots_still_finds_its_parent():
+    records = [make_record(0, [1, 2], [3])]
+    records += [make_record(k, [10 + k], [20]) for k in range(1, 6)]  # more open roots than the recent guesses
+    records.append(make_record(6, [1, 2, 7], [8]))  # same first token as call 0, not its child
+    records.append(make_record(7, [1, 2, 3, 4], [5]))
+    graph = build_graph(records)
+    assert graph.get(7).parent == 0
+    assert graph.get(6).parent is None
+
+
+def test_every_call_a_new_root_with_equal_prompts_groups_the_retries():
+    records = [make_record(0, [1, 2], [3]), make_record(1, [1, 2], [4]), make_record(2, [1, 2, 3, 9], [5])]
+    records += [make_record(3 + k, [50 + k, 2], [3]) for k in range(3)]  # roots sharing no first token
+    graph = build_graph(records)
+    assert [n.node_id for n in graph.discarded_nodes()] == [1]
+    assert graph.stats()["n_roots"] == 5
+
+
+@pytest.mark.parametrize("bad", [[1, 2.5], [1, "x"], [1, 2**64]])
+def test_token_ids_that_are_not_int64_are_a_clear_error_even_in_a_root_nobody_extends(bad):
+    records = [make_record(0, [7, 8], [9]), make_record(1, bad, [3])]
+    with pytest.raises(ValueError, match="token ids must be integers in int64 range"):
+        build_graph(records)

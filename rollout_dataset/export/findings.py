@@ -295,6 +295,61 @@ def _has_think(message: dict[str, Any] | None) -> bool:
     return isinstance(content, str) and "<think>" in content
 
 
+def _assistant_think(message: Any) -> bool:
+    return isinstance(message, dict) and message.get("role") == "assistant" and _has_think(message)
+
+
+class _RequestNorms:
+    """Normalised request messages per call, each computed from what is new since the last one.
+
+    Consecutive calls of an agent loop resend the same history plus a few messages, so the leading
+    messages equal to the previously computed call's (a C-level list comparison) reuse its
+    normalised forms; only the rest go through ``normalise_message``. Also tracks whether an
+    assistant message of the request carries think content, the same way. (Python equality is the
+    test, so a resent message that differs only by ``1`` vs ``1.0`` in a number keeps the earlier
+    normal form; JSON from one harness never does that.)
+    """
+
+    def __init__(self, nodes: list[TurnNode]) -> None:
+        self._nodes = nodes
+        self._norms: dict[int, tuple] = {}
+        self._first_think: dict[int, int | None] = {}
+        self._last: int | None = None
+
+    def _shared(self, messages: list[Any]) -> int:
+        if self._last is None:
+            return 0
+        prev = self._nodes[self._last].request_messages
+        n = min(len(prev), len(messages))
+        if messages[:n] == prev[:n]:
+            return n
+        return next(i for i in range(n) if not (messages[i] is prev[i] or messages[i] == prev[i]))
+
+    def _compute(self, k: int) -> None:
+        messages = self._nodes[k].request_messages
+        n = self._shared(messages)
+        prev_norm = self._norms[self._last] if n else ()
+        prev_think = self._first_think[self._last] if n else None
+        self._norms[k] = prev_norm[:n] + tuple(normalise_message(m) for m in messages[n:])
+        if prev_think is not None and prev_think < n:
+            self._first_think[k] = prev_think
+        else:
+            self._first_think[k] = next((i for i in range(n, len(messages)) if _assistant_think(messages[i])), None)
+        self._last = k
+
+    def norm(self, k: int) -> tuple:
+        """The normalised request messages of the call at position ``k``."""
+        if k not in self._norms:
+            self._compute(k)
+        return self._norms[k]
+
+    def has_think(self, k: int) -> bool:
+        """Whether an assistant message in the request of the call at position ``k`` has think content."""
+        if k not in self._norms:
+            self._compute(k)
+        return self._first_think[k] is not None
+
+
 def _common_prefix(a: tuple, b: tuple) -> int:
     n = 0
     for x, y in zip(a, b):
@@ -322,13 +377,9 @@ def prefix_break_findings(graph: RolloutGraph) -> list[dict[str, Any]]:
     nodes = graph.nodes()
     if len(graph.roots()) < 2:
         return []
-    req_cache: dict[int, tuple] = {}
+    requests = _RequestNorms(nodes)  # normalised lazily: most roots stop at the call just before
+    norm_req = requests.norm
     hist_cache: dict[int, tuple] = {}
-
-    def norm_req(k: int) -> tuple:  # normalised lazily: most roots stop at the call just before
-        if k not in req_cache:
-            req_cache[k] = tuple(normalise_message(m) for m in nodes[k].request_messages)
-        return req_cache[k]
 
     def norm_hist(k: int) -> tuple:
         if k not in hist_cache:
@@ -372,9 +423,7 @@ def prefix_break_findings(graph: RolloutGraph) -> list[dict[str, Any]]:
         earlier = nodes[e]
         if score == 3 and graph.mode == "tokens":
             path = [graph.get(x) for x in graph.path_to(earlier.node_id)]
-            if any(_has_think(n.response_message) for n in path) or any(
-                _has_think(m) for m in root.request_messages if isinstance(m, dict) and m.get("role") == "assistant"
-            ):
+            if any(_has_think(n.response_message) for n in path) or requests.has_think(pos):
                 cause = "earlier think blocks dropped by the chat template"
             else:
                 cause = "the chat template rendered the same history differently"

@@ -45,6 +45,7 @@ class PathSequence:
     turn_lengths: list[int]
     role: str = AGENT
     findings: list[dict[str, Any]] = field(default_factory=list)
+    mask_ones: int | None = field(default=None, repr=False, compare=False)  # known count of 1s in loss_mask
 
     @property
     def root_id(self) -> int:
@@ -59,7 +60,7 @@ class PathSequence:
     @property
     def n_trainable(self) -> int:
         """Number of positions with loss mask 1."""
-        return sum(self.loss_mask)
+        return self.mask_ones if self.mask_ones is not None else sum(self.loss_mask)
 
 
 def _turn_length(node: TurnNode, with_tokens: bool) -> int:
@@ -70,19 +71,25 @@ def _turn_length(node: TurnNode, with_tokens: bool) -> int:
     return int(value) if isinstance(value, int) else len(node.sampled_ids)
 
 
-def _flatten(nodes: list[TurnNode]) -> tuple[list[int], list[int], list[float]]:
+def _flatten(nodes: list[TurnNode]) -> tuple[list[int], list[int], list[float], int | None]:
+    """Input ids, loss mask, logprobs, and the number of 1s in the mask when the ranges show it."""
     leaf = nodes[-1]
     input_ids = leaf.prompt_ids + leaf.sampled_ids
-    mask = bytearray(len(input_ids))
+    mask = [0] * len(input_ids)  # filled by slice assignment: no per-token Python loop
     logprobs = [0.0] * len(input_ids)
+    ones, reach = 0, 0  # the sampled ranges of a path are disjoint and ascending; else count at the end
     for node in nodes:
         start = len(node.prompt_ids)
         end = start + len(node.sampled_ids)
-        mask[start:end] = b"\x01" * (end - start)
+        if ones is not None and reach <= start and end <= len(input_ids):
+            ones, reach = ones + end - start, end
+        else:
+            ones = None
+        mask[start:end] = [1] * (end - start)
         lps = node.sampled_logprobs
         if lps is not None and len(lps) == len(node.sampled_ids):
             logprobs[start:end] = [float(x) for x in lps]
-    return input_ids, list(mask), logprobs
+    return input_ids, mask, logprobs, ones
 
 
 def build_sequences(graph: RolloutGraph, *, with_tokens: bool = True) -> list[PathSequence]:
@@ -100,10 +107,10 @@ def build_sequences(graph: RolloutGraph, *, with_tokens: bool = True) -> list[Pa
     for path in graph.paths():
         nodes = [graph.get(i) for i in path]
         if use_tokens:
-            input_ids, mask, logprobs = _flatten(nodes)
+            input_ids, mask, logprobs, ones = _flatten(nodes)
             prompt_len = len(nodes[0].prompt_ids)
         else:
-            input_ids, mask, logprobs, prompt_len = [], [], [], 0
+            input_ids, mask, logprobs, prompt_len, ones = [], [], [], 0, 0
         out.append(
             PathSequence(
                 node_ids=list(path),
@@ -112,6 +119,7 @@ def build_sequences(graph: RolloutGraph, *, with_tokens: bool = True) -> list[Pa
                 logprobs=logprobs,
                 prompt_len=prompt_len,
                 turn_lengths=[_turn_length(n, use_tokens) for n in nodes],
+                mask_ones=ones,
             )
         )
     return out
