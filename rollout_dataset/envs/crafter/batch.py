@@ -14,6 +14,7 @@ return, the env steps and the unlocked names go to the result's `extra`. The epi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from typing import Any, ContextManager, Iterator
 
@@ -97,7 +98,7 @@ def batch_runner(config: Any) -> tuple[ContextManager[str | None], Any]:
     local = not config.base_url
 
     def run_one(job: Any) -> Any:
-        from rollout_dataset.batch.executor import RolloutResult
+        from rollout_dataset.batch.envs import result_from_artifacts
         from rollout_dataset.envs.crafter.rollout import CrafterRolloutConfig, run_crafter_rollout
 
         settings = job.settings
@@ -121,28 +122,19 @@ def batch_runner(config: Any) -> tuple[ContextManager[str | None], Any]:
             logger.warning("crafter rollout %s (seed %d, #%d) has capture errors: %s", job.rollout_id, job.seed,
                            job.rollout_idx, "; ".join(e.get("message", "") for e in captured.errors)
                            or captured.validation_failures[:3])
-        summary = captured.summary
         crafter = _episode(captured)
-        from rollout_dataset.batch.coding import read_achievements
-
-        timeline, initial = read_achievements(captured.out_dir) or ([], frozenset())
-        return RolloutResult(
+        # the fields every environment shares come from the artifacts, as for coding; the final
+        # return is the number of achievements unlocked, and the episode's figures join `extra`
+        shared = result_from_artifacts(captured.out_dir, replay=False)
+        return dataclasses.replace(
+            shared,
             final_return=float(crafter.get("achievements_unlocked", 0)),
-            num_steps=int(summary.get("agent_turns") or 0),
-            tool_calls_total=int(summary.get("tool_calls_total") or 0),
-            timeline=timeline,
-            initial=initial,
-            model=summary.get("model"),
-            task_id=summary.get("task_id"),
             extra={
                 "env": "crafter",
                 "crafter_return": crafter.get("crafter_return"),
                 "env_steps": crafter.get("env_steps"),
                 "unlocked": crafter.get("unlocked"),
-                "env_reward": summary.get("env_reward"),
-                "stop_reason": summary.get("stop_reason"),
-                "timed_out": summary.get("timed_out"),
-                "capture_level": summary.get("capture_level"),
+                **shared.extra,
                 "capture_errors": [e.get("kind") for e in captured.errors],
             },
         )
