@@ -276,3 +276,33 @@ def test_the_harness_gets_a_dummy_key_and_keep_workdir_copies_no_link_and_no_key
     assert {"path": "host_dir", "reason": "symlink"} in manifest["skipped"]
     everything = _files_text(tmp_path / "out")
     assert REAL_KEY not in everything and held["OPENAI_API_KEY"] not in everything
+
+
+def test_proxy_cli_sends_the_key_of_api_key_env_upstream_in_place_of_the_harness_key(tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    guard = RequireAuth(FakeVLLM().app, f"Bearer {REAL_KEY}")
+    env = {**os.environ, "MY_UPSTREAM_KEY": REAL_KEY, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with serve_in_thread(lambda: serve(guard), name="guarded") as root:
+        proc = subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", "proxy", "--upstream", root + "/v1",
+                                 "--trace-dir", str(tmp_path / "t"), "--api-key-env", "MY_UPSTREAM_KEY"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            base = proc.stdout.readline().strip()
+            assert base.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.poll() is not None else base
+            response = httpx.post(base + "/chat/completions", headers={"Authorization": "Bearer rollout-dummy-1"},
+                                  json={"model": "ok", "messages": MESSAGES}, timeout=10)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+    assert response.status_code == 200 and guard.seen == [f"Bearer {REAL_KEY}"]
+    assert REAL_KEY not in out + err + (tmp_path / "t" / "default.jsonl").read_text()
+
+
+def test_proxy_cli_names_an_unset_api_key_variable(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    code = cli_main(["proxy", "--upstream", "http://127.0.0.1:9/v1", "--trace-dir", str(tmp_path),
+                     "--api-key-env", "NO_SUCH_KEY_VAR"])
+    assert code == 2 and "NO_SUCH_KEY_VAR is not set" in capsys.readouterr().err
