@@ -240,18 +240,28 @@ def test_capture_with_user_pass_in_base_url_succeeds_and_prints_no_password(tmp_
     assert PASSWORD not in out.out + out.err and PASSWORD not in _files_text(tmp_path / "out")
 
 
-def test_capture_cli_names_a_failing_upstream_without_its_query_key(tmp_path, agent_cmd, capsys):
+def test_capture_cli_names_a_failing_upstream_without_its_query_key(tmp_path, agent_cmd, capsys, caplog):
+    queries: list[str] = []
+
     async def fail(request):
+        queries.append(request.url.query)
         return JSONResponse({"error": {"message": "engine exploded", "code": 500}}, status_code=500)
 
-    app = Starlette(routes=[Route("/v1/chat/completions", fail, methods=["POST"])])
+    async def models(request):
+        queries.append(request.url.query)
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", fail, methods=["POST"]),
+                            Route("/v1/models", models, methods=["GET"])])
+    caplog.set_level(logging.DEBUG)
     with serve_in_thread(lambda: serve(app), name="fail") as root:
-        code = cli_main(["capture", "--base-url", f"{root}/v1?api_key={QUERY_KEY}", "--model", "m",
+        code = cli_main(["-vv", "capture", "--base-url", f"{root}/v1?api_key={QUERY_KEY}",
                          "--harness", agent_cmd, "--out-dir", str(tmp_path / "out"), "--timeout-s", "60",
                          "--no-push"])
     err = capsys.readouterr().err
+    assert queries == [f"api_key={QUERY_KEY}"] * 2  # the model list and the call both got the key
     assert code == 1 and "HTTP 500" in err and "api_key=[REDACTED]" in err
-    assert QUERY_KEY not in err
+    assert QUERY_KEY not in err and QUERY_KEY not in caplog.text
 
 
 def test_the_harness_gets_a_dummy_key_and_keep_workdir_copies_no_link_and_no_key(tmp_path, agent_cmd, monkeypatch):

@@ -178,8 +178,13 @@ def _resolve_model(config: CaptureConfig, target: UpstreamTarget) -> str:
     if not config.base_url:
         return config.served_model_name
     shown = target.shown("/v1/models")
+    # through the transport, not a Client: httpx's Client logs every URL it requests, query key included
+    request = httpx.Request("GET", target.url("/v1/models"), headers=target.headers(),
+                            extensions={"timeout": httpx.Timeout(30.0).as_dict()})
     try:
-        response = httpx.get(target.url("/v1/models"), headers=target.headers(), timeout=30)
+        with httpx.HTTPTransport() as transport:
+            response = transport.handle_request(request)
+            response.read()
     except httpx.HTTPError as exc:
         raise UpstreamError(f"model server unreachable at {shown}: {target.scrub(str(exc))}") from None
     if response.status_code >= 400:
