@@ -316,3 +316,21 @@ def test_proxy_cli_names_an_unset_api_key_variable(tmp_path, capsys, monkeypatch
     code = cli_main(["proxy", "--upstream", "http://127.0.0.1:9/v1", "--trace-dir", str(tmp_path),
                      "--api-key-env", "NO_SUCH_KEY_VAR"])
     assert code == 2 and "NO_SUCH_KEY_VAR is not set" in capsys.readouterr().err
+
+
+def test_keep_workdir_skips_fifos_and_oversized_files_and_names_why(tmp_path):
+    import os
+
+    from rollout_dataset.capture import workdir as wd
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ok.txt").write_text(f"key={REAL_KEY}\n")
+    os.mkfifo(src / "pipe")
+    with open(src / "big.bin", "wb") as handle:
+        handle.truncate(wd.MAX_FILE_BYTES + 1)
+    result = wd.copy_workdir(src, tmp_path / "out", [REAL_KEY])
+    assert result.copied == ["ok.txt"] and result.redacted == 1
+    reasons = {item["path"]: item["reason"] for item in result.skipped}
+    assert reasons["pipe"] == "not a regular file" and reasons["big.bin"].startswith("larger than 16 MiB")
+    assert (tmp_path / "out" / "workdir" / "ok.txt").read_text() == f"key={REDACTED}\n"

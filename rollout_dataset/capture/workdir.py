@@ -3,7 +3,8 @@
 The working directory is written by untrusted code (the harness and the agent's commands), so
 the copy trusts nothing in it:
 
-- only regular files and folders are copied; a symlink is never followed (it could point at any
+- only regular files and folders are copied, each file up to `MAX_FILE_BYTES` and all together up
+  to `MAX_TOTAL_BYTES` (a harness can fill its workdir); a symlink is never followed (it could point at any
   host file) and neither is a FIFO, socket or device: each is listed as skipped with its reason;
 - files are opened with ``O_NOFOLLOW`` (a file swapped for a link after the walk is skipped too);
 - every copied file has the known secrets (the real upstream key, the harness's dummy key, URL
@@ -32,6 +33,10 @@ logger = logging.getLogger(__name__)
 WORKDIR_FOLDER = "workdir"
 #: what the copy did, inside the artifact folder
 WORKDIR_MANIFEST = "workdir_copy.json"
+#: files larger than this are not copied (each is read whole to redact it)
+MAX_FILE_BYTES = 16 * 1024 * 1024
+#: the copy stops taking files past this many bytes in total
+MAX_TOTAL_BYTES = 128 * 1024 * 1024
 
 
 @dataclass
@@ -41,7 +46,7 @@ class WorkdirCopy:
     Args:
         copied: relative paths of the files copied.
         skipped: ``{"path", "reason"}`` for every entry not copied (symlink, not a regular file,
-            unreadable).
+            too large, unreadable).
         redacted: how many secret occurrences were replaced in the copied files.
     """
 
@@ -74,18 +79,23 @@ def _clean_path(rel: Path, secrets: list[str]) -> Path:
     return Path(*[redact_text(part, secrets)[0] for part in rel.parts]) if rel.parts else rel
 
 
-def _read_regular(path: Path) -> bytes | str:
-    """The file's bytes, or the reason it is not copied (a link swapped in after the walk, ...)."""
+def _read_regular(path: Path, budget: int) -> bytes | str:
+    """The file's bytes, or the reason it is not copied (a link swapped in after the walk, too large, ...)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         return "symlink" if os.path.islink(path) else f"unreadable: {exc.strerror}"
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             return "not a regular file"
+        if info.st_size > MAX_FILE_BYTES:
+            return f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB ({info.st_size} bytes)"
+        if info.st_size > budget:
+            return f"the copy's total budget of {MAX_TOTAL_BYTES // (1024 * 1024)} MiB is used up"
         with os.fdopen(fd, "rb") as handle:
             fd = -1
-            return handle.read()
+            return handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         return f"unreadable: {exc.strerror}"
     finally:
@@ -109,6 +119,7 @@ def copy_workdir(source: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     target = Path(out_dir) / WORKDIR_FOLDER
     secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
     result = WorkdirCopy()
+    budget = MAX_TOTAL_BYTES
     target.mkdir(parents=True, exist_ok=True)
     pending = [Path()]
     while pending:
@@ -128,10 +139,11 @@ def copy_workdir(source: str | os.PathLike[str], out_dir: str | os.PathLike[str]
             elif not entry.is_file(follow_symlinks=False):
                 result.skipped.append({"path": str(rel), "reason": "not a regular file"})
             else:
-                data = _read_regular(source / rel)
+                data = _read_regular(source / rel, budget)
                 if isinstance(data, str):
                     result.skipped.append({"path": str(rel), "reason": data})
                     continue
+                budget -= len(data)
                 data, count = _redact_bytes(data, secrets)
                 if count:
                     logger.warning("keep-workdir: redacted %d secret occurrence(s) from %s", count, rel)
