@@ -334,3 +334,25 @@ def test_keep_workdir_skips_fifos_and_oversized_files_and_names_why(tmp_path):
     reasons = {item["path"]: item["reason"] for item in result.skipped}
     assert reasons["pipe"] == "not a regular file" and reasons["big.bin"].startswith("larger than 16 MiB")
     assert (tmp_path / "out" / "workdir" / "ok.txt").read_text() == f"key={REDACTED}\n"
+
+
+def test_the_builtin_harness_sends_a_dummy_key_that_the_proxy_replaces_upstream(tmp_path, monkeypatch):
+    seen_by_proxy: list[str] = []
+    fake = FakeVLLM()
+    guard = RequireAuth(fake.app, f"Bearer {REAL_KEY}")
+    monkeypatch.setenv("OPENAI_API_KEY", REAL_KEY)
+    from rollout_dataset.harness import chat
+
+    original = chat.ChatTurnClient.__init__
+
+    def spy(self, url, *, api_key=None, **kwargs):
+        seen_by_proxy.append(api_key)
+        original(self, url, api_key=api_key, **kwargs)
+
+    monkeypatch.setattr(chat.ChatTurnClient, "__init__", spy)
+    with serve_in_thread(lambda: serve(guard), name="guarded") as root:
+        result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", base_url=root + "/v1", model="ok",
+                                               timeout_s=60, max_turns=1, push=False))
+    assert result.summary["captured_calls"] >= 1 and set(guard.seen) == {f"Bearer {REAL_KEY}"}
+    assert seen_by_proxy and all(key.startswith("rollout-dummy-") for key in seen_by_proxy)
+    assert REAL_KEY not in _files_text(tmp_path / "out")
