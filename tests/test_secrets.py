@@ -356,3 +356,14 @@ def test_the_builtin_harness_sends_a_dummy_key_that_the_proxy_replaces_upstream(
     assert result.summary["captured_calls"] >= 1 and set(guard.seen) == {f"Bearer {REAL_KEY}"}
     assert seen_by_proxy and all(key.startswith("rollout-dummy-") for key in seen_by_proxy)
     assert REAL_KEY not in _files_text(tmp_path / "out")
+
+
+def test_body_redaction_survives_any_nesting_depth():
+    body: dict = {"api_key": "deep-secret"}
+    for _ in range(5000):
+        body = {"extra": [body], "max_tokens": 1}
+    out = redact_body(body)
+    node = out
+    for _ in range(5000):
+        node = node["extra"][0]
+    assert node == {"api_key": REDACTED} and body["extra"][0] is not out["extra"][0]

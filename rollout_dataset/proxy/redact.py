@@ -173,30 +173,35 @@ def is_credential_name(name: str) -> bool:
     return "_".join(words) not in _TOKENIZER_FIELDS
 
 
-def _redact(value: Any) -> tuple[Any, bool]:
-    if isinstance(value, dict):
-        changed = False
-        out = {}
-        for key, item in value.items():
-            if isinstance(key, str) and key in _VERBATIM_FIELDS:
-                out[key] = item
-            elif isinstance(key, str) and item is not None and is_credential_name(key):
-                out[key] = REDACTED
-                changed = True
-            else:
-                new, sub = _redact(item)
-                out[key] = new
-                changed = changed or sub
-        return (out, True) if changed else (value, False)
-    if isinstance(value, list):
-        changed = False
-        items = []
-        for item in value:
-            new, sub = _redact(item)
-            items.append(new)
-            changed = changed or sub
-        return (items, True) if changed else (value, False)
-    return value, False
+def _credential_paths(body: Any) -> list[list[Any]]:
+    """Key paths of the fields to redact, found without recursion (any nesting depth is fine)."""
+    # each visited container: (value, index of its parent entry, key in the parent)
+    nodes: list[tuple[Any, int, Any]] = [(body, -1, None)]
+    pending = [0]
+    hits: list[tuple[int, Any]] = []
+    while pending:
+        index = pending.pop()
+        value = nodes[index][0]
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(key, str) and isinstance(value, dict):
+                if key in _VERBATIM_FIELDS:
+                    continue
+                if item is not None and is_credential_name(key):
+                    hits.append((index, key))
+                    continue
+            if isinstance(item, (dict, list)) and item:
+                nodes.append((item, index, key))
+                pending.append(len(nodes) - 1)
+    paths = []
+    for index, key in hits:
+        path = [key]
+        while index > 0:
+            _, parent, step = nodes[index]
+            path.append(step)
+            index = parent
+        paths.append(path[::-1])
+    return paths
 
 
 def redact_body(body: Any) -> Any:
@@ -209,9 +214,29 @@ def redact_body(body: Any) -> Any:
         body: the parsed JSON body (any JSON value).
 
     Returns:
-        The body to record.
+        The body to record (containers on the way to a redacted field are copied, the rest shared).
     """
-    return _redact(body)[0]
+    if not isinstance(body, (dict, list)):
+        return body
+    paths = _credential_paths(body)
+    if not paths:
+        return body
+    copies: dict[int, Any] = {id(body): _shallow_copy(body)}
+    for path in paths:
+        original, copy = body, copies[id(body)]
+        for step in path[:-1]:
+            child = original[step]
+            child_copy = copies.get(id(child))
+            if child_copy is None:
+                child_copy = copies[id(child)] = _shallow_copy(child)
+                copy[step] = child_copy
+            original, copy = child, child_copy
+        copy[path[-1]] = REDACTED
+    return copies[id(body)]
+
+
+def _shallow_copy(value: Any) -> Any:
+    return dict(value) if isinstance(value, dict) else list(value)
 
 
 def valid_session_id(session: str) -> bool:
