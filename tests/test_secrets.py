@@ -367,3 +367,9 @@ def test_body_redaction_survives_any_nesting_depth():
     for _ in range(5000):
         node = node["extra"][0]
     assert node == {"api_key": REDACTED} and body["extra"][0] is not out["extra"][0]
+
+
+def test_urls_inside_text_and_flags_are_redacted():
+    text = f"--base-url=http://alice:{PASSWORD}@127.0.0.1:8/v1?api_key={QUERY_KEY} and http://[::1]:9/v1"
+    assert redact.redact_urls_in_text(text) == ("--base-url=http://127.0.0.1:8/v1?api_key=[REDACTED] and "
+                                                "http://[::1]:9/v1")

@@ -489,7 +489,7 @@ def _write_outputs(
         "config": {
             **config.snapshot(),
             "base_url": redact_url(config.base_url),
-            "argv": [redact_url(a) if "://" in a else a for a in (config.argv or [])],
+            "argv": [redact_urls_in_text(a) for a in (config.argv or [])],
         },
         "inference_url": redact_url(base_url),
         "weights": dict(config.step_rewards.weights),
