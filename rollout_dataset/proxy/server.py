@@ -21,10 +21,11 @@ from urllib.parse import urlsplit
 import httpx
 import uvicorn
 
-from rollout_dataset.proxy.app import DEFAULT_MAX_BODY_BYTES, DEFAULT_SESSION, ProxyApp
-from rollout_dataset.proxy.recorder import TraceRecorder
+from rollout_dataset.proxy.app import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_SESSION, ProxyApp
+from rollout_dataset.proxy.recorder import DEFAULT_MAX_OPEN_FILES, TraceRecorder
 from rollout_dataset.proxy.redact import valid_session_id
 from rollout_dataset.proxy.transport import UpstreamTransport
+from rollout_dataset.trace_integrity import TraceSeal
 
 __all__ = ["CaptureProxy", "new_event_loop", "upstream_root"]
 
@@ -90,6 +91,9 @@ class CaptureProxy:
         connect_timeout: seconds to wait for a connection to the upstream.
         max_body_bytes: largest request body accepted (larger → 413).
         max_connections: connection pool size towards the upstream.
+        max_inflight_bytes: request bodies plus buffered response bytes held by all calls at once
+            (past it → 503, recorded).
+        max_open_files: trace files kept open at once (least recently used closed first).
 
     Raises:
         ValueError: `upstream` is not an http(s) URL.
@@ -98,7 +102,8 @@ class CaptureProxy:
     def __init__(self, upstream: str, trace_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 0,
                  transport: httpx.AsyncBaseTransport | None = None, *, upstream_timeout: float = 600.0,
                  connect_timeout: float = 10.0, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 max_connections: int = 512) -> None:
+                 max_connections: int = 512, max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
+                 max_open_files: int = DEFAULT_MAX_OPEN_FILES) -> None:
         self.upstream = upstream
         self.upstream_root = upstream_root(upstream)
         self.trace_dir = Path(trace_dir)
@@ -109,6 +114,8 @@ class CaptureProxy:
         self.connect_timeout = connect_timeout
         self.max_body_bytes = max_body_bytes
         self.max_connections = max_connections
+        self.max_inflight_bytes = max_inflight_bytes
+        self.max_open_files = max_open_files
         self._server: uvicorn.Server | None = None
         self._serve_task: asyncio.Task[Any] | None = None
         self._own_transport: httpx.AsyncBaseTransport | None = None
@@ -164,6 +171,32 @@ class CaptureProxy:
         """
         return self.trace_dir / f"{session}.jsonl"
 
+    def seal(self, session: str = DEFAULT_SESSION) -> TraceSeal:
+        """What this proxy wrote to a session's trace file, from its own memory (not the file).
+
+        Read the file with ``read_trace(proxy.trace_path(s), seal=proxy.seal(s))`` to catch a cut
+        tail or an edited last record; store ``seal.to_dict()`` next to the records (``trace.json``).
+        Call it once the session's calls have ended.
+
+        Args:
+            session: the session id.
+
+        Returns:
+            The number of records written and the last one's digest.
+
+        Raises:
+            RuntimeError: the proxy is not running.
+        """
+        recorder = self._recorder
+        if recorder is None:
+            raise RuntimeError("the proxy is not running: the seal is read while it runs")
+        loop = self._thread_loop
+        if loop is not None and self._thread is not None and not loop.is_closed():
+            async def read() -> TraceSeal:
+                return recorder.seal(session)
+            return asyncio.run_coroutine_threadsafe(read(), loop).result(30)
+        return recorder.seal(session)
+
     # ---- async lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> "CaptureProxy":
@@ -177,7 +210,7 @@ class CaptureProxy:
         """
         if self._server is not None:
             raise RuntimeError("the proxy is already running")
-        self._recorder = TraceRecorder(self.trace_dir)
+        self._recorder = TraceRecorder(self.trace_dir, self.max_open_files)
         limits = httpx.Limits(max_connections=self.max_connections,
                               max_keepalive_connections=min(self.max_connections, 256),
                               keepalive_expiry=UPSTREAM_KEEPALIVE_S)
@@ -187,7 +220,8 @@ class CaptureProxy:
             # aiohttp's C HTTP parser behind httpx's transport API: a third of httpcore's CPU per call.
             verify = self.upstream_root.startswith("https:")  # no certificate loading for plain http
             transport = self._own_transport = UpstreamTransport(limits, verify=verify)
-        app = ProxyApp(self.upstream_root, self._recorder, transport, timeout, self.max_body_bytes)
+        app = ProxyApp(self.upstream_root, self._recorder, transport, timeout, self.max_body_bytes,
+                       self.max_inflight_bytes)
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
