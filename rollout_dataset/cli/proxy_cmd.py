@@ -26,13 +26,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upstream-timeout", type=float, default=600.0,
                         help="seconds to wait for the model server's answer and between stream chunks")
     parser.add_argument("--max-body-mb", type=float, default=64.0, help="largest request body accepted, in MiB")
+    parser.add_argument("--max-inflight-mb", type=float, default=256.0,
+                        help="request bodies plus buffered response bytes held by all calls at once, in MiB "
+                             "(past it calls get 503, recorded)")
+    parser.add_argument("--max-open-files", type=int, default=32,
+                        help="trace files kept open at once (least recently used closed first)")
 
 
 async def _serve(args: argparse.Namespace) -> None:
     from rollout_dataset.proxy import CaptureProxy
 
     proxy = CaptureProxy(upstream=args.upstream, trace_dir=args.trace_dir, host=args.host, port=args.port,
-                         upstream_timeout=args.upstream_timeout, max_body_bytes=int(args.max_body_mb * 1024 * 1024))
+                         upstream_timeout=args.upstream_timeout, max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+                         max_inflight_bytes=int(args.max_inflight_mb * 1024 * 1024),
+                         max_open_files=args.max_open_files)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     async with proxy:
