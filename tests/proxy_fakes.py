@@ -214,7 +214,7 @@ class FaultyUpstream:
     Non-streamed: "index_list" (``choices[].index`` a list), "choices_dict", "wrong_ids" (ids of wrong
     types), "invalid_json", "deep" (a response nested 1,000 deep), "surrogate" (a lone ``\\udcff``),
     "fail500". Streamed (``stream: true``): "index_list", "invalid_json" (an event that is not JSON),
-    "drop" (connection cut after one event), "no_done" (ends without ``[DONE]``), "ok".
+    "drop" (connection cut after one event), "no_done" (ends without ``[DONE]``), "surrogate", "ok".
     """
 
     CHUNK = ('{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
@@ -252,7 +252,7 @@ class FaultyUpstream:
             "invalid_json": b'{"id": "x", "choices": [',
             "deep": b"[" * 1000 + b"]" * 1000,
             "surrogate": b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
-                         b'"content":"a\\udcffb"},"finish_reason":"stop"}]}',
+                         b'"content":"a\\udcffb"},"finish_reason":"stop","token_ids":[5]}],"prompt_token_ids":[1]}',
             "fail500": b'{"error":{"message":"engine dead","type":"InternalServerError","code":500}}',
         }
         data = bodies.get(mode, b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":'
@@ -267,7 +267,8 @@ class FaultyUpstream:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream")]})
         first = {"index_list": self.CHUNK.replace('"index":0', '"index":[0]'),
-                 "invalid_json": '{"choices": [nope'}.get(mode, self.CHUNK)
+                 "invalid_json": '{"choices": [nope',
+                 "surrogate": self.CHUNK.replace('"hi"}', '"h\\udcffi"},"token_ids":[5]')}.get(mode, self.CHUNK)
         await send({"type": "http.response.body", "body": f"data: {first}\n\n".encode(), "more_body": True})
         if mode == "drop":
             raise RuntimeError("the faulty upstream cuts the stream")

@@ -217,6 +217,7 @@ async def test_a_malformed_answer_reaches_the_harness_as_it_came_and_leaves_one_
 
 
 @pytest.mark.parametrize("mode, last", [("index_list", "[DONE]"), ("invalid_json", "[DONE]"), ("ok", "[DONE]"),
+                                        ("surrogate", "[DONE]"),
                                         ("drop", "upstream_disconnect")])
 async def test_a_malformed_stream_is_forwarded_ends_with_a_terminating_event_and_leaves_one_record(faulty, mode, last):
     proxy, client = faulty

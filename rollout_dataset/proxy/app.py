@@ -61,7 +61,12 @@ _JSON = [(b"content-type", b"application/json")]
 
 
 def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """Compact UTF-8 JSON; a lone surrogate (which UTF-8 cannot hold) is written as its ``\\uXXXX`` escape."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def _error_body(status: int, message: str, kind: str) -> dict[str, Any]:
@@ -494,7 +499,7 @@ class ProxyApp:
                         call.notes.append(f"stream event {len(raw_events) - 1} has an unexpected shape "
                                           f"({type(exc).__name__}: {exc}); forwarded as is")
                     if edited is not None:
-                        data = json.dumps(edited, ensure_ascii=False, separators=(",", ":"))
+                        data = _dumps(edited).decode("utf-8")
                 if call.ttft_ms is None:
                     call.ttft_ms = (time.perf_counter() - call.t0) * 1000.0
                 await send({"type": "http.response.body", "body": _frame(event, data), "more_body": True})
