@@ -122,7 +122,8 @@ def plan(calls: int, seed: int) -> list[str]:
     return kinds
 
 
-async def one_call(session: aiohttp.ClientSession, base: str, n: int, kind: str, stats: Counter) -> None:
+async def one_call(session: aiohttp.ClientSession, base: str, n: int, kind: str, stats: Counter) -> bool:
+    """Make one call; returns whether the harness got a successful (2xx) answer."""
     stream = kind in ("drop", "disconnect") or (kind == "ok" and n % 2 == 0)
     model = {"ok": "ok", "fail500": "fail500", "drop": "drop", "disconnect": "slowstream",
              "malformed": MALFORMED[n % len(MALFORMED)]}[kind]
@@ -133,7 +134,7 @@ async def one_call(session: aiohttp.ClientSession, base: str, n: int, kind: str,
                 await resp.content.readany()
                 resp.close()  # the harness goes away mid-stream
                 stats["client_disconnects"] += 1
-                return
+                return False
             data = await resp.read()
             stats[f"status_{resp.status}"] += 1
             if b"record_write_failed" in data:
@@ -142,14 +143,18 @@ async def one_call(session: aiohttp.ClientSession, base: str, n: int, kind: str,
                 events = [line for line in data.decode("utf-8", "replace").splitlines() if line.startswith("data: ")]
                 if not events or not (events[-1] == "data: [DONE]" or '"error"' in events[-1]):
                     stats["streams_without_terminating_event"] += 1
+                return events[-1] == "data: [DONE]" if events else False
+            return 200 <= resp.status < 300
     except aiohttp.ClientError as exc:
         stats[f"client_error_{type(exc).__name__}"] += 1
+    return False
 
 
 async def drive(base: str, kinds: list[str], sessions: int, concurrency: int, pid: int,
-                samples: list[tuple[float, int]]) -> tuple[Counter, Counter, float]:
+                samples: list[tuple[float, int]]) -> tuple[Counter, Counter, Counter, float]:
     stats: Counter = Counter()
     per_session: Counter = Counter()
+    successes: Counter = Counter()
     queue: asyncio.Queue[int] = asyncio.Queue()
     for n in range(len(kinds)):
         queue.put_nowait(n)
@@ -173,14 +178,15 @@ async def drive(base: str, kinds: list[str], sessions: int, concurrency: int, pi
                     return
                 session = f"s{n % sessions}"
                 per_session[session] += 1
-                await one_call(http, base.replace("/v1", f"/sessions/{session}/v1"), n, kinds[n], stats)
+                if await one_call(http, base.replace("/v1", f"/sessions/{session}/v1"), n, kinds[n], stats):
+                    successes[session] += 1
 
     sampling = asyncio.ensure_future(sampler())
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.monotonic() - t0
     sampling.cancel()
     await connector.close()
-    return stats, per_session, elapsed
+    return stats, per_session, successes, elapsed
 
 
 def main() -> int:
@@ -193,6 +199,7 @@ def main() -> int:
     parser.add_argument("--nofile", type=int, default=128, help="RLIMIT_NOFILE of the proxy process")
     parser.add_argument("--max-open-files", type=int, default=16, help="the proxy's trace-handle cache")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(RESULTS), help="where to save the figures")
     args = parser.parse_args()
     if args.role == "upstream":
         serve_upstream(args.port)
@@ -227,7 +234,7 @@ def main() -> int:
                 time.sleep(0.1)
         kinds = plan(args.calls, args.seed)
         samples: list[tuple[float, int]] = []
-        stats, per_session, elapsed = asyncio.run(drive(base, kinds, args.sessions, args.concurrency, proxy.pid,
+        stats, per_session, successes, elapsed = asyncio.run(drive(base, kinds, args.sessions, args.concurrency, proxy.pid,
                                                         samples))
         time.sleep(0.5)  # let the proxy finish recording the disconnected calls
     finally:
@@ -242,14 +249,19 @@ def main() -> int:
     records = 0
     unparseable: list[str] = []
     mismatched = 0
+    unrecorded_successes = 0
     errors: Counter = Counter()
     for session, made in per_session.items():
         path = trace_dir / f"{session}.jsonl"
+        if not path.exists():
+            unrecorded_successes += successes[session]
+            continue
         try:
             found = read_trace(path)
         except (OSError, SchemaValidationError, TraceIntegrityError) as exc:
             unparseable.append(f"{path.name}: {exc}"[:300])
             continue
+        unrecorded_successes += max(0, successes[session] - sum(1 for r in found if r.get("error") is None))
         records += len(found)
         mismatched += len(found) != made
         for record in found:
@@ -268,6 +280,7 @@ def main() -> int:
         "faults": dict(Counter(kinds)), "elapsed_s": round(elapsed, 2), "calls_per_s": round(args.calls / elapsed, 1),
         "records": records, "records_equal_calls": records == args.calls,
         "sessions_with_wrong_count": mismatched, "unparseable_trace_files": len(unparseable),
+        "successes": sum(successes.values()), "successes_without_a_record": unrecorded_successes,
         "unparseable_examples": unparseable[:3], "record_error_kinds": dict(errors),
         "client": dict(stats),
         "proxy_rss_kib": {"first": values[0] if values else None, "peak": max(values) if values else None,
@@ -275,20 +288,22 @@ def main() -> int:
                           "slope_second_half_kib_per_s": round(slope, 1), "samples": samples},
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
     rss = result["proxy_rss_kib"]
     print(f"calls {args.calls} at concurrency {args.concurrency} over {args.sessions} sessions, proxy "
           f"RLIMIT_NOFILE={args.nofile}, {elapsed:.1f} s ({result['calls_per_s']} calls/s)")
     print(f"faults: {dict(Counter(kinds))}")
     print(f"records {records} (== calls: {records == args.calls}), sessions with a wrong count {mismatched}, "
           f"unparseable trace files {len(unparseable)}")
+    print(f"successful answers {sum(successes.values())}, of them without a record: {unrecorded_successes}")
     print(f"client saw: {dict(stats)}")
     print(f"record error kinds: {dict(errors)}")
     print(f"proxy RSS KiB: first {rss['first']}, peak {rss['peak']}, last {rss['last']}, "
           f"slope over the second half {rss['slope_second_half_kib_per_s']} KiB/s")
-    print(f"saved {RESULTS.relative_to(ROOT)}")
-    return 0 if records == args.calls and not unparseable else 1
+    print(f"saved {out}")
+    return 0 if records == args.calls and not unparseable and not unrecorded_successes else 1
 
 
 if __name__ == "__main__":

@@ -194,12 +194,14 @@ class ProxyApp:
         call = _Call(session, scope["method"], endpoint, headers)
         if not valid_session_id(session):
             call.session = DEFAULT_SESSION
-            call.index = self.recorder.next_index(DEFAULT_SESSION)
+            if not await self._take_index(call, send):
+                return
             message = (f"invalid session id {session[:200]!r} in {path[:300]!r} or header {SESSION_HEADER}: "
                        "use 1-128 letters, digits, '.', '_' or '-'")
             await self._reply_error(call, send, 400, "bad_request", message)
             return
-        call.index = self.recorder.next_index(session)
+        if not await self._take_index(call, send):
+            return
         try:
             await self._handle_call(call, scope, raw_headers, receive, send)
         except asyncio.CancelledError:
@@ -209,6 +211,19 @@ class ProxyApp:
             await self._fail_unexpected(call, send, exc)
         finally:
             self._release(call)
+
+    async def _take_index(self, call: _Call, send: Send) -> bool:
+        """Give the call its arrival index; a session file that cannot be read fails the call with 503."""
+        try:
+            call.index = self.recorder.next_index(call.session)
+            return True
+        except OSError as exc:
+            failure = RecordWriteError(str(self.recorder.path(call.session)), exc)
+            log.error("call %s refused: %s", call.call_id, failure)
+            call.recorded = True  # nothing can be recorded: the harness is told why
+            await self._send_json(call, send, 503, _error_body(503, _unrecorded_message(failure),
+                                                               "record_write_failed"))
+            return False
 
     async def _handle_call(self, call: _Call, scope: Scope, raw_headers: list[tuple[bytes, bytes]],
                            receive: Receive, send: Send) -> None:

@@ -72,6 +72,10 @@ class TraceRecorder:
         self.max_open_files = max(1, max_open_files)
         self._fds: OrderedDict[str, int] = OrderedDict()
         self._sessions: dict[str, _Session] = {}
+        # One descriptor held in reserve: when sockets have taken every other one, it is given up
+        # for the moment a record is written (the event loop cannot accept in between), so a
+        # proxy at its descriptor limit still records what it answers.
+        self._spare: int | None = _open_spare()
 
     def path(self, session: str) -> Path:
         """The trace file of a session.
@@ -92,6 +96,9 @@ class TraceRecorder:
 
         Returns:
             The 0-based arrival index of the new call.
+
+        Raises:
+            OSError: an existing trace file of the session could not be read.
         """
         state = self._session(session)
         index = state.next_index
@@ -120,10 +127,19 @@ class TraceRecorder:
         """Pick up an existing file: move a cut last line aside, continue index and chain after the rest."""
         state = _Session()
         path = self.path(session)
+        if not path.exists():
+            return state
         try:
             data = path.read_bytes()
-        except FileNotFoundError:
-            return state
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            self._close_cached()  # out of descriptors: give back ours (and the spare) for this read
+            self._drop_spare()
+            try:
+                data = path.read_bytes()
+            finally:
+                self._spare = _open_spare()
         end = data.rfind(b"\n") + 1
         if end < len(data):
             cut = data[end:]
@@ -155,24 +171,39 @@ class TraceRecorder:
             state.head = record_digest(last)
         return state
 
-    def _fd(self, session: str) -> int:
+    def _fd(self, session: str) -> tuple[int, bool]:
+        """The session's descriptor, and whether it is borrowed from the spare (close it after use)."""
         fd = self._fds.get(session)
         if fd is not None:
             self._fds.move_to_end(session)
-            return fd
+            return fd, False
         while len(self._fds) >= self.max_open_files:
             self._close_oldest()
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
         try:
             fd = os.open(self.path(session), flags, 0o600)
         except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE) or not self._fds:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
                 raise
-            while self._fds:  # the process is out of descriptors: give back ours and try once more
-                self._close_oldest()
-            fd = os.open(self.path(session), flags, 0o600)
+            self._close_cached()  # out of descriptors: give back ours, then the spare, and try again
+            try:
+                fd = os.open(self.path(session), flags, 0o600)
+            except OSError as again:
+                if again.errno not in (errno.EMFILE, errno.ENFILE) or self._spare is None:
+                    raise
+                self._drop_spare()
+                try:
+                    return os.open(self.path(session), flags, 0o600), True
+                except OSError:
+                    self._spare = _open_spare()
+                    raise
         self._fds[session] = fd
-        return fd
+        return fd, False
+
+    def _drop_spare(self) -> None:
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
 
     def _close_oldest(self) -> None:
         _, fd = self._fds.popitem(last=False)
@@ -216,8 +247,11 @@ class TraceRecorder:
             line = b"".join(parts)
         data = line + b"\n"
         path = self.path(session)
+        borrowed = False
         try:
-            fd = self._fd(session)
+            fd, borrowed = self._fd(session)
+            if borrowed:
+                self._fds[session] = fd  # so a failed write is cut off like any other
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)
@@ -225,6 +259,12 @@ class TraceRecorder:
         except OSError as exc:
             self._undo_partial(session, state)
             raise RecordWriteError(str(path), exc) from exc
+        finally:
+            if borrowed:
+                fd = self._fds.pop(session, None)
+                if fd is not None:
+                    os.close(fd)
+                self._spare = _open_spare()
         state.head = hashlib.sha256(digest_bytes).hexdigest()
         state.records += 1
         state.size += len(data)
@@ -247,10 +287,21 @@ class TraceRecorder:
                 except OSError:
                     pass
 
-    def close(self) -> None:
-        """Close every open trace file."""
+    def _close_cached(self) -> None:
         while self._fds:
             self._close_oldest()
+
+    def close(self) -> None:
+        """Close every open trace file (and the spare descriptor)."""
+        self._close_cached()
+        self._drop_spare()
+
+
+def _open_spare() -> int | None:
+    try:
+        return os.open(os.devnull, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
 
 
 def _free_name(path: Path) -> Path:
