@@ -325,3 +325,30 @@ def test_artifacts_holding_a_lone_surrogate_are_written_and_read_back(tmp_path: 
     write_artifacts(tmp_path, {"turns.json": {"text": "a\udcffb"}, "samples.md": "a\udcffb"}, [])
     assert json.loads((tmp_path / "turns.json").read_text(encoding="utf-8"))["text"] == "a\udcffb"
     assert (tmp_path / "samples.md").read_text(encoding="utf-8") == "a\\udcffb"
+
+
+def test_a_capture_whose_agent_truncates_its_own_trace_does_not_pass_it_off_as_clean(tmp_path: Path):
+    """The agent empties its session's trace file mid-rollout: either it cannot reach the file (the
+    sandbox hides it) and the trace is whole, or the capture fails with TraceIntegrityError."""
+    import tempfile
+    import uuid
+
+    from rollout_dataset.capture import CaptureConfig, capture_rollout
+
+    rollout_id = uuid.uuid4().hex
+    target = f"{tempfile.gettempdir()}/rollout-trace-*/{rollout_id}.jsonl"
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"steps": [
+        {"name": "run", "arguments": {"command": "echo one"}},
+        {"name": "run", "arguments": {"command": f"for f in {target}; do : > \"$f\" && echo emptied; done"}},
+        {"name": "submit", "arguments": {}}]}))
+    config = CaptureConfig(out_dir=tmp_path / "out", task_index=0, timeout_s=120, push=False, policy="script",
+                           script=script, max_turns=4, rollout_id=rollout_id)
+    try:
+        result = capture_rollout(config)
+    except TraceIntegrityError as exc:
+        assert rollout_id in exc.file
+        return
+    trace = json.loads((result.out_dir / "trace.json").read_text(encoding="utf-8"))
+    assert trace["seal"]["records"] == len(trace["calls"]) >= 3
+    assert validate_path(result.out_dir) == []
