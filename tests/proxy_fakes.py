@@ -213,7 +213,7 @@ class FaultyUpstream:
 
     Non-streamed: "index_list" (``choices[].index`` a list), "choices_dict", "wrong_ids" (ids of wrong
     types), "invalid_json", "deep" (a response nested 1,000 deep), "surrogate" (a lone ``\\udcff``),
-    "fail500". Streamed (``stream: true``): "index_list", "invalid_json" (an event that is not JSON),
+    "fail500", "chunked" (a good answer without content-length), "big" (200 kB). Streamed (``stream: true``): "index_list", "invalid_json" (an event that is not JSON),
     "drop" (connection cut after one event), "no_done" (ends without ``[DONE]``), "surrogate", "ok".
     """
 
@@ -254,10 +254,22 @@ class FaultyUpstream:
             "surrogate": b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
                          b'"content":"a\\udcffb"},"finish_reason":"stop","token_ids":[5]}],"prompt_token_ids":[1]}',
             "fail500": b'{"error":{"message":"engine dead","type":"InternalServerError","code":500}}',
+            "big": b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
+                   b'"content":"' + b"y" * 200_000 + b'"},"finish_reason":"stop"}]}',
         }
         data = bodies.get(mode, b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":'
                                 b'{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}')
         status = 500 if mode == "fail500" else 200
+        if mode == "chunked_big":
+            mode, data = "chunked", bodies["big"]
+        if mode == "chunked":  # no content-length: the body arrives in pieces
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            step = max(7, len(data) // 20)
+            for i in range(0, len(data), step):
+                await send({"type": "http.response.body", "body": data[i:i + step], "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(data)).encode())]})

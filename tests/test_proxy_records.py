@@ -203,7 +203,7 @@ def _one_valid_record(proxy: CaptureProxy) -> dict:
 
 
 @pytest.mark.parametrize("mode", ["index_list", "choices_dict", "wrong_ids", "invalid_json", "deep", "surrogate",
-                                  "fail500"])
+                                  "fail500", "chunked"])
 async def test_a_malformed_answer_reaches_the_harness_as_it_came_and_leaves_one_record(faulty, mode):
     proxy, client = faulty
     r = await client.post(proxy.base_url + "/chat/completions", json={"model": mode, "messages": MESSAGES})
@@ -214,6 +214,8 @@ async def test_a_malformed_answer_reaches_the_harness_as_it_came_and_leaves_one_
         assert isinstance(record["response"], str) and record["response"][:5] in r.text  # kept as text
     if mode == "surrogate":
         assert record["response"]["choices"][0]["message"]["content"] == "a\udcffb"
+    if mode == "chunked":
+        assert record["response"]["choices"][0]["message"]["content"] == "ok" == r.json()["choices"][0]["message"]["content"]
 
 
 @pytest.mark.parametrize("mode, last", [("index_list", "[DONE]"), ("invalid_json", "[DONE]"), ("ok", "[DONE]"),
@@ -352,3 +354,14 @@ def test_a_capture_whose_agent_truncates_its_own_trace_does_not_pass_it_off_as_c
     trace = json.loads((result.out_dir / "trace.json").read_text(encoding="utf-8"))
     assert trace["seal"]["records"] == len(trace["calls"]) >= 3
     assert validate_path(result.out_dir) == []
+
+
+@pytest.mark.parametrize("mode", ["big", "chunked_big"])
+async def test_an_answer_past_the_in_flight_limit_gets_a_503_and_is_recorded(tmp_path: Path, mode):
+    async with serve(FaultyUpstream()) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "t", max_inflight_bytes=100_000) as proxy:
+            async with httpx.AsyncClient(timeout=10) as client:
+                r = await client.post(proxy.base_url + "/chat/completions", json={"model": mode, "messages": MESSAGES})
+    assert r.status_code == 503 and "max_inflight_bytes" in r.json()["error"]["message"]
+    (record,) = read_trace(tmp_path / "t" / "default.jsonl")
+    assert record["status"] == 503 and record["error"]["kind"] == "proxy_overloaded"
