@@ -191,7 +191,8 @@ class CaptureProxy:
         if recorder is None:
             raise RuntimeError("the proxy is not running: the seal is read while it runs")
         loop = self._thread_loop
-        if loop is not None and self._thread is not None and not loop.is_closed():
+        if (loop is not None and self._thread is not None and not loop.is_closed()
+                and threading.current_thread() is not self._thread):
             async def read() -> TraceSeal:
                 return recorder.seal(session)
             return asyncio.run_coroutine_threadsafe(read(), loop).result(30)
