@@ -20,6 +20,8 @@ __all__ = [
     "PublishError",
     "GuardrailError",
     "ConfigError",
+    "TraceIntegrityError",
+    "RecordWriteError",
 ]
 
 
@@ -91,3 +93,33 @@ class GuardrailError(RolloutDatasetError, RuntimeError):
 
 class ConfigError(RolloutDatasetError, ValueError):
     """A configuration file, block or flag is invalid (the message names the file, key and valid values)."""
+
+
+class TraceIntegrityError(RolloutDatasetError, ValueError):
+    """A trace's hash chain or seal is broken: records were cut, removed, reordered or edited.
+
+    Args:
+        file: the trace file (``<session>.jsonl`` or an artifact's ``trace.json``).
+        index: the position of the first record that does not fit (0-based, file order).
+        reason: what does not fit.
+    """
+
+    def __init__(self, file: str, index: int, reason: str) -> None:
+        self.file = file
+        self.index = index
+        self.reason = reason
+        super().__init__(f"{file}: record {index}: {reason}")
+
+
+class RecordWriteError(RolloutDatasetError, OSError):
+    """The proxy could not make a call's trace record durable (disk full, too many open files, I/O error).
+
+    Args:
+        path: the trace file.
+        cause: the underlying OS error.
+    """
+
+    def __init__(self, path: str, cause: OSError) -> None:
+        self.path = path
+        self.cause = cause
+        super().__init__(cause.errno, f"could not write the trace record to {path}: {cause.strerror or cause}")

@@ -206,3 +206,84 @@ async def serve(app: Any) -> AsyncIterator[str]:
         server.should_exit = True
         server.force_exit = True
         await task
+
+
+class FaultyUpstream:
+    """A raw ASGI model server that answers generation calls wrongly on purpose (the request's `model` picks how).
+
+    Non-streamed: "index_list" (``choices[].index`` a list), "choices_dict", "wrong_ids" (ids of wrong
+    types), "invalid_json", "deep" (a response nested 1,000 deep), "surrogate" (a lone ``\\udcff``),
+    "fail500", "chunked" (a good answer without content-length), "big" (200 kB). Streamed (``stream: true``): "index_list", "invalid_json" (an event that is not JSON),
+    "drop" (connection cut after one event), "no_done" (ends without ``[DONE]``), "surrogate", "ok".
+    """
+
+    CHUNK = ('{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+             '"delta":{"content":"hi"},"finish_reason":null}]}')
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        raw = b""
+        while True:
+            message = await receive()
+            raw += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        self.calls += 1
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = {}
+        mode = body.get("model", "ok") if isinstance(body, dict) else "ok"
+        if isinstance(body, dict) and body.get("stream"):
+            await self._stream(mode, send)
+            return
+        bodies = {
+            "index_list": b'{"id":"x","object":"chat.completion","choices":[{"index":[0],"message":'
+                          b'{"role":"assistant","content":"a"},"finish_reason":"stop","token_ids":[1,2]},'
+                          b'{"index":1,"message":{"role":"assistant","content":"b"},"token_ids":[3]}],'
+                          b'"prompt_token_ids":[3]}',
+            "choices_dict": b'{"id":"x","object":"chat.completion","choices":{"0":{"message":"a"}},"usage":[]}',
+            "wrong_ids": b'{"id":7,"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
+                         b'"content":5},"token_ids":[1,"x",true],"logprobs":{"content":7}}],"prompt_token_ids":["a",2]}',
+            "invalid_json": b'{"id": "x", "choices": [',
+            "deep": b"[" * 1000 + b"]" * 1000,
+            "surrogate": b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
+                         b'"content":"a\\udcffb"},"finish_reason":"stop","token_ids":[5]}],"prompt_token_ids":[1]}',
+            "fail500": b'{"error":{"message":"engine dead","type":"InternalServerError","code":500}}',
+            "big": b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
+                   b'"content":"' + b"y" * 200_000 + b'"},"finish_reason":"stop"}]}',
+        }
+        data = bodies.get(mode, b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":'
+                                b'{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}')
+        status = 500 if mode == "fail500" else 200
+        if mode == "chunked_big":
+            mode, data = "chunked", bodies["big"]
+        if mode == "chunked":  # no content-length: the body arrives in pieces
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            step = max(7, len(data) // 20)
+            for i in range(0, len(data), step):
+                await send({"type": "http.response.body", "body": data[i:i + step], "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+
+    async def _stream(self, mode: str, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        first = {"index_list": self.CHUNK.replace('"index":0', '"index":[0]'),
+                 "invalid_json": '{"choices": [nope',
+                 "surrogate": self.CHUNK.replace('"hi"}', '"h\\udcffi"},"token_ids":[5]')}.get(mode, self.CHUNK)
+        await send({"type": "http.response.body", "body": f"data: {first}\n\n".encode(), "more_body": True})
+        if mode == "drop":
+            raise RuntimeError("the faulty upstream cuts the stream")
+        await send({"type": "http.response.body", "body": f"data: {self.CHUNK}\n\n".encode(), "more_body": True})
+        tail = b"" if mode == "no_done" else b"data: [DONE]\n\n"
+        await send({"type": "http.response.body", "body": tail, "more_body": False})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import logging
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
@@ -97,7 +98,41 @@ async def _respond(state: BackendState, req: PolicyRequest) -> PolicyOutput:
 
 
 def _emitted_text(out: PolicyOutput) -> str:
-    return render_assistant_text(out.text, [c.as_dict() for c in out.tool_calls])
+    return _scrub(render_assistant_text(out.text, [c.as_dict() for c in out.tool_calls]))
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _scrub(value: Any) -> Any:
+    """Replace lone surrogates (text no encoder takes) in every string of a JSON value with U+FFFD.
+
+    JSON may carry ``"\\udcff"`` and a policy may emit it, but no tokenizer or UTF-8 encoder
+    takes it; U+FFFD is what a decoder yields for bytes it cannot read, so the model sees that.
+    """
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    return value
+
+
+async def _json_body(request: Request) -> dict:
+    """The request's JSON object, with lone surrogates replaced (see `_scrub`).
+
+    Raises:
+        RequestError: the body is not a JSON object, or nests too deep to parse.
+    """
+    try:
+        body = await json_body(request)
+    except RecursionError:
+        raise validation_error("body", "json_invalid", "JSON decode error: nested too deep", None) from None
+    raw = await request.body()  # cached by Starlette
+    if b"\\ud" in raw or b"\\uD" in raw or b"\xed" in raw:
+        body = _scrub(body)
+    return body
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,7 +189,7 @@ async def _models(request: Request, state: BackendState) -> Response:
 
 
 async def _chat(request: Request, state: BackendState) -> Response:
-    body = await json_body(request)
+    body = await _json_body(request)
     messages, tools, tool_choice, template_kwargs = chat_inputs(body)
     common = common_params(body, state.served_model_name, state.max_model_len, state.return_tokens_as_token_ids)
     want_logprobs, top_k = logprob_params(body)
@@ -262,7 +297,7 @@ async def _chat_stream(state, common: CommonParams, gens, fmt, rid, created, pro
 
 
 async def _completions(request: Request, state: BackendState) -> Response:
-    body = await json_body(request)
+    body = await _json_body(request)
     common = common_params(body, state.served_model_name, state.max_model_len, state.return_tokens_as_token_ids)
     k = body.get("logprobs")
     if k is not None:
@@ -332,7 +367,7 @@ async def _completion_stream(state, common: CommonParams, gens, fmt, rid, create
 
 
 async def _tokenize(request: Request, state: BackendState) -> Response:
-    body = await json_body(request)
+    body = await _json_body(request)
     tok = state.tokenizer
     if "messages" in body:
         messages, tools, _, kwargs = chat_inputs(body)
@@ -350,7 +385,7 @@ async def _tokenize(request: Request, state: BackendState) -> Response:
 
 
 async def _detokenize(request: Request, state: BackendState) -> Response:
-    body = await json_body(request)
+    body = await _json_body(request)
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
         raise validation_error("body.tokens", "list_type", "Input should be a valid list of integers", tokens)

@@ -25,10 +25,12 @@ def write_text_atomic(path: Path, text: str) -> None:
 
     Args:
         path: the destination.
-        text: the content (UTF-8).
+        text: the content (UTF-8; lone surrogates are written as ``\\uXXXX`` escapes).
     """
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
+    # A lone surrogate (e.g. undecodable tool output) has no UTF-8 form: it is written as the escape
+    # \udcff, which is exactly its JSON escape inside a JSON string, and readable text elsewhere.
+    tmp.write_bytes(text.encode("utf-8", "backslashreplace"))
     os.replace(tmp, path)
 
 

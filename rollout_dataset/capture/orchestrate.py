@@ -126,6 +126,22 @@ def _raise_first_call(record: dict[str, Any], target: UpstreamTarget) -> None:
     raise UpstreamError(f"model server unreachable at {url}: {message}")
 
 
+def _read_sealed_trace(path: Path, seal: Any) -> list[dict[str, Any]]:
+    """The session's records, checked against the proxy's seal (count and last digest) and chain.
+
+    Raises:
+        TraceIntegrityError: the file is gone, cut, reordered or edited (names the file and record).
+    """
+    from rollout_dataset.errors import TraceIntegrityError
+    from rollout_dataset.proxy import read_trace
+
+    if not path.exists():
+        if seal.records:
+            raise TraceIntegrityError(str(path), 0, f"the proxy wrote {seal.records} record(s) but the file is gone")
+        return []
+    return read_trace(path, seal=seal)
+
+
 class _TraceWatch:
     """Polls a session's trace file; says stop when the first generation call failed."""
 
@@ -347,7 +363,8 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
                 stop_reason = "harness_error"
         timings["agent_s"] = time.monotonic() - t_agent
 
-        records = read_trace(trace_path) if trace_path.exists() else []
+        seal = proxy.seal(session)  # what the proxy wrote, from its memory: a cut or edited file shows
+        records = _read_sealed_trace(trace_path, seal)
         failed = first_call_failure(records)
         if failed is not None and preset is None:
             _raise_first_call(failed, target)
@@ -403,7 +420,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
               "passed": f"{passed}/{len(task.held_out_tests)}" if passed is not None else None,
               "stop_reason": stop_reason}
     files = {
-        "trace.json": {"schema_version": 1, "session": session, "calls": records},
+        "trace.json": {"schema_version": 1, "session": session, "seal": seal.to_dict(), "calls": records},
         "rollout.json": document,
         "turns.json": turns,
         "task.json": {"schema_version": 1, "env": "coding", "task_id": task.task_id,

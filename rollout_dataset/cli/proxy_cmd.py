@@ -33,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="read the real upstream key from environment variable VAR (e.g. OPENAI_API_KEY) and "
                              "send it upstream in place of the harness's Authorization (the harness then only "
                              "needs a dummy key); the key itself is never a flag")
+    parser.add_argument("--max-inflight-mb", type=float, default=256.0,
+                        help="request bodies plus buffered response bytes held by all calls at once, in MiB "
+                             "(past it calls get 503, recorded)")
+    parser.add_argument("--max-open-files", type=int, default=32,
+                        help="trace files kept open at once (least recently used closed first)")
 
 
 def _api_key(variable: str | None) -> str | None:
@@ -54,7 +59,8 @@ async def _serve(args: argparse.Namespace) -> None:
 
     proxy = CaptureProxy(upstream=args.upstream, trace_dir=args.trace_dir, host=args.host, port=args.port,
                          upstream_timeout=args.upstream_timeout, max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-                         api_key=_api_key(args.api_key_env))
+                         max_inflight_bytes=int(args.max_inflight_mb * 1024 * 1024),
+                         max_open_files=args.max_open_files, api_key=_api_key(args.api_key_env))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     async with proxy:

@@ -2,7 +2,8 @@
 
 Public API:
     `CaptureProxy` — run the proxy (``async with`` or, for sync callers, ``with`` / `start_in_thread`).
-    `read_trace` — read a `<session>.jsonl` trace file (a crash-truncated last line is dropped).
+    `read_trace` — read a `<session>.jsonl` trace file (a crash-truncated last line is dropped; the
+        hash chain, and with ``seal=`` the proxy's seal, are checked).
     `ProxyApp` — the ASGI application itself, for embedding.
     `SESSION_HEADER`, `DEFAULT_SESSION` — how calls are assigned to trace files.
 """

@@ -20,6 +20,7 @@ from typing import Any, Awaitable, Callable
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
+from rollout_dataset.errors import RecordWriteError
 from rollout_dataset.proxy.jsoncodec import loads
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import harness_session_id, recorded_headers, redact_body, redact_url, valid_session_id
@@ -33,7 +34,7 @@ from rollout_dataset.proxy.tokens import (
     token_fields,
 )
 
-__all__ = ["ProxyApp", "SESSION_HEADER", "DEFAULT_SESSION", "DEFAULT_MAX_BODY_BYTES"]
+__all__ = ["ProxyApp", "SESSION_HEADER", "DEFAULT_SESSION", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_INFLIGHT_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 SESSION_HEADER = "x-rollout-session"
 DEFAULT_SESSION = "default"
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+# Request bodies plus buffered response bytes held by all calls at once; past it calls get 503.
+DEFAULT_MAX_INFLIGHT_BYTES = 256 * 1024 * 1024
 _RAW_RECORD_CAP = 16 * 1024 * 1024  # bytes of a pass-through body kept for the record
 
 # Request headers never forwarded upstream (hop-by-hop, recomputed, or the proxy's own).
@@ -58,7 +61,12 @@ _JSON = [(b"content-type", b"application/json")]
 
 
 def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """Compact UTF-8 JSON; a lone surrogate (which UTF-8 cannot hold) is written as its ``\\uXXXX`` escape."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def _error_body(status: int, message: str, kind: str) -> dict[str, Any]:
@@ -71,7 +79,7 @@ class _Call:
     __slots__ = ("session", "index", "call_id", "started_at", "t0", "method", "endpoint", "stream", "status",
                  "headers", "request", "upstream_changes", "requested", "effective", "response", "ttft_ms",
                  "notes", "error", "kind", "recorded", "client_gone", "raw_request", "raw_response",
-                 "nonfinite")
+                 "nonfinite", "reserved", "started", "ended")
 
     def __init__(self, session: str, method: str, endpoint: str, headers: dict[str, str]) -> None:
         self.session = session
@@ -98,6 +106,9 @@ class _Call:
         self.raw_request: bytes | None = None  # the request's JSON bytes, when they can go into the record as is
         self.raw_response: bytes | None = None
         self.nonfinite = False  # a parsed body held NaN/Infinity: the record is encoded by the standard library
+        self.reserved = 0  # bytes of this call counted against the proxy's in-flight limit
+        self.started = False  # response headers sent to the harness
+        self.ended = False  # the response's last byte sent
 
     def fail(self, kind: str, message: str) -> None:
         """Record the call's first error (later ones are consequences of it)."""
@@ -116,10 +127,13 @@ class ProxyApp:
             harnesses, no auth and no redirects, and skipping them halves the per-call CPU.
         timeout: seconds for connect/pool (`connect`) and for each read (`read`).
         max_body_bytes: largest request body accepted (larger → 413).
+        max_inflight_bytes: request bodies plus buffered response bytes held by all calls at once
+            (past it → 503, recorded).
     """
 
     def __init__(self, upstream_root: str, recorder: TraceRecorder, transport: httpx.AsyncBaseTransport,
-                 timeout: httpx.Timeout | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+                 timeout: httpx.Timeout | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES) -> None:
         self.upstream_root = upstream_root.rstrip("/")
         self.recorder = recorder
         self.transport = transport
@@ -127,6 +141,8 @@ class ProxyApp:
         self._extensions = {"timeout": timeout.as_dict()}
         self._urls: dict[tuple[str, bytes], httpx.URL] = {}
         self.max_body_bytes = max_body_bytes
+        self.max_inflight_bytes = max_inflight_bytes
+        self.inflight_bytes = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry point: every HTTP request is forwarded and recorded; nothing escapes as a crash.
@@ -178,13 +194,40 @@ class ProxyApp:
         call = _Call(session, scope["method"], endpoint, headers)
         if not valid_session_id(session):
             call.session = DEFAULT_SESSION
-            call.index = self.recorder.next_index(DEFAULT_SESSION)
+            if not await self._take_index(call, send):
+                return
             message = (f"invalid session id {session[:200]!r} in {path[:300]!r} or header {SESSION_HEADER}: "
                        "use 1-128 letters, digits, '.', '_' or '-'")
             await self._reply_error(call, send, 400, "bad_request", message)
             return
-        call.index = self.recorder.next_index(session)
+        if not await self._take_index(call, send):
+            return
+        try:
+            await self._handle_call(call, scope, raw_headers, receive, send)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug or an input nobody foresaw: still one record, and an answer
+            log.exception("proxy failed on %s %s", call.method, path[:300])
+            await self._fail_unexpected(call, send, exc)
+        finally:
+            self._release(call)
 
+    async def _take_index(self, call: _Call, send: Send) -> bool:
+        """Give the call its arrival index; a session file that cannot be read fails the call with 503."""
+        try:
+            call.index = self.recorder.next_index(call.session)
+            return True
+        except OSError as exc:
+            failure = RecordWriteError(str(self.recorder.path(call.session)), exc)
+            log.error("call %s refused: %s", call.call_id, failure)
+            call.recorded = True  # nothing can be recorded: the harness is told why
+            await self._send_json(call, send, 503, _error_body(503, _unrecorded_message(failure),
+                                                               "record_write_failed"))
+            return False
+
+    async def _handle_call(self, call: _Call, scope: Scope, raw_headers: list[tuple[bytes, bytes]],
+                           receive: Receive, send: Send) -> None:
+        endpoint = call.endpoint
         body = await self._read_body(call, raw_headers, receive, send)
         if body is None:
             return
@@ -228,6 +271,8 @@ class ProxyApp:
                                             f"request body of {declared} bytes exceeds the proxy's limit of "
                                             f"{limit} bytes (max_body_bytes)")
                     return None
+                if declared > 0 and not await self._reserve(call, declared, send):
+                    return None
         parts: list[bytes] = []
         size = 0
         while True:
@@ -243,6 +288,8 @@ class ProxyApp:
                 call.notes.append(f"request body cut off after {size} bytes")
                 await self._reply_error(call, send, 413, "bad_request",
                                         f"request body exceeds the proxy's limit of {limit} bytes (max_body_bytes)")
+                return None
+            if size > call.reserved and not await self._reserve(call, size - call.reserved, send):
                 return None
             parts.append(chunk)
             if not message.get("more_body", False):
@@ -341,10 +388,7 @@ class ProxyApp:
             raise
         except Exception as exc:
             log.exception("proxy error on %s", url)
-            call.fail("proxy_error", f"{type(exc).__name__}: {exc}")
-            if call.status is None:
-                await self._reply_error(call, send, 502, "proxy_error",
-                                        f"the proxy failed while talking to {url}: {type(exc).__name__}: {exc}")
+            await self._fail_unexpected(call, send, exc, f" while talking to {url}")
         finally:
             self._finish(call)
 
@@ -352,7 +396,9 @@ class ProxyApp:
                            token_req: TokenRequest | None, send: Send) -> None:
         """A non-streamed answer: read it, record it, then send it."""
         try:
-            data = await _read_whole(response)
+            data = await self._read_counted(call, response, send)
+            if data is None:
+                return
         except httpx.TimeoutException:
             await self._reply_error(call, send, 504, "upstream_timeout",
                                     f"the model server at {url} stopped sending its answer "
@@ -377,19 +423,30 @@ class ProxyApp:
         if parsed is not None and _spliceable(data):
             call.raw_response = data
         if token_req is not None and response.status_code < 400 and parsed is not None:
-            edited = strip_response(parsed, token_req)
+            try:
+                edited = strip_response(parsed, token_req)
+            except Exception as exc:  # an answer of unexpected shape goes to the harness as it came
+                edited = None
+                call.notes.append(f"the answer has an unexpected shape ({type(exc).__name__}: {exc}); "
+                                  "forwarded unchanged")
             if edited is not None:
                 body = _dumps(edited)
         headers = _response_headers(response)
-        headers.append((b"content-length", str(len(body)).encode()))
         call.status = response.status_code
-        self._finish(call)
+        failure = self._finish(call)
+        if failure is not None:
+            await self._reply_unrecorded(call, send, failure)
+            return
+        headers.append((b"content-length", str(len(body)).encode()))
+        call.started = True
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        call.ended = True
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _relay_stream(self, call: _Call, url: str, response: httpx.Response, send: Send) -> None:
         """A streamed answer of any other endpoint: bytes through unchanged, recorded as text."""
         call.status = response.status_code
+        call.started = True
         await send({"type": "http.response.start", "status": response.status_code,
                     "headers": _response_headers(response, raw=True)})
         kept = bytearray()
@@ -408,8 +465,10 @@ class ProxyApp:
             call.response = bytes(kept).decode("utf-8", errors="replace") if kept else None
             raise
         call.response = bytes(kept).decode("utf-8", errors="replace") if kept else None
-        self._finish(call)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        failure = self._finish(call)
+        tail = b"" if failure is None else _error_event(500, _unrecorded_message(failure), "record_write_failed")
+        call.ended = True
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
 
     async def _relay_generation_stream(self, call: _Call, url: str, response: httpx.Response,
                                        token_req: TokenRequest, send: Send) -> None:
@@ -420,8 +479,11 @@ class ProxyApp:
             response.encoding = "utf-8"  # what httpx would pick anyway, without its per-call charset parsing
         else:  # events are decoded with the upstream's charset and re-framed as UTF-8: say so
             headers = [(k, b"text/event-stream; charset=utf-8" if k == b"content-type" else v) for k, v in headers]
+        call.started = True
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         assembler = StreamAssembler(token_req.kind)
+        raw_events: list[str] = []  # the events as they came, for the record if they cannot be assembled
+        kept = 0
         tail = b""
         try:
             async for event in EventSource(response).aiter_sse():
@@ -429,6 +491,14 @@ class ProxyApp:
                 if data == "[DONE]":
                     tail = _frame(event, data)
                     continue
+                if not self._reserve_nowait(call, len(data)):
+                    message = self._overload_message(call, len(data))
+                    call.fail("proxy_overloaded", message)
+                    tail = _error_event(503, message, "proxy_overloaded")
+                    break
+                if kept < _RAW_RECORD_CAP:
+                    raw_events.append(data)
+                    kept += len(data)
                 try:
                     chunk, nonfinite = loads(data)
                     call.nonfinite = call.nonfinite or nonfinite
@@ -436,28 +506,36 @@ class ProxyApp:
                     chunk = None
                     call.notes.append("a stream event's data is not JSON; forwarded as is")
                 if chunk is not None:
-                    assembler.add(chunk)
-                    edited = strip_response(chunk, token_req)
+                    try:
+                        assembler.add(chunk)
+                        edited = strip_response(chunk, token_req)
+                    except Exception as exc:  # unexpected types: forwarded as is, kept raw for the record
+                        edited = None
+                        call.notes.append(f"stream event {len(raw_events) - 1} has an unexpected shape "
+                                          f"({type(exc).__name__}: {exc}); forwarded as is")
                     if edited is not None:
-                        data = json.dumps(edited, ensure_ascii=False, separators=(",", ":"))
+                        data = _dumps(edited).decode("utf-8")
                 if call.ttft_ms is None:
                     call.ttft_ms = (time.perf_counter() - call.t0) * 1000.0
                 await send({"type": "http.response.body", "body": _frame(event, data), "more_body": True})
         except httpx.TimeoutException:
             message = f"the model server at {url} stopped streaming (timeout; see upstream_timeout)"
             call.fail("upstream_timeout", message)
-            tail = b"data: " + _dumps(_error_body(504, message, "upstream_timeout")) + b"\n\n"
+            tail = _error_event(504, message, "upstream_timeout")
         except httpx.TransportError as exc:
             message = f"the model server at {url} dropped the stream: {type(exc).__name__}: {exc}"
             call.fail("upstream_disconnect", message)
-            tail = b"data: " + _dumps(_error_body(502, message, "upstream_disconnect")) + b"\n\n"
+            tail = _error_event(502, message, "upstream_disconnect")
         except asyncio.CancelledError:  # client gone (or shutdown): keep what arrived for the record
-            call.response = assembler.response() if assembler.chunks else None
+            call.response = _assembled(call, assembler, raw_events)
             raise
         if assembler.errors:
             call.fail("upstream_status", f"the model server sent an error event: {str(assembler.errors[0])[:500]}")
-        call.response = assembler.response() if assembler.chunks else None
-        self._finish(call)
+        call.response = _assembled(call, assembler, raw_events)
+        failure = self._finish(call)
+        if failure is not None:
+            tail = _error_event(500, _unrecorded_message(failure), "record_write_failed")
+        call.ended = True
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
     # ---- replies and records ------------------------------------------------------------------
@@ -467,22 +545,112 @@ class ProxyApp:
         call.fail(kind, message)
         call.status = status
         call.response = body
-        self._finish(call)
+        failure = self._finish(call)
+        if failure is not None:
+            await self._reply_unrecorded(call, send, failure)
+            return
+        await self._send_json(call, send, status, body)
+
+    @staticmethod
+    async def _send_json(call: _Call, send: Send, status: int, body: dict[str, Any]) -> None:
         data = _dumps(body)
+        call.started = True
         await send({"type": "http.response.start", "status": status,
                     "headers": _JSON + [(b"content-length", str(len(data)).encode())]})
+        call.ended = True
         await send({"type": "http.response.body", "body": data, "more_body": False})
 
-    def _finish(self, call: _Call) -> None:
-        """Write the call's record once (before its last byte reaches the harness)."""
-        if call.recorded:
+    async def _reply_unrecorded(self, call: _Call, send: Send, failure: RecordWriteError) -> None:
+        """The record could not be written: the harness gets a 500 naming why, never the answer."""
+        await self._send_json(call, send, 500, _error_body(500, _unrecorded_message(failure), "record_write_failed"))
+
+    async def _fail_unexpected(self, call: _Call, send: Send, exc: Exception, where: str = "") -> None:
+        """An exception nobody foresaw: record it, and end the harness's response whatever state it is in."""
+        message = f"the proxy failed{where}: {type(exc).__name__}: {exc}"[:2000]
+        call.fail("proxy_error", message)
+        if not call.started:
+            status = 502 if where else 500
+            await self._reply_error(call, send, status, "proxy_error", message)
             return
+        failure = self._finish(call)
+        if not call.ended:
+            if failure is not None:
+                message = _unrecorded_message(failure)
+            call.ended = True
+            try:
+                await send({"type": "http.response.body", "body": _error_event(500, message, "proxy_error"),
+                            "more_body": False})
+            except Exception:  # pragma: no cover - the connection is gone
+                pass
+
+    # ---- the in-flight byte bound -------------------------------------------------------------
+
+    def _reserve_nowait(self, call: _Call, size: int) -> bool:
+        """Count `size` more bytes of a call against the in-flight limit; False when they do not fit."""
+        if self.inflight_bytes + size > self.max_inflight_bytes:
+            return False
+        self.inflight_bytes += size
+        call.reserved += size
+        return True
+
+    def _overload_message(self, call: _Call, size: int) -> str:
+        return (f"the proxy is holding {self.inflight_bytes} bytes of request and response bodies; {size} more "
+                f"for this call would pass its limit of {self.max_inflight_bytes} bytes "
+                "(max_inflight_bytes): retry later")
+
+    async def _reserve(self, call: _Call, size: int, send: Send) -> bool:
+        """Reserve bytes or answer 503 (recorded); returns whether the call may go on."""
+        if self._reserve_nowait(call, size):
+            return True
+        call.notes.append(f"refused: {size} more bytes past the in-flight limit")
+        await self._reply_error(call, send, 503, "proxy_overloaded", self._overload_message(call, size))
+        return False
+
+    def _release(self, call: _Call) -> None:
+        self.inflight_bytes -= call.reserved
+        call.reserved = 0
+
+    async def _read_counted(self, call: _Call, response: httpx.Response, send: Send) -> bytes | None:
+        """The whole upstream body, counted against the in-flight limit (None: refused with 503)."""
+        declared = response.headers.get("content-length")
+        if declared is not None and declared.strip().isdigit():
+            if not await self._reserve(call, int(declared), send):
+                return None
+            data = await _read_whole(response)
+            if len(data) > int(declared):
+                self._reserve_nowait(call, len(data) - int(declared))  # counted even when over: it is here
+            return data
+        if response.headers.get("content-encoding", "identity").strip().lower() != "identity":
+            data = await response.aread()  # decoded by httpx; counted once here
+            if not await self._reserve(call, len(data), send):
+                return None
+            return data
+        parts: list[bytes] = []
+        async for chunk in response.aiter_raw():
+            if not await self._reserve(call, len(chunk), send):
+                return None
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def _finish(self, call: _Call) -> RecordWriteError | None:
+        """Write the call's record once (before its last byte reaches the harness).
+
+        Returns:
+            None when the record is durable (or was written before); the error when it could not be
+            written, so the caller fails the call instead of answering it unrecorded.
+        """
+        if call.recorded:
+            return None
         call.recorded = True
         ended = time.time()
         latency = max(0.0, (time.perf_counter() - call.t0) * 1000.0)
         ok = call.error is None or call.error["kind"] in ("client_disconnect", "upstream_disconnect",
                                                           "upstream_timeout")
-        fields = token_fields(call.response if ok else None, call.kind)
+        try:
+            fields = token_fields(call.response if ok else None, call.kind)
+        except Exception as exc:  # an answer of unexpected shape: recorded as it came, without token fields
+            fields = token_fields(None, call.kind)
+            fields["notes"] = [f"no token fields: the answer has an unexpected shape ({type(exc).__name__}: {exc})"]
         record = {
             "schema_version": 1,
             "index": call.index,
@@ -514,18 +682,20 @@ class ProxyApp:
             "notes": call.notes + fields["notes"],
             "error": call.error,
         }
+        raw = {}
+        if call.raw_request is not None:
+            raw["request"] = call.raw_request
+        if call.raw_response is not None:
+            raw["response"] = call.raw_response
         try:
-            raw = {}
-            if call.raw_request is not None:
-                raw["request"] = call.raw_request
-                del record["request"]
-            if call.raw_response is not None:
-                raw["response"] = call.raw_response
-                del record["response"]
             self.recorder.write(call.session, record, raw, nonfinite=call.nonfinite)
-        except Exception:
-            log.exception("could not write the trace record of call %s to %s", call.call_id,
-                          self.recorder.path(call.session))
+        except RecordWriteError as exc:
+            log.error("call %s (%s %s) failed: %s", call.call_id, call.method, call.endpoint, exc)
+            return exc
+        except Exception as exc:  # e.g. a value no encoder takes: never a success without a record
+            log.exception("could not encode the trace record of call %s", call.call_id)
+            return RecordWriteError(str(self.recorder.path(call.session)), OSError(0, f"{type(exc).__name__}: {exc}"))
+        return None
 
 
 def _response_headers(response: httpx.Response, raw: bool = False) -> list[tuple[bytes, bytes]]:
@@ -560,7 +730,36 @@ def _plain_utf8(ctype: str) -> bool:
 def _spliceable(data: bytes) -> bool:
     """Whether JSON bytes can be spliced into a trace line verbatim: one line, UTF-8, an object."""
     head = data[:4]
-    return (head[:1] == b"{" and b"\x00" not in head and b"\n" not in data and b"\r" not in data)
+    if not (head[:1] == b"{" and b"\x00" not in head and b"\n" not in data and b"\r" not in data):
+        return False
+    if b"\xed" in data:  # maybe an encoded lone surrogate (parsed with surrogatepass): strict UTF-8 only
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return True
+
+
+def _error_event(status: int, message: str, kind: str) -> bytes:
+    """An SSE event carrying an OpenAI-style error: how a stream that cannot finish normally ends."""
+    return b"data: " + _dumps(_error_body(status, message, kind)) + b"\n\n"
+
+
+def _unrecorded_message(failure: RecordWriteError) -> str:
+    return f"{failure}; the call was not delivered because it could not be recorded (record_write_failed)"
+
+
+def _assembled(call: _Call, assembler: StreamAssembler, raw_events: list[str]) -> Any:
+    """The reassembled stream, or the events as they came when they do not fold into a response."""
+    if not assembler.chunks and not raw_events:
+        return None
+    try:
+        return assembler.response() if assembler.chunks else "\n".join(raw_events)
+    except Exception as exc:
+        call.notes.append(f"the stream could not be reassembled ({type(exc).__name__}: {exc}); "
+                          "response holds the events' data as they came, one per line")
+        return "\n".join(raw_events)
+
 
 
 def _frame(event: ServerSentEvent, data: str) -> bytes:

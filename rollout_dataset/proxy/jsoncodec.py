@@ -44,6 +44,13 @@ def loads(data: bytes | str) -> tuple[Any, bool]:
         ValueError: the text is not valid JSON (`json.JSONDecodeError`, the same message as
             `json.loads`), or bytes that are not valid in their detected encoding.
     """
+    try:
+        return _loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to parse (more than about 900 levels)") from None
+
+
+def _loads(data: bytes | str) -> tuple[Any, bool]:
     if isinstance(data, str):
         if data.startswith("\ufeff"):
             return json.loads(data), False  # raises json's own "Unexpected UTF-8 BOM" error
@@ -69,11 +76,14 @@ def encode_record(record: dict[str, Any], nonfinite: bool = False) -> bytes:
 
     Raises:
         TypeError: a value is not JSON-serialisable.
-        UnicodeEncodeError: a string holds a lone surrogate.
     """
     if not nonfinite:
         try:
             return orjson.dumps(record)
         except TypeError:  # e.g. an integer beyond 64 bits or a lone surrogate: the standard encoder decides
             pass
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: written as a \uXXXX escape, which JSON allows
+        return json.dumps(record, ensure_ascii=True, separators=(",", ":")).encode("ascii")

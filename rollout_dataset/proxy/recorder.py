@@ -1,41 +1,81 @@
 """The trace files: one append-only `<session>.jsonl` per session, one line per call.
 
-Each record is encoded once and written with a single `os.write` on a file opened with
-``O_APPEND``, so it reaches the operating system before the call's last byte goes to the harness
-(a crash of the proxy process loses at most the calls in flight) and lines never interleave.
+Each record is encoded once and written with `os.write` on a file opened with ``O_APPEND`` before
+the call's last byte goes to the harness: a record is durable against a crash of the proxy
+process (kill -9) once the call has succeeded, and lines never interleave. A record that cannot
+be written (disk full, too many open files, I/O error) raises `RecordWriteError`, and the proxy
+fails the call instead of answering it unrecorded; a partly written line is cut off again, so
+the file stays a sequence of whole lines.
+
+Files are opened through a bounded cache of descriptors (least recently used closed first), so a
+proxy serving more sessions than its descriptor limit keeps recording.
+
+Each record carries ``prev_sha256``, the digest of the record before it (see
+`rollout_dataset.trace_integrity`); `seal` tells what the proxy wrote to a session. A proxy
+started on a directory that already holds a session's file continues it: a last line cut short by
+a crash is moved aside to ``<session>.jsonl.cut-<n>`` (logged, and noted in the session's next
+record), and the arrival index and the chain continue after the last complete record.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import logging
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from rollout_dataset.errors import SchemaValidationError
-from rollout_dataset.proxy.jsoncodec import encode_record
+import orjson
 
-__all__ = ["TraceRecorder", "read_trace"]
+from rollout_dataset.errors import RecordWriteError, SchemaValidationError
+from rollout_dataset.proxy.jsoncodec import encode_record
+from rollout_dataset.trace_integrity import CHAIN_FIELD, TraceSeal, canonical_bytes, record_digest, verify_chain
+
+__all__ = ["TraceRecorder", "read_trace", "DEFAULT_MAX_OPEN_FILES", "MAX_FIELD_DEPTH"]
 
 log = logging.getLogger(__name__)
+
+#: trace files kept open at once (more sessions than this reopen their file when they write).
+DEFAULT_MAX_OPEN_FILES = 32
+
+
+class _Session:
+    """What the recorder knows about one session file."""
+
+    __slots__ = ("next_index", "records", "head", "size", "notes")
+
+    def __init__(self) -> None:
+        self.next_index = 0
+        self.records = 0
+        self.head: str | None = None
+        self.size = 0  # bytes of whole lines in the file
+        self.notes: list[str] = []  # for the session's next record
 
 
 class TraceRecorder:
     """Append trace records to `<trace_dir>/<session>.jsonl`.
 
     Args:
-        trace_dir: the directory of the trace files (created if missing).
+        trace_dir: the directory of the trace files (created if missing, mode 0700).
+        max_open_files: trace files kept open at once (at least 1).
 
     Raises:
         NotADirectoryError: `trace_dir` exists and is not a directory.
     """
 
-    def __init__(self, trace_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, trace_dir: str | os.PathLike[str], max_open_files: int = DEFAULT_MAX_OPEN_FILES) -> None:
         self.trace_dir = Path(trace_dir)
-        self.trace_dir.mkdir(parents=True, exist_ok=True)
-        self._fds: dict[str, int] = {}
-        self._next: dict[str, int] = {}
+        self.trace_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.max_open_files = max(1, max_open_files)
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._sessions: dict[str, _Session] = {}
+        # One descriptor held in reserve: when sockets have taken every other one, it is given up
+        # for the moment a record is written (the event loop cannot accept in between), so a
+        # proxy at its descriptor limit still records what it answers.
+        self._spare: int | None = _open_spare()
 
     def path(self, session: str) -> Path:
         """The trace file of a session.
@@ -56,42 +96,149 @@ class TraceRecorder:
 
         Returns:
             The 0-based arrival index of the new call.
+
+        Raises:
+            OSError: an existing trace file of the session could not be read.
         """
-        index = self._next.get(session)
-        if index is None:
-            index = self._existing_count(session)
-        self._next[session] = index + 1
+        state = self._session(session)
+        index = state.next_index
+        state.next_index += 1
         return index
 
-    def _existing_count(self, session: str) -> int:
-        path = self.path(session)
-        if not path.exists():
-            return 0
-        with open(path, "rb") as fh:
-            return sum(1 for line in fh if line.strip())
-
-    def _fd(self, session: str) -> int:
-        fd = self._fds.get(session)
-        if fd is None:
-            fd = os.open(self.path(session), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            self._fds[session] = fd
-        return fd
-
-    def write(self, session: str, record: dict[str, Any], raw: dict[str, bytes] | None = None,
-              nonfinite: bool = False) -> None:
-        """Append one record as one JSON line, handed to the OS before returning.
+    def seal(self, session: str) -> TraceSeal:
+        """What this recorder has written to a session's file (records and the last one's digest).
 
         Args:
             session: a validated session id.
-            record: the trace record (JSON-serialisable).
+
+        Returns:
+            The seal to check the file against (`rollout_dataset.trace_integrity.verify_chain`).
+        """
+        state = self._session(session)
+        return TraceSeal(state.records, state.head)
+
+    def _session(self, session: str) -> _Session:
+        state = self._sessions.get(session)
+        if state is None:
+            state = self._sessions[session] = self._resume(session)
+        return state
+
+    def _resume(self, session: str) -> _Session:
+        """Pick up an existing file: move a cut last line aside, continue index and chain after the rest."""
+        state = _Session()
+        path = self.path(session)
+        if not path.exists():
+            return state
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            self._close_cached()  # out of descriptors: give back ours (and the spare) for this read
+            self._drop_spare()
+            try:
+                data = path.read_bytes()
+            finally:
+                self._spare = _open_spare()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            cut = data[end:]
+            aside = _free_name(path)
+            aside.write_bytes(cut)
+            os.truncate(path, end)
+            message = (f"the proxy restarted after a crash: the cut last line of {path.name} ({len(cut)} bytes) "
+                       f"was moved to {aside.name}")
+            log.warning("%s: %s", path, message)
+            state.notes.append(message)
+        last: dict[str, Any] | None = None
+        top = -1
+        for number, line in enumerate(data[:end].split(b"\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                log.error("%s: line %d is not JSON; the session continues after it", path, number)
+                continue
+            state.records += 1
+            if isinstance(record, dict):
+                last = record
+                if isinstance(record.get("index"), int):
+                    top = max(top, record["index"])
+        state.next_index = top + 1
+        state.size = end
+        if last is not None:
+            state.head = record_digest(last)
+        return state
+
+    def _fd(self, session: str) -> tuple[int, bool]:
+        """The session's descriptor, and whether it is borrowed from the spare (close it after use)."""
+        fd = self._fds.get(session)
+        if fd is not None:
+            self._fds.move_to_end(session)
+            return fd, False
+        while len(self._fds) >= self.max_open_files:
+            self._close_oldest()
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self.path(session), flags, 0o600)
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            self._close_cached()  # out of descriptors: give back ours, then the spare, and try again
+            try:
+                fd = os.open(self.path(session), flags, 0o600)
+            except OSError as again:
+                if again.errno not in (errno.EMFILE, errno.ENFILE) or self._spare is None:
+                    raise
+                self._drop_spare()
+                try:
+                    return os.open(self.path(session), flags, 0o600), True
+                except OSError:
+                    self._spare = _open_spare()
+                    raise
+        self._fds[session] = fd
+        return fd, False
+
+    def _drop_spare(self) -> None:
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+
+    def _close_oldest(self) -> None:
+        _, fd = self._fds.popitem(last=False)
+        try:
+            os.close(fd)
+        except OSError:  # pragma: no cover - already closed
+            pass
+
+    def write(self, session: str, record: dict[str, Any], raw: dict[str, bytes] | None = None,
+              nonfinite: bool = False) -> None:
+        """Chain and append one record as one JSON line, handed to the OS before returning.
+
+        Args:
+            session: a validated session id.
+            record: the trace record, every field parsed (``prev_sha256`` and pending notes are
+                added here).
             raw: fields whose value is already JSON (one line of UTF-8, e.g. the request exactly as
-                the harness sent it); spliced into the line verbatim instead of re-encoded.
+                the harness sent it, equal to the record's parsed value); spliced into the line
+                verbatim instead of re-encoded.
             nonfinite: the record may hold NaN or infinite floats (see `encode_record`).
 
         Raises:
-            OSError: the file could not be written.
+            RecordWriteError: the line could not be written (the file is left without it).
         """
-        line = encode_record(record, nonfinite)
+        state = self._session(session)
+        raw = dict(raw or {})
+        if state.notes:
+            record["notes"] = list(record.get("notes") or []) + state.notes
+        record[CHAIN_FIELD] = state.head
+        try:
+            digest_bytes = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)  # canonical_bytes' fast path
+        except TypeError:  # big ints, lone surrogates or deep nesting: see what it is
+            _flatten_too_deep(record, raw)
+            digest_bytes = canonical_bytes(record)
+        line = encode_record({k: v for k, v in record.items() if k not in raw}, nonfinite)
         if raw:
             parts = [line[:-1]]
             for key, value in raw.items():
@@ -99,30 +246,121 @@ class TraceRecorder:
             parts.append(b"}")
             line = b"".join(parts)
         data = line + b"\n"
-        fd = self._fd(session)
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        path = self.path(session)
+        borrowed = False
+        try:
+            fd, borrowed = self._fd(session)
+            if borrowed:
+                self._fds[session] = fd  # so a failed write is cut off like any other
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+        except OSError as exc:
+            self._undo_partial(session, state)
+            raise RecordWriteError(str(path), exc) from exc
+        finally:
+            if borrowed:
+                fd = self._fds.pop(session, None)
+                if fd is not None:
+                    os.close(fd)
+                self._spare = _open_spare()
+        state.head = hashlib.sha256(digest_bytes).hexdigest()
+        state.records += 1
+        state.size += len(data)
+        state.notes = []
+
+    def _undo_partial(self, session: str, state: _Session) -> None:
+        """Cut a partly written line off again (the file must stay whole lines), and drop the handle."""
+        fd = self._fds.pop(session, None)
+        try:
+            if fd is not None:
+                os.ftruncate(fd, state.size)
+            elif self.path(session).exists() and self.path(session).stat().st_size > state.size:
+                os.truncate(self.path(session), state.size)
+        except OSError as exc:
+            log.error("could not cut a partly written record off %s: %s", self.path(session), exc)
+        finally:
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def _close_cached(self) -> None:
+        while self._fds:
+            self._close_oldest()
 
     def close(self) -> None:
-        """Close every open trace file."""
-        for fd in self._fds.values():
+        """Close every open trace file (and the spare descriptor)."""
+        self._close_cached()
+        self._drop_spare()
+
+
+def _open_spare() -> int | None:
+    try:
+        return os.open(os.devnull, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+
+
+def _free_name(path: Path) -> Path:
+    n = 1
+    while True:
+        candidate = path.with_name(f"{path.name}.cut-{n}")
+        if not candidate.exists():
+            return candidate
+        n += 1
+
+
+#: deepest nesting of a record field kept as JSON (orjson writes 255 levels; every reader parses it).
+MAX_FIELD_DEPTH = 200
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether a JSON value nests deeper than `limit` levels (iterative: no recursion limit)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        elif not isinstance(item, list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in item if isinstance(child, (dict, list)))
+    return False
+
+
+def _flatten_too_deep(record: dict[str, Any], raw: dict[str, bytes]) -> None:
+    """Keep fields nested deeper than `MAX_FIELD_DEPTH` as JSON text, so every line stays readable."""
+    for key, value in list(record.items()):
+        if not isinstance(value, (dict, list)) or not _too_deep(value, MAX_FIELD_DEPTH):
+            continue
+        if key in raw:
+            text = raw.pop(key).decode("utf-8", "replace")
+        else:
             try:
-                os.close(fd)
-            except OSError:  # pragma: no cover - already closed
-                pass
-        self._fds.clear()
+                text = json.dumps(value, ensure_ascii=False)
+            except (RecursionError, ValueError):
+                text = "<nested too deep to encode>"
+        record[key] = text
+        notes = record.setdefault("notes", [])
+        if isinstance(notes, list):
+            notes.append(f"{key} is nested deeper than {MAX_FIELD_DEPTH} levels: kept as JSON text")
 
 
-def read_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Read a `<session>.jsonl` trace file.
+def read_trace(path: str | os.PathLike[str], seal: TraceSeal | None = None) -> list[dict[str, Any]]:
+    """Read a `<session>.jsonl` trace file and check its chain.
 
     A last line cut short by a crash (no trailing newline, not valid JSON) is dropped with a
-    warning; every other line must parse.
+    warning; every other line must parse, and the records must form an unbroken chain (see
+    `rollout_dataset.trace_integrity`). With `seal`, the file must also hold exactly the records the
+    proxy wrote, so a cut tail or an edited last record is caught too.
 
     Args:
         path: the trace file.
+        seal: what the proxy wrote to the session (`TraceRecorder.seal` / `CaptureProxy.seal`).
 
     Returns:
         The records in file order (calls in the order they ended).
@@ -130,6 +368,8 @@ def read_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     Raises:
         FileNotFoundError: the file does not exist.
         SchemaValidationError: a line other than a truncated last one is not a JSON object.
+        TraceIntegrityError: records were removed, reordered, inserted or edited (names the file
+            and the record's position).
     """
     path = Path(path)
     data = path.read_bytes()
@@ -141,7 +381,7 @@ def read_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         is_last = number == len(lines)  # no newline after it: the write may have been cut short
         try:
             record = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             if is_last:
                 log.warning("%s: dropping truncated last line %d (%d bytes)", path, number, len(line))
                 continue
@@ -149,4 +389,5 @@ def read_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         if not isinstance(record, dict):
             raise SchemaValidationError([(str(path), f"line {number}", "not a JSON object")])
         records.append(record)
+    verify_chain(records, str(path), seal)
     return records

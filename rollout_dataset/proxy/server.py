@@ -20,11 +20,12 @@ from typing import Any
 import httpx
 import uvicorn
 
-from rollout_dataset.proxy.app import DEFAULT_MAX_BODY_BYTES, DEFAULT_SESSION, ProxyApp
-from rollout_dataset.proxy.recorder import TraceRecorder
+from rollout_dataset.proxy.app import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_SESSION, ProxyApp
+from rollout_dataset.proxy.recorder import DEFAULT_MAX_OPEN_FILES, TraceRecorder
 from rollout_dataset.proxy.redact import valid_session_id
 from rollout_dataset.proxy.transport import UpstreamTransport
 from rollout_dataset.proxy.upstream import AuthenticatingTransport, UpstreamTarget, parse_upstream
+from rollout_dataset.trace_integrity import TraceSeal
 
 __all__ = ["CaptureProxy", "new_event_loop", "upstream_root"]
 
@@ -85,6 +86,9 @@ class CaptureProxy:
         connect_timeout: seconds to wait for a connection to the upstream.
         max_body_bytes: largest request body accepted (larger → 413).
         max_connections: connection pool size towards the upstream.
+        max_inflight_bytes: request bodies plus buffered response bytes held by all calls at once
+            (past it → 503, recorded).
+        max_open_files: trace files kept open at once (least recently used closed first).
         api_key: the real upstream key, sent as ``Authorization: Bearer`` in place of whatever the
             harness sent; None sends none (userinfo in `upstream` still does).
         forward_client_auth: with no credentials of its own (no `api_key`, no userinfo), pass
@@ -102,7 +106,8 @@ class CaptureProxy:
     def __init__(self, upstream: str, trace_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 0,
                  transport: httpx.AsyncBaseTransport | None = None, *, upstream_timeout: float = 600.0,
                  connect_timeout: float = 10.0, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 max_connections: int = 512, api_key: str | None = None,
+                 max_connections: int = 512, max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
+                 max_open_files: int = DEFAULT_MAX_OPEN_FILES, api_key: str | None = None,
                  forward_client_auth: bool = True) -> None:
         self._target: UpstreamTarget = parse_upstream(upstream, api_key)
         self.upstream = self._target.display
@@ -116,6 +121,8 @@ class CaptureProxy:
         self.connect_timeout = connect_timeout
         self.max_body_bytes = max_body_bytes
         self.max_connections = max_connections
+        self.max_inflight_bytes = max_inflight_bytes
+        self.max_open_files = max_open_files
         self._server: uvicorn.Server | None = None
         self._serve_task: asyncio.Task[Any] | None = None
         self._own_transport: httpx.AsyncBaseTransport | None = None
@@ -171,6 +178,33 @@ class CaptureProxy:
         """
         return self.trace_dir / f"{session}.jsonl"
 
+    def seal(self, session: str = DEFAULT_SESSION) -> TraceSeal:
+        """What this proxy wrote to a session's trace file, from its own memory (not the file).
+
+        Read the file with ``read_trace(proxy.trace_path(s), seal=proxy.seal(s))`` to catch a cut
+        tail or an edited last record; store ``seal.to_dict()`` next to the records (``trace.json``).
+        Call it once the session's calls have ended.
+
+        Args:
+            session: the session id.
+
+        Returns:
+            The number of records written and the last one's digest.
+
+        Raises:
+            RuntimeError: the proxy is not running.
+        """
+        recorder = self._recorder
+        if recorder is None:
+            raise RuntimeError("the proxy is not running: the seal is read while it runs")
+        loop = self._thread_loop
+        if (loop is not None and self._thread is not None and not loop.is_closed()
+                and threading.current_thread() is not self._thread):
+            async def read() -> TraceSeal:
+                return recorder.seal(session)
+            return asyncio.run_coroutine_threadsafe(read(), loop).result(30)
+        return recorder.seal(session)
+
     # ---- async lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> "CaptureProxy":
@@ -184,7 +218,7 @@ class CaptureProxy:
         """
         if self._server is not None:
             raise RuntimeError("the proxy is already running")
-        self._recorder = TraceRecorder(self.trace_dir)
+        self._recorder = TraceRecorder(self.trace_dir, self.max_open_files)
         limits = httpx.Limits(max_connections=self.max_connections,
                               max_keepalive_connections=min(self.max_connections, 256),
                               keepalive_expiry=UPSTREAM_KEEPALIVE_S)
@@ -195,7 +229,8 @@ class CaptureProxy:
             verify = self.upstream_root.startswith("https:")  # no certificate loading for plain http
             transport = self._own_transport = UpstreamTransport(limits, verify=verify)
         transport = AuthenticatingTransport(transport, self._target, forward_client_auth=self.forward_client_auth)
-        app = ProxyApp(self.upstream_root, self._recorder, transport, timeout, self.max_body_bytes)
+        app = ProxyApp(self.upstream_root, self._recorder, transport, timeout, self.max_body_bytes,
+                       self.max_inflight_bytes)
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

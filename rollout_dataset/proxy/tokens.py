@@ -150,6 +150,15 @@ def strip_response(obj: Any, req: TokenRequest) -> Any | None:
     return out
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_list(value: Any) -> bool:
+    """Whether a value is a list of integers (token ids of the right type)."""
+    return isinstance(value, list) and all(_is_int(v) for v in value)
+
+
 def _ids_from_token_strings(tokens: list[Any]) -> list[int] | None:
     ids = []
     for token in tokens:
@@ -181,6 +190,9 @@ def _choice_fields(choice: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     tokens, values = _choice_logprobs(choice)
     ids = choice.get("token_ids")
     source = None
+    if ids is not None and not _int_list(ids):
+        notes.append(f"choice {idx}: token_ids is not a list of integers; ignored")
+        ids = None
     if isinstance(ids, list):
         source = "return_token_ids"
     else:
@@ -237,11 +249,17 @@ def token_fields(response: Any, kind: str | None) -> dict[str, Any]:
     choices = [c for c in response.get("choices") or () if isinstance(c, dict)]
     if not choices:
         return out
-    choices.sort(key=lambda c: c.get("index", 0))
+    if all(_is_int(c.get("index", 0)) for c in choices):
+        choices.sort(key=lambda c: c.get("index", 0))
+    else:
+        notes.append("a choice's index is not an integer; choices kept in the order they came")
     first = choices[0]
     prompt_ids = response.get("prompt_token_ids")
     if prompt_ids is None:
         prompt_ids = first.get("prompt_token_ids")
+    if prompt_ids is not None and not _int_list(prompt_ids):
+        notes.append("prompt_token_ids is not a list of integers; ignored")
+        prompt_ids = None
     out["prompt_token_ids"] = list(prompt_ids) if isinstance(prompt_ids, list) else None
     per_choice = [_choice_fields(c, notes) for c in choices]
     head = per_choice[0]

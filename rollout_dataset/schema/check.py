@@ -6,7 +6,9 @@ schema cannot express:
 
 - `turns.json`: `n_prompt_ids`/`n_output_ids` equal the array lengths, the mask length equals
   prompt + output ids (zeros then ones), the logprob count equals the output id count;
-- `trace.json`: every call is a valid trace record, indices strictly increase;
+- `trace.json`: every call is a valid trace record, indices strictly increase, the records' hash
+  chain (``prev_sha256``) is unbroken and agrees with the proxy's ``seal`` (see
+  `rollout_dataset.trace_integrity`);
 - an artifact folder (`summary.json` plus another artifact file): every artifact file is present, and the
   summary's counts agree with the trace, the turns and the held-out tests (captured calls, agent
   and trained turns, tool calls by name and in total, held-out count, reward = passed / total,
@@ -26,6 +28,7 @@ from typing import Any, Iterable
 
 from rollout_dataset.errors import SchemaValidationError
 from rollout_dataset.schema import SCHEMA_NAMES, schema_errors
+from rollout_dataset.trace_integrity import SEAL_FIELD, TraceSeal, chain_failures
 
 __all__ = [
     "ARTIFACT_FILES",
@@ -155,11 +158,23 @@ def _check_turns(doc: dict) -> list[tuple[str, str]]:
 
 
 def _check_trace(doc: dict) -> list[tuple[str, str]]:
-    """Arrival order: each call's index comes after the previous one's (the schema checks the records)."""
+    """Arrival order and tamper evidence (the schema checks the records themselves).
+
+    Each call's index comes after the previous one's; the records' hash chain is unbroken and,
+    when the proxy's seal is there, the calls are exactly the records it wrote.
+    """
     out: list[tuple[str, str]] = []
     calls = doc.get("calls") if isinstance(doc, dict) else None
     if not isinstance(calls, list):
         return out
+    seal = None
+    if SEAL_FIELD in doc:
+        try:
+            seal = TraceSeal.from_dict(doc[SEAL_FIELD])
+        except ValueError as exc:
+            out.append((f"$.{SEAL_FIELD}", str(exc)))
+    for position, reason in chain_failures(calls, seal):
+        out.append((f"$.calls[{position}]", f"trace integrity: {reason}"))
     last = -1
     for i, call in enumerate(calls):
         index = call.get("index") if isinstance(call, dict) else None
