@@ -43,6 +43,7 @@ __all__ = [
     "chain_failures",
     "verify_chain",
     "chain",
+    "reseal",
 ]
 
 #: the field of each record holding its predecessor's digest (null for a session's first record).
@@ -191,3 +192,21 @@ def chain(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         previous = record_digest(record)
         out.append(record)
     return out
+
+
+def reseal(trace_document: dict[str, Any]) -> dict[str, Any]:
+    """Re-chain and re-seal a ``trace.json`` document that trusted code changed after checking it.
+
+    The capture checks the proxy's file against the proxy's seal first; when it then redacts a
+    secret from the records, the copy it writes gets a fresh chain and seal, so ``validate`` and
+    ``build`` still catch any later edit of the artifact.
+
+    Args:
+        trace_document: ``{"calls": [...], "seal": {...}, ...}`` (copied, not changed).
+
+    Returns:
+        The document with its calls chained and a seal over them.
+    """
+    calls = chain(trace_document.get("calls") or [])
+    head = record_digest(calls[-1]) if calls else None
+    return {**trace_document, "calls": calls, SEAL_FIELD: TraceSeal(len(calls), head).to_dict()}

@@ -145,6 +145,8 @@ def test_a_distinctive_api_key_appears_in_no_artifact(tmp_path, agent_cmd, monke
     builtin = capture_rollout(CaptureConfig(out_dir=tmp_path / "builtin", timeout_s=60, api_key=SECRET))
     assert result.summary["captured_calls"] == 1 and builtin.summary["captured_calls"] >= 3
     assert builtin.ok and [e["kind"] for e in result.errors] == ["secret_redacted"]
+    # The redacted copy is still a valid, chained and sealed trace (redaction re-seals it).
+    assert validate_path(tmp_path / "ext") == []
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert len(files) >= 16
     assert not [str(p) for p in files if SECRET in p.read_text(errors="replace")]

@@ -14,10 +14,14 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from rollout_dataset.capture.secrets import redact_text
+from rollout_dataset.trace_integrity import reseal
 
 __all__ = ["write_artifacts", "write_text_atomic"]
 
 logger = logging.getLogger(__name__)
+
+#: the artifact holding the session's records (chained and sealed, see `rollout_dataset.trace_integrity`).
+TRACE_FILE = "trace.json"
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -55,6 +59,9 @@ def write_artifacts(out_dir: str | Path, files: Mapping[str, Any], secrets: Iter
         else:
             text = content if isinstance(content, str) else str(content)
         text, n = redact_text(text, secrets)
+        if n and name == TRACE_FILE:
+            # The records were checked against the proxy's seal before; the redacted copy is sealed anew.
+            text = json.dumps(reseal(json.loads(text)), indent=1, ensure_ascii=False) + "\n"
         if n:
             logger.warning("redacted %d secret occurrence(s) from %s", n, name)
             redacted += n
