@@ -1,0 +1,75 @@
+"""vLLM 0.32's pre-tokenized chat prompt: ``kv_transfer_params.prompt_token_ids``.
+
+vLLM's chat endpoint (``vllm/renderers/online_renderer.py``, ``_reused_prompt_token_ids``) takes the
+prompt ids from ``kv_transfer_params.prompt_token_ids`` instead of rendering ``messages`` when the
+field is a list of ids, ``echo`` is off and every message holds text only. ``messages`` still drive
+tool and reasoning parsing and the policy's answer; the engine generates from exactly those ids and
+returns them as ``prompt_token_ids``. The local backend does the same, with this one check.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from rollout_dataset.backend.params import RequestError, validation_error
+
+__all__ = ["reused_prompt_ids", "text_only"]
+
+
+def text_only(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether every message's content is text (a string, null, or a list of text parts).
+
+    Args:
+        messages: chat messages.
+
+    Returns:
+        False when some content part is not ``{"type": "text", ...}`` (an image, audio, a file).
+    """
+    for message in messages:
+        content = message.get("content")
+        if content is None or isinstance(content, str):
+            continue
+        if not isinstance(content, list):
+            return False
+        for part in content:
+            if isinstance(part, str):
+                continue
+            if not isinstance(part, Mapping) or part.get("type") != "text":
+                return False
+    return True
+
+
+def reused_prompt_ids(body: Mapping[str, Any], messages: Sequence[Mapping[str, Any]],
+                      vocab_size: int) -> list[int] | None:
+    """The prompt ids a chat request supplies itself, when the server would use them.
+
+    Args:
+        body: the chat request body.
+        messages: its checked messages.
+        vocab_size: the tokenizer's size (ids must be below it).
+
+    Returns:
+        The ids, or None when the request supplies none or the server ignores them (``echo``,
+        non-text content, no ``prompt_token_ids`` key).
+
+    Raises:
+        RequestError: ``kv_transfer_params`` is not an object, the ids are not a list of integers,
+            or an id is outside the vocabulary.
+    """
+    params = body.get("kv_transfer_params")
+    if params is None:
+        return None
+    if not isinstance(params, Mapping):
+        raise validation_error("body.kv_transfer_params", "dict_type", "Input should be a valid dictionary", params)
+    ids = params.get("prompt_token_ids")
+    if ids is None or body.get("echo") or not text_only(messages):
+        return None
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise RequestError("kv_transfer_params.prompt_token_ids must be a list of integers",
+                           param="kv_transfer_params")
+    if not ids:
+        raise RequestError("kv_transfer_params.prompt_token_ids must not be empty", param="kv_transfer_params")
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise RequestError(f"Token id {bad} is out of vocabulary (size {vocab_size})", param="kv_transfer_params")
+    return list(ids)
