@@ -12,31 +12,9 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from rollout_dataset.backend.params import RequestError, validation_error
+from rollout_dataset.proxy.on_policy import text_only  # one definition: the proxy predicts what vLLM ignores
 
 __all__ = ["reused_prompt_ids", "text_only"]
-
-
-def text_only(messages: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether every message's content is text (a string, null, or a list of text parts).
-
-    Args:
-        messages: chat messages.
-
-    Returns:
-        False when some content part is not ``{"type": "text", ...}`` (an image, audio, a file).
-    """
-    for message in messages:
-        content = message.get("content")
-        if content is None or isinstance(content, str):
-            continue
-        if not isinstance(content, list):
-            return False
-        for part in content:
-            if isinstance(part, str):
-                continue
-            if not isinstance(part, Mapping) or part.get("type") != "text":
-                return False
-    return True
 
 
 def reused_prompt_ids(body: Mapping[str, Any], messages: Sequence[Mapping[str, Any]],
