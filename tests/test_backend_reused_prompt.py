@@ -48,7 +48,9 @@ async def test_prompt_ids_are_ignored_with_echo_or_non_text_content(local_backen
 async def test_prompt_ids_outside_the_vocabulary_are_refused(local_backend):
     status, body = await _post(local_backend, "/chat/completions", {
         "messages": USER, "kv_transfer_params": {"prompt_token_ids": [1, 10 ** 9]}})
-    assert status == 400 and body["error"]["param"] == "kv_transfer_params"
+    assert status == 400 and body["error"]["param"] == "kv_transfer_params.prompt_token_ids"
+    assert body["error"]["message"] == ("Token id 1000000000 is out of vocabulary "
+                                        "(parameter=kv_transfer_params.prompt_token_ids)")
 
 
 async def test_given_prompt_ids_still_parse_tool_calls_from_messages(start_local_backend, builtin_tokenizer):
@@ -85,3 +87,16 @@ def test_a_token_ids_step_stands_alone():
         load_script([{"token_ids": [1], "text": "x"}])
     with pytest.raises(ValueError, match="token_ids"):
         load_script([{"token_ids": []}])
+
+
+@pytest.mark.parametrize("ids", [[], "abc", [1, -2]])
+async def test_prompt_ids_that_are_not_a_list_of_ids_are_refused_with_vllms_message(local_backend, ids):
+    status, body = await _post(local_backend, "/chat/completions", {
+        "messages": USER, "kv_transfer_params": {"prompt_token_ids": ids}})
+    assert status == 400 and body["error"]["message"].startswith(
+        "`kv_transfer_params['prompt_token_ids']` must be a non-empty list of non-negative integers.")
+
+
+async def test_kv_transfer_params_must_be_an_object(local_backend):
+    status, body = await _post(local_backend, "/chat/completions", {"messages": USER, "kv_transfer_params": [1]})
+    assert status == 400 and body["error"]["param"] == "body.kv_transfer_params"

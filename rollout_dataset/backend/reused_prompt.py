@@ -31,8 +31,8 @@ def reused_prompt_ids(body: Mapping[str, Any], messages: Sequence[Mapping[str, A
         non-text content, no ``prompt_token_ids`` key).
 
     Raises:
-        RequestError: ``kv_transfer_params`` is not an object, the ids are not a list of integers,
-            or an id is outside the vocabulary.
+        RequestError: ``kv_transfer_params`` is not an object, the ids are not a non-empty list of
+            non-negative integers, or an id is outside the vocabulary (vLLM 0.32's messages).
     """
     params = body.get("kv_transfer_params")
     if params is None:
@@ -42,12 +42,13 @@ def reused_prompt_ids(body: Mapping[str, Any], messages: Sequence[Mapping[str, A
     ids = params.get("prompt_token_ids")
     if ids is None or body.get("echo") or not text_only(messages):
         return None
-    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-        raise RequestError("kv_transfer_params.prompt_token_ids must be a list of integers",
-                           param="kv_transfer_params")
-    if not ids:
-        raise RequestError("kv_transfer_params.prompt_token_ids must not be empty", param="kv_transfer_params")
+    if (not isinstance(ids, list) or not ids
+            or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)):
+        raise RequestError("`kv_transfer_params['prompt_token_ids']` must be a non-empty list of non-negative "
+                           "integers. (parameter=kv_transfer_params.prompt_token_ids)",
+                           param="kv_transfer_params.prompt_token_ids")
     bad = next((t for t in ids if not 0 <= t < vocab_size), None)
     if bad is not None:
-        raise RequestError(f"Token id {bad} is out of vocabulary (size {vocab_size})", param="kv_transfer_params")
+        raise RequestError(f"Token id {bad} is out of vocabulary (parameter=kv_transfer_params.prompt_token_ids)",
+                           param="kv_transfer_params.prompt_token_ids")
     return list(ids)

@@ -282,7 +282,8 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         trace_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rollout-trace-")))
         upstream, tokenizer = stack.enter_context(_model_server(config))
         model = _resolve_model(config, upstream)
-        proxy = stack.enter_context(CaptureProxy(upstream=upstream, trace_dir=trace_dir))
+        proxy = stack.enter_context(CaptureProxy(upstream=upstream, trace_dir=trace_dir,
+                                                        on_policy=config.on_policy))
         session = rollout_id
         harness_url = proxy.session_base_url(session)
         trace_path = proxy.trace_path(session)

@@ -26,13 +26,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upstream-timeout", type=float, default=600.0,
                         help="seconds to wait for the model server's answer and between stream chunks")
     parser.add_argument("--max-body-mb", type=float, default=64.0, help="largest request body accepted, in MiB")
+    parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see README 'On-policy mode')")
 
 
 async def _serve(args: argparse.Namespace) -> None:
     from rollout_dataset.proxy import CaptureProxy
 
     proxy = CaptureProxy(upstream=args.upstream, trace_dir=args.trace_dir, host=args.host, port=args.port,
-                         upstream_timeout=args.upstream_timeout, max_body_bytes=int(args.max_body_mb * 1024 * 1024))
+                         upstream_timeout=args.upstream_timeout, max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+                         on_policy=args.on_policy)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     async with proxy:
