@@ -370,6 +370,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         "leakage": {"checked": True, "hits": [h.to_dict() for h in hits]},
         "timings": {k: round(v, 4) for k, v in timings.items()},
         "errors": list(errors), "harness_exit_code": exit_code,
+        "continuity": document.get("continuity"),
     }
     header = {"rollout": rollout_id, "task": task.task_id, "reward": env_reward,
               "passed": f"{passed}/{len(task.held_out_tests)}" if passed is not None else None,
