@@ -39,4 +39,4 @@ def test_the_card_reports_the_shares_over_the_rollouts_that_used_the_mode():
     text = render_card(rows)
     assert "On-policy mode (2 rollouts): of 4 agent turns," in text
     assert "25.0% exact, 50.0% repaired from the sampled ids" in text and "`content_changed` 1" in text
-    assert "On-policy mode (" not in render_card(rows[2:])
+    assert "rollouts): of" not in render_card(rows[2:])
