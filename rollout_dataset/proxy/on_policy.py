@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -221,17 +222,26 @@ class ParentLookup:
 
 
 class SessionMemory:
-    """Finished chat calls per session, bounded (oldest sessions and calls are forgotten).
+    """Finished chat calls per session, bounded: the least recently used sessions, and each
+    session's oldest calls, are forgotten first (a forgotten parent means ``no_parent``, never a
+    wrong prompt).
 
     Args:
         max_sessions: sessions kept.
         max_calls: calls kept per session.
+        max_ids: prompt + sampled ids kept over all sessions (about 8 bytes each as stored).
     """
 
-    def __init__(self, max_sessions: int = 1024, max_calls: int = 256) -> None:
+    def __init__(self, max_sessions: int = 1024, max_calls: int = 128, max_ids: int = 64_000_000) -> None:
         self._sessions: OrderedDict[str, list[PastCall]] = OrderedDict()
         self.max_sessions = max_sessions
         self.max_calls = max_calls
+        self.max_ids = max_ids
+        self.n_ids = 0
+
+    @staticmethod
+    def _size(call: PastCall) -> int:
+        return len(call.prompt_ids) + len(call.completion_ids)
 
     def remember(self, session: str, call: PastCall) -> None:
         """Keep a finished call as a possible parent.
@@ -240,12 +250,22 @@ class SessionMemory:
             session: the proxy session.
             call: the call.
         """
+        call.prompt_ids = array("q", call.prompt_ids)  # a third of a list of ints' memory
+        call.completion_ids = array("q", call.completion_ids)
         calls = self._sessions.pop(session, [])
         calls.append(call)
+        self.n_ids += self._size(call)
+        for old in calls[: max(0, len(calls) - self.max_calls)]:
+            self.n_ids -= self._size(old)
         del calls[: max(0, len(calls) - self.max_calls)]
         self._sessions[session] = calls
-        while len(self._sessions) > self.max_sessions:
-            self._sessions.popitem(last=False)
+        while self._sessions and (len(self._sessions) > self.max_sessions or self.n_ids > self.max_ids):
+            oldest_session, oldest = next(iter(self._sessions.items()))
+            if len(oldest) > 1 and len(self._sessions) <= self.max_sessions:
+                self.n_ids -= self._size(oldest.pop(0))
+            else:
+                self._sessions.popitem(last=False)
+                self.n_ids -= sum(self._size(c) for c in oldest)
 
     def find_parent(self, session: str, messages: Sequence[Any], context: str) -> ParentLookup:
         """The latest call whose messages this request extends by an assistant reply and more turns.

@@ -41,6 +41,7 @@ __all__ = ["OnPolicyMode", "Prepared", "PROBE_MESSAGES"]
 log = logging.getLogger(__name__)
 
 PROBE_MESSAGES = [{"role": "user", "content": "on-policy probe"}]
+AUX_TIMEOUT_S = 60.0  # read timeout of /tokenize, /detokenize and the probe
 _PASS_TO_TOKENIZE = ("model", "tools", "chat_template", "chat_template_kwargs", "continue_final_message",
                      "documents", "add_special_tokens")
 _AUX_DROP = frozenset({b"content-type", b"accept", b"content-length"})
@@ -94,7 +95,10 @@ class OnPolicyMode:
                  memory: SessionMemory | None = None) -> None:
         self.upstream_root = upstream_root.rstrip("/")
         self.transport = transport
-        self.extensions = extensions
+        timeout = dict(extensions.get("timeout") or {})
+        for key in ("read", "write"):  # a stuck /tokenize must not hold the harness's call for long
+            timeout[key] = min(timeout.get(key) or AUX_TIMEOUT_S, AUX_TIMEOUT_S)
+        self.extensions = {**extensions, "timeout": timeout}
         self.memory = memory or SessionMemory()
         self.honoured: bool | None = None  # None: not probed yet
         self.off_reason: str | None = None
