@@ -204,6 +204,7 @@ class PastCall:
     prompt_ids: list[int]
     completion_ids: list[int]
     finish_reason: str | None = None
+    text_chars: int = 0
 
 
 @dataclass
@@ -229,7 +230,8 @@ class SessionMemory:
     Args:
         max_sessions: sessions kept.
         max_calls: calls kept per session.
-        max_ids: prompt + sampled ids kept over all sessions (about 8 bytes each as stored).
+        max_ids: prompt + sampled ids kept over all sessions (8 bytes each as stored; the kept
+            messages' text counts as one id per 8 characters).
     """
 
     def __init__(self, max_sessions: int = 1024, max_calls: int = 128, max_ids: int = 64_000_000) -> None:
@@ -241,7 +243,8 @@ class SessionMemory:
 
     @staticmethod
     def _size(call: PastCall) -> int:
-        return len(call.prompt_ids) + len(call.completion_ids)
+        """Ids held, plus the messages' text counted as one id per 8 characters (same bytes)."""
+        return len(call.prompt_ids) + len(call.completion_ids) + call.text_chars // 8
 
     def remember(self, session: str, call: PastCall) -> None:
         """Keep a finished call as a possible parent.
@@ -251,6 +254,7 @@ class SessionMemory:
             call: the call.
         """
         call.prompt_ids = array("q", call.prompt_ids)  # a third of a list of ints' memory
+        call.text_chars = sum(len(_text(m.get("content"))) for m in call.messages if isinstance(m, Mapping))
         call.completion_ids = array("q", call.completion_ids)
         calls = self._sessions.pop(session, [])
         calls.append(call)
