@@ -199,3 +199,44 @@ async def test_a_server_that_ignores_given_prompt_ids_turns_the_mode_off_once_an
     assert not extends(records[0], records[1])  # the answer came from the server's own render, as sent
     assert all("kv_transfer_params" not in r["upstream_changes"] for r in records)
     assert sum("on-policy mode is off" in m for m in caplog.messages) == 1
+
+
+def header_newline_only_in_history(tokenizer):
+    """A copy of the built-in tokenizer whose generation prompt lacks the newline history puts after
+    the assistant header (as the tiny model of shared/tools/real-vllm, and several real templates)."""
+    import copy
+
+    variant = copy.deepcopy(tokenizer)
+    original = "{{- '<|im_start|>assistant\\n' -}}\n    {%- if enable_thinking"
+    assert original in variant.chat_template
+    variant.chat_template = variant.chat_template.replace(
+        original, "{{- '<|im_start|>assistant' -}}\n    {%- if enable_thinking")
+    return variant
+
+
+async def test_a_history_only_header_newline_is_replaced_by_the_sampled_ids(tmp_path, builtin_tokenizer):
+    variant = header_newline_only_in_history(builtin_tokenizer)
+    records, _ = await run(tmp_path, forced_steps(builtin_tokenizer), on_policy=True, tokenizer=variant)
+    assert [r["continuity"]["status"] for r in records] == ["exact", "repaired", "repaired"]
+    assert extends(records[0], records[1]) and extends(records[1], records[2])
+    newline = builtin_tokenizer.encode("\n", add_special_tokens=False)
+    parent_prompt = records[0]["prompt_token_ids"]
+    assert parent_prompt[-len(newline):] != newline  # the model generated right after the header
+
+
+async def test_a_reply_cut_by_max_tokens_is_closed_with_the_templates_end_of_turn(tmp_path, builtin_tokenizer):
+    steps = forced_steps(builtin_tokenizer)
+    async with LocalBackend(policy="script", script=steps) as backend:
+        async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path, on_policy=True) as proxy:
+            async with httpx.AsyncClient(timeout=30) as client:
+                url = proxy.session_base_url("s") + "/chat/completions"
+                first = (await client.post(url, json={"messages": [TASK], "max_tokens": 5})).json()
+                cut = first["choices"][0]["message"]["content"]
+                assert first["choices"][0]["finish_reason"] == "length"
+                await client.post(url, json={"messages": [TASK, {"role": "assistant", "content": cut},
+                                                          {"role": "user", "content": "go on"}]})
+            records = read_trace(proxy.trace_path("s"))
+    assert records[1]["continuity"]["status"] == "repaired"
+    assert extends(records[0], records[1])
+    end = records[1]["prompt_token_ids"][len(records[0]["prompt_token_ids"]) + 5]
+    assert end == builtin_tokenizer.eos_token_id  # the template's <|im_end|> closes the cut turn
