@@ -82,6 +82,8 @@ def check_pair(off, on):
     assert continuity["not_repaired"] == 0 and continuity["repaired"] == n_agent - 1
     assert continuity["exact"] == 1  # the first turn: nothing sampled before it
     assert agent_seen(trace_on) == agent_seen(trace_off)
+    assert '"prefix_break"' in json.dumps(doc_off)
+    assert '"prefix_break"' not in json.dumps(doc_on) and "retokenization_skew" not in json.dumps(doc_on)
     assert r_on.summary["env_reward"] == r_off.summary["env_reward"] == 1.0
 
 

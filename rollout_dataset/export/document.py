@@ -106,7 +106,9 @@ def export_rollout(
     per_call: dict[int, list[dict[str, Any]]] = {}
     for node in graph.nodes():
         found = call_findings(node, tokens_expected=with_tokens)
-        if tokenizer is not None and with_tokens:
+        record = by_index.get(node.index, {})
+        repaired = (record.get("continuity") or {}).get("status") == "repaired"  # differs by design, recorded
+        if tokenizer is not None and with_tokens and not repaired:
             found += retokenization_findings(node, tokenizer, _chat_template_kwargs(by_index.get(node.index, {})))
         per_call[node.node_id] = found
 
