@@ -89,3 +89,12 @@ def test_memory_stays_within_its_id_budget():
     for i in range(30):
         memory.remember(f"s{i % 3}", PastCall(i, [], "", [], list(range(20)), [1] * 5))
     assert memory.n_ids <= 100
+
+
+def test_an_on_policy_prompt_that_would_overflow_the_context_where_the_render_fits_is_named():
+    from rollout_dataset.proxy.on_policy_upstream import context_overflow
+
+    assert "max_model_len 100" in context_overflow(95, 80, 100, {"max_tokens": 10})
+    assert context_overflow(95, 80, 100, {}) is None  # room left for the output
+    assert context_overflow(95, 80, None, {"max_tokens": 10}) is None  # unknown limit
+    assert context_overflow(95, 95, 100, {"max_tokens": 10}) is None  # the render overflows alike

@@ -36,12 +36,13 @@ from rollout_dataset.proxy.on_policy import (
     text_only,
 )
 
-__all__ = ["OnPolicyMode", "Prepared", "PROBE_MESSAGES"]
+__all__ = ["OnPolicyMode", "Prepared", "PROBE_MESSAGES", "context_overflow"]
 
 log = logging.getLogger(__name__)
 
 PROBE_MESSAGES = [{"role": "user", "content": "on-policy probe"}]
 AUX_TIMEOUT_S = 60.0  # read timeout of /tokenize, /detokenize and the probe
+PROBE_IDS = 32  # the probe sends this many ids of the first prompt it would send (not its probe message's)
 _PASS_TO_TOKENIZE = ("model", "tools", "chat_template", "chat_template_kwargs", "continue_final_message",
                      "documents", "add_special_tokens")
 _AUX_DROP = frozenset({b"content-type", b"accept", b"content-length"})
@@ -70,6 +71,28 @@ class Prepared:
     message_keys: list[str] = field(default_factory=list)
     context: str = ""
     messages: list[Any] = field(default_factory=list)
+
+
+def context_overflow(n_target: int, n_render: int, max_model_len: int | None, body: dict[str, Any]) -> str | None:
+    """Why the on-policy prompt would be refused where the server's own render would not, if so.
+
+    Args:
+        n_target: length of the on-policy prompt.
+        n_render: length of the server's render.
+        max_model_len: the server's context length (None: unknown).
+        body: the chat request (its ``max_completion_tokens``/``max_tokens``).
+
+    Returns:
+        A sentence, or None when the on-policy prompt fits as well as the render does.
+    """
+    if max_model_len is None or n_target <= n_render:
+        return None
+    want = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+    want = want if isinstance(want, int) and not isinstance(want, bool) else 0
+    if n_target + max(want, 1) > max_model_len >= n_render + max(want, 1):
+        return (f"the on-policy prompt ({n_target} ids) plus {max(want, 1)} output tokens exceeds the server's "
+                f"max_model_len {max_model_len}, which its own render ({n_render} ids) fits")
+    return None
 
 
 def _with_prompt_ids(body: bytes, ids: list[int]) -> bytes:
@@ -127,7 +150,8 @@ class OnPolicyMode:
         except ValueError as exc:
             raise _AuxError(f"{url} answered with a body that is not JSON") from exc
 
-    async def tokenize(self, body: dict[str, Any], messages: list[Any], headers: list[tuple[bytes, bytes]]) -> list[int]:
+    async def tokenize(self, body: dict[str, Any], messages: list[Any],
+                       headers: list[tuple[bytes, bytes]]) -> tuple[list[int], int | None]:
         """The server's render of `messages` as its chat endpoint would render `body`.
 
         Args:
@@ -136,7 +160,7 @@ class OnPolicyMode:
             headers: headers for the server (the harness's credentials).
 
         Returns:
-            The prompt ids.
+            The prompt ids, and the server's ``max_model_len`` (None when it gives none).
 
         Raises:
             _AuxError: the call failed or the answer has no ``tokens`` list.
@@ -148,7 +172,8 @@ class OnPolicyMode:
         tokens = out.get("tokens") if isinstance(out, dict) else None
         if not isinstance(tokens, list):
             raise _AuxError(f"{self.upstream_root}/tokenize answered without a 'tokens' list")
-        return tokens
+        limit = out.get("max_model_len")
+        return tokens, limit if isinstance(limit, int) and not isinstance(limit, bool) else None
 
     async def detokenize(self, model: Any, ids: list[int], headers: list[tuple[bytes, bytes]]) -> str:
         """Args: model: the model name. ids: token ids. headers: server headers. Returns: their text."""
@@ -243,7 +268,7 @@ class OnPolicyMode:
                               "echo or non-text content: the server ignores given prompt ids then")
         k = len(parent.message_keys)
         blank = list(messages[:k]) + [blank_reply(messages[k])] + list(messages[k + 1:])
-        parent_render, render, blank_render = await asyncio.gather(
+        (parent_render, _), (render, max_model_len), (blank_render, _) = await asyncio.gather(
             self.tokenize(parsed, parent.messages, headers), self.tokenize(parsed, messages, headers),
             self.tokenize(parsed, blank, headers))
         plan = plan_splice(parent, parent_render, render, blank_render)
@@ -257,7 +282,10 @@ class OnPolicyMode:
                 return Continuity("not_repaired", idx, "content_changed", content_mismatch_detail(sampled, rendered))
         if plan.target == render:
             return Continuity("exact", idx)
-        if self.honoured is None and not await self.probe(parsed.get("model"), plan.target, headers):
+        overflow = context_overflow(len(plan.target), len(render), max_model_len, parsed)
+        if overflow:
+            return Continuity("not_repaired", idx, "context_overflow", overflow)
+        if self.honoured is None and not await self.probe(parsed.get("model"), plan.target[:PROBE_IDS], headers):
             return Continuity("not_repaired", idx, "server_ignores_prompt_ids", self.off_reason)
         prepared.target = plan.target
         prepared.body = _with_prompt_ids(prepared.body, plan.target)
