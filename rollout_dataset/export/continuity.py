@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable
 
+from rollout_dataset.schema import load_schema
+
 __all__ = ["STATUSES", "continuity_of", "continuity_summary", "merge_continuity"]
 
-STATUSES = ("exact", "repaired", "not_repaired")
+# one definition: the trace record schema's enum (exact, repaired, not_repaired)
+STATUSES: tuple[str, ...] = tuple(
+    load_schema("trace_record")["properties"]["continuity"]["properties"]["status"]["enum"])
 
 
 def continuity_of(records: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 __all__ = [
-    "CONTINUITY_STATUSES",
     "Continuity",
+    "ParentLookup",
     "PastCall",
     "SessionMemory",
     "SplicePlan",
@@ -42,14 +42,13 @@ __all__ = [
     "blank_reply",
     "common_prefix",
     "common_suffix",
+    "content_mismatch_detail",
     "drift_of",
     "message_key",
     "plan_splice",
     "request_context",
     "text_only",
 ]
-
-CONTINUITY_STATUSES = ("exact", "repaired", "not_repaired")
 
 # Chat request fields that change how the server renders the messages: a parent must share them.
 TEMPLATE_FIELDS = ("model", "tools", "chat_template", "chat_template_kwargs", "add_generation_prompt",
