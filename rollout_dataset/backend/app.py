@@ -5,7 +5,7 @@
 `/detokenize`, `/health` and `/version`, with vLLM's parameters (`return_token_ids`,
 `logprobs`/`top_logprobs`, `return_tokens_as_token_ids`, `stream_options.include_usage`,
 `max_tokens`/`max_completion_tokens`, `stop`, `seed`, `n`, `tools`/`tool_choice`,
-`chat_template_kwargs`) and vLLM's error bodies. What to say comes from a policy; token ids,
+`chat_template_kwargs`, `kv_transfer_params.prompt_token_ids`) and vLLM's error bodies. What to say comes from a policy; token ids,
 logprobs and tool-call parsing are computed here.
 """
 
@@ -44,6 +44,7 @@ from rollout_dataset.backend.params import (
     validation_error,
 )
 from rollout_dataset.backend.policies import Policy, PolicyOutput, PolicyRequest, make_policy
+from rollout_dataset.backend.reused_prompt import reused_prompt_ids
 from rollout_dataset.backend.template import render_assistant_text
 from rollout_dataset.backend.tokenizer import encode_text, load_tokenizer, render_chat
 
@@ -98,6 +99,8 @@ async def _respond(state: BackendState, req: PolicyRequest) -> PolicyOutput:
 
 
 def _emitted_text(out: PolicyOutput) -> str:
+    if out.token_ids is not None:
+        return ""  # the ids themselves are emitted (see `generate(ids=...)`)
     return _scrub(render_assistant_text(out.text, [c.as_dict() for c in out.tool_calls]))
 
 
@@ -193,11 +196,16 @@ async def _chat(request: Request, state: BackendState) -> Response:
     messages, tools, tool_choice, template_kwargs = chat_inputs(body)
     common = common_params(body, state.served_model_name, state.max_model_len, state.return_tokens_as_token_ids)
     want_logprobs, top_k = logprob_params(body)
-    try:
-        prompt_text = render_chat(state.tokenizer, messages, tools, True, template_kwargs)
-    except ValueError as exc:
-        raise RequestError(str(exc), param="messages")
-    prompt_ids = encode_text(state.tokenizer, prompt_text)
+    reused = reused_prompt_ids(body, messages, len(state.tokenizer))
+    if reused is not None:  # vLLM 0.32: generate from exactly these ids; messages still drive the rest
+        prompt_ids = reused
+        prompt_text = state.tokenizer.decode(reused, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    else:
+        try:
+            prompt_text = render_chat(state.tokenizer, messages, tools, True, template_kwargs)
+        except ValueError as exc:
+            raise RequestError(str(exc), param="messages")
+        prompt_ids = encode_text(state.tokenizer, prompt_text)
     max_tokens = check_context(state.max_model_len, len(prompt_ids), common.max_tokens)
     parse_tools = bool(tools) and tool_choice != "none"
     turn = sum(1 for m in messages if m.get("role") == "assistant")
@@ -208,7 +216,8 @@ async def _chat(request: Request, state: BackendState) -> Response:
         out = await _respond(state, req)
         gens.append(generate(state.tokenizer, state.model, prompt_ids, _emitted_text(out), prompt_text=prompt_text,
                              max_tokens=max_tokens, stop=common.stop,
-                             include_stop_str_in_output=common.include_stop_str, ignore_eos=common.ignore_eos))
+                             include_stop_str_in_output=common.include_stop_str, ignore_eos=common.ignore_eos,
+                             ids=out.token_ids))
     fmt = P.TokenFormatter(state.tokenizer, state.model, common.as_token_ids)
     rid, created = P.chat_completion_id(), P.now()
     n_out = sum(len(g.steps) for g in gens)
@@ -319,7 +328,8 @@ async def _completions(request: Request, state: BackendState) -> Response:
         out = await _respond(state, req)
         gens.append(generate(state.tokenizer, state.model, prompt_ids, _emitted_text(out), prompt_text=prompt_text,
                              max_tokens=max_tokens, stop=common.stop,
-                             include_stop_str_in_output=common.include_stop_str, ignore_eos=common.ignore_eos))
+                             include_stop_str_in_output=common.include_stop_str, ignore_eos=common.ignore_eos,
+                             ids=out.token_ids))
     fmt = P.TokenFormatter(state.tokenizer, state.model, common.as_token_ids)
     rid, created = P.completion_id(), P.now()
     if common.stream:

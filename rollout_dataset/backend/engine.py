@@ -113,6 +113,7 @@ def generate(
     stop: Sequence[str] = (),
     include_stop_str_in_output: bool = False,
     ignore_eos: bool = False,
+    ids: Sequence[int] | None = None,
 ) -> Generation:
     """Produce the engine output for a text the policy chose.
 
@@ -126,12 +127,14 @@ def generate(
         stop: stop strings.
         include_stop_str_in_output: keep the stop string in the text.
         ignore_eos: do not append the eos token (the output then ends with finish reason "length").
+        ids: emit exactly these ids instead of encoding `emitted_text` (e.g. a non-canonical
+            tokenization of some text); the eos is appended as for text.
 
     Returns:
         The `Generation`.
     """
     eos = tokenizer.eos_token_id
-    ids = context_encode(tokenizer, prompt_text, prompt_ids, emitted_text)
+    ids = list(ids) if ids is not None else context_encode(tokenizer, prompt_text, prompt_ids, emitted_text)
     if eos is not None and not ignore_eos:
         ids.append(eos)
     gen = Generation()

@@ -17,6 +17,8 @@ Script file format (JSON or YAML)::
         tool_calls:
           - {name: bash, arguments: {command: "ls -la"}}
       - {name: bash, arguments: {command: "cat a.py"}}   # shorthand for one call
+      - token_ids: [72, 105, 33]  # exactly these ids (their decoded text is the answer, tool-call
+                                  # markup included): forces a tokenization that is not canonical
     final: "Done."              # said on every turn after the steps run out (default "Done.")
 """
 
@@ -71,10 +73,13 @@ class PolicyOutput:
     Args:
         text: visible text (may be empty when there are tool calls).
         tool_calls: tool calls, emitted in hermes form after the text.
+        token_ids: emit exactly these ids instead (their decoded text is the answer, tool-call
+            markup included): a way to force a tokenization that is not the tokenizer's own.
     """
 
     text: str = ""
     tool_calls: list[ToolCallSpec] = field(default_factory=list)
+    token_ids: list[int] | None = None
 
 
 @dataclass
@@ -234,6 +239,14 @@ def _parse_step(raw: Any, where: str) -> PolicyOutput:
         raise ValueError(f"{where}: a step is a string or an object with 'text' and/or 'tool_calls'")
     if "name" in raw and "tool_calls" not in raw:
         return PolicyOutput(tool_calls=[_parse_call(raw, where)])
+    if "token_ids" in raw:
+        ids = raw["token_ids"]
+        if set(raw) != {"token_ids"}:
+            raise ValueError(f"{where}: 'token_ids' stands alone (no 'text' or 'tool_calls' beside it)")
+        if (not isinstance(ids, list) or not ids
+                or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)):
+            raise ValueError(f"{where}: 'token_ids' must be a non-empty list of non-negative integers")
+        return PolicyOutput(token_ids=list(ids))
     unknown = set(raw) - {"text", "tool_calls", "tool_call"}
     if unknown:
         raise ValueError(f"{where}: unknown keys {sorted(unknown)} (allowed: text, tool_calls)")
@@ -319,7 +332,8 @@ class ScriptPolicy:
         """Args: request: the request. Returns: the step for `request.turn`, or the final text."""
         if 0 <= request.turn < len(self.steps):
             step = self.steps[request.turn]
-            return PolicyOutput(text=step.text, tool_calls=list(step.tool_calls))
+            return PolicyOutput(text=step.text, tool_calls=list(step.tool_calls),
+                                token_ids=list(step.token_ids) if step.token_ids is not None else None)
         return PolicyOutput(text=self.final)
 
 

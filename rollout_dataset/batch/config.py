@@ -308,6 +308,7 @@ class BatchConfig:
         env_options: environment settings passed to the env's runner (`--env-option KEY=VALUE`;
             Crafter reads `max_steps`, `max_actions`, `area`, `view`); empty for coding.
         argv: the command line, for the config snapshot.
+        on_policy: the proxy's on-policy mode for every rollout (coding environment).
     """
 
     out_dir: Path
@@ -328,6 +329,7 @@ class BatchConfig:
     env: str = "coding"
     env_options: dict[str, Any] = field(default_factory=dict)
     argv: list[str] | None = None
+    on_policy: bool = False
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -372,4 +374,5 @@ class BatchConfig:
             "env": self.env,
             "env_options": dict(self.env_options),
             "argv": list(self.argv) if self.argv is not None else None,
+            "on_policy": self.on_policy,
         }

@@ -194,6 +194,7 @@ def coding_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunO
             push=False,
             tokenizer="builtin" if settings.get("local_backend") else None,
             hide_paths=tuple(settings.get("hide_paths") or ()),
+            on_policy=bool(settings.get("on_policy")),
         )
         captured = capture_rollout(capture)
         if not captured.ok:

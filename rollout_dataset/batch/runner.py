@@ -116,6 +116,7 @@ def _settings(config: BatchConfig, base_url: str | None) -> dict[str, Any]:
         "env": config.env,
         "env_options": dict(config.env_options),
         "local_backend": config.base_url is None,
+        "on_policy": config.on_policy,
         # held-out isolation: every rollout's sandbox hides the folder of all rollouts of the batch
         "hide_paths": [str((config.out_dir / "rollouts").resolve())],
     }
@@ -333,7 +334,8 @@ def _no_server(config: BatchConfig) -> Iterator[str | None]:
     yield config.base_url
 
 
-_RESUME_KEYS = ("env", "env_options", "model", "base_url", "max_turns", "tasks", "n_prompts", "timeout_s")
+_RESUME_KEYS = ("env", "env_options", "model", "base_url", "max_turns", "tasks", "n_prompts", "timeout_s",
+                "on_policy")
 
 
 def _warn_on_changed_settings(config: BatchConfig) -> None:

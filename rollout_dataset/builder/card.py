@@ -20,6 +20,7 @@ import yaml
 from rollout_dataset.builder.configs import CONFIGS, DEFAULT_CONFIG, features_yaml, resolved_columns
 from rollout_dataset.builder.rows import PREVIEW_CHARS as _PREVIEW_CHARS
 from rollout_dataset.errors import ArtifactError
+from rollout_dataset.export.continuity import merge_continuity
 
 __all__ = ["TEMPLATE_PATH", "card_stats", "card_metadata", "render_card", "read_card_metadata"]
 
@@ -60,7 +61,8 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
         ``stop_reasons``/``capture_levels``/``samples_modes`` counters, ``sampling_params`` (distinct, JSON), reward
         statistics (``env_reward``, ``reward_after_penalties``, ``stepwise_reward_sum``), ``trainable``,
         ``trainable_tokens``, ``timed_out``, ``n_tasks``, ``cut_cells``, ``unique_tokens``,
-        ``preview_chars`` (the default preview size of the `samples` config).
+        ``preview_chars`` (the default preview size of the `samples` config), ``continuity``
+        (on-policy mode: agent turns exact / repaired / not repaired, summed; None without the mode).
     """
     rows = list(summary_rows)
     counters = {k: Counter() for k in ("envs", "models", "harnesses", "tokenizers", "stop_reasons", "capture_levels",
@@ -104,6 +106,8 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "preview_chars": _PREVIEW_CHARS,
         "unique_tokens": sum(int(r.get("n_unique_tokens") or 0) for r in rows),
         "held_out_tests": sum(int(r.get("held_out_tests") or 0) for r in rows),
+        "continuity": merge_continuity(json.loads(r["continuity"]) if isinstance(r.get("continuity"), str)
+                                       else r.get("continuity") for r in rows),
     }
 
 

@@ -119,6 +119,7 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _s("summary", "errors", "json"),
         _s("summary", "stepwise", "json"),
         _s("summary", "env_metrics", "json"),
+        _s("summary", "continuity", "json"),
         _c("tokenizer", "string", "Tokenizer of the capture: task.json config 'tokenizer'; 'builtin' for the local "
            "backend; else the model name."),
         _c("sampling_params", "json", "Distinct effective sampling params of the rollout's generation calls "

@@ -45,6 +45,7 @@ class CaptureConfig:
         served_model_name: the local backend's model name.
         hide_paths: more paths the agent's sandbox hides, besides the task's files, `out_dir` and
             its parent (see `rollout_dataset.capture.hiding`); a batch names its `rollouts/` folder.
+        on_policy: the proxy's on-policy mode (multi-turn prompts built from the sampled ids).
     """
 
     out_dir: str | Path = "trace_artifact"
@@ -70,6 +71,7 @@ class CaptureConfig:
     keep_workdir: bool = False
     served_model_name: str = "local"
     hide_paths: tuple[str | Path, ...] = ()
+    on_policy: bool = False
 
     def __post_init__(self) -> None:
         self.hide_paths = tuple(self.hide_paths)
@@ -109,6 +111,7 @@ class CaptureConfig:
             "timeout_s": self.timeout_s, "policy": self.policy if self.base_url is None else None,
             "script": str(self.script) if self.script else None, "tokenizer": self.tokenizer,
             "max_turns": self.max_turns, "max_tokens": self.max_tokens, "temperature": self.temperature,
+            "on_policy": self.on_policy,
             "penalties": {"tool_call_budget": self.penalties.tool_call_budget,
                           "per_extra_tool_call": self.penalties.per_extra_tool_call,
                           "max_tool_call_penalty": self.penalties.max_tool_call_penalty,

@@ -327,7 +327,8 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
                                    dummy_key, *target.secrets])
         model = _resolve_model(config, target)
         proxy = stack.enter_context(CaptureProxy(upstream=upstream, trace_dir=trace_dir,
-                                                 api_key=target.api_key, forward_client_auth=False))
+                                                 api_key=target.api_key, forward_client_auth=False,
+                                                 on_policy=config.on_policy))
         session = rollout_id
         harness_url = proxy.session_base_url(session)
         trace_path = proxy.trace_path(session)
@@ -415,6 +416,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         "leakage": {"checked": True, "hits": [h.to_dict() for h in hits]},
         "timings": {k: round(v, 4) for k, v in timings.items()},
         "errors": list(errors), "harness_exit_code": exit_code,
+        "continuity": document.get("continuity"),
     }
     header = {"rollout": rollout_id, "task": task.task_id, "reward": env_reward,
               "passed": f"{passed}/{len(task.held_out_tests)}" if passed is not None else None,

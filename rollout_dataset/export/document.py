@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable
 
+from rollout_dataset.export.continuity import continuity_of, continuity_summary
 from rollout_dataset.export.findings import (
     call_findings,
     finding,
@@ -105,7 +106,9 @@ def export_rollout(
     per_call: dict[int, list[dict[str, Any]]] = {}
     for node in graph.nodes():
         found = call_findings(node, tokens_expected=with_tokens)
-        if tokenizer is not None and with_tokens:
+        record = by_index.get(node.index, {})
+        repaired = (record.get("continuity") or {}).get("status") == "repaired"  # differs by design, recorded
+        if tokenizer is not None and with_tokens and not repaired:
             found += retokenization_findings(node, tokenizer, _chat_template_kwargs(by_index.get(node.index, {})))
         per_call[node.node_id] = found
 
@@ -155,6 +158,7 @@ def export_rollout(
 
     roles = _node_roles(graph, sequences)
     trained = {i for row in rows if row["trainable"] for i in row["node_ids"]}
+    recorded_continuity = continuity_of(records)
     calls = []
     for node in graph.nodes():
         calls.append(
@@ -179,6 +183,8 @@ def export_rollout(
                 "findings": per_call[node.node_id],
             }
         )
+        if node.index in recorded_continuity:
+            calls[-1]["continuity"] = recorded_continuity[node.index]["status"]
 
     call_level = [f for node in graph.nodes() for f in per_call[node.node_id]]
     trainable_rows = [r for r in rows if r["trainable"]]
@@ -199,6 +205,7 @@ def export_rollout(
         "calls": calls,
         "sequences": rows,
         "findings": rollout_findings + call_level,
+        "continuity": continuity_summary(calls, recorded_continuity),
     }
     log.debug("exported session %s: %s", session_id, stats)
     return document

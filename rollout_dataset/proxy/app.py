@@ -22,6 +22,7 @@ from httpx_sse import EventSource, ServerSentEvent
 
 from rollout_dataset.errors import RecordWriteError
 from rollout_dataset.proxy.jsoncodec import loads
+from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode, Prepared
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import harness_session_id, recorded_headers, redact_body, redact_url, valid_session_id
 from rollout_dataset.proxy.streaming import StreamAssembler
@@ -79,7 +80,7 @@ class _Call:
     __slots__ = ("session", "index", "call_id", "started_at", "t0", "method", "endpoint", "stream", "status",
                  "headers", "request", "upstream_changes", "requested", "effective", "response", "ttft_ms",
                  "notes", "error", "kind", "recorded", "client_gone", "raw_request", "raw_response",
-                 "nonfinite", "reserved", "started", "ended")
+                 "nonfinite", "reserved", "started", "ended", "on_policy")
 
     def __init__(self, session: str, method: str, endpoint: str, headers: dict[str, str]) -> None:
         self.session = session
@@ -109,6 +110,7 @@ class _Call:
         self.reserved = 0  # bytes of this call counted against the proxy's in-flight limit
         self.started = False  # response headers sent to the harness
         self.ended = False  # the response's last byte sent
+        self.on_policy: Prepared | None = None  # on-policy mode's decision for a chat call
 
     def fail(self, kind: str, message: str) -> None:
         """Record the call's first error (later ones are consequences of it)."""
@@ -129,11 +131,12 @@ class ProxyApp:
         max_body_bytes: largest request body accepted (larger → 413).
         max_inflight_bytes: request bodies plus buffered response bytes held by all calls at once
             (past it → 503, recorded).
+        on_policy: build multi-turn chat prompts from the sampled ids (see `rollout_dataset.proxy.on_policy`).
     """
 
     def __init__(self, upstream_root: str, recorder: TraceRecorder, transport: httpx.AsyncBaseTransport,
                  timeout: httpx.Timeout | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES) -> None:
+                 max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES, on_policy: bool = False) -> None:
         self.upstream_root = upstream_root.rstrip("/")
         self.recorder = recorder
         self.transport = transport
@@ -143,6 +146,7 @@ class ProxyApp:
         self.max_body_bytes = max_body_bytes
         self.max_inflight_bytes = max_inflight_bytes
         self.inflight_bytes = 0
+        self.on_policy = OnPolicyMode(self.upstream_root, transport, self._extensions) if on_policy else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry point: every HTTP request is forwarded and recorded; nothing escapes as a crash.
@@ -252,9 +256,21 @@ class ProxyApp:
 
         up_headers = [(k, v) for k, v in raw_headers if k not in _DROP_REQUEST]
         up_headers.append((b"accept-encoding", b"identity"))
+        if kind == "chat" and self.on_policy is not None:
+            body = await self._on_policy_body(call, parsed, body, up_headers)
         request = httpx.Request(call.method, self._url(endpoint, scope.get("query_string") or b""),
                                 content=body or None, headers=up_headers, extensions=self._extensions)
         await self._run_with_disconnect_watch(call, request, token_req, receive, send)
+
+    async def _on_policy_body(self, call: _Call, parsed: dict[str, Any], body: bytes,
+                              headers: list[tuple[bytes, bytes]]) -> bytes:
+        """On-policy mode: the chat body to send (with the proxy's prompt ids when it built them)."""
+        assert self.on_policy is not None
+        call.on_policy = prepared = await self.on_policy.prepare(call.session, parsed, body, headers)
+        if prepared.target is not None:
+            call.upstream_changes = {**call.upstream_changes,
+                                     "kv_transfer_params": {"prompt_token_ids_count": len(prepared.target)}}
+        return prepared.body
 
     async def _read_body(self, call: _Call, raw_headers: list[tuple[bytes, bytes]], receive: Receive,
                          send: Send) -> bytes | None:
@@ -682,6 +698,10 @@ class ProxyApp:
             "notes": call.notes + fields["notes"],
             "error": call.error,
         }
+        if call.on_policy is not None and self.on_policy is not None:
+            good = call.status == 200 and call.error is None
+            record["notes"] += self.on_policy.finish(call.session, call.index, call.on_policy, good, fields)
+            record["continuity"] = call.on_policy.continuity.as_record()
         raw = {}
         if call.raw_request is not None:
             raw["request"] = call.raw_request

@@ -98,6 +98,8 @@ class CaptureProxy:
     Credentials in `upstream` (``user:pass@`` → Basic, ``token@`` → Bearer, query parameters)
     are sent as headers/query to the upstream and never printed: `upstream` holds the URL
     redacted (see `rollout_dataset.proxy.upstream`).
+        on_policy: on-policy mode: multi-turn chat prompts built from the ids the model sampled
+            (`rollout_dataset.proxy.on_policy`; needs vLLM >= 0.32 or the local backend).
 
     Raises:
         ValueError: `upstream` is not an http(s) URL, or it has userinfo and `api_key` is given.
@@ -108,7 +110,7 @@ class CaptureProxy:
                  connect_timeout: float = 10.0, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  max_connections: int = 512, max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
                  max_open_files: int = DEFAULT_MAX_OPEN_FILES, api_key: str | None = None,
-                 forward_client_auth: bool = True) -> None:
+                 forward_client_auth: bool = True, on_policy: bool = False) -> None:
         self._target: UpstreamTarget = parse_upstream(upstream, api_key)
         self.upstream = self._target.display
         self.upstream_root = self._target.root
@@ -123,6 +125,7 @@ class CaptureProxy:
         self.max_connections = max_connections
         self.max_inflight_bytes = max_inflight_bytes
         self.max_open_files = max_open_files
+        self.on_policy = on_policy
         self._server: uvicorn.Server | None = None
         self._serve_task: asyncio.Task[Any] | None = None
         self._own_transport: httpx.AsyncBaseTransport | None = None
@@ -230,7 +233,7 @@ class CaptureProxy:
             transport = self._own_transport = UpstreamTransport(limits, verify=verify)
         transport = AuthenticatingTransport(transport, self._target, forward_client_auth=self.forward_client_auth)
         app = ProxyApp(self.upstream_root, self._recorder, transport, timeout, self.max_body_bytes,
-                       self.max_inflight_bytes)
+                       self.max_inflight_bytes, on_policy=self.on_policy)
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

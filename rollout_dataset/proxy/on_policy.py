@@ -1,0 +1,434 @@
+"""On-policy prompts: the pure part (no I/O) of the proxy's ``--on-policy`` mode.
+
+Harnesses speak chat messages, so the server re-renders and re-tokenizes the model's earlier replies
+on every turn; the prompt of turn k+1 then often does not hold the ids sampled at turn k. In
+on-policy mode the proxy builds, for a chat request that continues an earlier call of the same
+session, the prompt the model would see had it kept its own tokens::
+
+    parent's prompt ids + parent's sampled ids + the template's tokens after that turn's end
+    + the server's rendering of the new messages
+
+and sends it as vLLM's ``kv_transfer_params.prompt_token_ids``. This module finds the parent call
+(`SessionMemory`), splits the server's render into framing and content (`plan_splice`, from two
+renders that differ only in the reply's content) and says what each call's continuity is
+(`Continuity`). Talking to the server (``/tokenize``, ``/detokenize``, the probe) lives in
+`rollout_dataset.proxy.on_policy_upstream`.
+
+Repair rule: the reply's content comes from the sampled ids when their decoded text equals the
+text the server renders from what the harness sent back; the framing around it (role header,
+separators, the end-of-turn token the template adds after a reply cut by ``max_tokens``) comes from
+the server's render, except framing the template puts between the role header and the reply in
+history but not in its generation prompt: the model generated right after the header, so that is
+where its ids go. A changed content (reasoning dropped, a reply edited, a rewritten system prompt)
+is left as the server renders it, and the record says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+__all__ = [
+    "Continuity",
+    "ParentLookup",
+    "PastCall",
+    "SessionMemory",
+    "SplicePlan",
+    "TEMPLATE_FIELDS",
+    "blank_reply",
+    "common_prefix",
+    "common_suffix",
+    "content_mismatch_detail",
+    "drift_of",
+    "message_key",
+    "plan_splice",
+    "request_context",
+    "text_only",
+]
+
+# Chat request fields that change how the server renders the messages: a parent must share them.
+TEMPLATE_FIELDS = ("model", "tools", "chat_template", "chat_template_kwargs", "add_generation_prompt",
+                   "continue_final_message", "documents", "add_special_tokens")
+
+# At most this many framing tokens may sit between the role header and the reply in history
+# (a newline, as in the tiny ChatML template): more means the template inserts something else.
+MAX_HEADER_FRAMING = 2
+
+
+@dataclass
+class Continuity:
+    """How a call's prompt relates to the tokens the model sampled before it.
+
+    Attributes:
+        status: ``exact`` (the prompt holds the parent's sampled ids as they were sampled, or
+            nothing was sampled before), ``repaired`` (the proxy sent its own prompt ids),
+            ``not_repaired`` (the server's render was sent; `reason` says why).
+        parent_index: arrival index of the call this one continues, or None.
+        reason: a short code for not_repaired (``no_parent``, ``content_changed``, ...) or for
+            exact calls with no parent (``new_conversation``).
+        detail: a sentence for people.
+        drift: for repaired calls, where the server's render and the sent prompt first differ:
+            ``{"position", "server_tokens", "sent_tokens"}`` (sizes of the differing spans).
+        tokenize_ms: time spent on the extra ``/tokenize``/``/detokenize``/probe calls.
+    """
+
+    status: str
+    parent_index: int | None = None
+    reason: str | None = None
+    detail: str | None = None
+    drift: dict[str, int] | None = None
+    tokenize_ms: float | None = None
+
+    def as_record(self) -> dict[str, Any]:
+        """Returns: the trace record's ``continuity`` object."""
+        return {"status": self.status, "parent_index": self.parent_index, "reason": self.reason,
+                "detail": self.detail, "drift": self.drift, "tokenize_ms": self.tokenize_ms}
+
+
+def text_only(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether every message's content is text (a string, null, or a list of text parts).
+
+    Args:
+        messages: chat messages.
+
+    Returns:
+        False when some content part is not ``{"type": "text", ...}`` (an image, audio, a file).
+    """
+    for message in messages:
+        content = message.get("content")
+        if content is None or isinstance(content, str):
+            continue
+        if not isinstance(content, list):
+            return False
+        for part in content:
+            if isinstance(part, str):
+                continue
+            if not isinstance(part, Mapping) or part.get("type") != "text":
+                return False
+    return True
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p if isinstance(p, str) else str(p.get("text", "")) if isinstance(p, Mapping) else ""
+                       for p in content)
+    return json.dumps(content, sort_keys=True)
+
+
+def _arguments(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value else {}
+        except ValueError:
+            return value
+    return value
+
+
+def message_key(message: Any) -> str:
+    """A stable key of a chat message for prefix matching (content parts joined, arguments parsed).
+
+    Args:
+        message: one chat message as the harness sent it.
+
+    Returns:
+        A hex digest; equal for messages a template renders alike in practice.
+    """
+    if not isinstance(message, Mapping):
+        canon: Any = message
+    else:
+        calls = []
+        for call in message.get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            fn = fn if isinstance(fn, Mapping) else {}
+            calls.append([fn.get("name"), _arguments(fn.get("arguments"))])
+        canon = [message.get("role"), _text(message.get("content")), calls, message.get("tool_call_id"),
+                 message.get("name"), message.get("reasoning_content") or message.get("reasoning")]
+    raw = json.dumps(canon, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha1(raw.encode("utf-8")).hexdigest()
+
+
+def request_context(body: Mapping[str, Any]) -> str:
+    """The rendering context of a chat request: the fields besides messages that shape its prompt.
+
+    Args:
+        body: the parsed chat request.
+
+    Returns:
+        A canonical JSON string of `TEMPLATE_FIELDS` present in the body.
+    """
+    return json.dumps({k: body[k] for k in TEMPLATE_FIELDS if k in body}, sort_keys=True, default=str)
+
+
+def blank_reply(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The same assistant turn with nothing in it (no content, calls or reasoning).
+
+    Args:
+        message: an assistant message.
+
+    Returns:
+        ``{"role": "assistant", "content": ""}`` (plus its ``name`` if any).
+    """
+    out: dict[str, Any] = {"role": message.get("role", "assistant"), "content": ""}
+    if "name" in message:
+        out["name"] = message["name"]
+    return out
+
+
+@dataclass
+class PastCall:
+    """What on-policy mode remembers of a finished chat call.
+
+    Attributes:
+        index: its arrival index in the session.
+        message_keys: `message_key` of each request message.
+        context: its `request_context`.
+        messages: the request's messages (for the server's render of the parent prompt).
+        prompt_ids: the prompt ids the engine used.
+        completion_ids: the ids it sampled (first choice).
+        finish_reason: the first choice's finish reason.
+    """
+
+    index: int
+    message_keys: list[str]
+    context: str
+    messages: list[Any]
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    finish_reason: str | None = None
+    text_chars: int = 0
+
+
+@dataclass
+class ParentLookup:
+    """The result of `SessionMemory.find_parent`.
+
+    Attributes:
+        parent: the call this request continues, or None.
+        reason: why there is none (``new_conversation``, ``no_parent``, ``context_changed``).
+        detail: a sentence for people.
+    """
+
+    parent: PastCall | None
+    reason: str | None = None
+    detail: str | None = None
+
+
+class SessionMemory:
+    """Finished chat calls per session, bounded: the least recently used sessions, and each
+    session's oldest calls, are forgotten first (a forgotten parent means ``no_parent``, never a
+    wrong prompt).
+
+    Args:
+        max_sessions: sessions kept.
+        max_calls: calls kept per session.
+        max_ids: prompt + sampled ids kept over all sessions (8 bytes each as stored; the kept
+            messages' text counts as one id per 8 characters).
+    """
+
+    def __init__(self, max_sessions: int = 1024, max_calls: int = 128, max_ids: int = 64_000_000) -> None:
+        self._sessions: OrderedDict[str, list[PastCall]] = OrderedDict()
+        self.max_sessions = max_sessions
+        self.max_calls = max_calls
+        self.max_ids = max_ids
+        self.n_ids = 0
+
+    @staticmethod
+    def _size(call: PastCall) -> int:
+        """Ids held, plus the messages' text counted as one id per 8 characters (same bytes)."""
+        return len(call.prompt_ids) + len(call.completion_ids) + call.text_chars // 8
+
+    def remember(self, session: str, call: PastCall) -> None:
+        """Keep a finished call as a possible parent.
+
+        Args:
+            session: the proxy session.
+            call: the call.
+        """
+        call.prompt_ids = array("q", call.prompt_ids)  # a third of a list of ints' memory
+        call.text_chars = sum(len(_text(m.get("content"))) for m in call.messages if isinstance(m, Mapping))
+        call.completion_ids = array("q", call.completion_ids)
+        calls = self._sessions.pop(session, [])
+        calls.append(call)
+        self.n_ids += self._size(call)
+        for old in calls[: max(0, len(calls) - self.max_calls)]:
+            self.n_ids -= self._size(old)
+        del calls[: max(0, len(calls) - self.max_calls)]
+        self._sessions[session] = calls
+        while self._sessions and (len(self._sessions) > self.max_sessions or self.n_ids > self.max_ids):
+            oldest_session, oldest = next(iter(self._sessions.items()))
+            if len(oldest) > 1 and len(self._sessions) <= self.max_sessions:
+                self.n_ids -= self._size(oldest.pop(0))
+            else:
+                self._sessions.popitem(last=False)
+                self.n_ids -= sum(self._size(c) for c in oldest)
+
+    def find_parent(self, session: str, messages: Sequence[Any], context: str) -> ParentLookup:
+        """The latest call whose messages this request extends by an assistant reply and more turns.
+
+        Args:
+            session: the proxy session.
+            messages: the request's messages.
+            context: the request's `request_context`.
+
+        Returns:
+            The lookup; `parent` is the candidate with the longest message prefix (latest on ties).
+        """
+        keys = [message_key(m) for m in messages]
+        has_reply = any(isinstance(m, Mapping) and m.get("role") == "assistant" for m in messages)
+        best: PastCall | None = None
+        closest: tuple[int, int] | None = None  # (shared messages, call index)
+        for call in reversed(self._sessions.get(session, [])):
+            k = len(call.message_keys)
+            if (k < len(keys) and keys[:k] == call.message_keys and isinstance(messages[k], Mapping)
+                    and messages[k].get("role") == "assistant"):
+                if best is None or k > len(best.message_keys):
+                    best = call
+                continue
+            shared = next((i for i, (a, b) in enumerate(zip(keys, call.message_keys)) if a != b),
+                          min(len(keys), k))
+            if closest is None or shared > closest[0]:
+                closest = (shared, call.index)
+        if best is not None:
+            if best.context != context:
+                return ParentLookup(None, "context_changed",
+                                    f"continues call #{best.index} but its tools or template options differ")
+            return ParentLookup(best)
+        if not has_reply:
+            return ParentLookup(None, "new_conversation", "no assistant reply in the messages: nothing was sampled")
+        if closest is None:
+            return ParentLookup(None, "no_parent", "no earlier call of this session holds tokens to continue")
+        shared, index = closest
+        role = messages[shared].get("role") if shared < len(messages) and isinstance(messages[shared], Mapping) else None
+        return ParentLookup(None, "no_parent",
+                            f"no earlier call is extended by these messages; closest is call #{index}, "
+                            f"which differs at message {shared} (role {role!r})")
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Args: a, b: id lists. Returns: the length of their common prefix."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def common_suffix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """Args: a, b: id lists. limit: the largest suffix to consider. Returns: their common suffix length."""
+    n = min(len(a), len(b), limit)
+    i = 0
+    while i < n and a[len(a) - 1 - i] == b[len(b) - 1 - i]:
+        i += 1
+    return i
+
+
+def drift_of(server_ids: Sequence[int], sent_ids: Sequence[int]) -> dict[str, int]:
+    """Where two prompts differ.
+
+    Args:
+        server_ids: the server's own render.
+        sent_ids: the prompt the proxy sends.
+
+    Returns:
+        ``{"position": first differing index, "server_tokens": size of the server's differing span,
+        "sent_tokens": size of the sent differing span}``.
+    """
+    pos = common_prefix(server_ids, sent_ids)
+    tail = common_suffix(server_ids, sent_ids, min(len(server_ids), len(sent_ids)) - pos)
+    return {"position": pos, "server_tokens": len(server_ids) - pos - tail, "sent_tokens": len(sent_ids) - pos - tail}
+
+
+@dataclass
+class SplicePlan:
+    """What to send for a continuing call, before the content check.
+
+    Attributes:
+        target: the on-policy prompt ids (None when not repairable; see `reason`).
+        sampled_content: the parent's sampled ids of the reply's content (end-of-turn id removed).
+        rendered_content: the server's ids of the same reply's content.
+        reason: why not repairable (None when `target` is set).
+        detail: a sentence for people.
+    """
+
+    target: list[int] | None
+    sampled_content: list[int] = field(default_factory=list)
+    rendered_content: list[int] = field(default_factory=list)
+    reason: str | None = None
+    detail: str | None = None
+
+    @property
+    def needs_text_check(self) -> bool:
+        """Returns: whether the content's ids differ (their decoded texts must then be compared)."""
+        return self.target is not None and self.sampled_content != self.rendered_content
+
+
+def plan_splice(parent: PastCall, parent_render: Sequence[int], render: Sequence[int],
+                blank_render: Sequence[int]) -> SplicePlan:
+    """Build the on-policy prompt of a call continuing `parent`.
+
+    Args:
+        parent: the call continued (its prompt ids and sampled ids).
+        parent_render: the server's render of the parent's messages (generation prompt added).
+        render: the server's render of this request's messages.
+        blank_render: the same with the parent's reply emptied (`blank_reply`): the two renders
+            share everything but the reply's content, which locates it.
+
+    Returns:
+        The plan: a target, or the reason there is none.
+    """
+    n_par = len(parent_render)
+    if list(render[:n_par]) != list(parent_render):
+        pos = common_prefix(render, parent_render)
+        return SplicePlan(None, reason="history_rerendered",
+                          detail=f"the server renders the earlier conversation differently now "
+                                 f"(first difference at token {pos} of {n_par})")
+    start = common_prefix(render, blank_render)
+    if start < n_par:
+        return SplicePlan(None, reason="framing_unclear",
+                          detail=f"the reply's render starts inside the parent's prompt (token {start} < {n_par})")
+    end = len(render) - common_suffix(render, blank_render, min(len(render), len(blank_render)) - start)
+    if start - n_par > MAX_HEADER_FRAMING:
+        return SplicePlan(None, reason="framing_unclear",
+                          detail=f"the template puts {start - n_par} tokens between the role header and the reply "
+                                 f"in history that its generation prompt lacks")
+    rendered = list(render[start:end])
+    rest = list(render[end:])
+    sampled = list(parent.completion_ids)
+    if not rest:
+        return SplicePlan(None, reason="framing_unclear", detail="nothing follows the reply in the server's render")
+    if sampled and sampled[-1] == rest[0]:  # the sampled end-of-turn token is the template's
+        return SplicePlan(list(parent.prompt_ids) + sampled + rest[1:], sampled_content=sampled[:-1],
+                          rendered_content=rendered)
+    if parent.finish_reason != "length":
+        return SplicePlan(None, sampled_content=sampled, rendered_content=rendered, reason="end_of_turn_differs",
+                          detail=f"the reply ended with id {sampled[-1] if sampled else None} where the template "
+                                 f"closes the turn with id {rest[0]}")
+    # cut by max_tokens: the template's end-of-turn token (rest[0]) closes the turn
+    return SplicePlan(list(parent.prompt_ids) + sampled + rest, sampled_content=sampled, rendered_content=rendered)
+
+
+def content_mismatch_detail(sampled_text: str, rendered_text: str) -> str:
+    """A sentence saying where a reply's rendered text departs from its sampled text.
+
+    Args:
+        sampled_text: the decoded sampled ids.
+        rendered_text: the decoded ids the server renders from the harness's message.
+
+    Returns:
+        The sentence (texts are not quoted: they are in the record already).
+    """
+    pos = next((i for i, (a, b) in enumerate(zip(sampled_text, rendered_text)) if a != b),
+               min(len(sampled_text), len(rendered_text)))
+    hint = ""
+    if sampled_text.endswith(rendered_text) and len(rendered_text) < len(sampled_text):
+        hint = " (the history drops the start of the reply, e.g. its reasoning)"
+    return (f"the reply in the history ({len(rendered_text)} chars) differs from the sampled text "
+            f"({len(sampled_text)} chars) from char {pos}{hint}")

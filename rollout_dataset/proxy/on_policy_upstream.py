@@ -1,0 +1,323 @@
+"""On-policy mode's calls to the model server: ``/tokenize``, ``/detokenize`` and the probe.
+
+`OnPolicyMode` is the proxy's only entry point: `prepare` (before a chat request goes upstream)
+returns the body to send and the call's provisional continuity; `finish` (when its record is
+written) checks that the server generated from the prompt the proxy meant and remembers the call as
+a possible parent. The splicing itself is pure (`rollout_dataset.proxy.on_policy`).
+
+The probe: before the first prompt the proxy builds itself, it asks the server once (a one-token
+chat completion) whether it generates from ``kv_transfer_params.prompt_token_ids``; if the
+returned ``prompt_token_ids`` differ from what was sent, the mode is off for that upstream (logged
+once, and every later record says so). A probe that could not reach the server is retried later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from rollout_dataset.proxy.jsoncodec import loads
+from rollout_dataset.proxy.on_policy import (
+    Continuity,
+    PastCall,
+    SessionMemory,
+    blank_reply,
+    content_mismatch_detail,
+    drift_of,
+    message_key,
+    plan_splice,
+    request_context,
+    text_only,
+)
+
+__all__ = ["OnPolicyMode", "Prepared", "PROBE_MESSAGES", "context_overflow"]
+
+log = logging.getLogger(__name__)
+
+PROBE_MESSAGES = [{"role": "user", "content": "on-policy probe"}]
+AUX_TIMEOUT_S = 60.0  # read timeout of /tokenize, /detokenize and the probe
+PROBE_IDS = 32  # the probe sends this many ids of the first prompt it would send (not its probe message's)
+_PASS_TO_TOKENIZE = ("model", "tools", "chat_template", "chat_template_kwargs", "continue_final_message",
+                     "documents", "add_special_tokens")
+_AUX_DROP = frozenset({b"content-type", b"accept", b"content-length"})
+
+
+class _AuxError(Exception):
+    """A /tokenize, /detokenize or probe call that failed (the message names URL and status)."""
+
+
+@dataclass
+class Prepared:
+    """What `OnPolicyMode.prepare` decided for one chat request.
+
+    Attributes:
+        body: the upstream body (the original, or with ``kv_transfer_params`` added).
+        continuity: the call's continuity so far.
+        target: the prompt ids sent, or None when the request was forwarded unchanged.
+        message_keys: `message_key` of each request message (for the memory).
+        context: the request's `request_context`.
+        messages: the request's messages.
+    """
+
+    body: bytes
+    continuity: Continuity
+    target: list[int] | None = None
+    message_keys: list[str] = field(default_factory=list)
+    context: str = ""
+    messages: list[Any] = field(default_factory=list)
+
+
+def context_overflow(n_target: int, n_render: int, max_model_len: int | None, body: dict[str, Any]) -> str | None:
+    """Why the on-policy prompt would be refused where the server's own render would not, if so.
+
+    Args:
+        n_target: length of the on-policy prompt.
+        n_render: length of the server's render.
+        max_model_len: the server's context length (None: unknown).
+        body: the chat request (its ``max_completion_tokens``/``max_tokens``).
+
+    Returns:
+        A sentence, or None when the on-policy prompt fits as well as the render does.
+    """
+    if max_model_len is None or n_target <= n_render:
+        return None
+    want = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+    want = want if isinstance(want, int) and not isinstance(want, bool) else 0
+    if n_target + max(want, 1) > max_model_len >= n_render + max(want, 1):
+        return (f"the on-policy prompt ({n_target} ids) plus {max(want, 1)} output tokens exceeds the server's "
+                f"max_model_len {max_model_len}, which its own render ({n_render} ids) fits")
+    return None
+
+
+def _with_prompt_ids(body: bytes, ids: list[int]) -> bytes:
+    """The JSON body with ``kv_transfer_params`` appended (the caller checked the key is absent)."""
+    stripped = body.rstrip()
+    head = stripped[:-1].rstrip()
+    sep = b"" if head.endswith(b"{") else b","
+    extra = json.dumps({"prompt_token_ids": ids}, separators=(",", ":")).encode()
+    return head + sep + b'"kv_transfer_params":' + extra + b"}"
+
+
+class OnPolicyMode:
+    """The proxy's on-policy mode for one upstream.
+
+    Args:
+        upstream_root: the model server's root URL (``/tokenize`` lives there).
+        transport: the proxy's httpx transport.
+        extensions: httpx request extensions (timeouts).
+        memory: finished calls per session (a fresh one by default).
+    """
+
+    def __init__(self, upstream_root: str, transport: httpx.AsyncBaseTransport, extensions: dict[str, Any],
+                 memory: SessionMemory | None = None) -> None:
+        self.upstream_root = upstream_root.rstrip("/")
+        self.transport = transport
+        timeout = dict(extensions.get("timeout") or {})
+        for key in ("read", "write"):  # a stuck /tokenize must not hold the harness's call for long
+            timeout[key] = min(timeout.get(key) or AUX_TIMEOUT_S, AUX_TIMEOUT_S)
+        self.extensions = {**extensions, "timeout": timeout}
+        self.memory = memory or SessionMemory()
+        self.honoured: bool | None = None  # None: not probed yet
+        self.off_reason: str | None = None
+        self._probe_lock = asyncio.Lock()
+
+    # ---- server calls -------------------------------------------------------------------------
+
+    async def _post(self, path: str, payload: dict[str, Any], headers: list[tuple[bytes, bytes]]) -> Any:
+        url = self.upstream_root + path
+        hdrs = [(k, v) for k, v in headers if k not in _AUX_DROP]
+        hdrs += [(b"content-type", b"application/json"), (b"accept", b"application/json")]
+        request = httpx.Request("POST", url, content=json.dumps(payload, ensure_ascii=False).encode(),
+                                headers=hdrs, extensions=self.extensions)
+        try:
+            response = await self.transport.handle_async_request(request)
+            try:
+                data = await response.aread()
+            finally:
+                await response.aclose()
+        except httpx.HTTPError as exc:
+            raise _AuxError(f"{url}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code != 200:
+            raise _AuxError(f"{url} answered HTTP {response.status_code}: {data[:300].decode('utf-8', 'replace')}")
+        try:
+            return loads(data)[0]
+        except ValueError as exc:
+            raise _AuxError(f"{url} answered with a body that is not JSON") from exc
+
+    async def tokenize(self, body: dict[str, Any], messages: list[Any],
+                       headers: list[tuple[bytes, bytes]]) -> tuple[list[int], int | None]:
+        """The server's render of `messages` as its chat endpoint would render `body`.
+
+        Args:
+            body: the chat request (its tools and template options are passed on).
+            messages: the messages to render (generation prompt added).
+            headers: headers for the server (the harness's credentials).
+
+        Returns:
+            The prompt ids, and the server's ``max_model_len`` (None when it gives none).
+
+        Raises:
+            _AuxError: the call failed or the answer has no ``tokens`` list.
+        """
+        payload = {k: body[k] for k in _PASS_TO_TOKENIZE if k in body and body[k] is not None}
+        payload["messages"] = messages
+        payload["add_generation_prompt"] = body.get("add_generation_prompt", True)
+        out = await self._post("/tokenize", payload, headers)
+        tokens = out.get("tokens") if isinstance(out, dict) else None
+        if not isinstance(tokens, list):
+            raise _AuxError(f"{self.upstream_root}/tokenize answered without a 'tokens' list")
+        limit = out.get("max_model_len")
+        return tokens, limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+
+    async def detokenize(self, model: Any, ids: list[int], headers: list[tuple[bytes, bytes]]) -> str:
+        """Args: model: the model name. ids: token ids. headers: server headers. Returns: their text."""
+        payload: dict[str, Any] = {"tokens": ids}
+        if model is not None:
+            payload["model"] = model
+        out = await self._post("/detokenize", payload, headers)
+        if not isinstance(out, dict) or not isinstance(out.get("prompt"), str):
+            raise _AuxError(f"{self.upstream_root}/detokenize answered without a 'prompt' string")
+        return out["prompt"]
+
+    async def probe(self, model: Any, ids: list[int], headers: list[tuple[bytes, bytes]]) -> bool:
+        """Whether the server generates from given prompt ids (asked once per upstream).
+
+        Args:
+            model: the model name of the request that needs it.
+            ids: prompt ids that are not the render of the probe's own message.
+            headers: server headers.
+
+        Returns:
+            True when the server honours ``kv_transfer_params.prompt_token_ids``.
+
+        Raises:
+            _AuxError: the probe could not be made (it will be tried again).
+        """
+        async with self._probe_lock:
+            if self.honoured is not None:
+                return self.honoured
+            payload: dict[str, Any] = {"messages": PROBE_MESSAGES, "max_tokens": 1, "return_token_ids": True,
+                                       "kv_transfer_params": {"prompt_token_ids": ids}}
+            if model is not None:
+                payload["model"] = model
+            try:
+                out = await self._post("/v1/chat/completions", payload, headers)
+            except _AuxError as exc:
+                if "HTTP 4" not in str(exc):
+                    raise
+                out = {}
+            got = out.get("prompt_token_ids") if isinstance(out, dict) else None
+            self.honoured = got == ids
+            if not self.honoured:
+                self.off_reason = (f"the model server at {self.upstream_root} does not generate from "
+                                   "kv_transfer_params.prompt_token_ids (probe: the returned prompt ids differ): "
+                                   "on-policy mode is off for this upstream")
+                log.warning("%s", self.off_reason)
+            return self.honoured
+
+    # ---- the proxy's hooks --------------------------------------------------------------------
+
+    async def prepare(self, session: str, parsed: dict[str, Any], body: bytes,
+                      headers: list[tuple[bytes, bytes]]) -> Prepared:
+        """Decide the upstream body of a chat request.
+
+        Args:
+            session: the proxy session.
+            parsed: the harness's request (not modified).
+            body: the upstream body so far.
+            headers: headers for the server.
+
+        Returns:
+            The decision; never raises (failures become a ``not_repaired`` continuity).
+        """
+        t0 = time.perf_counter()
+        messages = parsed.get("messages") if isinstance(parsed.get("messages"), list) else []
+        prepared = Prepared(body, Continuity("not_repaired"), message_keys=[message_key(m) for m in messages],
+                            context=request_context(parsed), messages=messages)
+        try:
+            prepared.continuity = await self._decide(session, parsed, messages, prepared, headers)
+        except _AuxError as exc:
+            prepared.continuity = Continuity("not_repaired", reason="server_call_failed", detail=str(exc))
+        except Exception as exc:  # never fail the harness's call over the mode
+            log.exception("on-policy mode failed on a request of session %s", session)
+            prepared.continuity = Continuity("not_repaired", reason="proxy_error", detail=f"{type(exc).__name__}: {exc}")
+        prepared.continuity.tokenize_ms = round((time.perf_counter() - t0) * 1000.0, 3)
+        return prepared
+
+    async def _decide(self, session: str, parsed: dict[str, Any], messages: list[Any], prepared: Prepared,
+                      headers: list[tuple[bytes, bytes]]) -> Continuity:
+        lookup = self.memory.find_parent(session, messages, prepared.context)
+        parent = lookup.parent
+        if parent is None:
+            status = "exact" if lookup.reason == "new_conversation" else "not_repaired"
+            return Continuity(status, reason=lookup.reason, detail=lookup.detail)
+        idx = parent.index
+        if self.honoured is False:
+            return Continuity("not_repaired", idx, "server_ignores_prompt_ids", self.off_reason)
+        if "kv_transfer_params" in parsed:
+            return Continuity("not_repaired", idx, "harness_set_kv_transfer_params",
+                              "the harness sent kv_transfer_params itself; the request is forwarded as it came")
+        if parsed.get("echo") or not text_only([m for m in messages if isinstance(m, dict)]):
+            return Continuity("not_repaired", idx, "server_would_ignore",
+                              "echo or non-text content: the server ignores given prompt ids then")
+        k = len(parent.message_keys)
+        blank = list(messages[:k]) + [blank_reply(messages[k])] + list(messages[k + 1:])
+        (parent_render, _), (render, max_model_len), (blank_render, _) = await asyncio.gather(
+            self.tokenize(parsed, parent.messages, headers), self.tokenize(parsed, messages, headers),
+            self.tokenize(parsed, blank, headers))
+        plan = plan_splice(parent, parent_render, render, blank_render)
+        if plan.target is None:
+            return Continuity("not_repaired", idx, plan.reason, plan.detail)
+        if plan.needs_text_check:
+            model = parsed.get("model")
+            sampled, rendered = await asyncio.gather(self.detokenize(model, plan.sampled_content, headers),
+                                                     self.detokenize(model, plan.rendered_content, headers))
+            if sampled != rendered:
+                return Continuity("not_repaired", idx, "content_changed", content_mismatch_detail(sampled, rendered))
+        if plan.target == render:
+            return Continuity("exact", idx)
+        overflow = context_overflow(len(plan.target), len(render), max_model_len, parsed)
+        if overflow:
+            return Continuity("not_repaired", idx, "context_overflow", overflow)
+        if self.honoured is None and not await self.probe(parsed.get("model"), plan.target[:PROBE_IDS], headers):
+            return Continuity("not_repaired", idx, "server_ignores_prompt_ids", self.off_reason)
+        prepared.target = plan.target
+        prepared.body = _with_prompt_ids(prepared.body, plan.target)
+        return Continuity("repaired", idx, drift=drift_of(render, plan.target))
+
+    def finish(self, session: str, index: int, prepared: Prepared, ok: bool, fields: dict[str, Any]) -> list[str]:
+        """Check the server used the meant prompt, and remember the call as a possible parent.
+
+        Args:
+            session: the proxy session.
+            index: the call's arrival index.
+            prepared: what `prepare` decided.
+            ok: the call succeeded (HTTP 200, no error).
+            fields: the record's token fields (`rollout_dataset.proxy.tokens.token_fields`).
+
+        Returns:
+            Notes for the record.
+        """
+        notes: list[str] = []
+        prompt_ids, completion_ids = fields.get("prompt_token_ids"), fields.get("completion_token_ids")
+        if prepared.target is not None and prompt_ids is not None and prompt_ids != prepared.target:
+            if self.honoured is not False:
+                self.off_reason = (f"the model server at {self.upstream_root} generated from other prompt ids than "
+                                   "the kv_transfer_params.prompt_token_ids sent: on-policy mode is off for it")
+                log.warning("%s", self.off_reason)
+            self.honoured = False
+            prepared.continuity = Continuity("not_repaired", prepared.continuity.parent_index,
+                                             "server_ignores_prompt_ids", self.off_reason,
+                                             tokenize_ms=prepared.continuity.tokenize_ms)
+            notes.append("on-policy: the server's prompt ids differ from the ones sent")
+        if ok and isinstance(prompt_ids, list) and isinstance(completion_ids, list):
+            self.memory.remember(session, PastCall(index, prepared.message_keys, prepared.context,
+                                                   prepared.messages, prompt_ids, completion_ids,
+                                                   fields.get("finish_reason")))
+        return notes
