@@ -20,6 +20,7 @@ __all__ = [
     "PublishError",
     "GuardrailError",
     "ConfigError",
+    "DatasetDirError",
 ]
 
 
@@ -91,3 +92,8 @@ class GuardrailError(RolloutDatasetError, RuntimeError):
 
 class ConfigError(RolloutDatasetError, ValueError):
     """A configuration file, block or flag is invalid (the message names the file, key and valid values)."""
+
+
+class DatasetDirError(RolloutDatasetError, FileExistsError):
+    """A dataset output folder cannot be used: it holds something other than a dataset built by this
+    tool, is a file or a symlink, or another build is writing to it (the message names what was found)."""
