@@ -61,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
     except RolloutDatasetError as exc:
         print(f"error: {exc}")
         return 1
+    except OSError as exc:  # a full disk, a permission: named by the OS error, the dataset untouched
+        print(f"error: {exc}; {args.out} left as it was")
+        return 1
     print(f"{result.out_dir}: {result.total_rollouts} rollouts "
           f"({len(result.added)} added, {len(result.skipped)} already there)")
     width = max(len(c) for c in result.rows)
