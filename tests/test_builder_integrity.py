@@ -215,3 +215,13 @@ def test_a_second_build_into_the_same_out_while_one_runs_is_refused(art, tmp_pat
     with staging.locked_out_dir(tmp_path / "ds"):
         with pytest.raises(DatasetDirError, match="another build is writing to it"):
             build([art], tmp_path / "ds", progress=False)
+
+
+def test_a_corrupt_shard_in_the_existing_dataset_is_named_and_nothing_changes(art, pristine, tmp_path, capsys):
+    build([pristine], tmp_path / "ds", progress=False)
+    shard = next((tmp_path / "ds" / "data" / "summary").glob("*.parquet"))
+    shard.write_bytes(shard.read_bytes()[:-100])  # footerless, as an interrupted writer leaves it
+    write_synthetic_rollout(tmp_path / "new", seed=9, n_turns=2, context_tokens=64)
+    code, lines = _build_cli(capsys, tmp_path / "new", tmp_path / "ds")
+    assert code == 1 and len(lines) == 1 and lines[0].startswith(f"error: {shard}: not a readable parquet shard")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "new", "rollout"]

@@ -10,8 +10,6 @@ when complete (`staging`): a failed or killed build leaves the earlier dataset a
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -28,7 +26,7 @@ from rollout_dataset.builder.rows import PREVIEW_CHARS, SAMPLES_MODES, rollout_r
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES, DatasetWriter
 from rollout_dataset.errors import ArtifactError, ConfigError
 
-__all__ = ["BuildResult", "build", "find_artifact_dirs", "read_summary_rows", "dataset_rollout_ids"]
+__all__ = ["BuildResult", "build", "find_artifact_dirs", "read_summary_rows", "dataset_rollout_ids", "check_shards"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +62,23 @@ def _read_shard(shard: Path, columns: list[str] | None = None) -> pa.Table:
     except (pa.ArrowException, OSError) as exc:
         raise ArtifactError(f"{shard}: not a readable parquet shard ({exc}); a dataset folder holds only "
                             "complete shards, so move this file away and build again") from None
+
+
+def check_shards(dataset_dir: str | Path) -> None:
+    """Check that every shard of a dataset folder is a complete parquet file (its footer reads).
+
+    Args:
+        dataset_dir: the dataset folder.
+
+    Raises:
+        ArtifactError: a shard is not readable parquet (named); `load_dataset` would fail on it.
+    """
+    for shard in sorted((Path(dataset_dir) / "data").rglob("*.parquet")):
+        try:
+            pq.ParquetFile(shard).close()
+        except (pa.ArrowException, OSError) as exc:
+            raise ArtifactError(f"{shard}: not a readable parquet shard ({exc}); a dataset folder holds only "
+                                "complete shards, so move this file away and build again") from None
 
 
 def read_summary_rows(dataset_dir: str | Path) -> list[dict]:
@@ -132,7 +147,7 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             unreadable, not UTF-8, not JSON, off its schema, inconsistent, or a symlink leaving the
             folder); one `(file, json_path, reason)` per failure of that folder.
         ArtifactError: an input path is not a folder or holds no artifact folder, a value does not
-            fit its column, or a shard of the existing dataset is unreadable.
+            fit its column, or a shard of the existing dataset is not complete parquet (named).
         DatasetDirError: `out_dir` holds something other than a dataset built by this tool, or
             another build is writing to it.
         ConfigError: `samples` is not "preview" or "full", or `preview_chars` is below 100 (a ValueError).
@@ -144,16 +159,14 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
     folders = find_artifact_dirs(artifact_dirs)
     out = Path(out_dir).absolute()
     staging.check_out_dir(out)
-    staging.clean_stale(out)
     result = BuildResult(out_dir=Path(out_dir))
     with staging.terminate_raises(), staging.locked_out_dir(out):
         staging.check_out_dir(out)  # again, under the lock
-        stage = out.parent / f"{out.name}{staging.STAGING_INFIX}{os.getpid()}"
-        shutil.rmtree(stage, ignore_errors=True)
-        try:
-            staging.stage_from(out, stage)
-            written = _write_rollouts(folders, stage, result, row_group_bytes=row_group_bytes, samples=samples,
-                                      preview_chars=preview_chars, progress=progress)
+        check_shards(out)
+        present = dataset_rollout_ids(out)
+        with staging.staging_folder(out) as stage:
+            written = _write_rollouts(folders, stage, present, result, row_group_bytes=row_group_bytes,
+                                      samples=samples, preview_chars=preview_chars, progress=progress)
             summary_rows = read_summary_rows(stage)
             result.bytes_per_config = {c: sum(p.stat().st_size for p in (stage / "data" / c).glob("*.parquet"))
                                        for c in CONFIG_NAMES}
@@ -164,8 +177,6 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             staging.fsync_tree(written + [readme])
             staging.checkpoint("staged")
             staging.commit(stage, out)
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
     result.readme = Path(out_dir) / "README.md"
     result.total_rollouts = len(summary_rows)
     log.info("built %s: %d rollouts added, %d skipped, %d in total", out, len(result.added),
@@ -173,14 +184,16 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
     return result
 
 
-def _write_rollouts(folders: list[Path], stage: Path, result: BuildResult, *, row_group_bytes: int, samples: str,
-                    preview_chars: int, progress: bool) -> list[Path]:
+def _write_rollouts(folders: list[Path], stage: Path, present: set[str], result: BuildResult, *,
+                    row_group_bytes: int, samples: str, preview_chars: int, progress: bool) -> list[Path]:
     """Check each folder and append its rows to new shards in `stage`; fills `result`.
+
+    Args:
+        present: rollout ids already in the dataset (skipped; grows as rollouts are added).
 
     Returns:
         The shard files written (a config without rows keeps no empty shard beside others).
     """
-    present = dataset_rollout_ids(stage)
     writer = DatasetWriter(stage, row_group_bytes=row_group_bytes)
     try:
         for folder in tqdm(folders, desc="build", unit="rollout", disable=not progress):

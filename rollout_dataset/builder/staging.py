@@ -13,14 +13,16 @@ written and fsynced there, and only then is the staging folder swapped with `out
   next build renames ``<out>.old-<pid>`` back before anything else).
 
 A build killed at any moment (SIGKILL included) therefore leaves `out` holding the earlier dataset
-(or the finished new one) plus, at most, a leftover ``<out>.staging-<pid>`` / ``<out>.old-<pid>``
-whose process is gone; the next build into `out` deletes those (or restores the aside folder). SIGTERM
-is turned into `SystemExit` during a build so the staging folder is removed on the way out, and is
-held back during the swap itself.
+(or the finished new one) plus, at most, a leftover ``<out>.staging-<pid>`` / ``<out>.old-<pid>``;
+a running build holds an `flock` on each of its folders (the kernel drops it when the process dies),
+so the next build into `out` knows a leftover from a folder in use, and deletes it (or renames an
+aside folder back when `out` is missing). SIGTERM is turned into `SystemExit` during a build so the
+staging folder is removed on the way out, and is held back during the swap itself.
 
 `out` must be new, an empty folder, or a dataset this tool built (README.md whose YAML header carries
 the ``rollout-dataset`` tag): anything else is refused, so ``--out ~`` cannot replace a home folder.
 One build at a time per `out` (an exclusive `flock` on the folder; a second build is refused).
+Linux (or another system with `flock`); `renameat2` is looked up in the C library at run time.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ import yaml
 
 from rollout_dataset.errors import DatasetDirError
 
-__all__ = ["DATASET_TAG", "is_built_dataset", "check_out_dir", "clean_stale", "locked_out_dir",
-           "stage_from", "fsync_tree", "commit", "terminate_raises", "checkpoint"]
+__all__ = ["DATASET_TAG", "is_built_dataset", "check_out_dir", "restore_aside", "clean_stale", "locked_out_dir",
+           "staging_folder", "fsync_tree", "commit", "terminate_raises", "checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -110,67 +112,96 @@ def check_out_dir(out: str | Path) -> None:
                           "empty folder")
 
 
-def _pid_alive(pid: int) -> bool:
+def _abandoned(folder: Path) -> bool:
+    """True when no process holds the build lock on `folder` (its build ended or was killed)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
         return False
-    except PermissionError:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
-    return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # releases the probe's lock
 
 
-def _leftovers(out: Path, infix: str) -> list[tuple[Path, int]]:
-    found = []
+def _lock(folder: Path) -> int:
+    """Open `folder` and take its exclusive build lock (released when the fd closes or the process dies).
+
+    Raises:
+        BlockingIOError: another process holds it.
+    """
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _leftovers(out: Path, infix: str) -> list[Path]:
     prefix = out.name + infix
     with contextlib.suppress(FileNotFoundError):
-        for entry in out.parent.iterdir():
-            tail = entry.name[len(prefix):] if entry.name.startswith(prefix) else ""
-            if tail.isdigit() and not entry.is_symlink() and entry.is_dir():
-                found.append((entry, int(tail)))
-    return sorted(found)
+        return sorted(entry for entry in out.parent.iterdir()
+                      if entry.name.startswith(prefix) and entry.name[len(prefix):].isdigit()
+                      and not entry.is_symlink() and entry.is_dir())
+    return []
 
 
-def clean_stale(out: str | Path) -> list[Path]:
-    """Repair what a killed build left next to `out`.
-
-    A ``<out>.old-<pid>`` of a dead process while `out` is missing is the earlier dataset of a build
-    killed between its two renames: it is renamed back to `out`. Every other
-    ``<out>.staging-<pid>`` / ``<out>.old-<pid>`` of a dead process is deleted. Folders of live
-    processes (a build running now) are left alone.
+def restore_aside(out: str | Path) -> Path | None:
+    """Put back the earlier dataset of a build killed between its two renames (`out` missing).
 
     Args:
         out: the dataset folder.
 
     Returns:
-        The leftover folders removed or restored.
+        The ``<out>.old-<pid>`` folder renamed back to `out`, or None.
     """
     out = Path(out)
-    handled: list[Path] = []
-    for aside, pid in _leftovers(out, ASIDE_INFIX):
-        if _pid_alive(pid):
-            continue
-        if not os.path.lexists(out):
+    if os.path.lexists(out):
+        return None
+    for aside in _leftovers(out, ASIDE_INFIX):
+        if _abandoned(aside):
             try:
                 os.rename(aside, out)
             except OSError:  # another build restored it first
                 continue
             log.warning("%s: restored the earlier dataset from %s (a build was killed while swapping)", out, aside)
-        else:
-            shutil.rmtree(aside, ignore_errors=True)
-            log.info("%s: removed %s, left by a killed build", out, aside)
-        handled.append(aside)
-    for staging, pid in _leftovers(out, STAGING_INFIX):
-        if not _pid_alive(pid):
-            shutil.rmtree(staging, ignore_errors=True)
-            log.info("%s: removed %s, left by a killed build", out, staging)
-            handled.append(staging)
-    return handled
+            return aside
+    return None
+
+
+def clean_stale(out: str | Path) -> list[Path]:
+    """Delete the ``<out>.staging-<pid>`` / ``<out>.old-<pid>`` folders that killed builds left.
+
+    A folder is a leftover when no process holds its build lock (a running build holds the locks of
+    its folders until it ends; the kernel drops them when a process dies, SIGKILL included).
+
+    Args:
+        out: the dataset folder.
+
+    Returns:
+        The folders removed.
+    """
+    out = Path(out)
+    removed = []
+    for folder in _leftovers(out, ASIDE_INFIX) + _leftovers(out, STAGING_INFIX):
+        if _abandoned(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            log.info("%s: removed %s, left by a killed build", out, folder)
+            removed.append(folder)
+    return removed
 
 
 @contextlib.contextmanager
 def locked_out_dir(out: str | Path) -> Iterator[bool]:
-    """Hold an exclusive lock on the dataset folder `out` (created empty if missing) for one build.
+    """Hold the exclusive build lock on the dataset folder `out` (created empty if missing).
+
+    First puts back an earlier dataset a killed build left aside (`restore_aside`); once locked,
+    deletes the leftovers of killed builds (`clean_stale`).
 
     Args:
         out: the dataset folder.
@@ -182,6 +213,7 @@ def locked_out_dir(out: str | Path) -> Iterator[bool]:
         DatasetDirError: another build holds the lock.
     """
     out = Path(out)
+    restore_aside(out)
     created = False
     for _ in range(20):
         try:
@@ -189,11 +221,9 @@ def locked_out_dir(out: str | Path) -> Iterator[bool]:
             created = True
         except FileExistsError:
             pass
-        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = _lock(out)
         except BlockingIOError:
-            os.close(fd)
             raise DatasetDirError(f"{out}: another build is writing to it; wait for it to finish") from None
         held, now = os.fstat(fd), os.stat(out, follow_symlinks=False)
         if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
@@ -202,6 +232,7 @@ def locked_out_dir(out: str | Path) -> Iterator[bool]:
     else:
         raise DatasetDirError(f"{out}: replaced again and again by other builds; try again")
     try:
+        clean_stale(out)
         yield created
     finally:
         os.close(fd)
@@ -210,21 +241,37 @@ def locked_out_dir(out: str | Path) -> Iterator[bool]:
                 out.rmdir()  # only when empty: the build failed before anything was swapped in
 
 
+@contextlib.contextmanager
+def staging_folder(out: str | Path) -> Iterator[Path]:
+    """A locked ``<out>.staging-<pid>`` holding the existing dataset's files (hard links); removed at the end.
+
+    Shards are immutable, so linking shares them safely; a file the build rewrites (README.md) must
+    be unlinked first, never written through.
+
+    Args:
+        out: the dataset folder (locked by `locked_out_dir`).
+
+    Yields:
+        The staging folder.
+    """
+    out = Path(out)
+    stage = out.parent / f"{out.name}{STAGING_INFIX}{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
+    fd = _lock(stage)
+    try:
+        shutil.copytree(out, stage, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)
+        yield stage
+    finally:
+        os.close(fd)
+        shutil.rmtree(stage, ignore_errors=True)
+
+
 def _link_or_copy(src: str, dst: str) -> None:
     try:
         os.link(src, dst, follow_symlinks=False)
     except OSError:
         shutil.copy2(src, dst, follow_symlinks=False)
-
-
-def stage_from(out: str | Path, staging: str | Path) -> None:
-    """Create the staging folder holding the files of the existing dataset `out` (hard links).
-
-    Args:
-        out: the dataset folder (may be empty).
-        staging: the staging folder to create (must not exist).
-    """
-    shutil.copytree(out, staging, symlinks=True, copy_function=_link_or_copy)
 
 
 def fsync_tree(paths: list[Path]) -> None:
@@ -295,10 +342,12 @@ def _block_sigterm() -> bool:
 def terminate_raises() -> Iterator[None]:
     """Within the block, SIGTERM raises `SystemExit(143)` (so `finally` clauses clean up).
 
-    Only in the main thread (signal handlers can be set nowhere else); the earlier handler is
-    restored at the end.
+    Only in the main thread (signal handlers can be set nowhere else), and only where SIGTERM has
+    its default action: a program that ignores SIGTERM or handles it itself keeps its own way. The
+    earlier handler is restored at the end.
     """
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         yield
         return
 
