@@ -141,3 +141,23 @@ def test_without_an_atomic_exchange_a_kill_between_the_renames_is_repaired_by_th
     assert not out.exists() and len(aside) == 1
     assert _summary_ids(aside[0], tmp_path / "cache") == corpus[1]  # the earlier dataset, whole
     _rerun_adds_the_rest(corpus, tmp_path, out)
+
+
+def test_a_staging_folder_in_use_by_a_running_build_is_left_alone(corpus, tmp_path):
+    import os as _os
+
+    from rollout_dataset.builder import staging
+
+    root, _, _ = corpus
+    out = tmp_path / "ds"
+    shutil.copytree(root / "earlier", out)
+    running = tmp_path / "ds.staging-4194301"  # a pid that is, or is not, alive: the lock decides
+    running.mkdir()
+    fd = staging._lock(running)  # what a build running in another process holds
+    try:
+        build([root / "new"], out, progress=False)
+        assert running.is_dir()
+    finally:
+        _os.close(fd)
+    build([root / "new"], out, progress=False)  # now abandoned: removed
+    assert not running.exists()
