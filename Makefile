@@ -55,6 +55,7 @@ bench: install-test
 	$(PY) bench/batch_throughput.py
 	$(PY) bench/crafter_rollout.py
 	$(PY) bench/sandbox_overhead.py
+	$(PY) bench/redaction.py
 
 clean:
 	rm -rf $(VENV) $(NPM_TOOLS) demo-dataset demo-artifacts

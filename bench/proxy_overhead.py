@@ -34,6 +34,8 @@ from pathlib import Path
 import aiohttp
 import httpx
 
+from rollout_dataset.proxy.redact import redact_url
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "proxy_overhead.json"
 LITELLM_VENV = Path(os.environ.get("LITELLM_VENV", Path(tempfile.gettempdir()) / "rollout-dataset-bench-litellm"))
@@ -284,7 +286,7 @@ def main() -> int:
         doc = {
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-            "upstream": "local backend" if not args.upstream else args.upstream,
+            "upstream": "local backend" if not args.upstream else redact_url(args.upstream),  # never its credentials
             "model": model, "max_tokens": args.max_tokens, "calls_c1": args.calls,
             "targets": results, "added": table, "proxy_records_written": recorded,
         }

@@ -128,7 +128,7 @@ def test_run_record_meta_carries_strategy_parameters_and_no_credentials(finished
     out = finished_batch[0].out_dir
     simple = read_jsonl(out / "runs/simple.jsonl")[0]
     complex_ = read_jsonl(out / "runs/complex.jsonl")[0]
-    assert simple["meta"] == {"base_url": "http://127.0.0.1:9/v1", "indicator_lambda": 1.0}
+    assert simple["meta"] == {"base_url": "http://127.0.0.1:9/v1?key=[REDACTED]", "indicator_lambda": 1.0}
     assert complex_["meta"]["weights"] == {"example_3": 2.0} and complex_["meta"]["k_limits"] == {"example_1": 2}
     text = "".join(p.read_text() for p in out.rglob("*") if p.is_file() and p.suffix in {".json", ".jsonl", ".md"})
     assert "secret" not in text and "key=abc" not in text

@@ -35,7 +35,6 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
-from urllib.parse import urlsplit, urlunsplit
 
 from tqdm import tqdm
 
@@ -46,6 +45,7 @@ from rollout_dataset.batch.executor import Executor, JobOutcome, RolloutJob, Rol
 from rollout_dataset.batch.plots import write_plots
 from rollout_dataset.batch.stepwise import stepwise_for_rollout, timeline_to_json
 from rollout_dataset.errors import GuardrailError, RolloutDatasetError, UpstreamError, UpstreamStatusError
+from rollout_dataset.proxy.redact import redact_url, redact_urls_in_text
 from rollout_dataset.schema import validate
 
 __all__ = [
@@ -69,17 +69,6 @@ _BATCH_FILE = "batch.json"
 def utc_now() -> str:
     """The current UTC time as ISO 8601 with a `Z` suffix, to the second."""
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def redact_url(url: str | None) -> str | None:
-    """The URL without user:password and without a query string (they may carry credentials)."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def _write_json(path: Path, doc: Any) -> None:
@@ -419,7 +408,8 @@ def run_batch(config: BatchConfig, run_one: RunOne | None = None, *, executor: E
             if outcome.error is not None:
                 err = outcome.error
                 if err.type == "UpstreamStatusError" and err.status is not None:
-                    raise UpstreamStatusError(int(err.status), err.url or str(job.settings.get("base_url")), err.message)
+                    raise UpstreamStatusError(int(err.status), redact_url(err.url or str(job.settings.get("base_url"))),
+                                              redact_urls_in_text(err.message or ""))
                 if err.type == "UpstreamError":  # the model server cannot be reached: no rollout can succeed
                     raise UpstreamError(err.message)
                 log.error("rollout seed=%s idx=%s failed: %s: %s\n%s", job.seed, job.rollout_idx, err.type, err.message, err.traceback)
@@ -499,7 +489,7 @@ def _write_outputs(
         "config": {
             **config.snapshot(),
             "base_url": redact_url(config.base_url),
-            "argv": [redact_url(a) if "://" in a else a for a in (config.argv or [])],
+            "argv": [redact_urls_in_text(a) for a in (config.argv or [])],
         },
         "inference_url": redact_url(base_url),
         "weights": dict(config.step_rewards.weights),

@@ -6,22 +6,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
-
 from rollout_dataset.capture.rewards import PenaltyRules
+from rollout_dataset.proxy.redact import redact_url
 
 __all__ = ["CaptureConfig", "CaptureResult"]
-
-
-def _without_credentials(url: str | None) -> str | None:
-    """The URL without user:password and without a query string (either may carry a key)."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 @dataclass
@@ -31,6 +19,8 @@ class CaptureConfig:
     Args:
         out_dir: where the artifacts go (created; existing artifact files are overwritten).
         base_url: an OpenAI-compatible server (ends in ``/v1``); None starts the local backend.
+            Userinfo (``user:pass@`` → Basic, ``token@`` → Bearer) and query parameters are sent
+            by the proxy to the server only; the URL is written and printed redacted.
         model: the model name; default ``local`` for the local backend, else the server's first model.
         task_index: which task of the selected list.
         seed: dataset seed: decides which task each index points at.
@@ -39,7 +29,8 @@ class CaptureConfig:
         tasks: ``builtin``, a JSONL/parquet path, or ``hf:ORG/NAME[:SPLIT]``.
         harness: ``builtin``, ``cmd:COMMAND``, ``mini-swe-agent`` or ``opencode``.
         timeout_s: wall-time budget of the harness.
-        api_key: the key the harness sends (default `OPENAI_API_KEY` or ``EMPTY``); never written.
+        api_key: the real key of `base_url` (default `OPENAI_API_KEY`): the proxy sends it upstream;
+            the harness only gets a per-rollout dummy key. Never written anywhere.
         policy: the local backend's policy (``oracle``, ``script``, ``echo``).
         script: the script file of the ``script`` policy.
         tokenizer: tokenizer for re-rendering checks and samples (default ``builtin`` for the local
@@ -98,9 +89,14 @@ class CaptureConfig:
         return self.seed if self.rollout_seed is None else self.rollout_seed
 
     @property
-    def effective_api_key(self) -> str:
-        """The key the harness sends: `api_key`, else `OPENAI_API_KEY`, else ``EMPTY``."""
-        return self.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+    def upstream_api_key(self) -> str | None:
+        """The real key the proxy sends to `base_url`: `api_key`, else `OPENAI_API_KEY`, else None.
+
+        None as well for the local backend (no `base_url`): it needs no key.
+        """
+        if not self.base_url:
+            return None
+        return self.api_key or os.environ.get("OPENAI_API_KEY") or None
 
     def public_dict(self) -> dict[str, Any]:
         """The settings as task.json records them (no credentials).
@@ -109,7 +105,7 @@ class CaptureConfig:
             A JSON-ready dict without the API key.
         """
         return {
-            "base_url": _without_credentials(self.base_url), "model": self.model, "tasks": self.tasks, "harness": self.harness,
+            "base_url": redact_url(self.base_url), "model": self.model, "tasks": self.tasks, "harness": self.harness,
             "timeout_s": self.timeout_s, "policy": self.policy if self.base_url is None else None,
             "script": str(self.script) if self.script else None, "tokenizer": self.tokenizer,
             "max_turns": self.max_turns, "max_tokens": self.max_tokens, "temperature": self.temperature,

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import logging
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -39,9 +39,11 @@ from rollout_dataset.capture.hiding import capture_hidden_paths
 from rollout_dataset.capture.leakage import scan_for_leaks
 from rollout_dataset.capture.push import push_artifacts_from_env
 from rollout_dataset.capture.rewards import compute_penalties, reward_after_penalties
-from rollout_dataset.capture.secrets import collect_secrets
+from rollout_dataset.capture.secrets import collect_secrets, new_dummy_key, redact_text
 from rollout_dataset.capture.threads import serve_in_thread
+from rollout_dataset.capture.workdir import copy_workdir
 from rollout_dataset.errors import UpstreamError, UpstreamStatusError
+from rollout_dataset.proxy.upstream import UpstreamTarget, parse_upstream
 
 __all__ = ["capture_rollout", "harness_statement", "first_call_failure", "SOLUTION_NOTE"]
 
@@ -85,24 +87,40 @@ def first_call_failure(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-def _upstream_url(upstream_base: str, endpoint: str) -> str:
-    root = upstream_base.rstrip("/")
-    if root.endswith("/v1"):
-        root = root[:-3]
-    return root + endpoint
+def upstream_target(base_url: str, api_key: str | None) -> UpstreamTarget:
+    """The capture's upstream: credentials of the URL or the real key, for the proxy only.
+
+    Userinfo in the URL wins over the key (the key is then not sent; logged without its value).
+
+    Args:
+        base_url: the model server's base URL (the local backend's, or ``--base-url``).
+        api_key: the real upstream key, or None.
+
+    Returns:
+        The parsed upstream (`rollout_dataset.proxy.upstream.parse_upstream`).
+
+    Raises:
+        ValueError: not an http(s) URL (the message shows it redacted).
+    """
+    target = parse_upstream(base_url)
+    if target.authorization is None and api_key:
+        return parse_upstream(base_url, api_key)
+    if target.authorization is not None and api_key:
+        logger.info("the upstream URL %s carries credentials: OPENAI_API_KEY is not sent to it", target.display)
+    return target
 
 
-def _raise_first_call(record: dict[str, Any], upstream_base: str) -> None:
-    url = _upstream_url(upstream_base, record.get("endpoint") or "/v1/chat/completions")
+def _raise_first_call(record: dict[str, Any], target: UpstreamTarget) -> None:
+    url = target.shown(record.get("endpoint") or "/v1/chat/completions")
     status = record.get("status")
     body = ""
     response = record.get("response")
     if isinstance(response, dict):
         err = response.get("error")
-        body = str(err.get("message", err) if isinstance(err, dict) else (err or ""))[:300]
+        body = target.scrub(str(err.get("message", err) if isinstance(err, dict) else (err or "")))[:300]
     if isinstance(status, int) and status >= 400 and status != 502:
         raise UpstreamStatusError(status, url, body)
-    message = (record.get("error") or {}).get("message", "no answer")
+    message = target.scrub(str((record.get("error") or {}).get("message", "no answer")))
     if isinstance(status, int):
         raise UpstreamStatusError(status, url, message)
     raise UpstreamError(f"model server unreachable at {url}: {message}")
@@ -154,23 +172,27 @@ def _model_server(config: CaptureConfig) -> Iterator[tuple[str, Any]]:
         yield backend.base_url, tokenizer
 
 
-def _resolve_model(config: CaptureConfig, upstream: str) -> str:
+def _resolve_model(config: CaptureConfig, target: UpstreamTarget) -> str:
     if config.model:
         return config.model
     if not config.base_url:
         return config.served_model_name
-    url = upstream.rstrip("/") + "/models"
-    headers = {"Authorization": f"Bearer {config.effective_api_key}"}
+    shown = target.shown("/v1/models")
+    # through the transport, not a Client: httpx's Client logs every URL it requests, query key included
+    request = httpx.Request("GET", target.url("/v1/models"), headers=target.headers(),
+                            extensions={"timeout": httpx.Timeout(30.0).as_dict()})
     try:
-        response = httpx.get(url, headers=headers, timeout=30)
+        with httpx.HTTPTransport() as transport:
+            response = transport.handle_request(request)
+            response.read()
     except httpx.HTTPError as exc:
-        raise UpstreamError(f"model server unreachable at {url}: {exc}") from exc
+        raise UpstreamError(f"model server unreachable at {shown}: {target.scrub(str(exc))}") from None
     if response.status_code >= 400:
-        raise UpstreamStatusError(response.status_code, url, response.text)
+        raise UpstreamStatusError(response.status_code, shown, target.scrub(response.text))
     try:
         return response.json()["data"][0]["id"]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise UpstreamError(f"{url} lists no model; pass --model") from exc
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise UpstreamError(f"{shown} lists no model; pass --model") from None
 
 
 def _cached_or_local(name: str) -> bool:
@@ -278,11 +300,18 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
     errors: list[dict[str, str]] = []
     decisions: list[dict[str, Any]] = []
     exit_code: int | None = None
+    # The harness never holds the real key: it gets a per-rollout dummy key, the proxy drops it and
+    # sends the real one (or the URL's credentials) upstream.
+    dummy_key = new_dummy_key()
     with contextlib.ExitStack() as stack:
         trace_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rollout-trace-")))
         upstream, tokenizer = stack.enter_context(_model_server(config))
-        model = _resolve_model(config, upstream)
-        proxy = stack.enter_context(CaptureProxy(upstream=upstream, trace_dir=trace_dir))
+        target = upstream_target(upstream, config.upstream_api_key)
+        secrets = collect_secrets([config.api_key, os.environ.get("OPENAI_API_KEY"), os.environ.get("HF_TOKEN"),
+                                   dummy_key, *target.secrets])
+        model = _resolve_model(config, target)
+        proxy = stack.enter_context(CaptureProxy(upstream=upstream, trace_dir=trace_dir,
+                                                 api_key=target.api_key, forward_client_auth=False))
         session = rollout_id
         harness_url = proxy.session_base_url(session)
         trace_path = proxy.trace_path(session)
@@ -294,10 +323,10 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         t_agent = time.monotonic()
         if preset is None:
             toolbox = ToolBox(box.workdir, [(t.input, t.output) for t in task.visible_tests], sandbox_runner(box))
-            agent = BuiltinAgent(harness_url, model, toolbox, api_key=config.effective_api_key,
+            agent = BuiltinAgent(harness_url, model, toolbox, api_key=dummy_key,
                                  max_turns=config.max_turns, timeout_s=config.timeout_s, seed=rollout_seed,
                                  temperature=config.temperature, max_tokens=config.max_tokens,
-                                 report_url=_upstream_url(upstream, "/v1/chat/completions"))
+                                 report_url=target.shown("/v1/chat/completions"))
             outcome = agent.run(statement)
             stop_reason, timed_out = outcome.stop_reason, outcome.timed_out
             decisions = outcome.decisions
@@ -306,12 +335,12 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         else:
             watch = _TraceWatch(trace_path)
             ext = run_external_harness(preset.command, base_url=harness_url, model=model, workdir=box.workdir,
-                                       instruction=statement, api_key=config.effective_api_key,
+                                       instruction=statement, api_key=dummy_key,
                                        timeout_s=config.timeout_s, env=preset.env, should_stop=watch,
                                        hide_paths=hidden)
             stop_reason, timed_out, exit_code = ext.stop_reason, ext.timed_out, ext.exit_code
             if ext.stop_reason == "upstream_error" or watch() or watch.failed:
-                _raise_first_call(watch.failed or first_call_failure(read_trace(trace_path)) or {}, upstream)
+                _raise_first_call(watch.failed or first_call_failure(read_trace(trace_path)) or {}, target)
             if ext.stop_reason == "harness_exit" and ext.exit_code not in (0, None):
                 errors.append({"kind": "harness_error", "message":
                                f"{preset.name} exited with status {ext.exit_code}: {ext.stderr_tail[-600:]}"})
@@ -321,14 +350,14 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         records = read_trace(trace_path) if trace_path.exists() else []
         failed = first_call_failure(records)
         if failed is not None and preset is None:
-            _raise_first_call(failed, upstream)
+            _raise_first_call(failed, target)
 
         t_verify = time.monotonic()
         verdict = verify_solution(task, box.workdir)
         timings["verify_s"] = time.monotonic() - t_verify
         hits = scan_for_leaks(statement, task.held_out_tests, records, box.workdir)
         if config.keep_workdir:
-            shutil.copytree(box.workdir, out_dir / "workdir", dirs_exist_ok=True)
+            copy_workdir(box.workdir, out_dir, secrets)
         if tokenizer is None and (config.tokenizer or config.base_url):
             # the model's own name is tried from the local cache only; an explicit --tokenizer may download
             tokenizer = _load_offline_tokenizer(config.tokenizer or model, allow_download=bool(config.tokenizer))
@@ -388,7 +417,6 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         "summary.json": summary,
         "samples.md": _samples(document, records, tokenizer, header),
     }
-    secrets = collect_secrets([config.api_key, os.environ.get("OPENAI_API_KEY"), os.environ.get("HF_TOKEN")])
     summary_doc = files.pop("summary.json")
     redacted = write_artifacts(out_dir, files, secrets)
     if redacted:
@@ -407,4 +435,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         errors.append({"kind": "push_error", "message": push_error})
     logger.info("captured %s: %d calls, reward %s, stop %s -> %s", rollout_id, len(records), env_reward,
                 stop_reason, out_dir)
+    # what the caller prints (the CLI) is as clean as what is on disk
+    summary = json.loads(redact_text(json.dumps(summary), secrets)[0])
+    errors = [{k: redact_text(v, secrets)[0] for k, v in e.items()} for e in errors]
     return CaptureResult(out_dir, rollout_id, summary, errors, failures, decisions)

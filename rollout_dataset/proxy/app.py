@@ -22,7 +22,7 @@ from httpx_sse import EventSource, ServerSentEvent
 
 from rollout_dataset.proxy.jsoncodec import loads
 from rollout_dataset.proxy.recorder import TraceRecorder
-from rollout_dataset.proxy.redact import harness_session_id, recorded_headers, redact_body, valid_session_id
+from rollout_dataset.proxy.redact import harness_session_id, recorded_headers, redact_body, redact_url, valid_session_id
 from rollout_dataset.proxy.streaming import StreamAssembler
 from rollout_dataset.proxy.tokens import (
     GENERATION_ENDPOINTS,
@@ -306,7 +306,7 @@ class ProxyApp:
 
     async def _exchange(self, call: _Call, request: httpx.Request, token_req: TokenRequest | None,
                         send: Send) -> None:
-        url = str(request.url)
+        url = redact_url(str(request.url))  # shown in errors and logs: no credential of the harness's query
         try:
             try:
                 response = await self.transport.handle_async_request(request)

@@ -1,7 +1,9 @@
-"""What of a request may reach the trace: headers by allow-list, credential-looking body fields redacted.
+"""What may be written anywhere: headers by allow-list, credential-looking names and URLs redacted.
 
-Nothing here changes what the proxy forwards upstream; these functions only build the copies that
-are written to the trace.
+One definition of the credential-name rule (`is_credential_name`), used for request body fields,
+URL query parameters (`redact_url`) and environment variable names
+(`rollout_dataset.capture.secrets`). Nothing here changes what the proxy forwards upstream; these
+functions only build the copies that are written to traces, logs, error messages and artifacts.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from typing import Any, Iterable
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 __all__ = [
     "REDACTED",
@@ -18,6 +21,11 @@ __all__ = [
     "harness_session_id",
     "redact_body",
     "is_credential_name",
+    "name_words",
+    "redact_url",
+    "redact_urls_in_text",
+    "STRONG_CREDENTIAL_WORDS",
+    "WEAK_CREDENTIAL_WORDS",
     "valid_session_id",
 ]
 
@@ -49,30 +57,25 @@ HARNESS_SESSION_HEADERS: tuple[str, ...] = ("x-session-id", "session_id", "sessi
 # Parts of a header name that mark it as a credential even when an allow-list rule would admit it.
 _CREDENTIAL_PARTS = ("auth", "key", "token", "secret", "cookie", "password", "passwd", "credential", "signature")
 
-# Body field names (normalised: lower-case, '-' -> '_') that always carry a credential.
-_CREDENTIAL_FIELDS = frozenset(
-    {
-        "api_key",
-        "apikey",
-        "token",
-        "password",
-        "passwd",
-        "secret",
-        "client_secret",
-        "authorization",
-        "auth",
-        "bearer",
-        "cookie",
-        "credentials",
-        "private_key",
-        "access_key",
-        "secret_key",
-        "session_token",
-    }
+# THE credential-name rule (one definition: body fields, URL query parameters, environment
+# variables). A name is split into lower-case words at '_', '-', '.', spaces and camelCase
+# boundaries ("OPENAI_API_KEY" -> openai/api/key, "clientSecret" -> client/secret). It is a credential
+# name when
+#   1. any word is a STRONG word (never sampling or tokenizer vocabulary), or
+#   2. its LAST word is a WEAK word (key, token, auth, ...), and the name is not tokenizer vocabulary
+#      (bos_token, eos_token, ...).
+# Weak words count only at the end because the API vocabulary uses them as qualifiers:
+# prompt_token_ids, stop_token_ids, return_token_ids (last word "ids"), max_tokens, completion_tokens,
+# skip_special_tokens (plural "tokens"), top_k, keys, sort_keys (not "key").
+STRONG_CREDENTIAL_WORDS: frozenset[str] = frozenset(
+    {"secret", "secrets", "password", "passwords", "passwd", "passphrase", "credential", "credentials",
+     "authorization", "apikey", "signature"}
 )
-_CREDENTIAL_SUFFIXES = ("_api_key", "_apikey", "_token", "_secret", "_password", "_passwd", "_access_key", "_secret_key")
+WEAK_CREDENTIAL_WORDS: frozenset[str] = frozenset({"key", "token", "auth", "bearer", "cookie"})
 # Singular *_token names that are vocabulary, not credentials (chat_template_kwargs may carry them).
-_TOKENIZER_FIELDS = frozenset({"bos_token", "eos_token", "pad_token", "unk_token", "sep_token", "cls_token", "mask_token"})
+_TOKENIZER_FIELDS = frozenset({"bos_token", "eos_token", "pad_token", "unk_token", "sep_token", "cls_token",
+                               "mask_token", "image_token", "video_token", "audio_token"})
+_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 # Fields whose content is model input or a JSON schema, kept verbatim (a tool parameter may be
 # called "password"; its schema is not a secret and the trace needs it to re-render the prompt).
 _VERBATIM_FIELDS = frozenset(
@@ -133,49 +136,72 @@ def harness_session_id(headers: dict[str, str]) -> str | None:
     return None
 
 
-def is_credential_name(name: str) -> bool:
-    """Whether a JSON field name looks like it carries a credential.
+def name_words(name: str) -> list[str]:
+    """The lower-case words of a field, parameter or variable name (the unit the credential rule reads).
 
     Args:
-        name: a field name from a request body.
+        name: e.g. ``OPENAI_API_KEY``, ``clientSecret``, ``x-api-key``.
 
     Returns:
-        True for names such as ``api_key``, ``token``, ``password``, ``access_token``,
-        ``client_secret``; False for sampling or tokenizer vocabulary such as ``max_tokens``
-        or ``eos_token``.
+        E.g. ``["openai", "api", "key"]``, ``["client", "secret"]``, ``["x", "api", "key"]``.
     """
-    key = name.lower().replace("-", "_")
-    if key in _CREDENTIAL_FIELDS:
-        return True
-    if key in _TOKENIZER_FIELDS:
+    return [w.lower() for w in _WORD_SPLIT.split(name) if w]
+
+
+@functools.lru_cache(maxsize=4096)
+def is_credential_name(name: str) -> bool:
+    """Whether a name looks like it carries a credential (THE rule, see `STRONG_CREDENTIAL_WORDS`).
+
+    Used for request body fields, URL query parameters and environment variable names.
+
+    Args:
+        name: a field, parameter or variable name.
+
+    Returns:
+        True for names such as ``api_key``, ``key``, ``token``, ``password``, ``access_token``,
+        ``clientSecret``, ``credential``, ``Authorization``, ``OPENAI_API_KEY``; False for sampling
+        and tokenizer vocabulary such as ``max_tokens``, ``prompt_token_ids``,
+        ``completion_tokens``, ``top_k``, ``keys`` or ``eos_token``.
+    """
+    words = name_words(name)
+    if not words:
         return False
-    return key.endswith(_CREDENTIAL_SUFFIXES)
+    if any(word in STRONG_CREDENTIAL_WORDS for word in words):
+        return True
+    if words[-1] not in WEAK_CREDENTIAL_WORDS:
+        return False
+    return "_".join(words) not in _TOKENIZER_FIELDS
 
 
-def _redact(value: Any) -> tuple[Any, bool]:
-    if isinstance(value, dict):
-        changed = False
-        out = {}
-        for key, item in value.items():
-            if isinstance(key, str) and key in _VERBATIM_FIELDS:
-                out[key] = item
-            elif isinstance(key, str) and item is not None and is_credential_name(key):
-                out[key] = REDACTED
-                changed = True
-            else:
-                new, sub = _redact(item)
-                out[key] = new
-                changed = changed or sub
-        return (out, True) if changed else (value, False)
-    if isinstance(value, list):
-        changed = False
-        items = []
-        for item in value:
-            new, sub = _redact(item)
-            items.append(new)
-            changed = changed or sub
-        return (items, True) if changed else (value, False)
-    return value, False
+def _credential_paths(body: Any) -> list[list[Any]]:
+    """Key paths of the fields to redact, found without recursion (any nesting depth is fine)."""
+    # each visited container: (value, index of its parent entry, key in the parent)
+    nodes: list[tuple[Any, int, Any]] = [(body, -1, None)]
+    pending = [0]
+    hits: list[tuple[int, Any]] = []
+    while pending:
+        index = pending.pop()
+        value = nodes[index][0]
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(key, str) and isinstance(value, dict):
+                if key in _VERBATIM_FIELDS:
+                    continue
+                if item is not None and is_credential_name(key):
+                    hits.append((index, key))
+                    continue
+            if isinstance(item, (dict, list)) and item:
+                nodes.append((item, index, key))
+                pending.append(len(nodes) - 1)
+    paths = []
+    for index, key in hits:
+        path = [key]
+        while index > 0:
+            _, parent, step = nodes[index]
+            path.append(step)
+            index = parent
+        paths.append(path[::-1])
+    return paths
 
 
 def redact_body(body: Any) -> Any:
@@ -188,9 +214,29 @@ def redact_body(body: Any) -> Any:
         body: the parsed JSON body (any JSON value).
 
     Returns:
-        The body to record.
+        The body to record (containers on the way to a redacted field are copied, the rest shared).
     """
-    return _redact(body)[0]
+    if not isinstance(body, (dict, list)):
+        return body
+    paths = _credential_paths(body)
+    if not paths:
+        return body
+    copies: dict[int, Any] = {id(body): _shallow_copy(body)}
+    for path in paths:
+        original, copy = body, copies[id(body)]
+        for step in path[:-1]:
+            child = original[step]
+            child_copy = copies.get(id(child))
+            if child_copy is None:
+                child_copy = copies[id(child)] = _shallow_copy(child)
+                copy[step] = child_copy
+            original, copy = child, child_copy
+        copy[path[-1]] = REDACTED
+    return copies[id(body)]
+
+
+def _shallow_copy(value: Any) -> Any:
+    return dict(value) if isinstance(value, dict) else list(value)
 
 
 def valid_session_id(session: str) -> bool:
@@ -204,3 +250,57 @@ def valid_session_id(session: str) -> bool:
         no ``..``).
     """
     return bool(_SAFE_SESSION.match(session)) and ".." not in session
+
+
+def _redacted_pairs(query: str) -> str:
+    pairs = []
+    for pair in query.split("&"):
+        name, eq, _value = pair.partition("=")
+        pairs.append(f"{name}={REDACTED}" if eq and is_credential_name(unquote_plus(name)) else pair)
+    return "&".join(pairs)
+
+
+def redact_url(url: str | None) -> str | None:
+    """The URL as it may be shown or written: no userinfo, credential-looking query values redacted.
+
+    ``http://user:pass@[::1]:8000/v1?api_key=s&api-version=2`` becomes
+    ``http://[::1]:8000/v1?api_key=[REDACTED]&api-version=2``: the userinfo is dropped whole, the
+    host (IPv6 brackets included) and port are kept as written, query parameters whose name is a
+    credential name (`is_credential_name`) keep their name with the value ``[REDACTED]``, and the
+    fragment is dropped. Text that is not a URL with a scheme and host is returned unchanged.
+
+    Args:
+        url: a URL, or None.
+
+    Returns:
+        The redacted URL (None for None).
+    """
+    if not url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unbalanced IPv6 bracket: show nothing of the authority
+        head, sep, _rest = url.partition("://")
+        return f"{head}://{REDACTED}" if sep else url
+    if not parts.scheme or not parts.netloc:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    query = _redacted_pairs(parts.query) if parts.query else ""
+    return urlunsplit((parts.scheme, host, parts.path, query, ""))
+
+
+_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>`]+")
+
+
+def redact_urls_in_text(text: str) -> str:
+    """Every URL in a text passed through `redact_url` (for error messages and logs).
+
+    Args:
+        text: any text, e.g. an exception message.
+
+    Returns:
+        The text with userinfo and credential-looking query values removed from its URLs.
+    """
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)) or "", text)

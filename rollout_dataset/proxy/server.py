@@ -16,7 +16,6 @@ import socket
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import uvicorn
@@ -25,6 +24,7 @@ from rollout_dataset.proxy.app import DEFAULT_MAX_BODY_BYTES, DEFAULT_SESSION, P
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import valid_session_id
 from rollout_dataset.proxy.transport import UpstreamTransport
+from rollout_dataset.proxy.upstream import AuthenticatingTransport, UpstreamTarget, parse_upstream
 
 __all__ = ["CaptureProxy", "new_event_loop", "upstream_root"]
 
@@ -59,18 +59,13 @@ def upstream_root(upstream: str) -> str:
         upstream: the model server's base URL, with or without the trailing ``/v1``.
 
     Returns:
-        The URL without a trailing ``/v1`` or slash.
+        The URL without a trailing ``/v1`` or slash, without userinfo and query (credentials
+        travel as headers, see `rollout_dataset.proxy.upstream`).
 
     Raises:
-        ValueError: the URL is not http(s) or has no host.
+        ValueError: the URL is not http(s) or has no host (the message shows it redacted).
     """
-    parts = urlsplit(upstream)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"upstream URL {upstream!r} must look like http://HOST:PORT/v1 (or the server root)")
-    root = upstream.rstrip("/")
-    if root.endswith("/v1"):
-        root = root[: -len("/v1")]
-    return root
+    return parse_upstream(upstream).root
 
 
 class CaptureProxy:
@@ -90,17 +85,29 @@ class CaptureProxy:
         connect_timeout: seconds to wait for a connection to the upstream.
         max_body_bytes: largest request body accepted (larger → 413).
         max_connections: connection pool size towards the upstream.
+        api_key: the real upstream key, sent as ``Authorization: Bearer`` in place of whatever the
+            harness sent; None sends none (userinfo in `upstream` still does).
+        forward_client_auth: with no credentials of its own (no `api_key`, no userinfo), pass
+            the harness's ``Authorization`` through (default) or drop it (a capture: the harness
+            holds a dummy key).
+
+    Credentials in `upstream` (``user:pass@`` → Basic, ``token@`` → Bearer, query parameters)
+    are sent as headers/query to the upstream and never printed: `upstream` holds the URL
+    redacted (see `rollout_dataset.proxy.upstream`).
 
     Raises:
-        ValueError: `upstream` is not an http(s) URL.
+        ValueError: `upstream` is not an http(s) URL, or it has userinfo and `api_key` is given.
     """
 
     def __init__(self, upstream: str, trace_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 0,
                  transport: httpx.AsyncBaseTransport | None = None, *, upstream_timeout: float = 600.0,
                  connect_timeout: float = 10.0, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 max_connections: int = 512) -> None:
-        self.upstream = upstream
-        self.upstream_root = upstream_root(upstream)
+                 max_connections: int = 512, api_key: str | None = None,
+                 forward_client_auth: bool = True) -> None:
+        self._target: UpstreamTarget = parse_upstream(upstream, api_key)
+        self.upstream = self._target.display
+        self.upstream_root = self._target.root
+        self.forward_client_auth = forward_client_auth
         self.trace_dir = Path(trace_dir)
         self.host = host
         self.port = port
@@ -187,6 +194,7 @@ class CaptureProxy:
             # aiohttp's C HTTP parser behind httpx's transport API: a third of httpcore's CPU per call.
             verify = self.upstream_root.startswith("https:")  # no certificate loading for plain http
             transport = self._own_transport = UpstreamTransport(limits, verify=verify)
+        transport = AuthenticatingTransport(transport, self._target, forward_client_auth=self.forward_client_auth)
         app = ProxyApp(self.upstream_root, self._recorder, transport, timeout, self.max_body_bytes)
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -213,7 +221,7 @@ class CaptureProxy:
                 self._serve_task.result()
                 raise RuntimeError(f"the proxy on {self.host}:{self.port} stopped while starting")
             await asyncio.sleep(0.005)
-        log.info("recording proxy on %s -> %s, traces in %s", self.base_url, self.upstream_root, self.trace_dir)
+        log.info("recording proxy on %s -> %s, traces in %s", self.base_url, self.upstream, self.trace_dir)
         return self
 
     async def stop(self) -> None:

@@ -18,6 +18,8 @@ from typing import Any, AsyncIterator
 import aiohttp
 import httpx
 
+from rollout_dataset.proxy.redact import redact_url, redact_urls_in_text
+
 __all__ = ["UpstreamTransport"]
 
 
@@ -32,10 +34,10 @@ def _mapped(exc: BaseException, url: str) -> httpx.TransportError:
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return httpx.RemoteProtocolError(f"{url} closed the connection")
     if isinstance(exc, aiohttp.ClientPayloadError):
-        return httpx.ReadError(f"{url} ended the body early: {exc}")
+        return httpx.ReadError(redact_urls_in_text(f"{url} ended the body early: {exc}"))
     if isinstance(exc, aiohttp.InvalidURL):
         return httpx.UnsupportedProtocol(f"invalid upstream URL {url}")
-    return httpx.ReadError(f"{type(exc).__name__} talking to {url}: {exc}")
+    return httpx.ReadError(redact_urls_in_text(f"{type(exc).__name__} talking to {url}: {exc}"))
 
 
 class _Body(httpx.AsyncByteStream):
@@ -50,7 +52,7 @@ class _Body(httpx.AsyncByteStream):
             async for chunk in self._response.content.iter_any():
                 yield chunk
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise _mapped(exc, self._url) from exc
+            raise _mapped(exc, self._url) from None  # aiohttp's own message may hold the full URL
 
     async def read_all(self) -> bytes:
         """The whole body in one read, without httpx's per-chunk decoder layers.
@@ -67,7 +69,7 @@ class _Body(httpx.AsyncByteStream):
         try:
             return await self._response.content.read()
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise _mapped(exc, self._url) from exc
+            raise _mapped(exc, self._url) from None  # aiohttp's own message may hold the full URL
 
     async def aclose(self) -> None:
         """Return a fully read connection to the pool; close one that was left half read."""
@@ -129,6 +131,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             httpx.RemoteProtocolError: the upstream closed the connection.
         """
         url = str(request.url)
+        shown = redact_url(url) or ""  # what failures may name: never a credential of the query
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw
                    if k.lower() not in (b"host", b"content-length", b"transfer-encoding")]
         try:
@@ -136,8 +139,8 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
                 request.method, url, headers=headers, data=request.content or None, allow_redirects=False,
                 timeout=self._timeout(request))
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise _mapped(exc, url) from exc
-        return httpx.Response(response.status, headers=response.raw_headers, stream=_Body(response, url),
+            raise _mapped(exc, shown) from None  # aiohttp's own message may hold the full URL
+        return httpx.Response(response.status, headers=response.raw_headers, stream=_Body(response, shown),
                               request=request, extensions={"http_version": b"HTTP/1.1"})
 
     async def aclose(self) -> None:

@@ -40,6 +40,7 @@ from rollout_dataset.envs.crafter.harness import (
     crafter_achievements,
 )
 from rollout_dataset.envs.crafter.world import ACHIEVEMENTS, ACTIONS, CrafterWorld
+from rollout_dataset.proxy.redact import redact_url
 
 __all__ = ["ENV_NAME", "HARNESS_NAME", "CrafterRolloutConfig", "run_crafter_rollout", "task_id_for"]
 
@@ -66,7 +67,8 @@ class CrafterRolloutConfig:
         base_url: an OpenAI-compatible server (ends in `/v1`); None starts the local backend with
             the `crafter` policy.
         model: the model name; default: the local backend's served name, else `default`.
-        api_key: the key the harness sends; never written anywhere.
+        api_key: the real key of `base_url`: the proxy sends it upstream, the agent only gets a
+            per-rollout dummy key; never written anywhere.
         max_steps: Crafter steps per episode (>= 1).
         max_turns: model calls per episode (>= 1).
         max_actions: actions per `act` call (1..64, default 8).
@@ -143,7 +145,7 @@ class CrafterRolloutConfig:
             "env": ENV_NAME, "crafter_version": version, "seed": self.seed, "max_steps": self.max_steps,
             "max_turns": self.max_turns, "max_actions": self.max_actions, "area": list(self.area),
             "view": list(self.view), "actions": list(ACTIONS), "achievements": list(ACHIEVEMENTS),
-            "base_url": self.base_url, "model": self.model,
+            "base_url": redact_url(self.base_url), "model": self.model,
             "policy": "crafter" if self.base_url is None else self.backend_policy, "harness": HARNESS_NAME,
             "temperature": self.temperature, "max_tokens": self.max_tokens, "timeout_s": self.timeout_s,
             "tokenizer": self.tokenizer, "step_rewards": self.step_rewards.to_dict(),
@@ -229,7 +231,9 @@ def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
     from rollout_dataset.batch.coding import write_achievements
     from rollout_dataset.capture.artifacts import write_artifacts
     from rollout_dataset.capture.config import CaptureResult
+    from rollout_dataset.capture.orchestrate import upstream_target
     from rollout_dataset.capture.push import push_artifacts_from_env
+    from rollout_dataset.capture.secrets import collect_secrets, new_dummy_key
     from rollout_dataset.export import capture_level_of, export_rollout, turns_document
     from rollout_dataset.capture.threads import serve_in_thread
     from rollout_dataset.proxy import CaptureProxy, read_trace
@@ -242,18 +246,21 @@ def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
     created_at = _utc_now()
     tokenizer = _load_tokenizer(config)
     model = config.model or (config.served_model_name if config.base_url is None else "default")
-    api_key = config.api_key or "EMPTY"
+    dummy_key = new_dummy_key()  # the agent never holds the real key; the proxy sends it upstream
     world = CrafterWorld(seed=config.seed, max_steps=config.max_steps, view=config.view, area=config.area)
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="crafter-trace-") as trace_dir:
         upstream = config.base_url or _start_local_backend(stack, config, tokenizer)
-        proxy = stack.enter_context(serve_in_thread(lambda: CaptureProxy(upstream=upstream, trace_dir=trace_dir),
+        target = upstream_target(upstream, config.api_key if config.base_url else None)
+        proxy = stack.enter_context(serve_in_thread(lambda: CaptureProxy(upstream=upstream, trace_dir=trace_dir,
+                                                                         api_key=target.api_key,
+                                                                         forward_client_auth=False),
                                                     name="crafter-proxy"))
         timings["setup"] = time.monotonic() - t0
-        agent = CrafterAgent(proxy.session_base_url(_SESSION), model, api_key=api_key,
+        agent = CrafterAgent(proxy.session_base_url(_SESSION), model, api_key=dummy_key,
                              max_turns=config.max_turns, max_actions=config.max_actions,
                              timeout_s=config.timeout_s, seed=config.effective_rollout_seed,
                              temperature=config.temperature, max_tokens=config.max_tokens,
-                             report_url=(config.base_url or upstream).rstrip("/") + "/chat/completions")
+                             report_url=target.shown("/v1/chat/completions"))
         t1 = time.monotonic()
         result = agent.run(world)
         timings["agent"] = time.monotonic() - t1
@@ -321,7 +328,7 @@ def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
         "summary.json": summary,
         "samples.md": samples,
     }
-    secrets = [config.api_key] if config.api_key and len(config.api_key) >= 8 else []
+    secrets = collect_secrets([config.api_key, dummy_key, *target.secrets], environ={})
     redacted = write_artifacts(out_dir, files, secrets)
     if redacted:
         summary["errors"].append({"kind": "secret_redacted", "message": f"{redacted} secret occurrence(s) redacted"})
