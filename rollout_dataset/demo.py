@@ -32,8 +32,12 @@ def _fresh_folder(path: Path) -> Path:
             raise FileExistsError(f"{path} exists and was not made by the demo; pass another folder or remove it")
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
-    (path / _MARKER).write_text("made by `make demo`; cleared by the next demo run\n", encoding="utf-8")
+    _mark(path)
     return path
+
+
+def _mark(path: Path) -> None:
+    (path / _MARKER).write_text("made by `make demo`; cleared by the next demo run\n", encoding="utf-8")
 
 
 def capture_demo_rollouts(out_root: str | Path = DEFAULT_ARTIFACTS, task_indices: Sequence[int] = (0, 1, 2, 3, 4, 5),
@@ -147,7 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     dirs = capture_demo_rollouts(artifacts, range(args.n))
     print(format_summaries(dirs))
     print(f"\nartifacts: {artifacts.resolve()}  (check them: rollout-dataset validate {args.out})")
+    (dataset / _MARKER).unlink()  # `build` takes only an empty folder or a dataset it built
     rows = build_and_load(dirs, dataset)
+    _mark(dataset)
     print(f"\ndataset: {dataset.resolve()}  (dataset card: {dataset / 'README.md'})")
     print("load_dataset(..., name) rows: " + ", ".join(f"{name}={n}" for name, n in rows.items()))
     pushed = maybe_push_from_env(dataset)

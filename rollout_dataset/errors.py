@@ -22,6 +22,7 @@ __all__ = [
     "ConfigError",
     "TraceIntegrityError",
     "RecordWriteError",
+    "DatasetDirError",
 ]
 
 
@@ -123,3 +124,6 @@ class RecordWriteError(RolloutDatasetError, OSError):
         self.path = path
         self.cause = cause
         super().__init__(cause.errno, f"could not write the trace record to {path}: {cause.strerror or cause}")
+class DatasetDirError(RolloutDatasetError, FileExistsError):
+    """A dataset output folder cannot be used: it holds something other than a dataset built by this
+    tool, is a file or a symlink, or another build is writing to it (the message names what was found)."""

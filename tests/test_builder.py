@@ -25,7 +25,7 @@ from rollout_dataset.builder.configs import features_yaml, resolved_columns
 from rollout_dataset.builder.rows import MAX_CELL_BYTES
 from rollout_dataset.builder.synthetic import write_synthetic_dataset, write_synthetic_rollout
 from rollout_dataset.builder.writer import ConfigWriter
-from rollout_dataset.errors import ArtifactError
+from rollout_dataset.errors import ArtifactError, SchemaValidationError
 from rollout_dataset.schema import load_schema, schema_errors
 
 
@@ -235,7 +235,7 @@ def test_a_missing_artifact_file_names_the_file_and_leaves_the_dataset_as_it_was
     bad = tmp_path / "bad"
     write_synthetic_rollout(bad, seed=321, n_turns=2, context_tokens=100)
     (bad / "turns.json").unlink()
-    with pytest.raises(ArtifactError, match=r"bad/turns\.json: missing"):
+    with pytest.raises(SchemaValidationError, match=r"bad/turns\.json: \$: missing"):
         build([bad], ds, progress=False)
     assert sorted(p.name for p in ds.rglob("*.parquet")) == before
 
@@ -255,12 +255,34 @@ def test_cli_build_writes_the_dataset_and_prints_counts(built, tmp_path, capsys)
     assert yaml.safe_load((tmp_path / "ds" / "README.md").read_text().split("---\n")[1])["configs"]
 
 
-def test_a_value_that_does_not_fit_its_column_names_the_folder_config_and_column(tmp_path):
+def test_a_value_off_its_schema_names_the_file_and_json_path_and_writes_nothing(tmp_path):
     folder = tmp_path / "odd"
     write_synthetic_rollout(folder, seed=11, n_turns=2, context_tokens=64)
     doc = json.loads((folder / "turns.json").read_text())
     doc["turns"][0]["tool_calls"] = [{"name": "run"}]  # the schema says: names (strings)
     (folder / "turns.json").write_text(json.dumps(doc))
-    with pytest.raises(ArtifactError, match=r"odd: .*config 'turns', column 'tool_calls'"):
+    with pytest.raises(SchemaValidationError, match=r"odd/turns\.json: \$\.turns\[0\]\.tool_calls\[0\]"):
         build([folder], tmp_path / "ds", progress=False)
-    assert not list((tmp_path / "ds" / "data").rglob("*.parquet"))
+    assert not (tmp_path / "ds").exists()
+
+
+def test_a_value_that_does_not_fit_its_column_names_the_folder_config_and_column(tmp_path):
+    folder = tmp_path / "odd"
+    write_synthetic_rollout(folder, seed=11, n_turns=2, context_tokens=64)
+    doc = json.loads((folder / "trace.json").read_text())
+    doc["calls"][-1]["index"] = 2**40  # an integer the schema allows, beyond the int32 column
+    (folder / "trace.json").write_text(json.dumps(doc))
+    with pytest.raises(ArtifactError, match=r"odd: .*config 'trace', column 'call_index'"):
+        build([folder], tmp_path / "ds", progress=False)
+    assert not (tmp_path / "ds").exists()
+
+
+def test_a_token_id_beyond_int32_is_named_by_file_and_json_path(tmp_path):
+    folder = tmp_path / "odd"
+    write_synthetic_rollout(folder, seed=11, n_turns=2, context_tokens=64)
+    doc = json.loads((folder / "rollout.json").read_text())
+    doc["sequences"][0]["input_ids"][3] = 2**40
+    (folder / "rollout.json").write_text(json.dumps(doc))
+    with pytest.raises(SchemaValidationError, match=r"odd/rollout\.json: \$\.sequences\[0\]\.input_ids\[3\]"):
+        build([folder], tmp_path / "ds", progress=False)
+    assert not (tmp_path / "ds").exists()

@@ -1,8 +1,10 @@
 """`build`: artifact folders -> a Hub-ready dataset folder (parquet per config + README.md).
 
-Streams: one rollout is read, turned into rows and appended to the config shards before the next
-is read, so memory stays flat as the number of rollouts grows. Building into a folder that already
-holds a dataset adds new shards and skips rollouts already there (no duplicates, nothing deleted).
+Streams: one rollout is read, checked (the rules of `validate`), turned into rows and appended to
+the config shards before the next is read, so memory stays flat as the number of rollouts grows.
+Building into a folder that already holds a dataset adds new shards and skips rollouts already there
+(no duplicates, nothing deleted). The whole dataset folder is staged beside `--out` and swapped in
+when complete (`staging`): a failed or killed build leaves the earlier dataset as it was.
 """
 
 from __future__ import annotations
@@ -12,16 +14,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
+from rollout_dataset.builder import staging
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
-from rollout_dataset.builder.rows import PREVIEW_CHARS, SAMPLES_MODES, read_artifact, rollout_rows
+from rollout_dataset.builder.inputs import find_artifact_dirs, load_checked_artifact
+from rollout_dataset.builder.rows import PREVIEW_CHARS, SAMPLES_MODES, rollout_rows
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES, DatasetWriter
 from rollout_dataset.errors import ArtifactError, ConfigError
 
-__all__ = ["BuildResult", "build", "find_artifact_dirs", "read_summary_rows", "dataset_rollout_ids"]
+__all__ = ["BuildResult", "build", "find_artifact_dirs", "read_summary_rows", "dataset_rollout_ids", "check_shards"]
 
 log = logging.getLogger(__name__)
 
@@ -51,30 +56,29 @@ class BuildResult:
     cut_cells: int = 0
 
 
-def find_artifact_dirs(paths: Iterable[str | Path]) -> list[Path]:
-    """Expand the inputs: an artifact folder, or a folder holding artifact folders (any depth).
+def _read_shard(shard: Path, columns: list[str] | None = None) -> pa.Table:
+    try:
+        return pq.read_table(shard, columns=columns)
+    except (pa.ArrowException, OSError) as exc:
+        raise ArtifactError(f"{shard}: not a readable parquet shard ({exc}); a dataset folder holds only "
+                            "complete shards, so move this file away and build again") from None
+
+
+def check_shards(dataset_dir: str | Path) -> None:
+    """Check that every shard of a dataset folder is a complete parquet file (its footer reads).
 
     Args:
-        paths: folders given by the user.
-
-    Returns:
-        Artifact folders (those with a summary.json), in the given order, each tree sorted.
+        dataset_dir: the dataset folder.
 
     Raises:
-        ArtifactError: a path does not exist or holds no artifact folder.
+        ArtifactError: a shard is not readable parquet (named); `load_dataset` would fail on it.
     """
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if not p.is_dir():
-            raise ArtifactError(f"{p}: not a folder (give artifact folders or a folder of them)")
-        if (p / "summary.json").is_file():
-            found = [p]
-        else:
-            found = sorted(s.parent for s in p.rglob("summary.json"))
-        if not found:
-            raise ArtifactError(f"{p}: no artifact folder (summary.json) found in it")
-        out.extend(x for x in found if x not in out)
-    return out
+    for shard in sorted((Path(dataset_dir) / "data").rglob("*.parquet")):
+        try:
+            pq.ParquetFile(shard).close()
+        except (pa.ArrowException, OSError) as exc:
+            raise ArtifactError(f"{shard}: not a readable parquet shard ({exc}); a dataset folder holds only "
+                                "complete shards, so move this file away and build again") from None
 
 
 def read_summary_rows(dataset_dir: str | Path) -> list[dict]:
@@ -85,18 +89,25 @@ def read_summary_rows(dataset_dir: str | Path) -> list[dict]:
 
     Returns:
         The rows, shard by shard.
+
+    Raises:
+        ArtifactError: a summary shard cannot be read (named).
     """
     rows: list[dict] = []
     for shard in sorted((Path(dataset_dir) / "data" / DEFAULT_CONFIG).glob("*.parquet")):
-        rows.extend(pq.read_table(shard).to_pylist())
+        rows.extend(_read_shard(shard).to_pylist())
     return rows
 
 
 def dataset_rollout_ids(dataset_dir: str | Path) -> set[str]:
-    """The rollout ids a dataset folder already holds (read from its summary shards)."""
+    """The rollout ids a dataset folder already holds (read from its summary shards).
+
+    Raises:
+        ArtifactError: a summary shard cannot be read (named).
+    """
     ids: set[str] = set()
     for shard in (Path(dataset_dir) / "data" / DEFAULT_CONFIG).glob("*.parquet"):
-        ids.update(pq.read_table(shard, columns=["rollout_id"]).column("rollout_id").to_pylist())
+        ids.update(_read_shard(shard, ["rollout_id"]).column("rollout_id").to_pylist())
     return ids
 
 
@@ -104,11 +115,18 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
           progress: bool = True, pretty_name: str = "Agent rollouts (rollout-dataset)",
           license: str = "apache-2.0", row_group_bytes: int = ROW_GROUP_BYTES, samples: str = "preview",
           preview_chars: int = PREVIEW_CHARS) -> BuildResult:
-    """Build (or extend) a multi-config parquet dataset with its card.
+    """Build (or extend) a multi-config parquet dataset with its card, atomically.
+
+    Every artifact folder is checked with the rules of `rollout-dataset validate`
+    (`schema.check.check_artifact_dir`) before any of it becomes rows; the first invalid folder stops
+    the build. The dataset is written in ``<out_dir>.staging-<pid>`` and swapped into place whole
+    when complete (see `builder.staging`): a failed, interrupted or killed build leaves `out_dir`
+    as it was.
 
     Args:
         artifact_dirs: artifact folders, or folders holding them.
-        out_dir: the dataset folder; created if missing, extended if it already holds a dataset.
+        out_dir: the dataset folder: new, empty, or a dataset this tool built (extended: rollouts
+            already in it are skipped). Anything else is refused.
         template: the card template (default: the repo's `dataset_card.md`).
         progress: show a progress bar.
         pretty_name: the card's display name.
@@ -125,40 +143,72 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
         A `BuildResult`.
 
     Raises:
-        ArtifactError: an input is missing or unreadable (this build's shards are removed; earlier
-            shards are untouched).
-        SchemaValidationError: summary.json, task.json or held_out_tests.json does not match its schema.
+        SchemaValidationError: an artifact folder fails a check of `validate` (a file missing,
+            unreadable, not UTF-8, not JSON, off its schema, inconsistent, or a symlink leaving the
+            folder); one `(file, json_path, reason)` per failure of that folder.
+        ArtifactError: an input path is not a folder or holds no artifact folder, a value does not
+            fit its column, or a shard of the existing dataset is not complete parquet (named).
+        DatasetDirError: `out_dir` holds something other than a dataset built by this tool, or
+            another build is writing to it.
         ConfigError: `samples` is not "preview" or "full", or `preview_chars` is below 100 (a ValueError).
     """
-    from rollout_dataset.schema import validate
-    from rollout_dataset.errors import SchemaValidationError
-
     if samples not in SAMPLES_MODES:
         raise ConfigError(f"samples={samples!r}: valid modes are {', '.join(SAMPLES_MODES)}")
     if preview_chars < 100:
         raise ConfigError(f"preview_chars={preview_chars}: must be >= 100")
     folders = find_artifact_dirs(artifact_dirs)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    present = dataset_rollout_ids(out)
-    result = BuildResult(out_dir=out)
-    writer = DatasetWriter(out, row_group_bytes=row_group_bytes)
-    ok = False
+    out = Path(out_dir).absolute()
+    staging.check_out_dir(out)
+    result = BuildResult(out_dir=Path(out_dir))
+    with staging.terminate_raises(), staging.locked_out_dir(out):
+        staging.check_out_dir(out)  # again, under the lock
+        check_shards(out)
+        present = dataset_rollout_ids(out)
+        with staging.staging_folder(out) as stage:
+            written = _write_rollouts(folders, stage, present, result, row_group_bytes=row_group_bytes,
+                                      samples=samples, preview_chars=preview_chars, progress=progress)
+            summary_rows = read_summary_rows(stage)
+            result.bytes_per_config = {c: sum(p.stat().st_size for p in (stage / "data" / c).glob("*.parquet"))
+                                       for c in CONFIG_NAMES}
+            readme = stage / "README.md"
+            readme.unlink(missing_ok=True)  # a hard link to the earlier card: never write through it
+            readme.write_text(render_card(summary_rows, template=template, pretty_name=pretty_name,
+                                          license=license, config_bytes=result.bytes_per_config), encoding="utf-8")
+            staging.fsync_tree(written + [readme])
+            staging.checkpoint("staged")
+            staging.commit(stage, out)
+    result.readme = Path(out_dir) / "README.md"
+    result.total_rollouts = len(summary_rows)
+    log.info("built %s: %d rollouts added, %d skipped, %d in total", out, len(result.added),
+             len(result.skipped), result.total_rollouts)
+    return result
+
+
+def _write_rollouts(folders: list[Path], stage: Path, present: set[str], result: BuildResult, *,
+                    row_group_bytes: int, samples: str, preview_chars: int, progress: bool) -> list[Path]:
+    """Check each folder and append its rows to new shards in `stage`; fills `result`.
+
+    Args:
+        present: rollout ids already in the dataset (skipped; grows as rollouts are added).
+
+    Returns:
+        The shard files written (a config without rows keeps no empty shard beside others).
+    """
+    writer = DatasetWriter(stage, row_group_bytes=row_group_bytes)
     try:
         for folder in tqdm(folders, desc="build", unit="rollout", disable=not progress):
-            art = read_artifact(folder)
-            for name in ("summary", "task", "held_out_tests"):
-                try:
-                    validate(art[name], name)
-                except SchemaValidationError as exc:
-                    raise SchemaValidationError([(str(folder / f"{name}.json"), p, r)
-                                                 for _, p, r in exc.failures]) from None
+            art = load_checked_artifact(folder)
             rid = art["summary"]["rollout_id"]
             if rid in present:
-                log.info("%s: rollout %s already in %s; skipped", folder, rid, out)
+                log.info("%s: rollout %s already in the dataset; skipped", folder, rid)
                 result.skipped.append(rid)
                 continue
-            rows, stats = rollout_rows(art, samples, preview_chars=preview_chars)
+            try:
+                rows, stats = rollout_rows(art, samples, preview_chars=preview_chars)
+            except (TypeError, ValueError, KeyError, IndexError, OverflowError, AttributeError) as exc:
+                # validated documents always make rows; a failure here is a gap in the checks
+                raise ArtifactError(f"{folder}: passes validate but cannot be turned into rows "
+                                    f"({type(exc).__name__}: {exc}); please report it") from None
             try:
                 writer.add(rows)
             except ValueError as exc:
@@ -167,22 +217,13 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             present.add(rid)
             result.added.append(rid)
             result.cut_cells += stats["cut_cells"]
-        ok = True
+            staging.checkpoint("rollout")
     finally:
         result.rows = writer.close()
-        for config, w in writer.writers.items():
-            others = [p for p in w.path.parent.glob("*.parquet") if p != w.path]
-            # drop this build's shards on failure, and empty ones where another shard exists
-            if not ok or (w.rows == 0 and others):
-                w.path.unlink(missing_ok=True)
-    summary_rows = read_summary_rows(out)
-    result.bytes_per_config = {c: sum(p.stat().st_size for p in (out / "data" / c).glob("*.parquet"))
-                               for c in CONFIG_NAMES}
-    readme = out / "README.md"
-    readme.write_text(render_card(summary_rows, template=template, pretty_name=pretty_name, license=license,
-                                  config_bytes=result.bytes_per_config), encoding="utf-8")
-    result.readme = readme
-    result.total_rollouts = len(summary_rows)
-    log.info("built %s: %d rollouts added, %d skipped, %d in total", out, len(result.added),
-             len(result.skipped), result.total_rollouts)
-    return result
+    written = []
+    for w in writer.writers.values():
+        if w.rows == 0 and any(p != w.path for p in w.path.parent.glob("*.parquet")):
+            w.path.unlink()  # an empty shard beside others adds nothing
+        else:
+            written.append(w.path)
+    return written

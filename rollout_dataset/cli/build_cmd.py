@@ -1,5 +1,10 @@
 """`rollout-dataset build ARTIFACT_DIR... --out DATASET_DIR`: artifact folders -> Hub-ready dataset.
 
+Every artifact folder is checked as `validate` checks it; the first invalid one stops the build
+with one line (``error: file: json.path: reason``) and exit 1, and `--out` is left as it was (the
+dataset is staged beside it and swapped in whole). `--out` must be new, empty, or a dataset this
+tool built. There is no option to skip invalid folders: run `validate` and move them out.
+
 With ``PUSH_TO_DATASET=org/name`` set (and ``HF_TOKEN``; ``PUSH_PRIVATE=1`` for a new private
 repo), the dataset is pushed (append-safe) when the build finishes.
 """
@@ -7,6 +12,7 @@ repo), the dataset is pushed (append-safe) when the build finishes.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 __all__ = ["add_arguments", "run"]
 
@@ -20,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("artifacts", nargs="+", metavar="ARTIFACT_DIR",
                         help="artifact folders, or folders holding artifact folders")
     parser.add_argument("--out", required=True, metavar="DATASET_DIR",
-                        help="dataset folder to create (or extend: rollouts already in it are skipped)")
+                        help="dataset folder to create (or extend: rollouts already in it are skipped); must be new, "
+                             "empty, or a dataset built by rollout-dataset (anything else is refused)")
     parser.add_argument("--template", default=None, help="dataset card template (default: dataset_card.md)")
     parser.add_argument("--pretty-name", default="Agent rollouts (rollout-dataset)", help="the card's title")
     parser.add_argument("--license", default="apache-2.0", help="the card's license id")
@@ -40,14 +47,22 @@ def run(args: argparse.Namespace) -> int:
         0 on success, 1 on bad input or a failed push.
     """
     from rollout_dataset.builder import build
-    from rollout_dataset.errors import RolloutDatasetError
+    from rollout_dataset.builder.inputs import first_failure_line
+    from rollout_dataset.errors import RolloutDatasetError, SchemaValidationError
     from rollout_dataset.publish import maybe_push_from_env
 
     try:
         result = build(args.artifacts, args.out, template=args.template, progress=not args.no_progress,
                        pretty_name=args.pretty_name, license=args.license, samples=args.samples)
+    except SchemaValidationError as exc:
+        folder = Path(exc.failures[0][0]).parent if exc.failures else None
+        print(f"error: {first_failure_line(exc, folder)}; {args.out} left as it was")
+        return 1
     except RolloutDatasetError as exc:
         print(f"error: {exc}")
+        return 1
+    except OSError as exc:  # a full disk, a permission: named by the OS error, the dataset untouched
+        print(f"error: {exc}; {args.out} left as it was")
         return 1
     print(f"{result.out_dir}: {result.total_rollouts} rollouts "
           f"({len(result.added)} added, {len(result.skipped)} already there)")

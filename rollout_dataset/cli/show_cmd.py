@@ -1,12 +1,14 @@
 """`rollout-dataset show ARTIFACT_DIR`: print one screen about a captured rollout.
 
 Reads ``rollout.json``; when the folder has only ``trace.json``, builds the rollout document from it.
+The file is checked as `validate` checks it first: a corrupt, mistyped or symlinked-out file is one
+``error: file: json.path: reason`` line and exit 1, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,15 +28,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rebuild", action="store_true", help="rebuild the document from trace.json even if rollout.json exists")
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ArtifactError(f"{path}: cannot read JSON: {exc}") from exc
+def _read_checked(path: Path, folder: Path, schema: str) -> Any:
+    """Read one document the way `validate` checks it; raise instead of returning a bad one."""
+    from rollout_dataset.errors import SchemaValidationError
+    from rollout_dataset.schema.check import check_document, file_problem, load_json_file
+
+    problem = file_problem(path, folder)
+    if problem is not None:
+        raise ArtifactError(f"{path}: {problem}")
+    doc, failures = load_json_file(path)
+    failures = failures or check_document(doc, schema, str(path))
+    if failures:
+        raise SchemaValidationError(failures)
+    return doc
 
 
 def load_document(path: str | Path, *, rebuild: bool = False) -> dict[str, Any]:
     """Load a rollout document from an artifact folder, building it from ``trace.json`` if needed.
+
+    The file read is checked with the rules of `validate` first (a symlink leaving the folder, text
+    that is not UTF-8, JSON off its schema are errors, never a crash later on).
 
     Args:
         path: the artifact folder, or a ``rollout.json`` / ``trace.json`` file.
@@ -44,22 +57,22 @@ def load_document(path: str | Path, *, rebuild: bool = False) -> dict[str, Any]:
         The rollout document.
 
     Raises:
-        ArtifactError: neither file exists, or one cannot be read.
+        ArtifactError: neither file exists, or the one to read is not a regular file in the folder.
+        SchemaValidationError: the file is not UTF-8 JSON matching its schema and semantic checks.
     """
     path = Path(path)
-    folder = path if path.is_dir() else path.parent
-    rollout = path if path.is_file() and path.name != "trace.json" else folder / "rollout.json"
-    trace = path if path.is_file() and path.name == "trace.json" else folder / "trace.json"
-    if rollout.is_file() and not rebuild and not (path.is_file() and path.name == "trace.json"):
-        return _read_json(rollout)
-    if not trace.is_file():
+    named = not path.is_dir() and os.path.lexists(path)
+    folder = path.parent if named else path
+    rollout = path if named and path.name != "trace.json" else folder / "rollout.json"
+    trace = path if named and path.name == "trace.json" else folder / "trace.json"
+    if os.path.lexists(rollout) and not rebuild and not (named and path.name == "trace.json"):
+        return _read_checked(rollout, folder, "rollout")
+    if not os.path.lexists(trace):
         raise ArtifactError(f"{folder}: no rollout.json or trace.json here (is it an artifact folder?)")
     from rollout_dataset.export import capture_level_of, export_rollout
 
-    data = _read_json(trace)
-    calls = data.get("calls") if isinstance(data, dict) else None
-    if not isinstance(calls, list):
-        raise ArtifactError(f"{trace}: field 'calls' must be a list of trace records")
+    data = _read_checked(trace, folder, "trace")
+    calls = data["calls"]
     return export_rollout(
         calls,
         session_id=str(data.get("session", folder.name)),
@@ -77,10 +90,15 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 on success, 1 when the folder cannot be read.
     """
+    from rollout_dataset.builder.inputs import first_failure_line
+    from rollout_dataset.errors import SchemaValidationError
     from rollout_dataset.export import summarise
 
     try:
         document = load_document(args.artifact_dir, rebuild=args.rebuild)
+    except SchemaValidationError as exc:
+        print(f"error: {first_failure_line(exc)}", file=sys.stderr)
+        return 1
     except ArtifactError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -1,7 +1,9 @@
 """`rollout-dataset validate PATH...`: check artifact files, folders or trees against their schemas.
 
 Prints one line per failure, ``file: json.path: reason``, and exits 1 on any failure (2 when a
-path does not exist); prints a one-line OK otherwise.
+path does not exist); prints a one-line OK otherwise. Corrupt files (not UTF-8, not JSON, nested
+too deeply, a folder in place of a file, a symlink leaving its folder) are failures, never a
+traceback; a folder holding artifact files without `summary.json` (or any other) fails.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ schema cannot express:
 - `trace.json`: every call is a valid trace record, indices strictly increase, the records' hash
   chain (``prev_sha256``) is unbroken and agrees with the proxy's ``seal`` (see
   `rollout_dataset.trace_integrity`);
+- `rollout.json`: per sequence, `loss_mask` and `logprobs` align to `input_ids`, `prompt_len` lies
+  within them with a zero mask before it, `n_trainable` counts the mask's ones, `node_ids` and
+  `turn_lengths` hold `n_turns` entries;
+- every file: a regular file inside its folder (a symlink leaving the folder is refused, never
+  read), UTF-8 text, parseable JSON (never an exception, however deep or corrupt);
 - an artifact folder (`summary.json` plus another artifact file): every artifact file is present, and the
   summary's counts agree with the trace, the turns and the held-out tests (captured calls, agent
   and trained turns, tool calls by name and in total, held-out count, reward = passed / total,
@@ -22,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
@@ -38,7 +44,9 @@ __all__ = [
     "Failure",
     "check_artifact_dir",
     "check_document",
+    "file_problem",
     "format_failure",
+    "load_json_file",
     "validate_path",
     "raise_for_failures",
 ]
@@ -106,19 +114,88 @@ def raise_for_failures(failures: Iterable[Failure]) -> None:
         raise SchemaValidationError(failures)
 
 
-def _schema_for(path: Path) -> str | None:
-    return FILE_SCHEMAS.get(path.name)
-
-
-def _load_json(path: Path) -> tuple[Any, list[Failure]]:
+def _read_text(path: Path) -> tuple[str | None, list[Failure]]:
     try:
-        return json.loads(path.read_text(encoding="utf-8")), []
+        return path.read_bytes().decode("utf-8"), []
     except UnicodeDecodeError as exc:
         return None, [(str(path), "$", f"not UTF-8 text: {exc}")]
+    except OSError as exc:
+        return None, [(str(path), "$", f"cannot read: {exc.strerror or exc}")]
+
+
+def _parse_json(path: Path, text: str) -> tuple[Any, list[Failure]]:
+    try:
+        return json.loads(text), []
     except json.JSONDecodeError as exc:
         return None, [(str(path), "$", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")]
-    except OSError as exc:
-        return None, [(str(path), "$", f"cannot read: {exc}")]
+    except RecursionError:
+        return None, [(str(path), "$", "not valid JSON here: nested too deeply to parse")]
+
+
+def load_json_file(path: str | Path) -> tuple[Any, list[Failure]]:
+    """Read and parse a JSON file, never raising for bad content.
+
+    Args:
+        path: the file.
+
+    Returns:
+        ``(document, [])``, or ``(None, [failure])`` when it cannot be read, is not UTF-8, or is not
+        JSON (too deep to parse included).
+    """
+    path = Path(path)
+    text, failures = _read_text(path)
+    if failures:
+        return None, failures
+    return _parse_json(path, text)
+
+
+def file_problem(path: str | Path, root: str | Path) -> str | None:
+    """Why `path` cannot be read as an artifact file of `root`, or None when it can.
+
+    A file must be a regular file; a symlink is followed only when its target stays inside `root`
+    (a link to outside content is refused, never read).
+
+    Args:
+        path: the file expected inside `root`.
+        root: the folder the file belongs to.
+
+    Returns:
+        A reason (``missing``, ``a folder, not a file``, ``a symlink to ... outside ...``), or None.
+    """
+    path, root = Path(path), Path(root)
+    if path.is_symlink():
+        try:
+            target = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return f"a symlink to {os.readlink(path)!r}, which does not resolve; refused"
+        if not target.is_relative_to(root.resolve()):
+            return f"a symlink to {str(target)!r}, outside {str(root)!r}; refused (artifact files are read only " \
+                   "from inside their folder)"
+    if not path.exists():
+        return "missing"
+    if path.is_dir():
+        return "a folder, not a file"
+    if not path.is_file():
+        return "not a regular file"
+    return None
+
+
+_TOKEN_ID_LIMIT = 2**31  # token ids are stored as int32
+
+
+def _bad_token_ids(values: Any, path: str) -> list[tuple[str, str]]:
+    """The first token id outside [0, 2**31) (they are int32 columns in the dataset)."""
+    if not isinstance(values, list) or not values:
+        return []
+    try:
+        if 0 <= min(values) and max(values) < _TOKEN_ID_LIMIT:  # in C: the common case costs little
+            return []
+    except TypeError:  # mixed types: the schema reports those; look for an int out of range below
+        pass
+    for j, v in enumerate(values):
+        if isinstance(v, int) and not 0 <= v < _TOKEN_ID_LIMIT:
+            return [(f"{path}[{j}]", f"token id {v} is outside [0, {_TOKEN_ID_LIMIT})")]
+    return []
 
 
 def _check_turns(doc: dict) -> list[tuple[str, str]]:
@@ -134,6 +211,7 @@ def _check_turns(doc: dict) -> list[tuple[str, str]]:
         output = turn.get("output_ids")
         if not isinstance(prompt, list) or not isinstance(output, list):
             continue
+        out.extend(_bad_token_ids(prompt, f"{base}.prompt_ids") + _bad_token_ids(output, f"{base}.output_ids"))
         if turn.get("n_prompt_ids") is not None and turn["n_prompt_ids"] != len(prompt):
             out.append((f"{base}.n_prompt_ids", f"is {turn['n_prompt_ids']} but prompt_ids has {len(prompt)} ids"))
         if turn.get("n_output_ids") is not None and turn["n_output_ids"] != len(output):
@@ -193,11 +271,26 @@ def _check_rollout(doc: dict) -> list[tuple[str, str]]:
     for i, seq in enumerate(sequences):
         if not isinstance(seq, dict):
             continue
+        base = f"$.sequences[{i}]"
         ids, mask, logps = seq.get("input_ids"), seq.get("loss_mask"), seq.get("logprobs")
         if isinstance(ids, list) and isinstance(mask, list) and len(mask) != len(ids):
-            out.append((f"$.sequences[{i}].loss_mask", f"has {len(mask)} entries but input_ids has {len(ids)}"))
+            out.append((f"{base}.loss_mask", f"has {len(mask)} entries but input_ids has {len(ids)}"))
         if isinstance(ids, list) and isinstance(logps, list) and len(logps) != len(ids):
-            out.append((f"$.sequences[{i}].logprobs", f"has {len(logps)} entries but input_ids has {len(ids)}"))
+            out.append((f"{base}.logprobs", f"has {len(logps)} entries but input_ids has {len(ids)}"))
+        out.extend(_bad_token_ids(ids, f"{base}.input_ids"))
+        prompt_len, n_trainable = seq.get("prompt_len"), seq.get("n_trainable")
+        if isinstance(ids, list) and ids and isinstance(prompt_len, int) and prompt_len > len(ids):
+            out.append((f"{base}.prompt_len", f"is {prompt_len} but input_ids has {len(ids)}"))
+        if isinstance(mask, list) and all(isinstance(m, int) for m in mask):
+            if isinstance(n_trainable, int) and n_trainable != sum(mask):
+                out.append((f"{base}.n_trainable", f"is {n_trainable} but loss_mask has {sum(mask)} ones"))
+            if isinstance(prompt_len, int) and any(mask[:prompt_len]):
+                first = next(j for j, m in enumerate(mask[:prompt_len]) if m)
+                out.append((f"{base}.loss_mask[{first}]", f"is 1 inside the prompt (prompt_len {prompt_len})"))
+        node_ids, turn_lengths, n_turns = seq.get("node_ids"), seq.get("turn_lengths"), seq.get("n_turns")
+        for name, values in (("node_ids", node_ids), ("turn_lengths", turn_lengths)):
+            if isinstance(values, list) and isinstance(n_turns, int) and len(values) != n_turns:
+                out.append((f"{base}.{name}", f"has {len(values)} entries but n_turns is {n_turns}"))
     return out
 
 
@@ -216,8 +309,8 @@ def _condensed(value: Any) -> Any:
         return {k: _condensed(v) for k, v in value.items()}
     if isinstance(value, list):
         if len(value) >= _CONDENSE_MIN:
-            kind = type(value[0])
-            if kind in (int, float) and all(type(x) is kind for x in value):
+            kinds = set(map(type, value))  # in C: far faster than a generator over a long array
+            if len(kinds) == 1 and kinds <= {int, float}:
                 return value[:1]
         return [_condensed(v) for v in value]
     return value
@@ -238,24 +331,17 @@ def check_document(document: Any, schema_name: str, file: str = "<document>") ->
         `(file, json_path, reason)` triples; empty when the document is valid.
     """
     failures: list[Failure] = []
-    if schema_name in SCHEMA_NAMES:
-        failures.extend((file, p, r) for p, r in schema_errors(_condensed(document), schema_name))
-    else:
-        logger.debug("schema %r is not shipped; only semantic checks for %s", schema_name, file)
-    semantic = _SEMANTIC.get(schema_name)
-    if semantic is not None:
-        failures.extend((file, p, r) for p, r in semantic(document))
+    try:
+        if schema_name in SCHEMA_NAMES:
+            failures.extend((file, p, r) for p, r in schema_errors(_condensed(document), schema_name))
+        else:
+            logger.debug("schema %r is not shipped; only semantic checks for %s", schema_name, file)
+        semantic = _SEMANTIC.get(schema_name)
+        if semantic is not None:
+            failures.extend((file, p, r) for p, r in semantic(document))
+    except RecursionError:
+        failures.append((file, "$", "nested too deeply to check"))
     return failures
-
-
-def _check_file(path: Path) -> tuple[list[Failure], Any]:
-    name = _schema_for(path)
-    if name is None:
-        return [], None
-    doc, failures = _load_json(path)
-    if failures:
-        return failures, None
-    return check_document(doc, name, str(path)), doc
 
 
 def _cross_checks(folder: Path, docs: dict[str, Any]) -> list[Failure]:
@@ -304,11 +390,19 @@ def _cross_checks(folder: Path, docs: dict[str, Any]) -> list[Failure]:
     return out
 
 
-def check_artifact_dir(folder: str | Path) -> list[Failure]:
+def check_artifact_dir(folder: str | Path, documents: dict[str, Any] | None = None) -> list[Failure]:
     """Check one artifact folder: every file present, each valid, and their counts agreeing.
+
+    This is the one definition of a valid artifact folder: `validate`, `capture` and `build` all
+    call it (a check added here applies to all of them). Each file is read once; a symlink whose
+    target leaves the folder, a folder or a special file in place of a file, text that is not
+    UTF-8 and JSON that does not parse are failures, never exceptions.
 
     Args:
         folder: the artifact folder (holds `summary.json`).
+        documents: when given, filled with what was read, by file name: the parsed JSON documents
+            and the texts of `visible_tests.txt` / `samples.md` (so a caller uses exactly what was
+            checked, without reading the files again).
 
     Returns:
         `(file, json_path, reason)` triples; empty when the folder is valid.
@@ -318,22 +412,45 @@ def check_artifact_dir(folder: str | Path) -> list[Failure]:
     docs: dict[str, Any] = {}
     for fname in ARTIFACT_FILES:
         path = folder / fname
-        if not path.is_file():
-            failures.append((str(path), "$", "missing: every artifact folder holds " + ", ".join(ARTIFACT_FILES)))
+        problem = file_problem(path, folder)
+        if problem is not None:
+            if problem == "missing":
+                problem = "missing: every artifact folder holds " + ", ".join(ARTIFACT_FILES)
+            failures.append((str(path), "$", problem))
             continue
-        if fname.endswith(".json"):
-            file_failures, doc = _check_file(path)
-            failures.extend(file_failures)
-            if doc is not None and not file_failures:
-                docs[fname] = doc
+        text, file_failures = _read_text(path)
+        if text is not None and fname.endswith(".json"):
+            doc, file_failures = _parse_json(path, text)
+            if not file_failures:
+                file_failures = check_document(doc, FILE_SCHEMAS[fname], str(path))
+            text = doc
+        failures.extend(file_failures)
+        if not file_failures:
+            docs[fname] = text
     failures.extend(_cross_checks(folder, docs))
+    if documents is not None:
+        documents.update(docs)
     return failures
 
 
 def _is_artifact_dir(folder: Path) -> bool:
-    if not (folder / "summary.json").is_file():
+    """A folder holding any artifact file but a lone `trace.json` (a proxy's trace, checked on its own).
+
+    A batch's `summary/summary.json` is a placed document, not a rollout's summary.
+    """
+    found = {name for name in ARTIFACT_FILES if os.path.lexists(folder / name)} - {"trace.json"}
+    if folder.name == "summary" and found == {"summary.json"}:
         return False
-    return any((folder / name).is_file() for name in ARTIFACT_FILES if name != "summary.json")
+    return bool(found)
+
+
+def _walk_files(root: Path) -> list[Path]:
+    """Every entry below `root` that is not a folder, sorted; symlinked folders are not entered."""
+    out: list[Path] = []
+    for parent, dirs, files in os.walk(root, followlinks=False):
+        out.extend(Path(parent) / name for name in files)
+        out.extend(Path(parent) / name for name in dirs if (Path(parent) / name).is_symlink())
+    return sorted(out)
 
 
 def _check_jsonl(path: Path, schema_name: str) -> list[Failure]:
@@ -350,24 +467,31 @@ def _check_jsonl(path: Path, schema_name: str) -> list[Failure]:
         except json.JSONDecodeError as exc:
             failures.append((str(path), f"$[{n}]", f"line {n + 1} is not valid JSON: {exc.msg}"))
             continue
+        except RecursionError:
+            failures.append((str(path), f"$[{n}]", f"line {n + 1} is nested too deeply to parse"))
+            continue
         failures.extend((str(path), f"$[{n}]" + p[1:], r) for _, p, r in check_document(record, schema_name))
     return failures
 
 
-def _check_any(path: Path) -> list[Failure] | None:
-    """Check a file found in a walk by its name and place; None when it is not a known document."""
+def _walk_schema(path: Path) -> str | None:
+    """The schema of a file found in a walk, by its name and place; None when it is not a known document."""
     if path.suffix == ".jsonl":
         name = JSONL_SCHEMAS.get(path.parent.name)
-        return _check_jsonl(path, name) if name in SCHEMA_NAMES else None
-    name = PLACED_SCHEMAS.get((path.parent.name, path.name))
-    if name is not None:
-        if name not in SCHEMA_NAMES:
-            return None
-        doc, failures = _load_json(path)
-        return failures or check_document(doc, name, str(path))
-    if path.name in FILE_SCHEMAS:
-        return _check_file(path)[0]
-    return None
+    else:
+        name = PLACED_SCHEMAS.get((path.parent.name, path.name)) or FILE_SCHEMAS.get(path.name)
+    return name if name in SCHEMA_NAMES else None
+
+
+def _check_any(path: Path) -> list[Failure] | None:
+    """Check a file found in a walk by its name and place; None when it is not a known document."""
+    name = _walk_schema(path)
+    if name is None:
+        return None
+    if path.suffix == ".jsonl":
+        return _check_jsonl(path, name)
+    doc, failures = load_json_file(path)
+    return failures or check_document(doc, name, str(path))
 
 
 def validate_path(path: str | Path) -> list[Failure]:
@@ -391,23 +515,24 @@ def validate_path(path: str | Path) -> list[Failure]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder")
-    if path.is_file():
+    if not path.is_dir():
+        if not path.is_file():
+            return [(str(path), "$", "not a regular file")]
         checked = _check_any(path)
         if checked is None:
             return [(str(path), "$", f"unknown artifact file; known: {', '.join(sorted(FILE_SCHEMAS))}")]
         return checked
     failures: list[Failure] = []
-    artifact_dirs = [folder for folder in sorted({p.parent for p in path.rglob("summary.json")} | {path})
-                     if _is_artifact_dir(folder)]
+    files = _walk_files(path)
+    artifact_dirs = [folder for folder in sorted({p.parent for p in files} | {path}) if _is_artifact_dir(folder)]
     for folder in artifact_dirs:
         failures.extend(check_artifact_dir(folder))
     found = bool(artifact_dirs)
     inside = set(artifact_dirs)
-    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.parent not in inside):
-        checked = _check_any(file)
-        if checked is not None:
-            found = True
-            failures.extend(checked)
+    for file in (p for p in files if p.parent not in inside and _walk_schema(p) is not None):
+        found = True
+        problem = file_problem(file, path)
+        failures.extend([(str(file), "$", problem)] if problem else _check_any(file) or [])
     if not found:
         failures.append((str(path), "$", "no artifact folder or artifact file found under this path"))
     return failures

@@ -1,0 +1,362 @@
+"""Atomic dataset folders: build beside `--out`, then swap the whole folder into place.
+
+A build never writes inside the dataset folder (`out`). It works in a staging folder next to it,
+``<out>.staging-<pid>`` (same parent, so the same file system): the existing dataset's files are
+hard-linked in (shards are immutable, so linking shares them safely), new shards and README.md are
+written and fsynced there, and only then is the staging folder swapped with `out`:
+
+- on Linux, one `renameat2(RENAME_EXCHANGE)` call swaps the two folders atomically: a reader (or
+  `load_dataset`) of `out` sees the complete earlier dataset or the complete new one, never a mix,
+  and `out` never disappears; the earlier dataset, now at the staging path, is then deleted;
+- where the kernel or file system cannot exchange, `out` is renamed to ``<out>.old-<pid>`` and the
+  staging folder renamed to `out` (two renames; a crash between them leaves `out` missing, and the
+  next build renames ``<out>.old-<pid>`` back before anything else).
+
+A build killed at any moment (SIGKILL included) therefore leaves `out` holding the earlier dataset
+(or the finished new one) plus, at most, a leftover ``<out>.staging-<pid>`` / ``<out>.old-<pid>``;
+a running build holds an `flock` on each of its folders (the kernel drops it when the process dies),
+so the next build into `out` knows a leftover from a folder in use, and deletes it (or renames an
+aside folder back when `out` is missing). SIGTERM is turned into `SystemExit` during a build so the
+staging folder is removed on the way out, and is held back during the swap itself.
+
+`out` must be new, an empty folder, or a dataset this tool built (README.md whose YAML header carries
+the ``rollout-dataset`` tag): anything else is refused, so ``--out ~`` cannot replace a home folder.
+One build at a time per `out` (an exclusive `flock` on the folder; a second build is refused).
+Linux (or another system with `flock`); `renameat2` is looked up in the C library at run time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import logging
+import os
+import shutil
+import signal
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import yaml
+
+from rollout_dataset.errors import DatasetDirError
+
+__all__ = ["DATASET_TAG", "is_built_dataset", "check_out_dir", "restore_aside", "clean_stale", "locked_out_dir",
+           "staging_folder", "fsync_tree", "commit", "terminate_raises", "checkpoint"]
+
+log = logging.getLogger(__name__)
+
+#: the card tag (`builder.card.card_metadata`) that marks a folder as a dataset built by this tool.
+DATASET_TAG = "rollout-dataset"
+STAGING_INFIX = ".staging-"
+ASIDE_INFIX = ".old-"
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def checkpoint(step: str) -> None:
+    """A named point of a build (``rollout``, ``staged``, ``aside``, ``swapped``); does nothing.
+
+    Tests replace it to stop a build at an exact moment (and kill it there) instead of sleeping.
+
+    Args:
+        step: the point reached.
+    """
+
+
+def is_built_dataset(folder: str | Path) -> bool:
+    """Whether a folder holds a dataset built by this tool (README.md with the `DATASET_TAG` tag).
+
+    Args:
+        folder: the folder.
+
+    Returns:
+        True when its README.md is a regular file whose YAML header lists the tag.
+    """
+    from rollout_dataset.builder.card import read_card_metadata
+
+    readme = Path(folder) / "README.md"
+    if readme.is_symlink() or not readme.is_file():
+        return False
+    try:
+        meta = read_card_metadata(readme.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):  # unreadable, not UTF-8, not YAML: not ours
+        return False
+    return isinstance(meta, dict) and isinstance(meta.get("tags"), list) and DATASET_TAG in meta["tags"]
+
+
+def check_out_dir(out: str | Path) -> None:
+    """Refuse an output folder that is not new, empty, or a dataset built by this tool.
+
+    Args:
+        out: the dataset folder a build will replace.
+
+    Raises:
+        DatasetDirError: `out` is a symlink, a file, or a folder holding something else (named).
+    """
+    out = Path(out)
+    if out.is_symlink():
+        raise DatasetDirError(f"{out}: a symlink (to {os.readlink(out)!r}); give the real folder as --out")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise DatasetDirError(f"{out}: a file, not a dataset folder; give a new or empty folder as --out")
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries or is_built_dataset(out):
+        return
+    shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+    raise DatasetDirError(f"{out}: holds {shown}, and is not a dataset built by rollout-dataset (no README.md "
+                          f"with the {DATASET_TAG!r} tag); a build replaces --out whole, so give a new or "
+                          "empty folder")
+
+
+def _abandoned(folder: Path) -> bool:
+    """True when no process holds the build lock on `folder` (its build ended or was killed)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # releases the probe's lock
+
+
+def _lock(folder: Path) -> int:
+    """Open `folder` and take its exclusive build lock (released when the fd closes or the process dies).
+
+    Raises:
+        BlockingIOError: another process holds it.
+    """
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _leftovers(out: Path, infix: str) -> list[Path]:
+    prefix = out.name + infix
+    with contextlib.suppress(FileNotFoundError):
+        return sorted(entry for entry in out.parent.iterdir()
+                      if entry.name.startswith(prefix) and entry.name[len(prefix):].isdigit()
+                      and not entry.is_symlink() and entry.is_dir())
+    return []
+
+
+def restore_aside(out: str | Path) -> Path | None:
+    """Put back the earlier dataset of a build killed between its two renames (`out` missing).
+
+    Args:
+        out: the dataset folder.
+
+    Returns:
+        The ``<out>.old-<pid>`` folder renamed back to `out`, or None.
+    """
+    out = Path(out)
+    if os.path.lexists(out):
+        return None
+    for aside in _leftovers(out, ASIDE_INFIX):
+        if _abandoned(aside):
+            try:
+                os.rename(aside, out)
+            except OSError:  # another build restored it first
+                continue
+            log.warning("%s: restored the earlier dataset from %s (a build was killed while swapping)", out, aside)
+            return aside
+    return None
+
+
+def clean_stale(out: str | Path) -> list[Path]:
+    """Delete the ``<out>.staging-<pid>`` / ``<out>.old-<pid>`` folders that killed builds left.
+
+    A folder is a leftover when no process holds its build lock (a running build holds the locks of
+    its folders until it ends; the kernel drops them when a process dies, SIGKILL included).
+
+    Args:
+        out: the dataset folder.
+
+    Returns:
+        The folders removed.
+    """
+    out = Path(out)
+    removed = []
+    for folder in _leftovers(out, ASIDE_INFIX) + _leftovers(out, STAGING_INFIX):
+        if _abandoned(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            log.info("%s: removed %s, left by a killed build", out, folder)
+            removed.append(folder)
+    return removed
+
+
+@contextlib.contextmanager
+def locked_out_dir(out: str | Path) -> Iterator[bool]:
+    """Hold the exclusive build lock on the dataset folder `out` (created empty if missing).
+
+    First puts back an earlier dataset a killed build left aside (`restore_aside`); once locked,
+    deletes the leftovers of killed builds (`clean_stale`).
+
+    Args:
+        out: the dataset folder.
+
+    Yields:
+        True when this call created `out` (it is removed again if still empty at the end).
+
+    Raises:
+        DatasetDirError: another build holds the lock.
+    """
+    out = Path(out)
+    restore_aside(out)
+    created = False
+    for _ in range(20):
+        try:
+            out.mkdir(parents=True)
+            created = True
+        except FileExistsError:
+            pass
+        try:
+            fd = _lock(out)
+        except BlockingIOError:
+            raise DatasetDirError(f"{out}: another build is writing to it; wait for it to finish") from None
+        held, now = os.fstat(fd), os.stat(out, follow_symlinks=False)
+        if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+            break
+        os.close(fd)  # the folder was swapped by the build that held the lock: lock the new one
+    else:
+        raise DatasetDirError(f"{out}: replaced again and again by other builds; try again")
+    try:
+        clean_stale(out)
+        yield created
+    finally:
+        os.close(fd)
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only when empty: the build failed before anything was swapped in
+
+
+@contextlib.contextmanager
+def staging_folder(out: str | Path) -> Iterator[Path]:
+    """A locked ``<out>.staging-<pid>`` holding the existing dataset's files (hard links); removed at the end.
+
+    Shards are immutable, so linking shares them safely; a file the build rewrites (README.md) must
+    be unlinked first, never written through.
+
+    Args:
+        out: the dataset folder (locked by `locked_out_dir`).
+
+    Yields:
+        The staging folder.
+    """
+    out = Path(out)
+    stage = out.parent / f"{out.name}{STAGING_INFIX}{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
+    fd = _lock(stage)
+    try:
+        shutil.copytree(out, stage, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)
+        yield stage
+    finally:
+        os.close(fd)
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def fsync_tree(paths: list[Path]) -> None:
+    """Flush files and their folders to disk, so a swapped-in dataset survives a power loss.
+
+    Args:
+        paths: files written by this build.
+    """
+    folders = {p.parent for p in paths}
+    for path in list(paths) + sorted(folders):
+        flags = os.O_RDONLY | (os.O_DIRECTORY if path in folders else 0)
+        fd = os.open(path, flags)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically with renameat2(RENAME_EXCHANGE); False where unsupported."""
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if fn is None:
+        return False
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def commit(staging: str | Path, out: str | Path, *, exchange: bool = True) -> None:
+    """Swap the finished staging folder into place as `out`, then delete the earlier dataset.
+
+    SIGTERM is held back while the folders are swapped (it is delivered right after).
+
+    Args:
+        staging: the complete new dataset folder (next to `out`).
+        out: the dataset folder (exists, possibly empty).
+        exchange: try the atomic exchange first (False: the two-rename way, for tests).
+    """
+    staging, out = Path(staging), Path(out)
+    blocked = _block_sigterm()
+    try:
+        if exchange and _exchange(staging, out):
+            old = staging
+        else:
+            old = out.parent / f"{out.name}{ASIDE_INFIX}{os.getpid()}"
+            os.rename(out, old)
+            checkpoint("aside")
+            os.rename(staging, out)
+        fsync_tree([out])
+        checkpoint("swapped")
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _block_sigterm() -> bool:
+    if not hasattr(signal, "pthread_sigmask"):
+        return False
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    return True
+
+
+@contextlib.contextmanager
+def terminate_raises() -> Iterator[None]:
+    """Within the block, SIGTERM raises `SystemExit(143)` (so `finally` clauses clean up).
+
+    Only in the main thread (signal handlers can be set nowhere else), and only where SIGTERM has
+    its default action: a program that ignores SIGTERM or handles it itself keeps its own way. The
+    earlier handler is restored at the end.
+    """
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def _raise(signum: int, frame: object) -> None:
+        log.warning("SIGTERM: stopping the build; the dataset folder is left as it was")
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
