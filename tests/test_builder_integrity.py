@@ -164,6 +164,25 @@ def test_a_symlink_inside_the_artifact_folder_is_followed(art, tmp_path, capsys)
     assert code == 0
 
 
+@pytest.mark.parametrize("tamper", ["edit", "delete", "reorder", "cut-tail"])
+def test_a_tampered_trace_fails_the_build_naming_the_record(art, tmp_path, capsys, tamper):
+    def change(doc):
+        calls = doc["calls"]
+        if tamper == "edit":
+            calls[0]["response"] = {"edited": True}
+        elif tamper == "delete":
+            del calls[0]
+        elif tamper == "reorder":
+            calls[0], calls[1] = calls[1], calls[0]
+        else:
+            calls.pop()
+    _edit(art / "trace.json", change)
+    code, lines = _build_cli(capsys, art, tmp_path / "out")
+    assert code == 1 and len(lines) == 1
+    assert "trace.json" in lines[0] and "$.calls[" in lines[0] and "trace integrity" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
 def test_validate_fails_a_folder_without_summary_json(art, capsys):
     (art / "summary.json").unlink()
     code, lines = _cli(capsys, "validate", art)

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from rollout_dataset.trace_integrity import reseal
+
 __all__ = ["write_synthetic_rollout", "write_synthetic_dataset"]
 
 _VOCAB = 32000
@@ -255,7 +257,7 @@ def write_synthetic_rollout(folder: str | Path, *, n_turns: int = 5, context_tok
                "calls": graph_calls, "sequences": sequences, "findings": []}
     docs = {
         "summary.json": summary, "task.json": task, "rollout.json": rollout,
-        "trace.json": {"schema_version": 1, "session": session, "calls": calls},
+        "trace.json": reseal({"schema_version": 1, "session": session, "calls": calls}),
         "turns.json": {"schema_version": 1, "mask_is_derived": True, "turns": turns},
         "held_out_tests.json": {"schema_version": 1, "task_id": task_id, "tests": tests},
     }
