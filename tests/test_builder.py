@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from rollout_dataset.trace_integrity import reseal
 from rollout_dataset.builder import (
     CONFIG_NAMES,
     build,
@@ -217,7 +218,7 @@ def test_giant_text_cells_are_split_or_cut_with_a_marker_never_silently_in_full_
     (folder / "samples.md").write_text(("line of text\n" * 200_000), encoding="utf-8")  # 2.6 MB
     trace = json.loads((folder / "trace.json").read_text())
     trace["calls"][-1]["request"]["messages"].append({"role": "user", "content": "y" * (MAX_CELL_BYTES + 10)})
-    (folder / "trace.json").write_text(json.dumps(trace))
+    (folder / "trace.json").write_text(json.dumps(reseal(trace)))  # a trusted edit: sealed anew
     result = build([folder], tmp_path / "ds", progress=False, samples="full")
     samples = _rows(tmp_path / "ds", "samples")
     assert len(samples) == 3 and "".join(s["text"] for s in samples) == "line of text\n" * 200_000
@@ -271,7 +272,7 @@ def test_a_value_that_does_not_fit_its_column_names_the_folder_config_and_column
     write_synthetic_rollout(folder, seed=11, n_turns=2, context_tokens=64)
     doc = json.loads((folder / "trace.json").read_text())
     doc["calls"][-1]["index"] = 2**40  # an integer the schema allows, beyond the int32 column
-    (folder / "trace.json").write_text(json.dumps(doc))
+    (folder / "trace.json").write_text(json.dumps(reseal(doc)))  # a trusted edit: sealed anew
     with pytest.raises(ArtifactError, match=r"odd: .*config 'trace', column 'call_index'"):
         build([folder], tmp_path / "ds", progress=False)
     assert not (tmp_path / "ds").exists()
