@@ -54,10 +54,13 @@ def is_generation_record(record: dict[str, Any]) -> bool:
         record: one trace record (see ``trace_record.schema.json``).
 
     Returns:
-        True for a chat/completions or completions call whose response arrived (a dict).
+        True for a chat/completions or completions call whose response arrived (a dict) and is
+        not an error (HTTP status below 400: an error body has nothing to train on).
     """
     endpoint = str(record.get("endpoint") or "").rstrip("/")
-    return endpoint.endswith(_GENERATION_SUFFIXES) and isinstance(record.get("response"), dict)
+    status = record.get("status")
+    return (endpoint.endswith(_GENERATION_SUFFIXES) and isinstance(record.get("response"), dict)
+            and not (isinstance(status, int) and status >= 400))
 
 
 @functools.lru_cache(maxsize=4096)

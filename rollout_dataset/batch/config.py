@@ -308,6 +308,8 @@ class BatchConfig:
         env_options: environment settings passed to the env's runner (`--env-option KEY=VALUE`;
             Crafter reads `max_steps`, `max_actions`, `area`, `view`); empty for coding.
         argv: the command line, for the config snapshot.
+        max_tokens_cap: the proxy's cap on every call's output limit (None: none).
+        fit_context: the proxy fits output limits to the model's context (default on).
     """
 
     out_dir: Path
@@ -328,8 +330,12 @@ class BatchConfig:
     env: str = "coding"
     env_options: dict[str, Any] = field(default_factory=dict)
     argv: list[str] | None = None
+    max_tokens_cap: int | None = None
+    fit_context: bool = True
 
     def __post_init__(self) -> None:
+        if self.max_tokens_cap is not None and self.max_tokens_cap < 1:
+            raise ConfigError(f"max_tokens_cap: {self.max_tokens_cap} is out of range (>= 1)")
         self.out_dir = Path(self.out_dir)
         if not self.seeds:
             raise ConfigError("seeds: at least one seed is needed (--num-seeds N or --seeds 0,1,5)")
@@ -372,4 +378,6 @@ class BatchConfig:
             "env": self.env,
             "env_options": dict(self.env_options),
             "argv": list(self.argv) if self.argv is not None else None,
+            "max_tokens_cap": self.max_tokens_cap,
+            "fit_context": self.fit_context,
         }

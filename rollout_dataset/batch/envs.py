@@ -194,6 +194,8 @@ def coding_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunO
             push=False,
             tokenizer="builtin" if settings.get("local_backend") else None,
             hide_paths=tuple(settings.get("hide_paths") or ()),
+            max_tokens_cap=settings.get("max_tokens_cap"),
+            fit_context=settings.get("fit_context", True),
         )
         captured = capture_rollout(capture)
         if not captured.ok:

@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     game.add_argument("--max-steps", type=int, default=None, help="game steps per episode (crafter default 100)")
     game.add_argument("--max-actions", type=int, default=None, help="actions per act call (crafter default 8)")
     game.add_argument("--area", type=parse_pair, default=None, metavar="W,H", help="world size (crafter default 64,64)")
+    from rollout_dataset.cli.proxy_cmd import add_context_arguments
+
+    add_context_arguments(parser, fit_default=True)
     parser.add_argument("--keep-workdir", action="store_true", help="copy the agent's working directory to OUT/workdir")
     parser.add_argument("--no-push", action="store_true", help="do not push even when PUSH_TO_DATASET is set")
 
@@ -74,7 +77,7 @@ def parse_pair(text: str) -> tuple[int, int]:
 
 #: flags that only mean something for the coding environment, with their defaults
 _CODING_ONLY = {"task_index": 0, "n_prompts": 64, "tasks": "builtin", "harness": "builtin", "policy": "oracle",
-                "script": None, "keep_workdir": False}
+                "script": None, "keep_workdir": False, "max_tokens_cap": None}
 #: flags that only mean something for a game environment
 _GAME_ONLY = ("max_steps", "max_actions", "area")
 
@@ -182,7 +185,8 @@ def config_from_args(args: argparse.Namespace):
                          task_index=args.task_index, seed=args.seed, rollout_seed=args.rollout_seed, n_prompts=args.n_prompts, tasks=args.tasks,
                          harness=args.harness, timeout_s=args.timeout_s, policy=args.policy, script=args.script,
                          tokenizer=args.tokenizer, max_turns=20 if args.max_turns is None else args.max_turns, keep_workdir=args.keep_workdir,
-                         push=False if args.no_push else None)
+                         push=False if args.no_push else None, max_tokens_cap=args.max_tokens_cap,
+                         fit_context=args.fit_context)
 
 
 def run(args: argparse.Namespace) -> int:

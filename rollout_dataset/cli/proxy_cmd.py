@@ -10,7 +10,7 @@ import asyncio
 import signal
 import sys
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "add_context_arguments", "context_policy", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,13 +26,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upstream-timeout", type=float, default=600.0,
                         help="seconds to wait for the model server's answer and between stream chunks")
     parser.add_argument("--max-body-mb", type=float, default=64.0, help="largest request body accepted, in MiB")
+    add_context_arguments(parser, fit_default=False)
+
+
+def add_context_arguments(parser: argparse.ArgumentParser, *, fit_default: bool) -> None:
+    """Declare `--max-tokens-cap` and `--fit-context`/`--no-fit-context` (proxy, capture and batch).
+
+    Args:
+        parser: the sub-command's parser.
+        fit_default: whether context fitting is on by default for this command.
+    """
+    parser.add_argument("--max-tokens-cap", type=int, default=None, metavar="N",
+                        help="lower every generation call's max_tokens / max_completion_tokens / max_output_tokens "
+                             "to at most N (recorded in upstream_changes)")
+    parser.add_argument("--fit-context", dest="fit_context", action="store_true", default=fit_default,
+                        help="lower output limits to what is left of the model's context (max_model_len from "
+                             "/v1/models, prompt length from /tokenize)" + (" (default)" if fit_default else ""))
+    parser.add_argument("--no-fit-context", dest="fit_context", action="store_false",
+                        help="send output limits as the harness asked" + ("" if fit_default else " (default)"))
+
+
+def context_policy(args: argparse.Namespace):
+    """The `ContextPolicy` the context options ask for.
+
+    Args:
+        args: parsed options with `max_tokens_cap` and `fit_context`.
+
+    Returns:
+        The policy.
+
+    Raises:
+        ValueError: a cap below 1.
+    """
+    from rollout_dataset.proxy.context_fit import ContextPolicy
+
+    return ContextPolicy(max_tokens_cap=args.max_tokens_cap, fit_context=args.fit_context)
 
 
 async def _serve(args: argparse.Namespace) -> None:
     from rollout_dataset.proxy import CaptureProxy
 
     proxy = CaptureProxy(upstream=args.upstream, trace_dir=args.trace_dir, host=args.host, port=args.port,
-                         upstream_timeout=args.upstream_timeout, max_body_bytes=int(args.max_body_mb * 1024 * 1024))
+                         upstream_timeout=args.upstream_timeout, max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+                         context=context_policy(args))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     async with proxy:

@@ -20,6 +20,7 @@ from typing import Any, Awaitable, Callable
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
+from rollout_dataset.proxy.context_fit import CONTEXT_EXHAUSTED, ContextFitter, ContextPolicy
 from rollout_dataset.proxy.jsoncodec import loads
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import harness_session_id, recorded_headers, redact_body, valid_session_id
@@ -116,10 +117,13 @@ class ProxyApp:
             harnesses, no auth and no redirects, and skipping them halves the per-call CPU.
         timeout: seconds for connect/pool (`connect`) and for each read (`read`).
         max_body_bytes: largest request body accepted (larger → 413).
+        context: how to fit output limits to the model's context (`rollout_dataset.proxy.context_fit`);
+            None changes no limit.
     """
 
     def __init__(self, upstream_root: str, recorder: TraceRecorder, transport: httpx.AsyncBaseTransport,
-                 timeout: httpx.Timeout | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+                 timeout: httpx.Timeout | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 context: ContextPolicy | None = None) -> None:
         self.upstream_root = upstream_root.rstrip("/")
         self.recorder = recorder
         self.transport = transport
@@ -127,6 +131,7 @@ class ProxyApp:
         self._extensions = {"timeout": timeout.as_dict()}
         self._urls: dict[tuple[str, bytes], httpx.URL] = {}
         self.max_body_bytes = max_body_bytes
+        self.fitter = ContextFitter(self.upstream_root, transport, context) if context and context.active else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry point: every HTTP request is forwarded and recorded; nothing escapes as a crash.
@@ -199,7 +204,17 @@ class ProxyApp:
             if call.request is parsed and _spliceable(body):
                 call.raw_request = body  # recorded as received: no re-encoding of a long context
             call.stream = parsed.get("stream") is True
-            token_req = prepare_request(kind, parsed, body)
+            limits: dict[str, int] = {}
+            if self.fitter is not None:
+                plan = await self.fitter.plan(kind, parsed, raw_headers)
+                call.notes.extend(plan.notes)
+                if plan.exhausted:
+                    call.requested = sampling_params(parsed)
+                    call.effective = dict(call.requested)
+                    await self._reply_error(call, send, 400, CONTEXT_EXHAUSTED, plan.notes[-1])
+                    return
+                limits = plan.changes
+            token_req = prepare_request(kind, parsed, body, limits)
             call.upstream_changes = token_req.changes
             call.requested = sampling_params(parsed)
             call.effective = {**call.requested, **token_req.changes}

@@ -22,6 +22,7 @@ import httpx
 import uvicorn
 
 from rollout_dataset.proxy.app import DEFAULT_MAX_BODY_BYTES, DEFAULT_SESSION, ProxyApp
+from rollout_dataset.proxy.context_fit import ContextPolicy
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import valid_session_id
 from rollout_dataset.proxy.transport import UpstreamTransport
@@ -90,6 +91,7 @@ class CaptureProxy:
         connect_timeout: seconds to wait for a connection to the upstream.
         max_body_bytes: largest request body accepted (larger → 413).
         max_connections: connection pool size towards the upstream.
+        context: output-limit fitting (`ContextPolicy(max_tokens_cap=..., fit_context=...)`); None: none.
 
     Raises:
         ValueError: `upstream` is not an http(s) URL.
@@ -98,7 +100,7 @@ class CaptureProxy:
     def __init__(self, upstream: str, trace_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 0,
                  transport: httpx.AsyncBaseTransport | None = None, *, upstream_timeout: float = 600.0,
                  connect_timeout: float = 10.0, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 max_connections: int = 512) -> None:
+                 max_connections: int = 512, context: ContextPolicy | None = None) -> None:
         self.upstream = upstream
         self.upstream_root = upstream_root(upstream)
         self.trace_dir = Path(trace_dir)
@@ -109,6 +111,7 @@ class CaptureProxy:
         self.connect_timeout = connect_timeout
         self.max_body_bytes = max_body_bytes
         self.max_connections = max_connections
+        self.context = context
         self._server: uvicorn.Server | None = None
         self._serve_task: asyncio.Task[Any] | None = None
         self._own_transport: httpx.AsyncBaseTransport | None = None
@@ -187,7 +190,8 @@ class CaptureProxy:
             # aiohttp's C HTTP parser behind httpx's transport API: a third of httpcore's CPU per call.
             verify = self.upstream_root.startswith("https:")  # no certificate loading for plain http
             transport = self._own_transport = UpstreamTransport(limits, verify=verify)
-        app = ProxyApp(self.upstream_root, self._recorder, transport, timeout, self.max_body_bytes)
+        app = ProxyApp(self.upstream_root, self._recorder, transport, timeout, self.max_body_bytes,
+                       context=self.context)
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

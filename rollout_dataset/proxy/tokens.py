@@ -27,7 +27,8 @@ __all__ = [
 GENERATION_ENDPOINTS: dict[str, str] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 
 SAMPLING_PARAMS: tuple[str, ...] = (
-    "model", "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "min_tokens",
+    "model", "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "max_output_tokens",
+    "min_tokens",
     "seed", "stop", "stop_token_ids", "n", "best_of", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "length_penalty", "logit_bias", "logprobs", "top_logprobs", "prompt_logprobs",
     "ignore_eos", "skip_special_tokens", "include_stop_str_in_output", "use_beam_search", "stream",
@@ -62,7 +63,8 @@ class TokenRequest:
         return not (self.asked_ids and self.asked_logprobs)
 
 
-def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes) -> TokenRequest:
+def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes,
+                    limits: dict[str, Any] | None = None) -> TokenRequest:
     """Decide the upstream request for a generation call.
 
     When the added fields are absent from the harness's body, they are appended to the raw bytes
@@ -73,6 +75,7 @@ def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes) -> TokenReque
         kind: ``"chat"`` or ``"completions"``.
         parsed: the harness's body, parsed (a JSON object; not modified).
         raw: the harness's body as received.
+        limits: output limits to send instead of the harness's (context fitting), recorded as changes.
 
     Returns:
         The `TokenRequest` with the upstream body and the recorded changes.
@@ -89,6 +92,7 @@ def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes) -> TokenReque
         changes["return_token_ids"] = True
     if not asked_logprobs:
         changes["logprobs"] = logprob_value
+    changes.update(limits or {})
     if not changes:
         return TokenRequest(kind, asked_ids, asked_logprobs, changes, raw)
     if all(key not in parsed for key in changes):
