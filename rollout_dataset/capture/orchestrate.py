@@ -53,7 +53,7 @@ SOLUTION_NOTE = ("Write your solution as a Python 3 program in the file solution
                  "directory. It reads the input from standard input and writes the answer to standard output.")
 LOCAL_MAX_MODEL_LEN = 131072
 _IMPORT_LOCK = threading.Lock()
-_GENERATION_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
+_GENERATION_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 
 
 def harness_statement(instruction: str) -> str:

@@ -24,6 +24,7 @@ from rollout_dataset.proxy.context_fit import CONTEXT_EXHAUSTED, ContextFitter, 
 from rollout_dataset.proxy.jsoncodec import loads
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import harness_session_id, recorded_headers, redact_body, valid_session_id
+from rollout_dataset.proxy.responses import ResponsesAssembler
 from rollout_dataset.proxy.streaming import StreamAssembler
 from rollout_dataset.proxy.tokens import (
     GENERATION_ENDPOINTS,
@@ -428,7 +429,7 @@ class ProxyApp:
 
     async def _relay_generation_stream(self, call: _Call, url: str, response: httpx.Response,
                                        token_req: TokenRequest, send: Send) -> None:
-        """A streamed chat/completions answer: forward each chunk (stripped), reassemble, record."""
+        """A streamed chat/completions/responses answer: forward each chunk (stripped), reassemble, record."""
         call.status = response.status_code
         headers = _response_headers(response)
         if _plain_utf8(response.headers.get("content-type", "")):
@@ -436,7 +437,7 @@ class ProxyApp:
         else:  # events are decoded with the upstream's charset and re-framed as UTF-8: say so
             headers = [(k, b"text/event-stream; charset=utf-8" if k == b"content-type" else v) for k, v in headers]
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-        assembler = StreamAssembler(token_req.kind)
+        assembler = ResponsesAssembler() if token_req.kind == "responses" else StreamAssembler(token_req.kind)
         tail = b""
         try:
             async for event in EventSource(response).aiter_sse():
