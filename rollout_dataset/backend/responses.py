@@ -78,7 +78,8 @@ def _logprob_entries(g: Generation, fmt: P.TokenFormatter, top_k: int, with_byte
 class _Answer:
     """One generated answer as Responses output items (built once, sent whole or as events)."""
 
-    def __init__(self, g: Generation, parse_tools: bool, logprobs: list[dict[str, Any]] | None) -> None:
+    def __init__(self, g: Generation, parse_tools: bool, logprobs: list[dict[str, Any]] | None,
+                 stream: bool) -> None:
         self.generation = g
         text, calls = g.text, []
         if parse_tools:
@@ -88,7 +89,18 @@ class _Answer:
                 calls = parsed.tool_calls
         self.text = text
         self.message_id = f"msg_{_hex(8)}"
-        self.logprobs = logprobs if not calls else (None if logprobs is None else [])
+        # the steps whose text is the message's (all of them without a function call)
+        self.text_steps = len(g.steps)
+        if calls:
+            seen, self.text_steps = "", 0
+            while self.text_steps < len(g.steps) and len(seen) < len(text):
+                seen += g.steps[self.text_steps].delta
+                self.text_steps += 1
+        # as vLLM 0.32: a whole answer's message carries the logprobs of every output token, a
+        # streamed one those of its text only (function-call tokens have none)
+        self.logprobs = logprobs if (logprobs is None or not stream) else logprobs[: self.text_steps]
+        if stream and self.logprobs and not calls and g.finish_reason == "stop" and g.stop_reason is None:
+            self.logprobs = self.logprobs[:-1]  # a vLLM stream gives the end-of-sequence token no logprob
         self.calls = [{"arguments": c["function"]["arguments"], "call_id": f"chatcmpl-tool-{_hex(16)}",
                        "name": c["function"]["name"], "type": "function_call", "id": f"fc_{_hex(8)}",
                        "async": None, "caller": None, "namespace": None, "status": "completed"} for c in calls]
@@ -105,8 +117,17 @@ class _Answer:
         return head + [dict(c) for c in self.calls]
 
 
+def _top_logprobs(body: dict[str, Any]) -> int | None:
+    """vLLM's echo: the request's value, else 0 when output logprobs are included, else null."""
+    if body.get("top_logprobs") is not None:
+        return body["top_logprobs"]
+    include = body.get("include")
+    return 0 if isinstance(include, list) and LOGPROBS_INCLUDE in include else None
+
+
 def _response(body: dict[str, Any], model: str, rid: str, created: int, *, status: str, output: list,
-              usage: dict | None, incomplete: bool, tools: list, tool_choice: Any, messages: tuple | None) -> dict:
+              usage: dict | None, incomplete: bool, tools: list, tool_choice: Any, messages: tuple | None,
+              max_tokens: int) -> dict:
     temperature = body.get("temperature")
     top_p = body.get("top_p")
     return {
@@ -116,9 +137,10 @@ def _response(body: dict[str, Any], model: str, rid: str, created: int, *, statu
         "object": "response", "output": output, "parallel_tool_calls": body.get("parallel_tool_calls", True),
         "temperature": 1.0 if temperature is None else float(temperature), "tool_choice": tool_choice,
         "tools": tools, "top_p": 1.0 if top_p is None else float(top_p), "background": False,
-        "max_output_tokens": body.get("max_output_tokens"), "max_tool_calls": body.get("max_tool_calls"),
+        # vLLM echoes the effective limit (the rest of the context when unset)
+        "max_output_tokens": max_tokens, "max_tool_calls": body.get("max_tool_calls"),
         "previous_response_id": None, "prompt": None, "reasoning": body.get("reasoning"), "service_tier": "auto",
-        "status": status, "text": body.get("text"), "top_logprobs": body.get("top_logprobs") or 0,
+        "status": status, "text": body.get("text"), "top_logprobs": _top_logprobs(body),
         "truncation": "disabled", "usage": usage, "user": body.get("user"),
         "presence_penalty": float(body.get("presence_penalty") or 0.0),
         "frequency_penalty": float(body.get("frequency_penalty") or 0.0),
@@ -177,7 +199,7 @@ async def responses_endpoint(request: Request, state: Any, respond: Any) -> Resp
     top_k = int(body.get("top_logprobs") or 0)
     fmt = P.TokenFormatter(state.tokenizer, state.model, common.as_token_ids)
     answer = _Answer(g, bool(chat_tools) and tool_choice != "none",
-                     _logprob_entries(g, fmt, top_k, True) if want_logprobs else None)
+                     _logprob_entries(g, fmt, top_k, True) if want_logprobs else None, common.stream)
     raw = None
     if body.get("enable_response_messages") is True:
         decode = state.tokenizer.decode
@@ -190,11 +212,11 @@ async def responses_endpoint(request: Request, state: Any, respond: Any) -> Resp
     incomplete = g.finish_reason == "length"
     final = _response(body, common.model, rid, created, status="incomplete" if incomplete else "completed",
                       output=answer.items(), usage=_usage(len(prompt_ids), len(g.steps)), incomplete=incomplete,
-                      tools=tools, tool_choice=tool_choice, messages=raw)
+                      tools=tools, tool_choice=tool_choice, messages=raw, max_tokens=max_tokens)
     if not common.stream:
         return JSONResponse(final)
     start = _response(body, common.model, rid, created, status="in_progress", output=[], usage=None,
-                      incomplete=False, tools=tools, tool_choice=tool_choice, messages=None)
+                      incomplete=False, tools=tools, tool_choice=tool_choice, messages=None, max_tokens=max_tokens)
     stream_logprobs = _logprob_entries(g, fmt, top_k, False) if want_logprobs else None
     return StreamingResponse(_events(start, final, answer, stream_logprobs), media_type="text/event-stream")
 
@@ -224,16 +246,12 @@ async def _events(start: dict, final: dict, answer: _Answer, logprobs: list | No
         yield ev("response.content_part.added", {"content_index": 0, "item_id": item_id, "output_index": index,
                                                  "part": {"annotations": [], "text": "", "type": "output_text",
                                                           "logprobs": []}})
-        if not answer.calls:
-            for j, step in enumerate(answer.generation.steps):
-                if not step.delta:
-                    continue
-                yield ev("response.output_text.delta", {"content_index": 0, "delta": step.delta, "item_id": item_id,
-                                                        "logprobs": [logprobs[j]] if logprobs else [],
-                                                        "output_index": index})
-        elif answer.text:
-            yield ev("response.output_text.delta", {"content_index": 0, "delta": answer.text, "item_id": item_id,
-                                                    "logprobs": [], "output_index": index})
+        for j, step in enumerate(answer.generation.steps[: answer.text_steps]):
+            if not step.delta:
+                continue
+            yield ev("response.output_text.delta", {"content_index": 0, "delta": step.delta, "item_id": item_id,
+                                                    "logprobs": [logprobs[j]] if logprobs else [],
+                                                    "output_index": index})
         yield ev("response.output_text.done", {"content_index": 0, "item_id": item_id, "logprobs": [],
                                                "output_index": index, "text": answer.text})
         yield ev("response.content_part.done", {"content_index": 0, "item_id": item_id, "output_index": index,

@@ -7,8 +7,10 @@ vLLM 0.32 gives a Responses answer its token ids when asked `enable_response_mes
 streaming too; `include: ["message.output_text.logprobs"]` adds per-token logprobs to the
 `output_text` parts. The proxy asks for both, records them, and gives the harness the answer as the
 server sends it when not asked: `input_messages`/`output_messages` null, `output_text` parts with
-`logprobs: null` (whole objects) or `[]` (stream deltas). Logprobs cover output text only: for an
-answer whose output tokens are also a function call, `per_token_logps` stays null (a note says so).
+`logprobs: null` (whole objects) or `[]` (stream deltas). Logprobs cover output text only: when they
+do not cover every output id (a streamed function call; the end-of-sequence token, which a vLLM 0.32
+Responses *stream* leaves out; whole answers cover every id), `per_token_logps` stays null and a note says why: ids are exact, logprobs
+are never padded or guessed.
 """
 
 from __future__ import annotations
@@ -58,8 +60,11 @@ def _strip_parts(item: Any) -> Any:
                                 for p in item["content"]]}
 
 
-def _strip_response(resp: dict[str, Any], asked_ids: bool, asked_logprobs: bool) -> dict[str, Any] | None:
+def _strip_response(resp: dict[str, Any], asked_ids: bool, asked_logprobs: bool,
+                    top_logprobs_set: bool) -> dict[str, Any] | None:
     out: dict[str, Any] | None = None
+    if not asked_logprobs and not top_logprobs_set and resp.get("top_logprobs") == 0:
+        out = {**resp, "top_logprobs": None}  # vLLM echoes 0 only when output logprobs are included
     if not asked_ids:
         for key in ("input_messages", "output_messages"):
             if resp.get(key) is not None:
@@ -73,13 +78,14 @@ def _strip_response(resp: dict[str, Any], asked_ids: bool, asked_logprobs: bool)
     return out
 
 
-def strip_responses(obj: Any, asked_ids: bool, asked_logprobs: bool) -> Any | None:
+def strip_responses(obj: Any, asked_ids: bool, asked_logprobs: bool, top_logprobs_set: bool = False) -> Any | None:
     """What the harness gets: a Responses object or stream event without what it did not ask for.
 
     Args:
         obj: a parsed response, or one stream event's data.
         asked_ids: the harness asked `enable_response_messages` itself.
         asked_logprobs: the harness asked the output-text logprobs itself.
+        top_logprobs_set: the harness set `top_logprobs` itself (else vLLM's 0 becomes null again).
 
     Returns:
         The edited copy, or None when nothing changes (forward the original bytes).
@@ -88,10 +94,10 @@ def strip_responses(obj: Any, asked_ids: bool, asked_logprobs: bool) -> Any | No
         return None
     kind = obj.get("type")
     if isinstance(obj.get("response"), dict):  # response.created / in_progress / completed ...
-        inner = _strip_response(obj["response"], asked_ids, asked_logprobs)
+        inner = _strip_response(obj["response"], asked_ids, asked_logprobs, top_logprobs_set)
         return None if inner is None else {**obj, "response": inner}
     if kind is None or kind == "response":
-        return _strip_response(obj, asked_ids, asked_logprobs)
+        return _strip_response(obj, asked_ids, asked_logprobs, top_logprobs_set)
     if asked_logprobs:
         return None
     if kind == "response.output_text.delta" and obj.get("logprobs"):
@@ -185,6 +191,9 @@ def responses_token_fields(response: dict[str, Any], out: dict[str, Any]) -> dic
     if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         if ids is None or len(values) == len(ids):
             out["per_token_logps"] = [float(v) for v in values]
+        elif len(values) == len(ids) - 1:
+            notes.append(f"output-text logprobs cover {len(values)} of {len(ids)} output tokens: a vLLM Responses "
+                         "stream gives none for the final end-of-sequence token; per_token_logps left null")
         else:
             notes.append(f"output-text logprobs cover {len(values)} of {len(ids)} output tokens "
                          "(function-call tokens have none); per_token_logps left null")

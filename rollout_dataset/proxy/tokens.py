@@ -59,6 +59,7 @@ class TokenRequest:
     asked_logprobs: bool
     changes: dict[str, Any] = field(default_factory=dict)
     body: bytes = b""
+    top_logprobs_set: bool = False  # responses: the harness set `top_logprobs` itself
 
     @property
     def needs_strip(self) -> bool:
@@ -85,7 +86,7 @@ def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes,
     """
     if kind == "responses":  # the Responses API: rollout_dataset.proxy.responses
         asked_ids, asked_logprobs, changes, body = prepare_responses(parsed, limits)
-        return TokenRequest(kind, asked_ids, asked_logprobs, changes, body)
+        return TokenRequest(kind, asked_ids, asked_logprobs, changes, body, "top_logprobs" in parsed)
     asked_ids = parsed.get("return_token_ids") is True
     if kind == "chat":
         asked_logprobs = bool(parsed.get("logprobs"))
@@ -132,7 +133,7 @@ def strip_response(obj: Any, req: TokenRequest) -> Any | None:
     if not isinstance(obj, dict) or not req.needs_strip:
         return None
     if req.kind == "responses":
-        return strip_responses(obj, req.asked_ids, req.asked_logprobs)
+        return strip_responses(obj, req.asked_ids, req.asked_logprobs, req.top_logprobs_set)
     out: dict[str, Any] | None = None
     if not req.asked_ids and obj.get("prompt_token_ids") is not None:
         out = dict(obj)
