@@ -7,9 +7,9 @@ server: `input_messages` carries the chat template's render of them):
 
 | Responses input | chat message |
 | --- | --- |
-| `instructions` | a leading `system` message |
+| `instructions` and every `developer` message | one leading `system` message, their texts joined by a blank line (wherever the developer messages stand) |
 | a string `input` | one `user` message |
-| `{"type": "message", "role": R, "content": str or [{"type": "input_text"/"output_text", "text"}]}` | role R (`developer` → `system`), the texts joined |
+| `{"type": "message", "role": R, "content": str or [{"type": "input_text"/"output_text", "text"}]}` | role R, the texts joined |
 | `{"type": "function_call", "call_id", "name", "arguments"}` | an `assistant` tool call (consecutive calls join one assistant message) |
 | `{"type": "function_call_output", "call_id", "output"}` | a `tool` message |
 | `{"type": "reasoning", ...}` | the next assistant message's `reasoning_content` |
@@ -28,7 +28,6 @@ __all__ = ["RESPONSES_ENDPOINT", "input_to_messages", "tools_to_chat", "output_t
 #: the Responses API path
 RESPONSES_ENDPOINT = "/v1/responses"
 
-_ROLE_MAP = {"developer": "system"}
 
 
 def _text_of(content: Any) -> str:
@@ -66,11 +65,10 @@ def input_to_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         Chat messages; unknown item types are skipped.
     """
     messages: list[dict[str, Any]] = []
-    if isinstance(body.get("instructions"), str) and body["instructions"]:
-        messages.append({"role": "system", "content": body["instructions"]})
+    system = [body["instructions"]] if isinstance(body.get("instructions"), str) and body["instructions"] else []
     items = body.get("input")
     if isinstance(items, str):
-        return messages + [{"role": "user", "content": items}]
+        return _with_system(system, [{"role": "user", "content": items}])
     pending_reasoning: str | None = None
     joinable = False  # the last message is an assistant message function calls may join
     for item in items if isinstance(items, list) else ():
@@ -79,7 +77,10 @@ def input_to_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         kind = item.get("type") or ("message" if "role" in item else None)
         if kind == "message":
             role = str(item.get("role") or "user")
-            message: dict[str, Any] = {"role": _ROLE_MAP.get(role, role), "content": _text_of(item.get("content"))}
+            if role == "developer":  # vLLM folds developer messages into the leading system message
+                system.append(_text_of(item.get("content")))
+                continue
+            message: dict[str, Any] = {"role": role, "content": _text_of(item.get("content"))}
             if role == "assistant" and pending_reasoning:
                 message["reasoning_content"], pending_reasoning = pending_reasoning, None
             messages.append(message)
@@ -102,7 +103,11 @@ def input_to_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
             joinable = False
         elif kind == "reasoning":
             pending_reasoning = (pending_reasoning or "") + _reasoning_text(item)
-    return messages
+    return _with_system(system, messages)
+
+
+def _with_system(system: list[str], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return ([{"role": "system", "content": "\n\n".join(system)}] if system else []) + messages
 
 
 def tools_to_chat(tools: Any) -> list[dict[str, Any]]:

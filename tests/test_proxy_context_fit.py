@@ -150,3 +150,19 @@ async def test_a_server_without_tokenize_gets_the_call_unchanged_with_a_note(tmp
 def test_without_a_prompt_length_the_limit_is_fitted_to_max_model_len():
     plan = plan_output_limits("responses", {"max_output_tokens": 32000}, ContextPolicy(fit_context=True), 4096)
     assert plan.changes == {"max_output_tokens": 4096} and "max_model_len 4096" in plan.notes[0]
+
+
+async def test_a_responses_prompt_is_measured_as_the_chat_messages_vllm_renders(small_backend, tmp_path: Path):
+    body = {"model": "local", "input": "count to three please", "max_output_tokens": 250}
+    async with httpx.AsyncClient() as client:
+        truth = (await client.post(small_backend.base_url + "/responses",
+                                   json={**body, "max_output_tokens": 8, "enable_response_messages": True})).json()
+    prompt = len(truth["input_messages"][0]["tokens"])
+    async with CaptureProxy(upstream=small_backend.base_url, trace_dir=tmp_path,
+                            context=ContextPolicy(fit_context=True)) as proxy:
+        async with httpx.AsyncClient() as client:
+            r = await client.post(proxy.base_url + "/responses", json=body, timeout=30)
+    assert r.status_code == 200
+    (record,) = read_trace(proxy.trace_path())
+    assert record["upstream_changes"]["max_output_tokens"] == SMALL - prompt
+    assert len(record["prompt_token_ids"]) == prompt

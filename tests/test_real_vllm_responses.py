@@ -130,3 +130,22 @@ async def test_the_proxy_captures_vllms_responses_token_exact(tmp_path: Path):
     assert len(whole["per_token_logps"]) == len(whole["completion_token_ids"])
     # a vLLM stream leaves the end-of-sequence token without a logprob: none are recorded, a note says why
     assert stream["per_token_logps"] is None and any("end-of-sequence" in n for n in stream["notes"])
+
+
+async def test_a_responses_prompt_rendered_as_chat_messages_is_vllms_own_prompt():
+    from rollout_dataset.proxy.context_fit import tokenize_body
+
+    items = [{"type": "message", "role": "developer", "content": "be terse"},
+             {"role": "user", "content": [{"type": "input_text", "text": "list files"}]},
+             {"type": "function_call", "call_id": "call_1", "name": "bash", "arguments": '{"command": "ls"}'},
+             {"type": "function_call_output", "call_id": "call_1", "output": "a.py\nb.py"},
+             {"type": "message", "role": "developer", "content": "late developer note"}]
+    root = REAL[: -len("/v1")]
+    async with httpx.AsyncClient(timeout=180) as h:
+        model = (await h.get(f"{REAL}/models")).json()["data"][0]["id"]
+        for body in ({"model": model, "input": items, "tools": TOOLS, "instructions": "sys"},
+                     {"model": model, "input": "hi"}):
+            real = (await h.post(REAL + "/responses", json={**body, "max_output_tokens": 2,
+                                                            "enable_response_messages": True})).json()
+            measured = (await h.post(root + "/tokenize", json=tokenize_body("responses", body))).json()
+            assert measured["tokens"] == real["input_messages"][0]["tokens"]

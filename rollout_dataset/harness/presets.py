@@ -132,9 +132,9 @@ def _opencode_model(context_tokens: int | None, output_tokens: int | None) -> di
     return model
 
 
-PRESETS = ("mini-swe-agent", "opencode")
+PRESETS = ("mini-swe-agent", "opencode", "codex")
 #: presets whose config takes the model's context and output limits (`resolve_harness(..., context_tokens=)`)
-CONTEXT_AWARE_PRESETS = ("opencode",)
+CONTEXT_AWARE_PRESETS = ("opencode", "codex")
 
 
 def resolve_harness(spec: str, *, context_tokens: int | None = None,
@@ -142,9 +142,9 @@ def resolve_harness(spec: str, *, context_tokens: int | None = None,
     """Turn a `--harness` value into a preset (None for the built-in harness).
 
     Args:
-        spec: ``builtin``, ``cmd:COMMAND``, ``mini-swe-agent`` or ``opencode``.
-        context_tokens: the model's context length, for presets that configure it (opencode).
-        output_tokens: the output limit to configure (opencode).
+        spec: ``builtin``, ``cmd:COMMAND``, ``mini-swe-agent``, ``opencode`` or ``codex``.
+        context_tokens: the model's context length, for presets that configure it (opencode, codex).
+        output_tokens: the output limit to configure (opencode, codex).
 
     Returns:
         The preset to run, or None for ``builtin``.
@@ -165,4 +165,8 @@ def resolve_harness(spec: str, *, context_tokens: int | None = None,
         return mini_swe_agent_preset()
     if spec == "opencode":
         return opencode_preset(context_tokens=context_tokens, output_tokens=output_tokens)
+    if spec == "codex":
+        from rollout_dataset.harness.codex import codex_preset
+
+        return codex_preset(context_tokens=context_tokens, output_tokens=output_tokens)
     raise ValueError(f"unknown --harness {spec!r}; use builtin, cmd:\"...\", {' or '.join(PRESETS)}")

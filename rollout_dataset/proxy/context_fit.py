@@ -8,7 +8,8 @@ proxy can therefore, per call:
 - cap the output limit at a static `max_tokens_cap` (as TRL's opencode example does), and
 - with `fit_context`, learn `max_model_len` from the server's `/v1/models` (once per model) and
   the prompt's length from the server's root `/tokenize` (the chat endpoint's exact render, with
-  the request's messages and tools), then lower the output limit to what is left of the context.
+  the request's messages and tools; a Responses call's input items as the chat messages vLLM renders),
+  then lower the output limit to what is left of the context.
 
 Rules (`plan_output_limits`, a pure function):
 
@@ -17,8 +18,8 @@ Rules (`plan_output_limits`, a pure function):
 2. the cap lowers any present limit above it; for chat and responses a missing limit is set to the
    cap (the server's default is "the whole rest of the context");
 3. with the prompt length known, any limit above ``max_model_len - prompt_tokens`` is lowered to
-   it; with only `max_model_len` known (a Responses API call, a server without `/tokenize`), to
-   `max_model_len` (the server clamps the rest itself);
+   it; with only `max_model_len` known (a server without `/tokenize`), to `max_model_len` (the
+   server clamps the rest itself);
 4. a prompt that leaves no room at all (``prompt_tokens >= max_model_len``) is *exhausted*: the
    proxy does not call the server and answers HTTP 400 with error type ``context_exhausted``;
    the capture ends the rollout with stop reason ``context_exhausted``.
@@ -37,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from rollout_dataset.responses_format import input_to_messages, tools_to_chat
 
 __all__ = [
     "CONTEXT_EXHAUSTED",
@@ -168,7 +171,8 @@ def tokenize_body(kind: str, body: dict[str, Any]) -> dict[str, Any] | None:
     """The `/tokenize` request that measures a call's prompt as the server will render it.
 
     Args:
-        kind: ``"chat"`` or ``"completions"`` (other kinds cannot be measured this way).
+        kind: ``"chat"``, ``"completions"`` or ``"responses"`` (its input items as the chat messages
+            vLLM renders them as).
         body: the harness's request body.
 
     Returns:
@@ -182,6 +186,14 @@ def tokenize_body(kind: str, body: dict[str, Any]) -> dict[str, Any] | None:
                     "continue_final_message", "add_special_tokens"):
             if body.get(key) is not None:
                 out[key] = body[key]
+        if model is not None:
+            out["model"] = model
+        return out
+    if kind == "responses":  # vLLM renders a Responses prompt as these chat messages (responses_format)
+        out = {"messages": input_to_messages(body), "add_generation_prompt": True}
+        tools = tools_to_chat(body.get("tools"))
+        if tools:
+            out["tools"] = tools
         if model is not None:
             out["model"] = model
         return out
