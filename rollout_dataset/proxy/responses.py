@@ -8,8 +8,9 @@ streaming too; `include: ["message.output_text.logprobs"]` adds per-token logpro
 `output_text` parts. The proxy asks for both, records them, and gives the harness the answer as the
 server sends it when not asked: `input_messages`/`output_messages` null, `output_text` parts with
 `logprobs: null` (whole objects) or `[]` (stream deltas). Logprobs cover output text only: when they
-do not cover every output id (a streamed function call; the end-of-sequence token, which a vLLM 0.32
-Responses *stream* leaves out; whole answers cover every id), `per_token_logps` stays null and a note says why: ids are exact, logprobs
+do not cover every output id (a vLLM 0.32 Responses *stream* leaves out tokens that add no text of
+their own: the end-of-sequence token, a function call's tokens, bytes of an unfinished character;
+whole answers cover every id), `per_token_logps` stays null and a note says why: ids are exact, logprobs
 are never padded or guessed.
 """
 
@@ -191,12 +192,10 @@ def responses_token_fields(response: dict[str, Any], out: dict[str, Any]) -> dic
     if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         if ids is None or len(values) == len(ids):
             out["per_token_logps"] = [float(v) for v in values]
-        elif len(values) == len(ids) - 1:
-            notes.append(f"output-text logprobs cover {len(values)} of {len(ids)} output tokens: a vLLM Responses "
-                         "stream gives none for the final end-of-sequence token; per_token_logps left null")
         else:
-            notes.append(f"output-text logprobs cover {len(values)} of {len(ids)} output tokens "
-                         "(function-call tokens have none); per_token_logps left null")
+            notes.append(f"output-text logprobs cover {len(values)} of {len(ids)} output tokens (a vLLM Responses "
+                         "stream sends none for tokens that add no text of their own: the end-of-sequence token, "
+                         "a function call's tokens, bytes of an unfinished character); per_token_logps left null")
     elif ids:
         notes.append("the server returned no output-text logprobs for these output tokens; per_token_logps left null")
     if isinstance(usage, dict) and ids is not None and isinstance(usage.get("output_tokens"), int) \
