@@ -100,3 +100,43 @@ def test_a_builtin_rollout_whose_prompt_outgrows_the_context_ends_as_context_exh
     calls = json.loads((result.out_dir / "trace.json").read_text())["calls"]
     assert calls[-1]["error"]["kind"] == "context_exhausted" and calls[-1]["status"] == 400
     assert all(c["status"] == 200 for c in calls[:-1]) and summary["capture_level"] == "tokens"
+
+
+def test_an_external_harness_whose_prompt_fills_the_context_is_stopped_as_context_exhausted(tmp_path):
+    import sys
+
+    client = tmp_path / "client.py"
+    client.write_text(
+        "import json, os, time, urllib.request, urllib.error\n"
+        "body = {'model': os.environ['ROLLOUT_MODEL'], 'messages': [{'role': 'user', 'content': 'word ' * 3000}],"
+        " 'max_tokens': 10}\n"
+        "req = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions',"
+        " data=json.dumps(body).encode(), headers={'content-type': 'application/json'})\n"
+        "try:\n    urllib.request.urlopen(req)\nexcept urllib.error.HTTPError as exc:\n    print(exc.code)\n"
+        "time.sleep(60)  # a harness that keeps going: the capture stops it\n")
+    out = tmp_path / "runs" / "out"  # the sandbox hides the output folder's parent, not the client
+    result = capture_rollout(CaptureConfig(out_dir=out, task_index=0, harness=f"cmd:{sys.executable} {client}",
+                                           timeout_s=60, push=False, local_max_model_len=1000))
+    assert validate_path(result.out_dir) == []
+    assert result.summary["stop_reason"] == "context_exhausted" and result.summary["timings"]["agent_s"] < 30
+    assert result.summary["context_fit"]["context_exhausted"] and not result.summary["errors"]
+
+
+def test_the_context_options_reach_capture_and_batch_configs_and_the_bare_proxy_does_not_fit_by_default():
+    import argparse
+
+    from rollout_dataset.cli import batch_cmd, capture_cmd, proxy_cmd
+
+    def parse(module, argv):
+        parser = argparse.ArgumentParser()
+        module.add_arguments(parser)
+        return parser.parse_args(argv)
+
+    capture = capture_cmd.config_from_args(parse(capture_cmd, ["--max-tokens-cap", "512"]))
+    assert capture.max_tokens_cap == 512 and capture.fit_context is True
+    assert capture_cmd.config_from_args(parse(capture_cmd, ["--no-fit-context"])).fit_context is False
+    batch = batch_cmd.config_from_args(parse(batch_cmd, ["--out", "b", "--num-seeds", "1", "--max-tokens-cap", "64"]),
+                                       argv=[])
+    assert batch.max_tokens_cap == 64 and batch.fit_context is True
+    policy = proxy_cmd.context_policy(parse(proxy_cmd, ["--upstream", "http://h/v1", "--trace-dir", "t"]))
+    assert policy.fit_context is False and policy.max_tokens_cap is None
