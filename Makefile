@@ -5,6 +5,8 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 NPM_TOOLS := .npm-tools
 OPENCODE_VERSION ?= 1.18.33
+# keep in step with rollout_dataset/harness/codex.py CODEX_VERSION
+CODEX_VERSION ?= 0.171.0
 
 .PHONY: all venv install install-test npm-tools demo test test-fast test-real-vllm bench clean
 
@@ -24,16 +26,19 @@ $(VENV)/.installed-test: $(PY) pyproject.toml
 	$(PIP) install --quiet -e ".[test]"
 	touch $(VENV)/.installed $@
 
-# Third-party harnesses from the npm registry that the tests drive for real (opencode).
-$(NPM_TOOLS)/.installed:
+# Third-party harnesses from the npm registry that the tests drive for real (opencode, Codex CLI;
+# Codex's native binary comes in its npm package @openai/codex-linux-x64, no download at run time).
+NPM_STAMP := $(NPM_TOOLS)/.installed-opencode-$(OPENCODE_VERSION)-codex-$(CODEX_VERSION)
+$(NPM_STAMP):
 	mkdir -p $(NPM_TOOLS)
-	npm install --silent --no-audit --no-fund --prefix $(NPM_TOOLS) opencode-ai@$(OPENCODE_VERSION)
+	npm install --silent --no-audit --no-fund --prefix $(NPM_TOOLS) opencode-ai@$(OPENCODE_VERSION) \
+		@openai/codex@$(CODEX_VERSION)
 	touch $@
 
 venv: $(PY)
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
-npm-tools: $(NPM_TOOLS)/.installed
+npm-tools: $(NPM_STAMP)
 
 # The main job on the embedded default: local backend, oracle captures, dataset build, load back.
 demo: install

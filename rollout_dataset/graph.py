@@ -1,6 +1,6 @@
 """Trace records -> the rollout's prefix graph (roots, forks, discarded retries).
 
-Every generation call (a chat/completions or completions endpoint that got a response) becomes a
+Every generation call (a chat/completions, completions or responses endpoint that got a response) becomes a
 node. A node's parent is the earlier node whose prompt + sampled ids form the LONGEST exact token
 prefix of this node's prompt ids; a node with none is a root. A fork is a node with two or more
 children. A discarded node is a childless node whose sibling (same parent, or the same prompt)
@@ -33,6 +33,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
+from rollout_dataset.responses_format import input_to_messages, output_to_message, tools_to_chat
+
 __all__ = [
     "TurnNode",
     "RolloutGraph",
@@ -44,7 +46,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_GENERATION_SUFFIXES = ("/chat/completions", "/completions")
+_GENERATION_SUFFIXES = ("/chat/completions", "/completions", "/responses")
 
 
 def is_generation_record(record: dict[str, Any]) -> bool:
@@ -54,10 +56,13 @@ def is_generation_record(record: dict[str, Any]) -> bool:
         record: one trace record (see ``trace_record.schema.json``).
 
     Returns:
-        True for a chat/completions or completions call whose response arrived (a dict).
+        True for a chat/completions or completions call whose response arrived (a dict) and is
+        not an error (HTTP status below 400: an error body has nothing to train on).
     """
     endpoint = str(record.get("endpoint") or "").rstrip("/")
-    return endpoint.endswith(_GENERATION_SUFFIXES) and isinstance(record.get("response"), dict)
+    status = record.get("status")
+    return (endpoint.endswith(_GENERATION_SUFFIXES) and isinstance(record.get("response"), dict)
+            and not (isinstance(status, int) and status >= 400))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -170,10 +175,15 @@ def _node_from_record(node_id: int, record: dict[str, Any]) -> TurnNode:
     request = record.get("request") if isinstance(record.get("request"), dict) else {}
     prompt = record.get("prompt_token_ids")
     sampled = record.get("completion_token_ids")
-    messages = request.get("messages")
-    if messages is None and "prompt" in request:
-        messages = [{"role": "user", "content": request.get("prompt")}]
-    tools = request.get("tools") or []
+    responses_api = str(record.get("endpoint") or "").rstrip("/").endswith("/responses")
+    if responses_api:  # Responses API: the same chat messages vLLM renders (rollout_dataset.responses_format)
+        messages = input_to_messages(request)
+        tools = tools_to_chat(request.get("tools"))
+    else:
+        messages = request.get("messages")
+        if messages is None and "prompt" in request:
+            messages = [{"role": "user", "content": request.get("prompt")}]
+        tools = request.get("tools") or []
     return TurnNode(
         node_id=node_id,
         index=int(record.get("index", node_id)),
@@ -190,7 +200,8 @@ def _node_from_record(node_id: int, record: dict[str, Any]) -> TurnNode:
         harness_session_id=record.get("harness_session_id"),
         request_messages=list(messages or []),
         request_tools=list(tools) if isinstance(tools, list) else [],
-        response_message=_response_message(record["response"]),
+        response_message=(output_to_message(record["response"]) if responses_api
+                          else _response_message(record["response"])),
         usage=record.get("usage") if isinstance(record.get("usage"), dict) else None,
         capture_level=str(record.get("capture_level", "none")),
         notes=[str(n) for n in record.get("notes") or []],

@@ -63,12 +63,14 @@ class RequireAuth:
         self.expected = expected
         self.seen: list[str | None] = []
         self.queries: list[bytes] = []
+        self.paths: list[str] = []
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         auth = dict(scope["headers"]).get(b"authorization")
         self.seen.append(auth.decode() if auth is not None else None)
+        self.paths.append(scope["path"])
         self.queries.append(scope.get("query_string") or b"")
         if self.seen[-1] != self.expected:
             response = JSONResponse({"error": {"message": "bad credentials", "code": 401}}, status_code=401)
@@ -244,11 +246,11 @@ def test_capture_cli_names_a_failing_upstream_without_its_query_key(tmp_path, ag
     queries: list[str] = []
 
     async def fail(request):
-        queries.append(request.url.query)
+        queries.append(f"{request.url.path}?{request.url.query}")
         return JSONResponse({"error": {"message": "engine exploded", "code": 500}}, status_code=500)
 
     async def models(request):
-        queries.append(request.url.query)
+        queries.append(f"{request.url.path}?{request.url.query}")
         return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
 
     app = Starlette(routes=[Route("/v1/chat/completions", fail, methods=["POST"]),
@@ -259,7 +261,10 @@ def test_capture_cli_names_a_failing_upstream_without_its_query_key(tmp_path, ag
                          "--harness", agent_cmd, "--out-dir", str(tmp_path / "out"), "--timeout-s", "60",
                          "--no-push"])
     err = capsys.readouterr().err
-    assert queries == [f"api_key={QUERY_KEY}"] * 2  # the model list and the call both got the key
+    # the model list (read by the capture for the model id, by the proxy's context fitting for
+    # max_model_len) and the call all got the key
+    key = f"?api_key={QUERY_KEY}"
+    assert sorted(queries) == sorted(["/v1/models" + key, "/v1/models" + key, "/v1/chat/completions" + key])
     assert code == 1 and "HTTP 500" in err and "api_key=[REDACTED]" in err
     assert QUERY_KEY not in err and QUERY_KEY not in caplog.text
 
@@ -272,7 +277,9 @@ def test_the_harness_gets_a_dummy_key_and_keep_workdir_copies_no_link_and_no_key
     with serve_in_thread(lambda: serve(guard), name="guarded") as root:
         result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", base_url=root + "/v1", model="ok",
                                                harness=agent_cmd, timeout_s=60, keep_workdir=True, push=False))
-    assert result.summary["captured_calls"] == 1 and guard.seen == [f"Bearer {REAL_KEY}"]
+    # the chat call, and the proxy's context-fitting look-ups (/v1/models, /tokenize), all with the real key
+    assert result.summary["captured_calls"] == 1 and "/v1/chat/completions" in guard.paths
+    assert guard.seen == [f"Bearer {REAL_KEY}"] * len(guard.paths)
     harness_text = fake.requests[0]["messages"][0]["content"]
     held = json.loads(harness_text[len("env "):])
     assert held["OPENAI_API_KEY"].startswith("rollout-dummy-") and REAL_KEY not in harness_text

@@ -1,7 +1,8 @@
 """The local backend's HTTP app (Starlette): vLLM's OpenAI-compatible endpoints.
 
 `create_backend_app(tokenizer="builtin", policy="echo", served_model_name="local")` serves
-`/v1/models`, `/v1/chat/completions`, `/v1/completions` (streaming and not), `/tokenize`,
+`/v1/models`, `/v1/chat/completions`, `/v1/completions` (streaming and not), `/v1/responses`
+(`rollout_dataset.backend.responses`), `/tokenize`,
 `/detokenize`, `/health` and `/version`, with vLLM's parameters (`return_token_ids`,
 `logprobs`/`top_logprobs`, `return_tokens_as_token_ids`, `stream_options.include_usage`,
 `max_tokens`/`max_completion_tokens`, `stop`, `seed`, `n`, `tools`/`tool_choice`,
@@ -376,6 +377,12 @@ async def _completion_stream(state, common: CommonParams, gens, fmt, rid, create
     yield "data: [DONE]\n\n"
 
 
+async def _responses(request: Request, state: BackendState) -> Response:
+    from rollout_dataset.backend.responses import responses_endpoint
+
+    return await responses_endpoint(request, state, _respond)
+
+
 async def _tokenize(request: Request, state: BackendState) -> Response:
     body = await _json_body(request)
     tok = state.tokenizer
@@ -477,6 +484,7 @@ def create_backend_app(
         Route("/v1/models", _handler(_models), methods=["GET"]),
         Route("/v1/chat/completions", _handler(_chat), methods=["POST"]),
         Route("/v1/completions", _handler(_completions), methods=["POST"]),
+        Route("/v1/responses", _handler(_responses), methods=["POST"]),
         Route("/tokenize", _handler(_tokenize), methods=["POST"]),
         Route("/detokenize", _handler(_detokenize), methods=["POST"]),
         Route("/health", _health, methods=["GET"]),

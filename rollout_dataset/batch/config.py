@@ -309,6 +309,8 @@ class BatchConfig:
             Crafter reads `max_steps`, `max_actions`, `area`, `view`); empty for coding.
         argv: the command line, for the config snapshot.
         on_policy: the proxy's on-policy mode for every rollout (coding environment).
+        max_tokens_cap: the proxy's cap on every call's output limit (None: none).
+        fit_context: the proxy fits output limits to the model's context (default on).
     """
 
     out_dir: Path
@@ -330,8 +332,12 @@ class BatchConfig:
     env_options: dict[str, Any] = field(default_factory=dict)
     argv: list[str] | None = None
     on_policy: bool = False
+    max_tokens_cap: int | None = None
+    fit_context: bool = True
 
     def __post_init__(self) -> None:
+        if self.max_tokens_cap is not None and self.max_tokens_cap < 1:
+            raise ConfigError(f"max_tokens_cap: {self.max_tokens_cap} is out of range (>= 1)")
         self.out_dir = Path(self.out_dir)
         if not self.seeds:
             raise ConfigError("seeds: at least one seed is needed (--num-seeds N or --seeds 0,1,5)")
@@ -375,4 +381,6 @@ class BatchConfig:
             "env_options": dict(self.env_options),
             "argv": list(self.argv) if self.argv is not None else None,
             "on_policy": self.on_policy,
+            "max_tokens_cap": self.max_tokens_cap,
+            "fit_context": self.fit_context,
         }

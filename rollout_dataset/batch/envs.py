@@ -195,6 +195,8 @@ def coding_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunO
             tokenizer="builtin" if settings.get("local_backend") else None,
             hide_paths=tuple(settings.get("hide_paths") or ()),
             on_policy=bool(settings.get("on_policy")),
+            max_tokens_cap=settings.get("max_tokens_cap"),
+            fit_context=settings.get("fit_context", True),
         )
         captured = capture_rollout(capture)
         if not captured.ok:

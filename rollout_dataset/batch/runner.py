@@ -117,6 +117,8 @@ def _settings(config: BatchConfig, base_url: str | None) -> dict[str, Any]:
         "env_options": dict(config.env_options),
         "local_backend": config.base_url is None,
         "on_policy": config.on_policy,
+        "max_tokens_cap": config.max_tokens_cap,
+        "fit_context": config.fit_context,
         # held-out isolation: every rollout's sandbox hides the folder of all rollouts of the batch
         "hide_paths": [str((config.out_dir / "rollouts").resolve())],
     }

@@ -43,6 +43,11 @@ class CaptureConfig:
         push: push to `PUSH_TO_DATASET` when set; None reads the environment.
         keep_workdir: copy the agent's final working directory to ``<out_dir>/workdir`` (debugging).
         served_model_name: the local backend's model name.
+        max_tokens_cap: the proxy lowers every call's output limit to at most this (None: no cap).
+        fit_context: the proxy lowers output limits to what is left of the model's context, and
+            ends the rollout with stop reason ``context_exhausted`` when a prompt leaves no room
+            (`rollout_dataset.proxy.context_fit`).
+        local_max_model_len: the context length of the local backend (when no `base_url`).
         hide_paths: more paths the agent's sandbox hides, besides the task's files, `out_dir` and
             its parent (see `rollout_dataset.capture.hiding`); a batch names its `rollouts/` folder.
         on_policy: the proxy's on-policy mode (multi-turn prompts built from the sampled ids).
@@ -72,9 +77,16 @@ class CaptureConfig:
     served_model_name: str = "local"
     hide_paths: tuple[str | Path, ...] = ()
     on_policy: bool = False
+    max_tokens_cap: int | None = None
+    fit_context: bool = True
+    local_max_model_len: int = 131072
 
     def __post_init__(self) -> None:
         self.hide_paths = tuple(self.hide_paths)
+        if self.max_tokens_cap is not None and self.max_tokens_cap < 1:
+            raise ValueError(f"max_tokens_cap must be >= 1, got {self.max_tokens_cap}")
+        if self.local_max_model_len < 2:
+            raise ValueError(f"local_max_model_len must be >= 2, got {self.local_max_model_len}")
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         if self.n_prompts < 1:
@@ -112,6 +124,7 @@ class CaptureConfig:
             "script": str(self.script) if self.script else None, "tokenizer": self.tokenizer,
             "max_turns": self.max_turns, "max_tokens": self.max_tokens, "temperature": self.temperature,
             "on_policy": self.on_policy,
+            "max_tokens_cap": self.max_tokens_cap, "fit_context": self.fit_context,
             "penalties": {"tool_call_budget": self.penalties.tool_call_budget,
                           "per_extra_tool_call": self.penalties.per_extra_tool_call,
                           "max_tool_call_penalty": self.penalties.max_tool_call_penalty,

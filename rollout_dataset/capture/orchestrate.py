@@ -44,6 +44,8 @@ from rollout_dataset.capture.threads import serve_in_thread
 from rollout_dataset.capture.workdir import copy_workdir
 from rollout_dataset.errors import UpstreamError, UpstreamStatusError
 from rollout_dataset.proxy.upstream import UpstreamTarget, parse_upstream
+from rollout_dataset.harness.presets import CONTEXT_AWARE_PRESETS
+from rollout_dataset.proxy.context_fit import CONTEXT_EXHAUSTED, ContextPolicy, exhausted_call, summarize_fitting
 
 __all__ = ["capture_rollout", "harness_statement", "first_call_failure", "SOLUTION_NOTE"]
 
@@ -53,7 +55,7 @@ SOLUTION_NOTE = ("Write your solution as a Python 3 program in the file solution
                  "directory. It reads the input from standard input and writes the answer to standard output.")
 LOCAL_MAX_MODEL_LEN = 131072
 _IMPORT_LOCK = threading.Lock()
-_GENERATION_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
+_GENERATION_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 
 
 def harness_statement(instruction: str) -> str:
@@ -80,6 +82,8 @@ def first_call_failure(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     for record in records:
         if record.get("endpoint") not in _GENERATION_ENDPOINTS:
             continue
+        if (record.get("error") or {}).get("kind") == CONTEXT_EXHAUSTED:
+            return None  # the proxy's own answer: the rollout ends with stop reason context_exhausted
         status = record.get("status")
         if (isinstance(status, int) and status >= 400) or (status is None and record.get("error")):
             return record
@@ -143,7 +147,7 @@ def _read_sealed_trace(path: Path, seal: Any) -> list[dict[str, Any]]:
 
 
 class _TraceWatch:
-    """Polls a session's trace file; says stop when the first generation call failed."""
+    """Polls a session's trace file; says stop when the first generation call failed or the context is full."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -160,8 +164,11 @@ class _TraceWatch:
         if size == self.size:
             return None
         self.size = size
-        self.failed = first_call_failure(read_trace(self.path))
-        return "upstream_error" if self.failed else None
+        records = read_trace(self.path)
+        self.failed = first_call_failure(records)
+        if self.failed:
+            return "upstream_error"
+        return CONTEXT_EXHAUSTED if exhausted_call(records) is not None else None
 
 
 @contextlib.contextmanager
@@ -182,17 +189,18 @@ def _model_server(config: CaptureConfig) -> Iterator[tuple[str, Any]]:
     with _IMPORT_LOCK:
         policy = make_policy(config.policy, **kwargs)
     # A long context, so harnesses that ask for large completions (opencode: max_tokens 32000) fit.
-    with serve_in_thread(lambda: LocalBackend(tokenizer=tokenizer, policy=policy, max_model_len=LOCAL_MAX_MODEL_LEN,
+    with serve_in_thread(lambda: LocalBackend(tokenizer=tokenizer, policy=policy, max_model_len=config.local_max_model_len,
                                               served_model_name=config.served_model_name),
                          name="local-backend") as backend:
         yield backend.base_url, tokenizer
 
 
-def _resolve_model(config: CaptureConfig, target: UpstreamTarget) -> str:
-    if config.model:
-        return config.model
-    if not config.base_url:
-        return config.served_model_name
+def _model_cards(target: UpstreamTarget) -> list[Any]:
+    """The server's `/v1/models` list.
+
+    Raises:
+        UpstreamError: the server is unreachable or answers no model list (the URL shown redacted).
+    """
     shown = target.shown("/v1/models")
     # through the transport, not a Client: httpx's Client logs every URL it requests, query key included
     request = httpx.Request("GET", target.url("/v1/models"), headers=target.headers(),
@@ -206,9 +214,36 @@ def _resolve_model(config: CaptureConfig, target: UpstreamTarget) -> str:
     if response.status_code >= 400:
         raise UpstreamStatusError(response.status_code, shown, target.scrub(response.text))
     try:
-        return response.json()["data"][0]["id"]
-    except (ValueError, KeyError, IndexError, TypeError):
+        cards = response.json()["data"]
+    except (ValueError, KeyError, TypeError):
         raise UpstreamError(f"{shown} lists no model; pass --model") from None
+    return cards if isinstance(cards, list) else []
+
+
+def _resolve_model(config: CaptureConfig, target: UpstreamTarget) -> str:
+    if config.model:
+        return config.model
+    if not config.base_url:
+        return config.served_model_name
+    try:
+        return _model_cards(target)[0]["id"]
+    except (KeyError, IndexError, TypeError):
+        raise UpstreamError(f"{target.shown('/v1/models')} lists no model; pass --model") from None
+
+
+def _context_length(config: CaptureConfig, target: UpstreamTarget, model: str) -> int | None:
+    """The model's `max_model_len` as the server reports it (None when it does not say)."""
+    if not config.base_url:
+        return config.local_max_model_len
+    try:
+        cards = _model_cards(target)
+    except UpstreamError as exc:  # the harness's own first call will name the failure
+        logger.warning("context length of %s unknown: %s", model, exc)
+        return None
+    for card in cards:
+        if isinstance(card, dict) and card.get("id") == model and isinstance(card.get("max_model_len"), int):
+            return card["max_model_len"]
+    return None
 
 
 def _cached_or_local(name: str) -> bool:
@@ -326,9 +361,13 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         secrets = collect_secrets([config.api_key, os.environ.get("OPENAI_API_KEY"), os.environ.get("HF_TOKEN"),
                                    dummy_key, *target.secrets])
         model = _resolve_model(config, target)
+        if preset is not None and preset.name in CONTEXT_AWARE_PRESETS and config.fit_context:
+            preset = resolve_harness(config.harness, context_tokens=_context_length(config, target, model),
+                                     output_tokens=config.max_tokens_cap) or preset
+        context = ContextPolicy(max_tokens_cap=config.max_tokens_cap, fit_context=config.fit_context)
         proxy = stack.enter_context(CaptureProxy(upstream=upstream, trace_dir=trace_dir,
                                                  api_key=target.api_key, forward_client_auth=False,
-                                                 on_policy=config.on_policy))
+                                                 on_policy=config.on_policy, context=context))
         session = rollout_id
         harness_url = proxy.session_base_url(session)
         trace_path = proxy.trace_path(session)
@@ -356,7 +395,8 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
                                        timeout_s=config.timeout_s, env=preset.env, should_stop=watch,
                                        hide_paths=hidden)
             stop_reason, timed_out, exit_code = ext.stop_reason, ext.timed_out, ext.exit_code
-            if ext.stop_reason == "upstream_error" or watch() or watch.failed:
+            watch()  # the last calls' records
+            if ext.stop_reason == "upstream_error" or watch.failed:
                 _raise_first_call(watch.failed or first_call_failure(read_trace(trace_path)) or {}, target)
             if ext.stop_reason == "harness_exit" and ext.exit_code not in (0, None):
                 errors.append({"kind": "harness_error", "message":
@@ -369,6 +409,11 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         failed = first_call_failure(records)
         if failed is not None and preset is None:
             _raise_first_call(failed, target)
+        exhausted = exhausted_call(records)
+        if exhausted is not None:  # the harness's failure is a consequence: the context is full
+            stop_reason = CONTEXT_EXHAUSTED
+            errors = [e for e in errors if e["kind"] not in ("upstream_error", "harness_error")]
+            logger.info("rollout %s: context exhausted at call %s", rollout_id, exhausted.get("index"))
 
         t_verify = time.monotonic()
         verdict = verify_solution(task, box.workdir)
@@ -417,6 +462,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         "timings": {k: round(v, 4) for k, v in timings.items()},
         "errors": list(errors), "harness_exit_code": exit_code,
         "continuity": document.get("continuity"),
+        "context_fit": summarize_fitting(records, context),
     }
     header = {"rollout": rollout_id, "task": task.task_id, "reward": env_reward,
               "passed": f"{passed}/{len(task.held_out_tests)}" if passed is not None else None,

@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see README 'On-policy mode')")
     parser.add_argument("--no-dataset", action="store_true", help="do not build dataset/ at the end")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from rollout_dataset.cli.proxy_cmd import add_context_arguments
+
+    add_context_arguments(parser, fit_default=True)
 
 
 def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
@@ -105,6 +108,8 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
         env_options=dict(parse_env_option(item) for item in getattr(args, "env_option", None) or []),
         argv=list(sys.argv[1:] if argv is None else argv),
         on_policy=args.on_policy,
+        max_tokens_cap=args.max_tokens_cap,
+        fit_context=args.fit_context,
     )
 
 

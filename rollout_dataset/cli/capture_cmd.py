@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", default="builtin", help="builtin | FILE (.jsonl/.parquet) | hf:ORG/NAME[:SPLIT]")
     parser.add_argument("--harness", default="builtin",
                         help='builtin | cmd:"COMMAND" ({base_url} {model} {task_file} {workdir}) | '
-                             "mini-swe-agent | opencode")
+                             "mini-swe-agent | opencode | codex")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="wall-time budget of the harness")
     parser.add_argument("--out-dir", default=None,
                         help="artifact folder to write (default trace_artifact; crafter: crafter_artifact)")
@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     game.add_argument("--max-steps", type=int, default=None, help="game steps per episode (crafter default 100)")
     game.add_argument("--max-actions", type=int, default=None, help="actions per act call (crafter default 8)")
     game.add_argument("--area", type=parse_pair, default=None, metavar="W,H", help="world size (crafter default 64,64)")
+    from rollout_dataset.cli.proxy_cmd import add_context_arguments
+
+    add_context_arguments(parser, fit_default=True)
     parser.add_argument("--keep-workdir", action="store_true", help="copy the agent's working directory to OUT/workdir")
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see README 'On-policy mode')")
     parser.add_argument("--no-push", action="store_true", help="do not push even when PUSH_TO_DATASET is set")
@@ -75,7 +78,7 @@ def parse_pair(text: str) -> tuple[int, int]:
 
 #: flags that only mean something for the coding environment, with their defaults
 _CODING_ONLY = {"task_index": 0, "n_prompts": 64, "tasks": "builtin", "harness": "builtin", "policy": "oracle",
-                "script": None, "keep_workdir": False}
+                "script": None, "keep_workdir": False, "max_tokens_cap": None}
 #: flags that only mean something for a game environment
 _GAME_ONLY = ("max_steps", "max_actions", "area")
 
@@ -183,7 +186,8 @@ def config_from_args(args: argparse.Namespace):
                          task_index=args.task_index, seed=args.seed, rollout_seed=args.rollout_seed, n_prompts=args.n_prompts, tasks=args.tasks,
                          harness=args.harness, timeout_s=args.timeout_s, policy=args.policy, script=args.script,
                          tokenizer=args.tokenizer, max_turns=20 if args.max_turns is None else args.max_turns, keep_workdir=args.keep_workdir,
-                         push=False if args.no_push else None, on_policy=args.on_policy)
+                         push=False if args.no_push else None, on_policy=args.on_policy,
+                         max_tokens_cap=args.max_tokens_cap, fit_context=args.fit_context)
 
 
 def run(args: argparse.Namespace) -> int:

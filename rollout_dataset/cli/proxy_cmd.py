@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "add_context_arguments", "context_policy", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-open-files", type=int, default=32,
                         help="trace files kept open at once (least recently used closed first)")
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see README 'On-policy mode')")
+    add_context_arguments(parser, fit_default=False)
 
 
 def _api_key(variable: str | None) -> str | None:
@@ -55,6 +56,40 @@ def _api_key(variable: str | None) -> str | None:
     return value
 
 
+def add_context_arguments(parser: argparse.ArgumentParser, *, fit_default: bool) -> None:
+    """Declare `--max-tokens-cap` and `--fit-context`/`--no-fit-context` (proxy, capture and batch).
+
+    Args:
+        parser: the sub-command's parser.
+        fit_default: whether context fitting is on by default for this command.
+    """
+    parser.add_argument("--max-tokens-cap", type=int, default=None, metavar="N",
+                        help="lower every generation call's max_tokens / max_completion_tokens / max_output_tokens "
+                             "to at most N (recorded in upstream_changes)")
+    parser.add_argument("--fit-context", dest="fit_context", action="store_true", default=fit_default,
+                        help="lower output limits to what is left of the model's context (max_model_len from "
+                             "/v1/models, prompt length from /tokenize)" + (" (default)" if fit_default else ""))
+    parser.add_argument("--no-fit-context", dest="fit_context", action="store_false",
+                        help="send output limits as the harness asked" + ("" if fit_default else " (default)"))
+
+
+def context_policy(args: argparse.Namespace):
+    """The `ContextPolicy` the context options ask for.
+
+    Args:
+        args: parsed options with `max_tokens_cap` and `fit_context`.
+
+    Returns:
+        The policy.
+
+    Raises:
+        ValueError: a cap below 1.
+    """
+    from rollout_dataset.proxy.context_fit import ContextPolicy
+
+    return ContextPolicy(max_tokens_cap=args.max_tokens_cap, fit_context=args.fit_context)
+
+
 async def _serve(args: argparse.Namespace) -> None:
     from rollout_dataset.proxy import CaptureProxy
 
@@ -62,7 +97,7 @@ async def _serve(args: argparse.Namespace) -> None:
                          upstream_timeout=args.upstream_timeout, max_body_bytes=int(args.max_body_mb * 1024 * 1024),
                          max_inflight_bytes=int(args.max_inflight_mb * 1024 * 1024),
                          max_open_files=args.max_open_files, api_key=_api_key(args.api_key_env),
-                         on_policy=args.on_policy)
+                         on_policy=args.on_policy, context=context_policy(args))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     async with proxy:

@@ -12,6 +12,7 @@ Every harness leaves its answer in `solution.py` in its working directory (`SOLU
 
 from rollout_dataset.harness.builtin import DEFAULT_SYSTEM_PROMPT, AgentResult, BuiltinAgent
 from rollout_dataset.harness.chat import ChatAgentBase, ChatTurn, ChatTurnClient
+from rollout_dataset.harness.codex import codex_preset, find_codex
 from rollout_dataset.harness.external import ExternalResult, run_external_harness, substitute_placeholders
 from rollout_dataset.harness.presets import (
     HarnessPreset,
@@ -43,6 +44,8 @@ __all__ = [
     "ExternalResult",
     "HarnessPreset",
     "SOLUTION_FILE",
+    "codex_preset",
+    "find_codex",
     "TOOL_NAMES",
     "ToolBox",
     "ToolOutcome",

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from rollout_dataset.errors import UpstreamError, UpstreamStatusError
+from rollout_dataset.proxy.context_fit import CONTEXT_EXHAUSTED
 
 __all__ = ["ChatAgentBase", "ChatTurn", "ChatTurnClient"]
 
@@ -36,7 +37,8 @@ class ChatTurn:
     Args:
         assistant: the assistant message to append (``role``, ``content``, ``tool_calls`` when the
             model called tools, ``reasoning_content`` when it reasoned); None when the turn failed.
-        stop_reason: ``timeout`` or ``upstream_error`` when the run must stop, else None.
+        stop_reason: ``timeout``, ``upstream_error`` or ``context_exhausted`` (the proxy found the
+            prompt fills the model's context) when the run must stop, else None.
         error: the failure message for ``upstream_error``.
     """
 
@@ -124,6 +126,8 @@ class ChatTurnClient:
             return ChatTurn(stop_reason="upstream_error", error=f"{self.report_url}: {exc}")
         self.calls += 1
         if response.status_code >= 400:
+            if _error_type(response) == CONTEXT_EXHAUSTED:  # the proxy's answer: the context is full
+                return ChatTurn(stop_reason=CONTEXT_EXHAUSTED, error=f"context exhausted at {self.report_url}")
             if self.calls == 1:
                 raise UpstreamStatusError(response.status_code, self.report_url, response.text)
             return ChatTurn(stop_reason="upstream_error", error=f"HTTP {response.status_code} from {self.report_url}")
@@ -134,6 +138,15 @@ class ChatTurnClient:
             return ChatTurn(stop_reason="upstream_error", error=f"unreadable response from {self.report_url}: {exc}")
         logger.debug("model call %d: %d tool call(s)", self.calls, len(assistant.get("tool_calls") or []))
         return ChatTurn(assistant=assistant)
+
+
+def _error_type(response: httpx.Response) -> str | None:
+    """The ``error.type`` of an OpenAI-style error body, if it has one."""
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        return None
+    return error.get("type") if isinstance(error, dict) else None
 
 
 class ChatAgentBase:

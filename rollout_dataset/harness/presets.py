@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["HarnessPreset", "PRESETS", "find_mini", "find_opencode", "mini_swe_agent_preset", "opencode_preset", "resolve_harness"]
+__all__ = ["HarnessPreset", "PRESETS", "CONTEXT_AWARE_PRESETS", "find_mini", "find_opencode", "mini_swe_agent_preset", "opencode_preset", "resolve_harness"]
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,12 +84,16 @@ def mini_swe_agent_preset(mini_bin: str | None = None, step_limit: int = 30) -> 
     return HarnessPreset("mini-swe-agent", command, env)
 
 
-def opencode_preset(opencode_bin: str | None = None, *, title: bool = True) -> HarnessPreset:
+def opencode_preset(opencode_bin: str | None = None, *, title: bool = True,
+                    context_tokens: int | None = None, output_tokens: int | None = None) -> HarnessPreset:
     """The opencode preset.
 
     Args:
         opencode_bin: the opencode executable (default: `find_opencode()` or `opencode`).
         title: keep opencode's toolless title-generation call (its real behaviour).
+        context_tokens: the model's context length, written into opencode's model ``limit`` so its
+            own compaction starts before the context is full (None: opencode's default).
+        output_tokens: the output limit opencode asks for (its model ``limit.output``).
 
     Returns:
         The preset.
@@ -99,7 +103,7 @@ def opencode_preset(opencode_bin: str | None = None, *, title: bool = True) -> H
         "$schema": "https://opencode.ai/config.json",
         "provider": {"rollout": {"npm": "@ai-sdk/openai-compatible", "name": "rollout proxy",
                                  "options": {"baseURL": "{base_url}", "apiKey": "{env:OPENAI_API_KEY}"},
-                                 "models": {"{model}": {"name": "{model}"}}}},
+                                 "models": {"{model}": _opencode_model(context_tokens, output_tokens)}}},
         "model": "rollout/{model}",
         "permission": {"edit": "allow", "bash": "allow"},
         "autoupdate": False,
@@ -113,14 +117,34 @@ def opencode_preset(opencode_bin: str | None = None, *, title: bool = True) -> H
     return HarnessPreset("opencode", command, env)
 
 
-PRESETS = ("mini-swe-agent", "opencode")
+def _opencode_model(context_tokens: int | None, output_tokens: int | None) -> dict:
+    """opencode's model entry; ``limit`` needs both numbers (its config schema).
+
+    opencode compacts its history once it exceeds ``context - output``, so the output limit is at
+    most a quarter of the context: a larger one (its default 32000 on a 24k context) leaves no
+    room for its own ~10k-token prompt and it compacts on every turn.
+    """
+    model: dict = {"name": "{model}"}
+    if context_tokens:
+        quarter = max(1, int(context_tokens) // 4)
+        output = min(int(output_tokens), quarter) if output_tokens else quarter
+        model["limit"] = {"context": int(context_tokens), "output": output}
+    return model
 
 
-def resolve_harness(spec: str) -> HarnessPreset | None:
+PRESETS = ("mini-swe-agent", "opencode", "codex")
+#: presets whose config takes the model's context and output limits (`resolve_harness(..., context_tokens=)`)
+CONTEXT_AWARE_PRESETS = ("opencode", "codex")
+
+
+def resolve_harness(spec: str, *, context_tokens: int | None = None,
+                    output_tokens: int | None = None) -> HarnessPreset | None:
     """Turn a `--harness` value into a preset (None for the built-in harness).
 
     Args:
-        spec: ``builtin``, ``cmd:COMMAND``, ``mini-swe-agent`` or ``opencode``.
+        spec: ``builtin``, ``cmd:COMMAND``, ``mini-swe-agent``, ``opencode`` or ``codex``.
+        context_tokens: the model's context length, for presets that configure it (opencode, codex).
+        output_tokens: the output limit to configure (opencode, codex).
 
     Returns:
         The preset to run, or None for ``builtin``.
@@ -140,5 +164,9 @@ def resolve_harness(spec: str) -> HarnessPreset | None:
     if spec == "mini-swe-agent":
         return mini_swe_agent_preset()
     if spec == "opencode":
-        return opencode_preset()
+        return opencode_preset(context_tokens=context_tokens, output_tokens=output_tokens)
+    if spec == "codex":
+        from rollout_dataset.harness.codex import codex_preset
+
+        return codex_preset(context_tokens=context_tokens, output_tokens=output_tokens)
     raise ValueError(f"unknown --harness {spec!r}; use builtin, cmd:\"...\", {' or '.join(PRESETS)}")

@@ -21,10 +21,12 @@ import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
 from rollout_dataset.errors import RecordWriteError
+from rollout_dataset.proxy.context_fit import CONTEXT_EXHAUSTED, ContextFitter, ContextPolicy
 from rollout_dataset.proxy.jsoncodec import loads
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode, Prepared
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import harness_session_id, recorded_headers, redact_body, redact_url, valid_session_id
+from rollout_dataset.proxy.responses import ResponsesAssembler
 from rollout_dataset.proxy.streaming import StreamAssembler
 from rollout_dataset.proxy.tokens import (
     GENERATION_ENDPOINTS,
@@ -132,11 +134,14 @@ class ProxyApp:
         max_inflight_bytes: request bodies plus buffered response bytes held by all calls at once
             (past it → 503, recorded).
         on_policy: build multi-turn chat prompts from the sampled ids (see `rollout_dataset.proxy.on_policy`).
+        context: how to fit output limits to the model's context (`rollout_dataset.proxy.context_fit`);
+            None changes no limit.
     """
 
     def __init__(self, upstream_root: str, recorder: TraceRecorder, transport: httpx.AsyncBaseTransport,
                  timeout: httpx.Timeout | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES, on_policy: bool = False) -> None:
+                 max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES, on_policy: bool = False,
+                 context: ContextPolicy | None = None) -> None:
         self.upstream_root = upstream_root.rstrip("/")
         self.recorder = recorder
         self.transport = transport
@@ -147,6 +152,7 @@ class ProxyApp:
         self.max_inflight_bytes = max_inflight_bytes
         self.inflight_bytes = 0
         self.on_policy = OnPolicyMode(self.upstream_root, transport, self._extensions) if on_policy else None
+        self.fitter = ContextFitter(self.upstream_root, transport, context) if context and context.active else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry point: every HTTP request is forwarded and recorded; nothing escapes as a crash.
@@ -246,7 +252,17 @@ class ProxyApp:
             if call.request is parsed and _spliceable(body):
                 call.raw_request = body  # recorded as received: no re-encoding of a long context
             call.stream = parsed.get("stream") is True
-            token_req = prepare_request(kind, parsed, body)
+            limits: dict[str, int] = {}
+            if self.fitter is not None:
+                plan = await self.fitter.plan(kind, parsed, raw_headers)
+                call.notes.extend(plan.notes)
+                if plan.exhausted:
+                    call.requested = sampling_params(parsed)
+                    call.effective = dict(call.requested)
+                    await self._reply_error(call, send, 400, CONTEXT_EXHAUSTED, plan.notes[-1])
+                    return
+                limits = plan.changes
+            token_req = prepare_request(kind, parsed, body, limits)
             call.upstream_changes = token_req.changes
             call.requested = sampling_params(parsed)
             call.effective = {**call.requested, **token_req.changes}
@@ -488,7 +504,7 @@ class ProxyApp:
 
     async def _relay_generation_stream(self, call: _Call, url: str, response: httpx.Response,
                                        token_req: TokenRequest, send: Send) -> None:
-        """A streamed chat/completions answer: forward each chunk (stripped), reassemble, record."""
+        """A streamed chat/completions/responses answer: forward each chunk (stripped), reassemble, record."""
         call.status = response.status_code
         headers = _response_headers(response)
         if _plain_utf8(response.headers.get("content-type", "")):
@@ -497,7 +513,7 @@ class ProxyApp:
             headers = [(k, b"text/event-stream; charset=utf-8" if k == b"content-type" else v) for k, v in headers]
         call.started = True
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-        assembler = StreamAssembler(token_req.kind)
+        assembler = ResponsesAssembler() if token_req.kind == "responses" else StreamAssembler(token_req.kind)
         raw_events: list[str] = []  # the events as they came, for the record if they cannot be assembled
         kept = 0
         tail = b""

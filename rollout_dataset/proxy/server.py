@@ -22,6 +22,7 @@ import uvicorn
 
 from rollout_dataset.proxy.app import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_SESSION, ProxyApp
 from rollout_dataset.proxy.recorder import DEFAULT_MAX_OPEN_FILES, TraceRecorder
+from rollout_dataset.proxy.context_fit import ContextPolicy
 from rollout_dataset.proxy.redact import valid_session_id
 from rollout_dataset.proxy.transport import UpstreamTransport
 from rollout_dataset.proxy.upstream import AuthenticatingTransport, UpstreamTarget, parse_upstream
@@ -100,6 +101,7 @@ class CaptureProxy:
     redacted (see `rollout_dataset.proxy.upstream`).
         on_policy: on-policy mode: multi-turn chat prompts built from the ids the model sampled
             (`rollout_dataset.proxy.on_policy`; needs vLLM >= 0.32 or the local backend).
+        context: output-limit fitting (`ContextPolicy(max_tokens_cap=..., fit_context=...)`); None: none.
 
     Raises:
         ValueError: `upstream` is not an http(s) URL, or it has userinfo and `api_key` is given.
@@ -110,7 +112,8 @@ class CaptureProxy:
                  connect_timeout: float = 10.0, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  max_connections: int = 512, max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
                  max_open_files: int = DEFAULT_MAX_OPEN_FILES, api_key: str | None = None,
-                 forward_client_auth: bool = True, on_policy: bool = False) -> None:
+                 forward_client_auth: bool = True, on_policy: bool = False,
+                 context: ContextPolicy | None = None) -> None:
         self._target: UpstreamTarget = parse_upstream(upstream, api_key)
         self.upstream = self._target.display
         self.upstream_root = self._target.root
@@ -126,6 +129,7 @@ class CaptureProxy:
         self.max_inflight_bytes = max_inflight_bytes
         self.max_open_files = max_open_files
         self.on_policy = on_policy
+        self.context = context
         self._server: uvicorn.Server | None = None
         self._serve_task: asyncio.Task[Any] | None = None
         self._own_transport: httpx.AsyncBaseTransport | None = None
@@ -233,7 +237,7 @@ class CaptureProxy:
             transport = self._own_transport = UpstreamTransport(limits, verify=verify)
         transport = AuthenticatingTransport(transport, self._target, forward_client_auth=self.forward_client_auth)
         app = ProxyApp(self.upstream_root, self._recorder, transport, timeout, self.max_body_bytes,
-                       self.max_inflight_bytes, on_policy=self.on_policy)
+                       self.max_inflight_bytes, on_policy=self.on_policy, context=self.context)
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout_dataset.proxy.responses import prepare_responses, responses_token_fields, strip_responses
+
 __all__ = [
     "GENERATION_ENDPOINTS",
     "SAMPLING_PARAMS",
@@ -24,15 +26,17 @@ __all__ = [
 ]
 
 # endpoint path -> kind
-GENERATION_ENDPOINTS: dict[str, str] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+GENERATION_ENDPOINTS: dict[str, str] = {"/v1/chat/completions": "chat", "/v1/completions": "completions",
+                                        "/v1/responses": "responses"}
 
 SAMPLING_PARAMS: tuple[str, ...] = (
-    "model", "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "min_tokens",
+    "model", "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "max_output_tokens",
+    "min_tokens",
     "seed", "stop", "stop_token_ids", "n", "best_of", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "length_penalty", "logit_bias", "logprobs", "top_logprobs", "prompt_logprobs",
     "ignore_eos", "skip_special_tokens", "include_stop_str_in_output", "use_beam_search", "stream",
     "stream_options", "return_token_ids", "return_tokens_as_token_ids", "tool_choice", "parallel_tool_calls",
-    "response_format", "reasoning_effort", "chat_template_kwargs",
+    "response_format", "reasoning_effort", "chat_template_kwargs", "include", "enable_response_messages",
 )
 
 _TOKEN_ID_PREFIX = "token_id:"
@@ -43,9 +47,9 @@ class TokenRequest:
     """What the harness asked for, and what the proxy sends upstream instead.
 
     Attributes:
-        kind: ``"chat"`` or ``"completions"``.
-        asked_ids: the harness itself asked for ``return_token_ids``.
-        asked_logprobs: the harness itself asked for logprobs.
+        kind: ``"chat"``, ``"completions"`` or ``"responses"``.
+        asked_ids: the harness itself asked for ``return_token_ids`` (responses: ``enable_response_messages``).
+        asked_logprobs: the harness itself asked for logprobs (responses: the output-text logprobs).
         changes: fields the proxy added or changed, with the values sent upstream.
         body: the upstream body as bytes.
     """
@@ -55,6 +59,7 @@ class TokenRequest:
     asked_logprobs: bool
     changes: dict[str, Any] = field(default_factory=dict)
     body: bytes = b""
+    top_logprobs_set: bool = False  # responses: the harness set `top_logprobs` itself
 
     @property
     def needs_strip(self) -> bool:
@@ -62,7 +67,8 @@ class TokenRequest:
         return not (self.asked_ids and self.asked_logprobs)
 
 
-def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes) -> TokenRequest:
+def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes,
+                    limits: dict[str, Any] | None = None) -> TokenRequest:
     """Decide the upstream request for a generation call.
 
     When the added fields are absent from the harness's body, they are appended to the raw bytes
@@ -73,10 +79,14 @@ def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes) -> TokenReque
         kind: ``"chat"`` or ``"completions"``.
         parsed: the harness's body, parsed (a JSON object; not modified).
         raw: the harness's body as received.
+        limits: output limits to send instead of the harness's (context fitting), recorded as changes.
 
     Returns:
         The `TokenRequest` with the upstream body and the recorded changes.
     """
+    if kind == "responses":  # the Responses API: rollout_dataset.proxy.responses
+        asked_ids, asked_logprobs, changes, body = prepare_responses(parsed, limits)
+        return TokenRequest(kind, asked_ids, asked_logprobs, changes, body, "top_logprobs" in parsed)
     asked_ids = parsed.get("return_token_ids") is True
     if kind == "chat":
         asked_logprobs = bool(parsed.get("logprobs"))
@@ -89,6 +99,7 @@ def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes) -> TokenReque
         changes["return_token_ids"] = True
     if not asked_logprobs:
         changes["logprobs"] = logprob_value
+    changes.update(limits or {})
     if not changes:
         return TokenRequest(kind, asked_ids, asked_logprobs, changes, raw)
     if all(key not in parsed for key in changes):
@@ -121,6 +132,8 @@ def strip_response(obj: Any, req: TokenRequest) -> Any | None:
     """
     if not isinstance(obj, dict) or not req.needs_strip:
         return None
+    if req.kind == "responses":
+        return strip_responses(obj, req.asked_ids, req.asked_logprobs, req.top_logprobs_set)
     out: dict[str, Any] | None = None
     if not req.asked_ids and obj.get("prompt_token_ids") is not None:
         out = dict(obj)
@@ -243,6 +256,8 @@ def token_fields(response: Any, kind: str | None) -> dict[str, Any]:
     }
     if kind is None or not isinstance(response, dict):
         return out
+    if kind == "responses":
+        return responses_token_fields(response, out)
     notes: list[str] = out["notes"]
     usage = response.get("usage")
     out["usage"] = usage if isinstance(usage, dict) else None

@@ -1,0 +1,204 @@
+"""Token capture for the Responses API (`/v1/responses`): what to ask vLLM for, what to strip, where ids
+come from.
+
+vLLM 0.32 gives a Responses answer its token ids when asked `enable_response_messages: true`:
+`input_messages` and `output_messages` are lists of ``{"type": "raw_message_tokens", "message",
+"tokens"}`` (the prompt's and the output's ids), in the final `response.completed` event when
+streaming too; `include: ["message.output_text.logprobs"]` adds per-token logprobs to the
+`output_text` parts. The proxy asks for both, records them, and gives the harness the answer as the
+server sends it when not asked: `input_messages`/`output_messages` null, `output_text` parts with
+`logprobs: null` (whole objects) or `[]` (stream deltas). Logprobs cover output text only: when they
+do not cover every output id (a vLLM 0.32 Responses *stream* leaves out tokens that add no text of
+their own: the end-of-sequence token, a function call's tokens, bytes of an unfinished character;
+whole answers cover every id), `per_token_logps` stays null and a note says why: ids are exact, logprobs
+are never padded or guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["LOGPROBS_INCLUDE", "ResponsesAssembler", "prepare_responses", "strip_responses",
+           "responses_token_fields"]
+
+#: the `include` value that asks for output-text logprobs
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+_FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+
+
+def prepare_responses(parsed: dict[str, Any], limits: dict[str, Any] | None = None) -> tuple[bool, bool, dict, bytes]:
+    """The upstream body of a Responses call.
+
+    Args:
+        parsed: the harness's body (not modified).
+        limits: output limits from context fitting.
+
+    Returns:
+        ``(asked_ids, asked_logprobs, changes, body)``: what the harness asked for itself, the fields
+        the proxy added or changed (with the values sent), and the upstream body.
+    """
+    asked_ids = parsed.get("enable_response_messages") is True
+    include = parsed.get("include")
+    asked_logprobs = isinstance(include, list) and LOGPROBS_INCLUDE in include
+    changes: dict[str, Any] = {}
+    if not asked_ids:
+        changes["enable_response_messages"] = True
+    if not asked_logprobs:
+        changes["include"] = (list(include) if isinstance(include, list) else []) + [LOGPROBS_INCLUDE]
+    changes.update(limits or {})
+    body = {**parsed, **changes}
+    return asked_ids, asked_logprobs, changes, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _strip_parts(item: Any) -> Any:
+    """A message item with its output_text parts' logprobs nulled (a copy), or the item itself."""
+    if not isinstance(item, dict) or not isinstance(item.get("content"), list):
+        return item
+    if not any(isinstance(p, dict) and p.get("logprobs") for p in item["content"]):
+        return item
+    return {**item, "content": [{**p, "logprobs": None} if isinstance(p, dict) and p.get("logprobs") else p
+                                for p in item["content"]]}
+
+
+def _strip_response(resp: dict[str, Any], asked_ids: bool, asked_logprobs: bool,
+                    top_logprobs_set: bool) -> dict[str, Any] | None:
+    out: dict[str, Any] | None = None
+    if not asked_logprobs and not top_logprobs_set and resp.get("top_logprobs") == 0:
+        out = {**resp, "top_logprobs": None}  # vLLM echoes 0 only when output logprobs are included
+    if not asked_ids:
+        for key in ("input_messages", "output_messages"):
+            if resp.get(key) is not None:
+                out = out if out is not None else dict(resp)
+                out[key] = None
+    if not asked_logprobs and isinstance(resp.get("output"), list):
+        items = [_strip_parts(item) for item in resp["output"]]
+        if any(a is not b for a, b in zip(items, resp["output"])):
+            out = out if out is not None else dict(resp)
+            out["output"] = items
+    return out
+
+
+def strip_responses(obj: Any, asked_ids: bool, asked_logprobs: bool, top_logprobs_set: bool = False) -> Any | None:
+    """What the harness gets: a Responses object or stream event without what it did not ask for.
+
+    Args:
+        obj: a parsed response, or one stream event's data.
+        asked_ids: the harness asked `enable_response_messages` itself.
+        asked_logprobs: the harness asked the output-text logprobs itself.
+        top_logprobs_set: the harness set `top_logprobs` itself (else vLLM's 0 becomes null again).
+
+    Returns:
+        The edited copy, or None when nothing changes (forward the original bytes).
+    """
+    if not isinstance(obj, dict) or (asked_ids and asked_logprobs):
+        return None
+    kind = obj.get("type")
+    if isinstance(obj.get("response"), dict):  # response.created / in_progress / completed ...
+        inner = _strip_response(obj["response"], asked_ids, asked_logprobs, top_logprobs_set)
+        return None if inner is None else {**obj, "response": inner}
+    if kind is None or kind == "response":
+        return _strip_response(obj, asked_ids, asked_logprobs, top_logprobs_set)
+    if asked_logprobs:
+        return None
+    if kind == "response.output_text.delta" and obj.get("logprobs"):
+        return {**obj, "logprobs": []}
+    if kind == "response.content_part.done" and isinstance(obj.get("part"), dict) and obj["part"].get("logprobs"):
+        return {**obj, "part": {**obj["part"], "logprobs": None}}
+    if kind == "response.output_item.done":
+        item = _strip_parts(obj.get("item"))
+        return None if item is obj.get("item") else {**obj, "item": item}
+    return None
+
+
+class ResponsesAssembler:
+    """Keeps what a Responses stream's record needs: the final response object (same interface as
+    `rollout_dataset.proxy.streaming.StreamAssembler`)."""
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.errors: list[Any] = []
+        self._final: dict[str, Any] | None = None
+        self._latest: dict[str, Any] | None = None
+
+    def add(self, event: Any) -> None:
+        """Take one parsed event."""
+        self.chunks += 1
+        if not isinstance(event, dict):
+            return
+        if event.get("type") == "error" or "error" in event and event.get("type") is None:
+            self.errors.append(event)
+        if isinstance(event.get("response"), dict):
+            self._latest = event["response"]
+            if event.get("type") in _FINAL_EVENTS:
+                self._final = event["response"]
+
+    def response(self) -> dict[str, Any] | None:
+        """The final response object (the last one seen when the stream ended early)."""
+        return self._final if self._final is not None else self._latest
+
+
+def _ids_of(messages: Any) -> list[int] | None:
+    if not isinstance(messages, list) or not messages:
+        return None
+    ids: list[int] = []
+    for message in messages:
+        tokens = message.get("tokens") if isinstance(message, dict) else None
+        if not isinstance(tokens, list):
+            return None
+        ids.extend(tokens)
+    return ids
+
+
+def responses_token_fields(response: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+    """Fill a record's token fields from a Responses object (see `rollout_dataset.proxy.tokens.token_fields`).
+
+    Args:
+        response: the full response (or a stream's final one), as the server sent it.
+        out: the token-field dict to fill (defaults already set).
+
+    Returns:
+        `out`.
+    """
+    notes: list[str] = out["notes"]
+    usage = response.get("usage")
+    out["usage"] = usage if isinstance(usage, dict) else None
+    output = [item for item in response.get("output") or () if isinstance(item, dict)]
+    calls = any(item.get("type") == "function_call" for item in output)
+    details = response.get("incomplete_details") or {}
+    if response.get("status") == "incomplete" and isinstance(details, dict) and details.get("reason") == "max_output_tokens":
+        out["finish_reason"] = "length"
+    elif calls:
+        out["finish_reason"] = "tool_calls"
+    elif response.get("status") == "completed":
+        out["finish_reason"] = "stop"
+    else:
+        out["finish_reason"] = response.get("status")
+    out["prompt_token_ids"] = _ids_of(response.get("input_messages"))
+    out["completion_token_ids"] = _ids_of(response.get("output_messages"))
+    if out["prompt_token_ids"] is not None and out["completion_token_ids"] is not None:
+        out["capture_level"] = "tokens"
+        out["token_source"] = "response_messages"
+    else:
+        out["capture_level"] = "text"
+        notes.append("the server returned no input_messages/output_messages token ids "
+                     "(enable_response_messages); recorded as text")
+    values: list[Any] = []
+    for item in output:
+        for part in item.get("content") or () if item.get("type") == "message" else ():
+            if isinstance(part, dict) and isinstance(part.get("logprobs"), list):
+                values.extend(entry.get("logprob") for entry in part["logprobs"] if isinstance(entry, dict))
+    ids = out["completion_token_ids"]
+    if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        if ids is None or len(values) == len(ids):
+            out["per_token_logps"] = [float(v) for v in values]
+        else:
+            notes.append(f"output-text logprobs cover {len(values)} of {len(ids)} output tokens (a vLLM Responses "
+                         "stream sends none for tokens that add no text of their own: the end-of-sequence token, "
+                         "a function call's tokens, bytes of an unfinished character); per_token_logps left null")
+    elif ids:
+        notes.append("the server returned no output-text logprobs for these output tokens; per_token_logps left null")
+    if isinstance(usage, dict) and ids is not None and isinstance(usage.get("output_tokens"), int) \
+            and usage["output_tokens"] != len(ids):
+        notes.append(f"completion ids ({len(ids)}) disagree with usage.output_tokens ({usage['output_tokens']})")
+    return out
