@@ -308,6 +308,8 @@ class BatchConfig:
         env_options: environment settings passed to the env's runner (`--env-option KEY=VALUE`;
             Crafter reads `max_steps`, `max_actions`, `area`, `view`); empty for coding.
         argv: the command line, for the config snapshot.
+        unsafe_sandbox: run the agents' code even where the allow-list sandbox cannot be built
+            (`--unsafe-sandbox`; each summary.json records ``isolation: "unsafe"``).
     """
 
     out_dir: Path
@@ -328,6 +330,7 @@ class BatchConfig:
     env: str = "coding"
     env_options: dict[str, Any] = field(default_factory=dict)
     argv: list[str] | None = None
+    unsafe_sandbox: bool = False
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)

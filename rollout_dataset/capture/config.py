@@ -52,8 +52,10 @@ class CaptureConfig:
         push: push to `PUSH_TO_DATASET` when set; None reads the environment.
         keep_workdir: copy the agent's final working directory to ``<out_dir>/workdir`` (debugging).
         served_model_name: the local backend's model name.
-        hide_paths: more paths the agent's sandbox hides, besides the task's files, `out_dir` and
-            its parent (see `rollout_dataset.capture.hiding`); a batch names its `rollouts/` folder.
+        hide_paths: more paths masked inside the agent's sandbox (see `rollout_dataset.capture.hiding`);
+            the allow-list root holds none of them anyway.
+        unsafe_sandbox: run the agent's code and the verifier even where the allow-list sandbox
+            cannot be built (`--unsafe-sandbox`); summary.json then records ``isolation: "unsafe"``.
     """
 
     out_dir: str | Path = "trace_artifact"
@@ -79,6 +81,7 @@ class CaptureConfig:
     keep_workdir: bool = False
     served_model_name: str = "local"
     hide_paths: tuple[str | Path, ...] = ()
+    unsafe_sandbox: bool = False
 
     def __post_init__(self) -> None:
         self.hide_paths = tuple(self.hide_paths)

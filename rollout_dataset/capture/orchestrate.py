@@ -259,6 +259,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
     from rollout_dataset.harness.tools import sandbox_runner
     from rollout_dataset.proxy import CaptureProxy, read_trace
     from rollout_dataset.sandbox import Sandbox, verify_solution
+    from rollout_dataset.sandbox.isolation import require_isolation
     from rollout_dataset.tasks import load_tasks, select_task
     from rollout_dataset.tasks.model import visible_tests_text
 
@@ -266,6 +267,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
     created_at = _now_iso()
     rollout_id = config.rollout_id or uuid.uuid4().hex
     preset = resolve_harness(config.harness)  # bad --harness fails before anything starts
+    isolation = require_isolation(config.unsafe_sandbox)  # no sandbox, no untrusted code (unless opted out)
     tasks = load_tasks(config.tasks, n_prompts=config.n_prompts, seed=config.seed)
     task = select_task(tasks, config.task_index)
     rollout_seed = config.effective_rollout_seed
@@ -288,7 +290,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         trace_path = proxy.trace_path(session)
         # held-out isolation: the task's files, this rollout's folder and its siblings' are hidden
         hidden = capture_hidden_paths(task, out_dir, config.hide_paths)
-        box = stack.enter_context(Sandbox(hide_paths=hidden))
+        box = stack.enter_context(Sandbox(hide_paths=hidden, unsafe=config.unsafe_sandbox))
         timings["setup_s"] = time.monotonic() - t_start
 
         t_agent = time.monotonic()
@@ -308,7 +310,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
             ext = run_external_harness(preset.command, base_url=harness_url, model=model, workdir=box.workdir,
                                        instruction=statement, api_key=config.effective_api_key,
                                        timeout_s=config.timeout_s, env=preset.env, should_stop=watch,
-                                       hide_paths=hidden)
+                                       hide_paths=hidden, ro_paths=preset.ro_paths, unsafe=config.unsafe_sandbox)
             stop_reason, timed_out, exit_code = ext.stop_reason, ext.timed_out, ext.exit_code
             if ext.stop_reason == "upstream_error" or watch() or watch.failed:
                 _raise_first_call(watch.failed or first_call_failure(read_trace(trace_path)) or {}, upstream)
@@ -324,7 +326,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
             _raise_first_call(failed, upstream)
 
         t_verify = time.monotonic()
-        verdict = verify_solution(task, box.workdir)
+        verdict = verify_solution(task, box.workdir, unsafe=config.unsafe_sandbox)
         timings["verify_s"] = time.monotonic() - t_verify
         hits = scan_for_leaks(statement, task.held_out_tests, records, box.workdir)
         if config.keep_workdir:
@@ -368,7 +370,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         "findings_count": _findings_count(document),
         "leakage": {"checked": True, "hits": [h.to_dict() for h in hits]},
         "timings": {k: round(v, 4) for k, v in timings.items()},
-        "errors": list(errors), "harness_exit_code": exit_code,
+        "errors": list(errors), "harness_exit_code": exit_code, "isolation": isolation,
     }
     header = {"rollout": rollout_id, "task": task.task_id, "reward": env_reward,
               "passed": f"{passed}/{len(task.held_out_tests)}" if passed is not None else None,

@@ -45,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout-s", type=float, default=900.0, help="wall-time budget per rollout (default 900)")
     parser.add_argument("--no-dataset", action="store_true", help="do not build dataset/ at the end")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--unsafe-sandbox", action="store_true",
+                        help="run the agents' code even where the allow-list sandbox (bubblewrap) cannot be built "
+                             "(limits only; each summary.json records isolation: unsafe)")
 
 
 def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
@@ -103,6 +106,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
         env=args.env,
         env_options=dict(parse_env_option(item) for item in getattr(args, "env_option", None) or []),
         argv=list(sys.argv[1:] if argv is None else argv),
+        unsafe_sandbox=bool(getattr(args, "unsafe_sandbox", False)),
     )
 
 
