@@ -19,9 +19,7 @@ def batch(tmp_path_factory):
     """Two rollouts one after the other; each agent cats every held_out_tests.json under rollouts/."""
     base = tmp_path_factory.mktemp("batch-isolation")
     out = base / "batch"
-    control = base / "control.txt"
-    control.write_text(CONTROL_MARKER)
-    command = f"cat {out / 'rollouts'}/*/held_out_tests.json; echo; ls -a {out / 'rollouts'}; cat {control}"
+    command = f"cat {out / 'rollouts'}/*/held_out_tests.json; echo; ls -a {out / 'rollouts'}; echo {CONTROL_MARKER}"
     policy = make_policy("script", steps=[{"name": "run", "arguments": {"command": command}},
                                           {"name": "submit", "arguments": {}}])
     tokenizer = load_tokenizer("builtin")
@@ -38,7 +36,7 @@ def _run_outputs(folder) -> list[str]:
     return [m["content"] for m in messages if m.get("role") == "tool"]
 
 
-@pytest.mark.skipif(not probe_isolation().mount, reason="no mount namespace on this machine: nothing can be hidden")
+@pytest.mark.skipif(not probe_isolation().allow_list, reason="bubblewrap cannot build the allow-list root here")
 def test_no_rollout_reads_any_held_out_tests_written_under_the_batch(batch):
     folders = sorted((batch / "rollouts").iterdir())
     assert len(folders) == 2
@@ -46,7 +44,7 @@ def test_no_rollout_reads_any_held_out_tests_written_under_the_batch(batch):
     assert held_out, "the rollouts wrote real held-out tests"
     for folder in folders:
         output = _run_outputs(folder)[0]
-        assert CONTROL_MARKER in output, "the command ran and read a file outside the batch"
+        assert CONTROL_MARKER in output, "the command ran"
         assert "No such file" in output
         assert not any(json.dumps(t["input"]) in output for t in held_out)
         assert not any(f.name in output for f in folders), "the rollouts folder itself lists as empty"
