@@ -200,23 +200,28 @@ def _execute(wrapped: list[str], *, cwd: Path, stdin: bytes, limits: Limits, env
     err = _Capped(proc.stderr, limits.output_bytes, overflow)
     writer = threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True)
     writer.start()
-    timed_out = over_disk = False
     cap = limits.workdir_mb * 1024 * 1024 if (limits.workdir_mb is not None and watched) else None
     deadline = start + limits.wall_s
-    while True:
-        step = min(DISK_POLL_S, deadline - time.monotonic()) if cap is not None else deadline - time.monotonic()
-        try:
-            proc.wait(timeout=max(step, 0.0))
-            break
-        except subprocess.TimeoutExpired:
-            pass
-        if cap is not None and tree_size(watched) > cap:
-            over_disk = True
-        if over_disk or time.monotonic() >= deadline:
-            timed_out = not over_disk
-            _kill_group(proc.pid)
-            proc.wait()
-            break
+    done = threading.Event()
+    hit: list[str] = []
+
+    def watch() -> None:  # the wall-time and working-directory limits, while this thread blocks in wait()
+        while not done.wait(max(0.0, min(DISK_POLL_S if cap is not None else limits.wall_s,
+                                         deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                hit.append("wall")
+            elif cap is not None and tree_size(watched) > cap:
+                hit.append("disk")
+            if hit:
+                _kill_group(proc.pid)
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    proc.wait()  # a blocking waitpid: returns the moment the sandbox exits (no polling delay)
+    done.set()
+    watcher.join()
+    timed_out, over_disk = hit == ["wall"], hit == ["disk"]
     wall = time.monotonic() - start
     _kill_group(proc.pid)  # leave nothing behind (children that outlived the command)
     for t in (out.thread, err.thread, writer):
@@ -266,6 +271,9 @@ class Sandbox:
             the scrubbed environment then apply). Without it such a sandbox raises
             `SandboxUnavailableError` on `run`.
 
+    When this process is root, each sandbox draws a fresh unprivileged host uid: the writable trees
+    are handed to it before each command, and a given `workdir` is handed back to its owner on close.
+
     Raises:
         FileNotFoundError: `workdir` does not exist.
     """
@@ -298,6 +306,8 @@ class Sandbox:
         self.unsafe = bool(unsafe)
         self.mode = probe_isolation()
         self.uid = fresh_sandbox_uid() if (self.mode.allow_list and self.mode.privileged) else None
+        st = self.workdir.stat()
+        self._owner = (st.st_uid, st.st_gid)  # a given workdir is handed back to its owner on close
         self._etc_dir: Path | None = None
         self.closed = False
 
@@ -314,28 +324,35 @@ class Sandbox:
         self.close()
 
     def close(self) -> None:
-        """Delete the working directory if this sandbox created it, and the generated /etc files."""
+        """Delete the working directory if this sandbox created it (else hand its files back to the
+        directory's owner), and the generated /etc files."""
         if not self.closed:
             if self._owned:
                 shutil.rmtree(self.workdir, ignore_errors=True)
+            else:
+                self._chown_tree([self.workdir, *self.rw_paths], self._owner, only_from=self.uid)
             if self._etc_dir is not None:
                 shutil.rmtree(self._etc_dir, ignore_errors=True)
         self.closed = True
 
     # -- the root --------------------------------------------------------------------------------
-    def _grant(self) -> None:
-        """Hand the writable trees to the sandbox user (root runner: files the host wrote are root's)."""
-        if self.uid is None:
-            return
-        for top in [self.workdir, *self.rw_paths]:
+    @staticmethod
+    def _chown_tree(tops: Sequence[Path], owner: tuple[int, int], only_from: int | None = None) -> None:
+        """lchown every entry under `tops` to `owner` (symlinks not followed); `only_from`: just that uid's."""
+        for top in tops:
             for dirpath, dirnames, filenames in os.walk(top):
                 for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
                     try:
                         st = os.lstat(name)
-                        if st.st_uid != self.uid:
-                            os.lchown(name, self.uid, self.uid)
+                        if (st.st_uid, st.st_gid) != owner and (only_from is None or st.st_uid == only_from):
+                            os.lchown(name, *owner)
                     except OSError:
                         continue
+
+    def _grant(self) -> None:
+        """Hand the writable trees to the sandbox user (root runner: files the host wrote are root's)."""
+        if self.uid is not None:
+            self._chown_tree([self.workdir, *self.rw_paths], (self.uid, self.uid))
 
     def wrap(self, argv: Sequence[str], limits: Limits | None = None) -> tuple[list[str], bool, Any]:
         """The command line that runs `argv` in this sandbox's root under `limits`.
