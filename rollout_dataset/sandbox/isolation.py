@@ -93,6 +93,7 @@ class RootSpec:
         tmp_mb: size of the private ``/tmp`` tmpfs in MiB.
         uid: the host uid the command runs as (root runner only; None in user-namespace mode).
         etc_dir: a folder holding the generated ``passwd``, ``group`` and ``hosts`` (see `write_etc`).
+        extra_args: bwrap arguments appended last (e.g. the proxy forwarder's socket bind).
     """
 
     workdir: Path
