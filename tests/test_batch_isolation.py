@@ -57,3 +57,22 @@ def test_every_job_hides_the_rollouts_folder_of_its_batch(tmp_path):
     assert len(jobs) == 4
     for job in jobs:
         assert job.settings["hide_paths"] == [root] and job.artifact_dir.startswith(str(tmp_path / "b" / "rollouts"))
+
+
+def test_a_batch_refuses_without_the_sandbox_and_runs_unsafe_only_when_asked(tmp_path, monkeypatch):
+    from rollout_dataset.errors import SandboxUnavailableError
+
+    monkeypatch.setenv("ROLLOUT_DATASET_SANDBOX_ISOLATION", "off")
+    probe_isolation.cache_clear()
+    try:
+        common = dict(seeds=[0], rollouts_per_seed=1, max_turns=3, concurrency=1, progress=False,
+                      build_dataset=False, timeout_s=120)
+        with pytest.raises(SandboxUnavailableError, match="--unsafe-sandbox"):
+            run_batch(BatchConfig(out_dir=tmp_path / "refused", **common))
+        run_batch(BatchConfig(out_dir=tmp_path / "unsafe", unsafe_sandbox=True, **common))
+    finally:
+        monkeypatch.delenv("ROLLOUT_DATASET_SANDBOX_ISOLATION")
+        probe_isolation.cache_clear()
+    assert not (tmp_path / "refused" / "rollouts").exists() or not any((tmp_path / "refused" / "rollouts").iterdir())
+    summaries = [json.loads(p.read_text()) for p in (tmp_path / "unsafe" / "rollouts").glob("*/summary.json")]
+    assert [s["isolation"] for s in summaries] == ["unsafe"] and summaries[0]["env_reward"] == 1.0
