@@ -54,7 +54,8 @@ def scrubbed_env(home: str | os.PathLike[str], extra: Mapping[str, str] | None =
     """The environment sandboxed code gets: nothing inherited but a PATH.
 
     Args:
-        home: the working directory, used as HOME (TMPDIR is the sandbox's private ``/tmp``).
+        home: the working directory, used as HOME (TMPDIR is the sandbox's private ``/tmp``;
+            `Sandbox` points it at the working directory in unsafe mode).
         extra: variables the caller wants to add; any whose name looks like a secret (token, key,
             password, auth, proxy, ...) is dropped with a warning naming only the variable.
         trusted: names in `extra` the caller vouches for although they look secret (e.g. a dummy
@@ -397,7 +398,10 @@ class Sandbox:
         Returns:
             The environment dict.
         """
-        return scrubbed_env(self.workdir, {**self.env, **(env or {})}, self.trusted_env)
+        out = scrubbed_env(self.workdir, {**self.env, **(env or {})}, self.trusted_env)
+        if not self.mode.allow_list and "TMPDIR" not in self.env and "TMPDIR" not in (env or {}):
+            out["TMPDIR"] = str(self.workdir)  # unsafe mode: no private /tmp, so not the host's shared one
+        return out
 
     def over_disk_limit(self, limits: Limits | None = None) -> bool:
         """Whether the writable trees together exceed ``workdir_mb``.
