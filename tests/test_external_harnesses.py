@@ -137,6 +137,32 @@ def test_a_captured_cmd_harness_cannot_read_its_own_or_a_siblings_held_out_tests
     assert not result.summary["leakage"]["hits"]
 
 
+@needs_mounts
+def test_a_cmd_harness_runs_a_script_it_names_but_cannot_read_the_folder_around_it(tmp_path):
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "secret.txt").write_text("HIDDEN-NEXT-TO-THE-SCRIPT")
+    script = agents / "agent.py"
+    script.write_text("import pathlib, sys\nprint('agent ran')\n"
+                      "try:\n    print(pathlib.Path(sys.argv[0]).with_name('secret.txt').read_text())\n"
+                      "except OSError as exc:\n    print('refused', type(exc).__name__)\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run_external_harness(f"python3 {script}", base_url="http://127.0.0.1:9/v1", model="m", workdir=work,
+                                  instruction="t", timeout_s=30)
+    assert result.stdout_tail.split("\n")[:2] == ["agent ran", "refused FileNotFoundError"], result.stderr_tail
+
+
+def test_sandbox_ro_refuses_a_path_that_would_expose_the_task_data_or_the_output(tmp_path):
+    from rollout_dataset.sandbox.isolation import check_sandbox_ro_paths
+
+    with pytest.raises(ValueError, match="would expose"):
+        check_sandbox_ro_paths([TASK_DATA.parents[2]])
+    with pytest.raises(ValueError, match="would expose"):
+        check_sandbox_ro_paths([tmp_path], protected=[tmp_path / "out"])
+    check_sandbox_ro_paths([tmp_path / "work"] if (tmp_path / "work").mkdir() is None else [])
+
+
 def test_harness_specs_resolve_to_builtin_commands_or_presets():
     assert resolve_harness("builtin") is None
     assert resolve_harness('cmd:"echo hi"').command == "echo hi"

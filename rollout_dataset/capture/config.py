@@ -54,6 +54,9 @@ class CaptureConfig:
         served_model_name: the local backend's model name.
         hide_paths: more paths masked inside the agent's sandbox (see `rollout_dataset.capture.hiding`);
             the allow-list root holds none of them anyway.
+        sandbox_ro_paths: host files or folders an external harness needs read-only in its sandbox
+            (`--sandbox-ro`), besides the runtime and the files its command names by absolute path;
+            one that holds the task data or `out_dir` is refused.
         unsafe_sandbox: run the agent's code and the verifier even where the allow-list sandbox
             cannot be built (`--unsafe-sandbox`); summary.json then records ``isolation: "unsafe"``.
     """
@@ -81,10 +84,12 @@ class CaptureConfig:
     keep_workdir: bool = False
     served_model_name: str = "local"
     hide_paths: tuple[str | Path, ...] = ()
+    sandbox_ro_paths: tuple[str | Path, ...] = ()
     unsafe_sandbox: bool = False
 
     def __post_init__(self) -> None:
         self.hide_paths = tuple(self.hide_paths)
+        self.sandbox_ro_paths = tuple(self.sandbox_ro_paths)
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         if self.n_prompts < 1:

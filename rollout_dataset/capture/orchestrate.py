@@ -259,7 +259,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
     from rollout_dataset.harness.tools import sandbox_runner
     from rollout_dataset.proxy import CaptureProxy, read_trace
     from rollout_dataset.sandbox import Sandbox, verify_solution
-    from rollout_dataset.sandbox.isolation import require_isolation
+    from rollout_dataset.sandbox.isolation import check_sandbox_ro_paths, require_isolation
     from rollout_dataset.tasks import load_tasks, select_task
     from rollout_dataset.tasks.model import visible_tests_text
 
@@ -268,6 +268,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
     rollout_id = config.rollout_id or uuid.uuid4().hex
     preset = resolve_harness(config.harness)  # bad --harness fails before anything starts
     isolation = require_isolation(config.unsafe_sandbox)  # no sandbox, no untrusted code (unless opted out)
+    check_sandbox_ro_paths(config.sandbox_ro_paths, [config.out_dir])
     tasks = load_tasks(config.tasks, n_prompts=config.n_prompts, seed=config.seed)
     task = select_task(tasks, config.task_index)
     rollout_seed = config.effective_rollout_seed
@@ -310,7 +311,8 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
             ext = run_external_harness(preset.command, base_url=harness_url, model=model, workdir=box.workdir,
                                        instruction=statement, api_key=config.effective_api_key,
                                        timeout_s=config.timeout_s, env=preset.env, should_stop=watch,
-                                       hide_paths=hidden, ro_paths=preset.ro_paths, unsafe=config.unsafe_sandbox)
+                                       hide_paths=hidden, ro_paths=[*preset.ro_paths, *config.sandbox_ro_paths],
+                                       unsafe=config.unsafe_sandbox)
             stop_reason, timed_out, exit_code = ext.stop_reason, ext.timed_out, ext.exit_code
             if ext.stop_reason == "upstream_error" or watch() or watch.failed:
                 _raise_first_call(watch.failed or first_call_failure(read_trace(trace_path)) or {}, upstream)

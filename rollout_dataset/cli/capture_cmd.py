@@ -55,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     game.add_argument("--max-actions", type=int, default=None, help="actions per act call (crafter default 8)")
     game.add_argument("--area", type=parse_pair, default=None, metavar="W,H", help="world size (crafter default 64,64)")
     parser.add_argument("--keep-workdir", action="store_true", help="copy the agent's working directory to OUT/workdir")
+    parser.add_argument("--sandbox-ro", action="append", default=[], metavar="PATH",
+                        help="a file or folder an external harness needs read-only in its sandbox (repeatable); "
+                             "files its command names by absolute path are exposed anyway")
     parser.add_argument("--unsafe-sandbox", action="store_true",
                         help="run the agent's code even where the allow-list sandbox (bubblewrap) cannot be built: "
                              "limits only, no isolation (summary.json records isolation: unsafe)")
@@ -77,7 +80,7 @@ def parse_pair(text: str) -> tuple[int, int]:
 
 #: flags that only mean something for the coding environment, with their defaults
 _CODING_ONLY = {"task_index": 0, "n_prompts": 64, "tasks": "builtin", "harness": "builtin", "policy": "oracle",
-                "script": None, "keep_workdir": False, "unsafe_sandbox": False}
+                "script": None, "keep_workdir": False, "unsafe_sandbox": False, "sandbox_ro": []}
 #: flags that only mean something for a game environment
 _GAME_ONLY = ("max_steps", "max_actions", "area")
 
@@ -185,7 +188,8 @@ def config_from_args(args: argparse.Namespace):
                          task_index=args.task_index, seed=args.seed, rollout_seed=args.rollout_seed, n_prompts=args.n_prompts, tasks=args.tasks,
                          harness=args.harness, timeout_s=args.timeout_s, policy=args.policy, script=args.script,
                          tokenizer=args.tokenizer, max_turns=20 if args.max_turns is None else args.max_turns, keep_workdir=args.keep_workdir,
-                         push=False if args.no_push else None, unsafe_sandbox=args.unsafe_sandbox)
+                         push=False if args.no_push else None, unsafe_sandbox=args.unsafe_sandbox,
+                         sandbox_ro_paths=tuple(args.sandbox_ro))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -54,8 +54,9 @@ from typing import IO, Callable, Iterable, Mapping
 
 from rollout_dataset.sandbox import HostForwarder, Limits, Sandbox
 from rollout_dataset.sandbox.forward import inner_wrapper, loopback_port
+from rollout_dataset.sandbox.isolation import runtime_paths
 
-__all__ = ["ExternalResult", "run_external_harness", "substitute_placeholders", "PLACEHOLDERS", "HARNESS_LIMITS"]
+__all__ = ["ExternalResult", "run_external_harness", "command_files", "substitute_placeholders", "PLACEHOLDERS", "HARNESS_LIMITS"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,42 @@ def substitute_placeholders(command: str, values: Mapping[str, str]) -> str:
     for name, value in values.items():
         command = command.replace("{" + name + "}", shlex.quote(str(value)))
     return command
+
+
+_ABSOLUTE_PATH = re.compile(r"""(?<![\w.~/-])(/[^\s'"`;|&<>(){}$]+)""")
+
+
+def command_files(command: str, exclude: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
+    """The existing files a harness command names by absolute path (bound read-only into its sandbox).
+
+    A `cmd:` harness such as ``python /opt/agents/agent.py {base_url}`` needs its script, which the
+    allow-list root does not hold otherwise. Only regular files named literally are taken (never a
+    folder: name folders with `ro_paths`), and never one inside `exclude` or the package's own task
+    data.
+
+    Args:
+        command: the command template (placeholders are not paths and are left out).
+        exclude: folders or files that must stay out of the root (the capture's masked paths).
+
+    Returns:
+        The files, resolved, without duplicates.
+    """
+    import rollout_dataset
+
+    banned = [Path(rollout_dataset.__file__).resolve().parent / "tasks", *(Path(p).resolve() for p in exclude)]
+    in_root = [Path("/usr"), *(dest for _, dest in runtime_paths())]
+    found: list[Path] = []
+    for match in _ABSOLUTE_PATH.findall(command):
+        path = Path(match)
+        if not path.is_file() or any(path == d or d in path.parents for d in in_root):
+            continue  # not a file, or already in the root (the interpreter, /usr/bin tools)
+        real = path.resolve()
+        if any(real == b or b in real.parents for b in banned):
+            logger.warning("external harness: not exposing %s to the harness (held-out or task data)", path)
+            continue
+        if path not in found:
+            found.append(path)
+    return found
 
 
 def _kill_group(proc: subprocess.Popen, grace_s: float = 2.0) -> None:
@@ -180,7 +217,8 @@ def run_external_harness(command: str, *, base_url: str, model: str, workdir: st
         poll_s: polling interval in seconds.
         hide_paths: paths inside the root that must read as empty (the root holds no host file
             outside the runtime anyway).
-        ro_paths: host paths the harness needs read-only (its tool folder; see `HarnessPreset.ro_paths`).
+        ro_paths: host paths the harness needs read-only (its tool folder; see `HarnessPreset.ro_paths`);
+            the files the command names by absolute path are added (`command_files`).
         unsafe: run even where the allow-list root cannot be built (host network, host filesystem).
 
     Returns:
@@ -196,6 +234,7 @@ def run_external_harness(command: str, *, base_url: str, model: str, workdir: st
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
     workdir = Path(workdir)
+    hide_paths = list(hide_paths)
     with contextlib.ExitStack() as stack:
         home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rollout-harness-"))).resolve()
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rollout-harness-logs-")))
@@ -205,7 +244,8 @@ def run_external_harness(command: str, *, base_url: str, model: str, workdir: st
         harness_env = _harness_env(home, values, api_key, env)
         box = stack.enter_context(Sandbox(workdir, limits=replace(HARNESS_LIMITS, wall_s=timeout_s),
                                           hide_paths=hide_paths, env=harness_env, trusted_env=TRUSTED_ENV,
-                                          ro_paths=ro_paths, rw_paths=[home], unsafe=unsafe))
+                                          ro_paths=[*ro_paths, *command_files(command, hide_paths)],
+                                          rw_paths=[home], unsafe=unsafe))
         argv = ["bash", "-c", substitute_placeholders(command, values)]
         port = loopback_port(base_url)
         if box.mode.allow_list and port is not None:

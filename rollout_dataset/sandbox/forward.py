@@ -54,6 +54,9 @@ def loopback_port(url: str) -> int | None:
 def inner_wrapper(port: int) -> list[str]:
     """The command prefix that listens on 127.0.0.1:`port` inside the sandbox, then runs the command.
 
+    It waits (at most ~5 s) until socat listens, and not at all once socat has died (a port below
+    1024 cannot be bound by the unprivileged sandbox user: the harness then finds nothing there).
+
     Args:
         port: the loopback port the harness connects to.
 
@@ -63,8 +66,9 @@ def inner_wrapper(port: int) -> list[str]:
     hex_port = f"{int(port):04X}"
     script = (f"socat TCP-LISTEN:{int(port)},bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:{SOCKET_IN_SANDBOX} "
               f"2>/dev/null &\n"
-              f"i=0; while ! grep -q ':{hex_port} 00000000:0000 0A' /proc/net/tcp && [ $i -lt 200 ]; do "
-              f"sleep 0.01; i=$((i+1)); done\n"
+              "p=$!; i=0\n"
+              f"while ! grep -q ':{hex_port} 00000000:0000 0A' /proc/net/tcp && kill -0 $p 2>/dev/null "
+              "&& [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done\n"
               'exec "$@"\n')
     return ["/bin/sh", "-c", script, "forward"]
 

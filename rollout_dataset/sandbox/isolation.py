@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 __all__ = ["IsolationMode", "RootSpec", "probe_isolation", "isolation_report", "bwrap_argv", "runtime_paths",
-           "ISOLATION_LEVELS", "SANDBOX_UID_RANGE", "require_isolation", "fresh_sandbox_uid", "write_etc"]
+           "ISOLATION_LEVELS", "SANDBOX_UID_RANGE", "require_isolation", "check_sandbox_ro_paths", "fresh_sandbox_uid", "write_etc"]
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +299,30 @@ def require_isolation(unsafe: bool = False) -> str:
             "code. Install bubblewrap (`apt-get install bubblewrap`), or opt out explicitly with --unsafe-sandbox.")
     log.warning("sandbox: running untrusted code WITHOUT isolation (--unsafe-sandbox): %s", mode.reason)
     return mode.level
+
+
+def check_sandbox_ro_paths(paths: Iterable[str | os.PathLike[str]], protected: Iterable[str | os.PathLike[str]] = ()) -> None:
+    """Refuse extra read-only paths that would put held-out data into the root.
+
+    Args:
+        paths: what the user asks to expose (`--sandbox-ro`).
+        protected: further paths that must stay out (the capture's output folder).
+
+    Raises:
+        ValueError: a path does not exist, or is, holds or lies inside the package's task data or
+            a protected path (the message names both).
+    """
+    import rollout_dataset
+
+    banned = [Path(rollout_dataset.__file__).resolve().parent / "tasks", *(Path(p).resolve() for p in protected)]
+    for raw in paths:
+        path = Path(raw).resolve()
+        if not path.exists():
+            raise ValueError(f"--sandbox-ro {raw}: no such file or folder")
+        for b in banned:
+            if path == b or path in b.parents or b in path.parents:
+                raise ValueError(f"--sandbox-ro {raw}: it would expose {b} (task data or the output folder) "
+                                 "to the agent; name a narrower path")
 
 
 def isolation_report() -> dict[str, Any]:
