@@ -55,7 +55,7 @@ class CaptureConfig:
         hide_paths: more paths masked inside the agent's sandbox (see `rollout_dataset.capture.hiding`);
             the allow-list root holds none of them anyway.
         sandbox_ro_paths: host files or folders an external harness needs read-only in its sandbox
-            (`--sandbox-ro`), besides the runtime and the files its command names by absolute path;
+            (`--sandbox-ro`), besides the runtime and the program its command runs (by absolute path);
             one that holds the task data or `out_dir` is refused.
         unsafe_sandbox: run the agent's code and the verifier even where the allow-list sandbox
             cannot be built (`--unsafe-sandbox`); summary.json then records ``isolation: "unsafe"``.

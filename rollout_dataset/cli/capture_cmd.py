@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-workdir", action="store_true", help="copy the agent's working directory to OUT/workdir")
     parser.add_argument("--sandbox-ro", action="append", default=[], metavar="PATH",
                         help="a file or folder an external harness needs read-only in its sandbox (repeatable); "
-                             "files its command names by absolute path are exposed anyway")
+                             "the program its command runs (by absolute path) is exposed anyway")
     parser.add_argument("--unsafe-sandbox", action="store_true",
                         help="run the agent's code even where the allow-list sandbox (bubblewrap) cannot be built: "
                              "limits only, no isolation (summary.json records isolation: unsafe)")

@@ -111,33 +111,42 @@ def substitute_placeholders(command: str, values: Mapping[str, str]) -> str:
     return command
 
 
-_ABSOLUTE_PATH = re.compile(r"""(?<![\w.~/-])(/[^\s'"`;|&<>(){}$]+)""")
+_INTERPRETER = re.compile(r"^(python[0-9.]*|node|bash|sh|dash|perl|ruby)$")
 
 
 def command_files(command: str, exclude: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
-    """The existing files a harness command names by absolute path (bound read-only into its sandbox).
+    """The program file a harness command runs, to bind read-only into its sandbox.
 
     A `cmd:` harness such as ``python /opt/agents/agent.py {base_url}`` needs its script, which the
-    allow-list root does not hold otherwise. Only regular files named literally are taken (never a
-    folder: name folders with `ro_paths`), and never one inside `exclude` or the package's own task
-    data.
+    allow-list root does not hold otherwise. Taken: the command's first word when it is a file given
+    by absolute path, and the word right after an interpreter (python, node, bash, sh, perl, ruby)
+    when that is one. Nothing else the command names is exposed (a `cat /data/held_out.json` in it
+    finds nothing), never a folder (name those with `ro_paths`), never a file already in the root,
+    inside `exclude`, or in the package's own task data.
 
     Args:
-        command: the command template (placeholders are not paths and are left out).
+        command: the command template.
         exclude: folders or files that must stay out of the root (the capture's masked paths).
 
     Returns:
-        The files, resolved, without duplicates.
+        The files, as named (absolute), without duplicates.
     """
     import rollout_dataset
 
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return []
+    candidates = words[:1]
+    if words and _INTERPRETER.match(os.path.basename(words[0])):
+        candidates += [w for w in words[1:] if not w.startswith("-")][:1]
     banned = [Path(rollout_dataset.__file__).resolve().parent / "tasks", *(Path(p).resolve() for p in exclude)]
     in_root = [Path("/usr"), *(dest for _, dest in runtime_paths())]
     found: list[Path] = []
-    for match in _ABSOLUTE_PATH.findall(command):
-        path = Path(match)
-        if not path.is_file() or any(path == d or d in path.parents for d in in_root):
-            continue  # not a file, or already in the root (the interpreter, /usr/bin tools)
+    for word in candidates:
+        path = Path(word)
+        if not path.is_absolute() or not path.is_file() or any(path == d or d in path.parents for d in in_root):
+            continue  # not an absolute file, or already in the root (the interpreter, /usr/bin tools)
         real = path.resolve()
         if any(real == b or b in real.parents for b in banned):
             logger.warning("external harness: not exposing %s to the harness (held-out or task data)", path)
@@ -218,7 +227,7 @@ def run_external_harness(command: str, *, base_url: str, model: str, workdir: st
         hide_paths: paths inside the root that must read as empty (the root holds no host file
             outside the runtime anyway).
         ro_paths: host paths the harness needs read-only (its tool folder; see `HarnessPreset.ro_paths`);
-            the files the command names by absolute path are added (`command_files`).
+            the program file the command runs is added (`command_files`).
         unsafe: run even where the allow-list root cannot be built (host network, host filesystem).
 
     Returns:
