@@ -199,3 +199,16 @@ def test_a_file_task_source_is_masked_too(tmp_path):
     task = _Task()
     task.source = f"file:{source}"
     assert source.resolve() in capture_hidden_paths(task, tmp_path / "out")
+
+
+def test_the_cli_refuses_without_the_sandbox_naming_the_opt_out(tmp_path, monkeypatch, capsys):
+    from rollout_dataset.cli import main as cli_main
+
+    monkeypatch.setenv("ROLLOUT_DATASET_SANDBOX_ISOLATION", "off")
+    probe_isolation.cache_clear()
+    try:
+        code = cli_main(["capture", "--out-dir", str(tmp_path / "r"), "--no-push"])
+    finally:
+        monkeypatch.delenv("ROLLOUT_DATASET_SANDBOX_ISOLATION")
+        probe_isolation.cache_clear()
+    assert code == 1 and "--unsafe-sandbox" in capsys.readouterr().err and not (tmp_path / "r").exists()

@@ -253,7 +253,9 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         TaskSourceError: the task source cannot be read.
         UpstreamStatusError: the first model call answered 4xx/5xx (status and URL named).
         UpstreamError: the model server could not be reached on the first call.
-        ValueError: a bad setting (unknown harness, ...).
+        SandboxUnavailableError: the allow-list sandbox cannot be built here and `unsafe_sandbox` is off
+            (raised before anything starts).
+        ValueError: a bad setting (unknown harness, a `sandbox_ro_paths` entry exposing task data, ...).
     """
     from rollout_dataset.harness import BuiltinAgent, ToolBox, resolve_harness, run_external_harness
     from rollout_dataset.harness.tools import sandbox_runner
@@ -289,7 +291,8 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         session = rollout_id
         harness_url = proxy.session_base_url(session)
         trace_path = proxy.trace_path(session)
-        # held-out isolation: the task's files, this rollout's folder and its siblings' are hidden
+        # held-out isolation: the agent's code runs in the allow-list root (none of the task files, this
+        # rollout's folder, its siblings or the trace are in it); these paths are masked as a second line
         hidden = capture_hidden_paths(task, out_dir, config.hide_paths)
         box = stack.enter_context(Sandbox(hide_paths=hidden, unsafe=config.unsafe_sandbox))
         timings["setup_s"] = time.monotonic() - t_start

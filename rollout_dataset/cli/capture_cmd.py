@@ -138,7 +138,7 @@ def _run_env(args: argparse.Namespace) -> int:
         return 2
     try:
         result = rollout(config)
-    except (UpstreamError, SandboxUnavailableError) as exc:
+    except UpstreamError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return report_result(result)
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
     except (TaskIndexError, TaskSourceError, ValueError) as exc:  # ConfigError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except UpstreamError as exc:
+    except (UpstreamError, SandboxUnavailableError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return report_result(result)
