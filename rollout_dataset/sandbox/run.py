@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -374,6 +375,8 @@ class Sandbox:
             if self._etc_dir is None:
                 self._etc_dir = write_etc(Path(tempfile.mkdtemp(prefix="rd-sandbox-etc-")),
                                           self.uid if self.uid is not None else 1000)
+                # removed on close, or when an unclosed sandbox is garbage-collected
+                weakref.finalize(self, shutil.rmtree, str(self._etc_dir), True)
             self._grant()
             spec = RootSpec(workdir=self.workdir, rw_paths=self.rw_paths, ro_paths=self.ro_paths,
                             masks=self.hidden_paths, tmp_mb=limits.tmp_mb, uid=self.uid, etc_dir=self._etc_dir,

@@ -278,14 +278,14 @@ def run_examples(task: "Task", workdir: str | os.PathLike[str], limits: Limits |
         SandboxUnavailableError: no allow-list root here and not `unsafe`.
     """
     examples = list(task.visible_tests if tests is None else tests)
-    box = Sandbox(workdir, limits=limits or VERIFY_LIMITS, hide_paths=task_hidden_paths(task), unsafe=unsafe)
-    if not (box.workdir / filename).is_file():
-        return [ExampleResult(i, False, f"no solution file {filename} in {box.workdir}", t.input, t.output, "", "")
-                for i, t in enumerate(examples)]
-    results = []
-    for i, test in enumerate(examples):
-        run = box.run(list(command) if command else [sys.executable, filename], stdin=test.input)
-        ok, reason = _reason(run, test.output)
-        results.append(ExampleResult(i, ok, reason, test.input, test.output, run.stdout[:4000],
-                                     run.stderr[-2000:], run.limit))
+    with Sandbox(workdir, limits=limits or VERIFY_LIMITS, hide_paths=task_hidden_paths(task), unsafe=unsafe) as box:
+        if not (box.workdir / filename).is_file():
+            return [ExampleResult(i, False, f"no solution file {filename} in {box.workdir}", t.input, t.output, "",
+                                  "") for i, t in enumerate(examples)]
+        results = []
+        for i, test in enumerate(examples):
+            run = box.run(list(command) if command else [sys.executable, filename], stdin=test.input)
+            ok, reason = _reason(run, test.output)
+            results.append(ExampleResult(i, ok, reason, test.input, test.output, run.stdout[:4000],
+                                         run.stderr[-2000:], run.limit))
     return results
