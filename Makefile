@@ -8,7 +8,7 @@ OPENCODE_VERSION ?= 1.18.33
 # keep in step with rollout_dataset/harness/codex.py CODEX_VERSION
 CODEX_VERSION ?= 0.171.0
 
-.PHONY: all venv install install-test npm-tools demo test test-fast test-real-vllm bench clean
+.PHONY: all venv install install-test npm-tools system-deps demo test test-fast test-real-vllm bench clean
 
 all: test
 
@@ -35,17 +35,25 @@ $(NPM_STAMP):
 		@openai/codex@$(CODEX_VERSION)
 	touch $@
 
+# System tools the sandbox needs (Debian packages): bubblewrap builds the allow-list root untrusted
+# code runs in, socat carries the recording proxy's port into an external harness's sandbox.
+# Installed only when missing (sudo when not root).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system-deps:
+	@command -v bwrap >/dev/null && command -v socat >/dev/null || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap socat; }
+
 venv: $(PY)
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 npm-tools: $(NPM_STAMP)
 
 # The main job on the embedded default: local backend, oracle captures, dataset build, load back.
-demo: install
+demo: install system-deps
 	$(PY) -m rollout_dataset.demo
 
 # The whole test suite, as CI runs it.
-test: install-test npm-tools
+test: install-test npm-tools system-deps
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # Opt-in: wire-format checks against a genuine vLLM CPU server (see ../shared/tools/real-vllm).

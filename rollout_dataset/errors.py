@@ -14,6 +14,7 @@ __all__ = [
     "TaskIndexError",
     "TaskSourceError",
     "SandboxLimitError",
+    "SandboxUnavailableError",
     "SchemaValidationError",
     "LeakageError",
     "ArtifactError",
@@ -61,6 +62,10 @@ class TaskSourceError(RolloutDatasetError, ValueError):
 
 class SandboxLimitError(RolloutDatasetError, RuntimeError):
     """Code run in the sandbox hit a wall-time, CPU, memory or output limit."""
+
+
+class SandboxUnavailableError(RolloutDatasetError, RuntimeError):
+    """The allow-list sandbox cannot be built on this machine and no explicit opt-out was given."""
 
 
 class SchemaValidationError(RolloutDatasetError, ValueError):

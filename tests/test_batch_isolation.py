@@ -19,9 +19,7 @@ def batch(tmp_path_factory):
     """Two rollouts one after the other; each agent cats every held_out_tests.json under rollouts/."""
     base = tmp_path_factory.mktemp("batch-isolation")
     out = base / "batch"
-    control = base / "control.txt"
-    control.write_text(CONTROL_MARKER)
-    command = f"cat {out / 'rollouts'}/*/held_out_tests.json; echo; ls -a {out / 'rollouts'}; cat {control}"
+    command = f"cat {out / 'rollouts'}/*/held_out_tests.json; echo; ls -a {out / 'rollouts'}; echo {CONTROL_MARKER}"
     policy = make_policy("script", steps=[{"name": "run", "arguments": {"command": command}},
                                           {"name": "submit", "arguments": {}}])
     tokenizer = load_tokenizer("builtin")
@@ -38,7 +36,7 @@ def _run_outputs(folder) -> list[str]:
     return [m["content"] for m in messages if m.get("role") == "tool"]
 
 
-@pytest.mark.skipif(not probe_isolation().mount, reason="no mount namespace on this machine: nothing can be hidden")
+@pytest.mark.skipif(not probe_isolation().allow_list, reason="bubblewrap cannot build the allow-list root here")
 def test_no_rollout_reads_any_held_out_tests_written_under_the_batch(batch):
     folders = sorted((batch / "rollouts").iterdir())
     assert len(folders) == 2
@@ -46,7 +44,7 @@ def test_no_rollout_reads_any_held_out_tests_written_under_the_batch(batch):
     assert held_out, "the rollouts wrote real held-out tests"
     for folder in folders:
         output = _run_outputs(folder)[0]
-        assert CONTROL_MARKER in output, "the command ran and read a file outside the batch"
+        assert CONTROL_MARKER in output, "the command ran"
         assert "No such file" in output
         assert not any(json.dumps(t["input"]) in output for t in held_out)
         assert not any(f.name in output for f in folders), "the rollouts folder itself lists as empty"
@@ -59,3 +57,22 @@ def test_every_job_hides_the_rollouts_folder_of_its_batch(tmp_path):
     assert len(jobs) == 4
     for job in jobs:
         assert job.settings["hide_paths"] == [root] and job.artifact_dir.startswith(str(tmp_path / "b" / "rollouts"))
+
+
+def test_a_batch_refuses_without_the_sandbox_and_runs_unsafe_only_when_asked(tmp_path, monkeypatch):
+    from rollout_dataset.errors import SandboxUnavailableError
+
+    monkeypatch.setenv("ROLLOUT_DATASET_SANDBOX_ISOLATION", "off")
+    probe_isolation.cache_clear()
+    try:
+        common = dict(seeds=[0], rollouts_per_seed=1, max_turns=3, concurrency=1, progress=False,
+                      build_dataset=False, timeout_s=120)
+        with pytest.raises(SandboxUnavailableError, match="--unsafe-sandbox"):
+            run_batch(BatchConfig(out_dir=tmp_path / "refused", **common))
+        run_batch(BatchConfig(out_dir=tmp_path / "unsafe", unsafe_sandbox=True, **common))
+    finally:
+        monkeypatch.delenv("ROLLOUT_DATASET_SANDBOX_ISOLATION")
+        probe_isolation.cache_clear()
+    assert not (tmp_path / "refused" / "rollouts").exists() or not any((tmp_path / "refused" / "rollouts").iterdir())
+    summaries = [json.loads(p.read_text()) for p in (tmp_path / "unsafe" / "rollouts").glob("*/summary.json")]
+    assert [s["isolation"] for s in summaries] == ["unsafe"] and summaries[0]["env_reward"] == 1.0

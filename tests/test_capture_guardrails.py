@@ -159,12 +159,13 @@ def test_push_to_dataset_uploads_the_capture_and_the_token_stays_out_of_the_arti
         env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), HF_TOKEN=token, PUSH_TO_DATASET="org/rollouts",
                    HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
         # No model call is needed to prove the push: an external harness that just writes the solution
-        # (copied from the current directory, which holds the output folder and stays readable).
+        # (copied from a file exposed read-only to its sandbox with --sandbox-ro).
         task = load_tasks("builtin", seed=0)[4]
         (tmp_path / "ref.py").write_text(task.reference_solution)
         proc = subprocess.run([sys.executable, str(REPO / "capture_scripts/capture_trace.py"), "--task-index", "4",
                                "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--tokenizer", "builtin",
                                "--harness", f"cmd:cp {tmp_path / 'ref.py'} solution.py",
+                               "--sandbox-ro", str(tmp_path / "ref.py"),
                                "--out-dir", "art", "--timeout-s", "60"],
                               env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, proc.stderr[-3000:]

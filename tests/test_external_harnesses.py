@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rollout_dataset.capture import CaptureConfig, capture_rollout
+from rollout_dataset.errors import SandboxUnavailableError
 from rollout_dataset.harness import (
     find_mini,
     find_opencode,
@@ -25,8 +26,8 @@ from rollout_dataset.sandbox.isolation import probe_isolation
 from rollout_dataset.schema.check import validate_path
 from rollout_dataset.tasks import load_tasks
 
-needs_mounts = pytest.mark.skipif(not probe_isolation().mount,
-                                  reason="no mount namespace on this machine: the sandbox cannot hide paths")
+needs_mounts = pytest.mark.skipif(not probe_isolation().allow_list,
+                                  reason="bubblewrap cannot build the allow-list root here (make test installs it)")
 
 TASK_DATA = Path(isolation.__file__).resolve().parent.parent / "tasks" / "data" / "builtin_tasks.yaml"
 CONTROL_MARKER = "CONTROL-FILE-READABLE-0815"
@@ -83,36 +84,37 @@ def _probe_command(*paths) -> str:
 
 
 @needs_mounts
-def test_an_external_harness_cannot_read_the_builtin_task_data_or_a_hidden_path(tmp_path):
+def test_an_external_harness_cannot_read_the_builtin_task_data_or_files_outside_its_root(tmp_path):
     secret = tmp_path / "private" / "held_out_tests.json"
     secret.parent.mkdir()
     secret.write_text('{"tests": [{"input": "HIDDEN-4711", "output": ""}]}')
-    control = tmp_path / "control.txt"
-    control.write_text(CONTROL_MARKER)
     work = tmp_path / "work"
     work.mkdir()
+    control = work / "control.txt"
+    control.write_text(CONTROL_MARKER)
     result = run_external_harness(_probe_command(TASK_DATA, secret, control),
                                   base_url="http://127.0.0.1:9/v1", model="m", workdir=work, instruction="t",
-                                  timeout_s=30, hide_paths=[secret.parent])
+                                  timeout_s=30)
     probe = (work / "probe.txt").read_text()
     assert result.exit_code == 0 and CONTROL_MARKER in probe, probe
     assert TASK_DATA.stat().st_size > 1000 and TASK_DATA.read_text()[:200] not in probe
     assert "HIDDEN-4711" not in probe and probe.count("No such file") == 2, probe
 
 
-def test_without_a_mount_namespace_the_harness_still_runs_and_a_warning_says_nothing_is_hidden(
-        tmp_path, monkeypatch, caplog):
+def test_without_the_allow_list_root_a_harness_runs_only_when_the_user_opts_out(tmp_path, monkeypatch):
     monkeypatch.setenv("ROLLOUT_DATASET_SANDBOX_ISOLATION", "off")
     probe_isolation.cache_clear()
     try:
-        with caplog.at_level(logging.WARNING, logger="rollout_dataset.harness.external"):
-            result = run_external_harness("echo ran > ran.txt", base_url="http://x/v1", model="m",
-                                          workdir=tmp_path, instruction="t", timeout_s=30)
+        with pytest.raises(SandboxUnavailableError, match="--unsafe-sandbox"):
+            run_external_harness("echo ran > refused.txt", base_url="http://x/v1", model="m",
+                                 workdir=tmp_path, instruction="t", timeout_s=30)
+        result = run_external_harness("echo ran > ran.txt", base_url="http://x/v1", model="m",
+                                      workdir=tmp_path, instruction="t", timeout_s=30, unsafe=True)
     finally:
         monkeypatch.delenv("ROLLOUT_DATASET_SANDBOX_ISOLATION")
         probe_isolation.cache_clear()
+    assert not (tmp_path / "refused.txt").exists()
     assert result.exit_code == 0 and (tmp_path / "ran.txt").read_text() == "ran\n"
-    assert "no mount namespace" in caplog.text
 
 
 @needs_mounts
@@ -122,18 +124,43 @@ def test_a_captured_cmd_harness_cannot_read_its_own_or_a_siblings_held_out_tests
     for folder, marker in ((sibling, "SIBLING-HELD-OUT-0042"), (own, "OWN-HELD-OUT-4711")):
         folder.mkdir(parents=True)
         (folder / "held_out_tests.json").write_text(json.dumps({"tests": [{"input": marker, "output": ""}]}))
-    control = tmp_path / "control.txt"
-    control.write_text(CONTROL_MARKER + "\n")
-    command = (_probe_command(TASK_DATA, sibling / "held_out_tests.json", own / "held_out_tests.json", control)
-               + f"; ls -a {root}")
+    command = (_probe_command(TASK_DATA, sibling / "held_out_tests.json", own / "held_out_tests.json")
+               + f"; echo {CONTROL_MARKER}; ls -a {root}; true")
     result = capture_rollout(CaptureConfig(out_dir=own, harness="cmd:" + command, base_url="http://127.0.0.1:9/v1",
                                            model="m", timeout_s=60, push=False, keep_workdir=True))
     probe = (own / "workdir" / "probe.txt").read_text()
     assert result.summary["harness_exit_code"] == 0 and CONTROL_MARKER in probe, probe
     assert "SIBLING-HELD-OUT" not in probe and "OWN-HELD-OUT" not in probe
-    assert probe.count("No such file") == 3 and TASK_DATA.read_text()[:200] not in probe
-    assert probe.endswith(CONTROL_MARKER + "\n.\n..\n"), "the folder of sibling rollouts lists as empty"
+    assert probe.count("No such file") == 4 and TASK_DATA.read_text()[:200] not in probe
+    assert probe.endswith(CONTROL_MARKER + f"\nls: cannot access '{root}': No such file or directory\n"), probe
+    assert result.summary["isolation"] == "allow-list"
     assert not result.summary["leakage"]["hits"]
+
+
+@needs_mounts
+def test_a_cmd_harness_runs_a_script_it_names_but_cannot_read_the_folder_around_it(tmp_path):
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "secret.txt").write_text("HIDDEN-NEXT-TO-THE-SCRIPT")
+    script = agents / "agent.py"
+    script.write_text("import pathlib, sys\nprint('agent ran')\n"
+                      "try:\n    print(pathlib.Path(sys.argv[0]).with_name('secret.txt').read_text())\n"
+                      "except OSError as exc:\n    print('refused', type(exc).__name__)\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run_external_harness(f"python3 {script}", base_url="http://127.0.0.1:9/v1", model="m", workdir=work,
+                                  instruction="t", timeout_s=30)
+    assert result.stdout_tail.split("\n")[:2] == ["agent ran", "refused FileNotFoundError"], result.stderr_tail
+
+
+def test_sandbox_ro_refuses_a_path_that_would_expose_the_task_data_or_the_output(tmp_path):
+    from rollout_dataset.sandbox.isolation import check_sandbox_ro_paths
+
+    with pytest.raises(ValueError, match="would expose"):
+        check_sandbox_ro_paths([TASK_DATA.parents[2]])
+    with pytest.raises(ValueError, match="would expose"):
+        check_sandbox_ro_paths([tmp_path], protected=[tmp_path / "out"])
+    check_sandbox_ro_paths([tmp_path / "work"] if (tmp_path / "work").mkdir() is None else [])
 
 
 def test_harness_specs_resolve_to_builtin_commands_or_presets():

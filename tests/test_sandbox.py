@@ -1,4 +1,4 @@
-"""The sandbox: limits that hit are recorded, no network, a scrubbed environment, hidden paths."""
+"""The sandbox: limits that hit are recorded, no network, a scrubbed environment, the allow-list root."""
 
 from __future__ import annotations
 
@@ -9,14 +9,16 @@ import sys
 
 import pytest
 
-from rollout_dataset.sandbox import Limits, Sandbox, run_in_sandbox
+from rollout_dataset.errors import SandboxUnavailableError
+from rollout_dataset.sandbox import HostForwarder, Limits, Sandbox, probe_isolation, run_in_sandbox
+from rollout_dataset.sandbox.forward import inner_wrapper
 from rollout_dataset.tasks import builtin_data_path
 
 PY = sys.executable
-ISOLATION = Sandbox.isolation()
-NETNS = ISOLATION["network"].startswith("network namespace")
-MOUNTNS = "mount namespace" in ISOLATION["filesystem"]
-PIDNS = ISOLATION["processes"].startswith("PID namespace")
+ALLOW = probe_isolation().allow_list
+NETNS = MOUNTNS = PIDNS = ALLOW
+needs_allow_list = pytest.mark.skipif(not ALLOW, reason="bubblewrap cannot build the allow-list root here "
+                                                        "(make test installs it); see Sandbox.isolation()")
 
 
 def test_a_command_runs_in_its_own_working_directory_and_reads_stdin():
@@ -111,21 +113,25 @@ def test_the_same_connection_works_outside_the_sandbox():
         server.close()
 
 
-def test_network_can_be_kept_for_an_agent_cli_while_paths_stay_hidden(tmp_path):
-    secret = tmp_path / "held_out_tests.json"
-    secret.write_text("answers")
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(1)
-    port = server.getsockname()[1]
-    code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), 2).close()\nprint(repr(open({str(secret)!r}).read()))"
+@needs_allow_list
+def test_one_forwarded_port_is_reachable_and_no_other(tmp_path):
+    servers = [socket.socket(), socket.socket()]
+    for server in servers:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+    forwarded, other = (server.getsockname()[1] for server in servers)
+    code = ("import socket\n"
+            f"for port in ({forwarded}, {other}):\n"
+            "    try:\n        socket.create_connection(('127.0.0.1', port), 2).close(); print('open')\n"
+            "    except OSError:\n        print('closed')\n")
     try:
-        with Sandbox(network=True, hide_paths=[secret], limits=Limits(memory_mb=None, cpu_s=None)) as box:
-            result = box.run([PY, "-c", code])
+        with HostForwarder(forwarded) as forwarder, Sandbox(limits=Limits(memory_mb=None, cpu_s=None),
+                                                            extra_bwrap_args=forwarder.bind_args()) as box:
+            result = box.run(inner_wrapper(forwarded) + [PY, "-c", code])
     finally:
-        server.close()
-    assert result.ok, result.stderr
-    assert result.stdout.strip() == ("''" if MOUNTNS else "'answers'")
+        for server in servers:
+            server.close()
+    assert result.stdout.split() == ["open", "closed"], result.stderr
 
 
 def test_a_trusted_dummy_key_is_passed_through():
@@ -140,27 +146,32 @@ def test_environment_is_scrubbed_of_secrets_and_home_is_the_workdir(monkeypatch)
         result = box.run([PY, "-c", "import os, json; print(json.dumps(dict(os.environ)))"])
         env = json.loads(result.stdout)
         assert "sekrit-value" not in result.stdout
-        assert env["HOME"] == str(box.workdir) and env["TMPDIR"] == str(box.workdir)
+        assert env["HOME"] == str(box.workdir) and env["TMPDIR"] == "/tmp"
         assert env["GREETING"] == "hi"
         assert not any("TOKEN" in k or "KEY" in k or "PROXY" in k for k in env)
 
 
-@pytest.mark.skipif(not MOUNTNS, reason="no mount namespace on this machine (see Sandbox.isolation())")
-def test_the_builtin_task_data_cannot_be_read_from_inside():
+@needs_allow_list
+def test_the_builtin_task_data_and_the_project_checkout_are_not_in_the_root():
     path = builtin_data_path()
     assert os.path.getsize(path) > 1000
-    result = run_in_sandbox([PY, "-c", f"import os; print(os.path.exists({path!r}), os.listdir({os.path.dirname(path)!r}))"])
-    assert result.stdout.strip() == "False []"
+    package = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+    code = (f"import os\nprint(os.path.exists({path!r}), os.path.exists({package!r}))\n"
+            "try:\n    import rollout_dataset.tasks\n    print('importable')\nexcept ImportError:\n    print('no package')\n")
+    result = run_in_sandbox([PY, "-c", code])
+    assert result.stdout.split() == ["False", "False", "no", "package"], result.stderr
 
 
-@pytest.mark.skipif(not MOUNTNS, reason="no mount namespace on this machine (see Sandbox.isolation())")
-def test_extra_hidden_paths_read_as_empty_and_cannot_be_unmounted(tmp_path):
-    secret = tmp_path / "held_out_tests.json"
+@needs_allow_list
+def test_a_masked_path_inside_the_root_reads_as_empty_and_cannot_be_unmounted(tmp_path):
+    (tmp_path / "work").mkdir()
+    secret = tmp_path / "work" / "held_out_tests.json"
     secret.write_text('{"tests": "the answers"}')
     code = (f"import subprocess\nprint(repr(open({str(secret)!r}).read()))\n"
             f"print(subprocess.run(['umount', {str(secret)!r}], capture_output=True).returncode != 0)")
-    result = run_in_sandbox([PY, "-c", code], hide_paths=[secret])
-    assert result.stdout.split() == ["''", "True"]
+    with Sandbox(tmp_path / "work", hide_paths=[secret]) as box:
+        result = box.run([PY, "-c", code])
+    assert result.stdout.split() == ["''", "True"], result.stderr
     assert secret.read_text() == '{"tests": "the answers"}'
 
 
@@ -173,11 +184,13 @@ def test_a_hidden_path_that_contains_the_workdir_is_left_visible(tmp_path):
 
 def test_isolation_reports_what_is_and_is_not_isolated():
     report = Sandbox.isolation()
-    assert {"network", "filesystem", "processes", "privileges", "limits", "environment", "not_isolated"} <= set(report)
+    assert {"level", "network", "filesystem", "processes", "privileges", "limits", "environment",
+            "not_isolated"} <= set(report)
+    assert report["level"] == ("allow-list" if ALLOW else "unsafe")
     assert isinstance(report["not_isolated"], list) and report["not_isolated"]
 
 
-@pytest.mark.skipif(not PIDNS, reason="no PID namespace on this machine (see Sandbox.isolation())")
+@needs_allow_list
 def test_other_processes_are_invisible_from_inside():
     result = run_in_sandbox([PY, "-c", "import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"])
     visible = json.loads(result.stdout)
@@ -186,8 +199,6 @@ def test_other_processes_are_invisible_from_inside():
 
 @pytest.fixture
 def isolation_off(monkeypatch):
-    from rollout_dataset.sandbox.isolation import probe_isolation
-
     monkeypatch.setenv("ROLLOUT_DATASET_SANDBOX_ISOLATION", "off")
     probe_isolation.cache_clear()
     yield
@@ -195,10 +206,16 @@ def isolation_off(monkeypatch):
     probe_isolation.cache_clear()
 
 
-def test_without_namespaces_limits_still_hold_and_the_report_says_what_is_exposed(isolation_off):
+def test_without_the_allow_list_root_the_sandbox_refuses_to_run_code(isolation_off, tmp_path):
+    marker = tmp_path / "ran"
+    with pytest.raises(SandboxUnavailableError, match="--unsafe-sandbox"):
+        run_in_sandbox(f"touch {marker}")
+    assert not marker.exists()
+
+
+def test_an_explicit_opt_out_runs_with_limits_only_and_the_report_says_so(isolation_off):
     report = Sandbox.isolation()
-    assert report["network"] == "none (host network)"
-    assert any(s.startswith("network:") for s in report["not_isolated"])
-    result = run_in_sandbox([PY, "-c", "import time; time.sleep(30)"], limits=Limits(wall_s=0.3))
+    assert report["level"] == "unsafe" and report["network"].startswith("none")
+    result = run_in_sandbox([PY, "-c", "import time; time.sleep(30)"], limits=Limits(wall_s=0.3), unsafe=True)
     assert result.limit == "wall"
-    assert run_in_sandbox("exit 7").exit_code == 7
+    assert run_in_sandbox("exit 7", unsafe=True).exit_code == 7

@@ -55,13 +55,16 @@ class CodingExamples:
     Args:
         task: the task (a `rollout_dataset.tasks.Task`); its `visible_tests` are the examples.
         limits: sandbox limits of each example run (default: the verifier's).
+        unsafe: run the examples even where the allow-list sandbox cannot be built (the rollout
+            was captured with ``--unsafe-sandbox``).
     """
 
     env = "coding"
 
-    def __init__(self, task: Any, limits: Any = None) -> None:
+    def __init__(self, task: Any, limits: Any = None, unsafe: bool = False) -> None:
         self.task = task
         self.limits = limits
+        self.unsafe = unsafe
 
     def catalogue(self) -> Sequence[str]:
         """`example_1` .. `example_n`."""
@@ -73,7 +76,7 @@ class CodingExamples:
 
         if not self.task.visible_tests or not (Path(state) / SOLUTION_FILE).is_file():
             return frozenset()
-        results = run_examples(self.task, state, self.limits)
+        results = run_examples(self.task, state, self.limits, unsafe=self.unsafe)
         return frozenset(example_name(r.index) for r in results if r.passed)
 
 
@@ -145,7 +148,7 @@ def _apply(workdir: Path, name: str, args: Mapping[str, Any], sandbox: Any) -> t
 
 
 def replay_timeline(
-    calls: Sequence[Mapping[str, Any]], environment: CodingExamples, *, limits: Any = None
+    calls: Sequence[Mapping[str, Any]], environment: CodingExamples, *, limits: Any = None, unsafe: bool = False
 ) -> list[AchievementSnapshot]:
     """Rebuild a coding rollout's achievement timeline from its trace.
 
@@ -153,6 +156,7 @@ def replay_timeline(
         calls: the trace records (`trace.json` `calls`).
         environment: the task's examples.
         limits: sandbox limits of replayed commands (default: the sandbox's).
+        unsafe: replay even where the allow-list sandbox cannot be built.
 
     Returns:
         One snapshot per decision that wrote a file, ran a command or ran the examples.
@@ -162,7 +166,7 @@ def replay_timeline(
     tracker = AchievementTracker(environment)
     with tempfile.TemporaryDirectory(prefix="replay-") as tmp:
         workdir = Path(tmp)
-        with Sandbox(workdir, limits=limits) as box:
+        with Sandbox(workdir, limits=limits, unsafe=unsafe) as box:
             for turn, tools in decisions_from_trace(calls):
                 acted = False
                 for name, args in tools:
@@ -231,6 +235,15 @@ def _task_from_artifacts(folder: Path) -> Any:
     )
 
 
+def _isolation_of(folder: Path) -> str | None:
+    """The ``isolation`` field of the folder's summary.json (None when absent or unreadable)."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary.get("isolation") if isinstance(summary, dict) else None
+
+
 def timeline_for_artifacts(folder: str | os.PathLike[str]) -> tuple[list[AchievementSnapshot], frozenset[str]]:
     """The achievement timeline of one coding artifact folder.
 
@@ -251,7 +264,9 @@ def timeline_for_artifacts(folder: str | os.PathLike[str]) -> tuple[list[Achieve
     if found is not None:
         return found
     trace = json.loads((folder / "trace.json").read_text(encoding="utf-8"))
-    env = CodingExamples(_task_from_artifacts(folder))
-    timeline = replay_timeline(trace.get("calls") or [], env)
+    # a rollout the user captured with --unsafe-sandbox is replayed the same way; every other needs the sandbox
+    unsafe = _isolation_of(folder) == "unsafe"
+    env = CodingExamples(_task_from_artifacts(folder), unsafe=unsafe)
+    timeline = replay_timeline(trace.get("calls") or [], env, unsafe=unsafe)
     write_achievements(folder, env=env.env, catalogue=env.catalogue(), timeline=timeline, source="replayed")
     return timeline, frozenset()

@@ -311,6 +311,8 @@ class BatchConfig:
         on_policy: the proxy's on-policy mode for every rollout (coding environment).
         max_tokens_cap: the proxy's cap on every call's output limit (None: none).
         fit_context: the proxy fits output limits to the model's context (default on).
+        unsafe_sandbox: run the agents' code even where the allow-list sandbox cannot be built
+            (`--unsafe-sandbox`; each summary.json records ``isolation: "unsafe"``).
     """
 
     out_dir: Path
@@ -334,6 +336,7 @@ class BatchConfig:
     on_policy: bool = False
     max_tokens_cap: int | None = None
     fit_context: bool = True
+    unsafe_sandbox: bool = False
 
     def __post_init__(self) -> None:
         if self.max_tokens_cap is not None and self.max_tokens_cap < 1:

@@ -165,14 +165,18 @@ def coding_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunO
     rollout `i` of it uses rollout seed `s * 1000 + i`, so rollouts of a seed differ and every run
     is reproducible. Coding takes no env options. Each rollout's sandbox hides the batch's
     `rollouts/` folder (`settings["hide_paths"]`), so no agent reads the held-out tests an earlier
-    rollout wrote there.
+    rollout wrote there (the allow-list sandbox does not contain it anyway).
 
     Raises:
         ConfigError: env options were given (coding has none).
+        SandboxUnavailableError: the allow-list sandbox cannot be built and `unsafe_sandbox` is off.
     """
     if config.env_options:
         names = ", ".join(sorted(config.env_options))
         raise ConfigError(f"--env-option: the coding environment takes no options (got {names})")
+    from rollout_dataset.sandbox.isolation import require_isolation
+
+    require_isolation(config.unsafe_sandbox)  # agents' code runs only in the allow-list sandbox unless opted out
 
     def run_one(job: RolloutJob) -> RolloutResult:
         from rollout_dataset.capture import CaptureConfig, capture_rollout
@@ -197,6 +201,7 @@ def coding_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunO
             on_policy=bool(settings.get("on_policy")),
             max_tokens_cap=settings.get("max_tokens_cap"),
             fit_context=settings.get("fit_context", True),
+            unsafe_sandbox=bool(settings.get("unsafe_sandbox")),
         )
         captured = capture_rollout(capture)
         if not captured.ok:

@@ -7,14 +7,14 @@ Public API:
 - `CaptureConfig`, `CaptureResult`;
 - `scan_for_leaks`, `compute_penalties`, `reward_after_penalties`, `PenaltyRules` — the integrity
   and reward rules, usable on their own;
-- `capture_hidden_paths`, `safe_to_hide` — what the agent's sandbox hides (held-out isolation);
+- `capture_hidden_paths` — what the agent's sandbox masks besides its allow-list root;
 - `push_artifacts_from_env` — build one artifact folder into a dataset and push it when
   ``PUSH_TO_DATASET`` is set (every capture calls it at the end, Crafter's too);
 - `harness_statement` — the statement every harness is given (instruction + where solution.py goes).
 """
 
 from rollout_dataset.capture.config import CaptureConfig, CaptureResult
-from rollout_dataset.capture.hiding import capture_hidden_paths, safe_to_hide
+from rollout_dataset.capture.hiding import capture_hidden_paths
 from rollout_dataset.capture.leakage import MIN_LEAK_CHARS, LeakHit, scan_for_leaks
 from rollout_dataset.capture.orchestrate import SOLUTION_NOTE, capture_rollout, first_call_failure, harness_statement
 from rollout_dataset.capture.push import push_artifacts_from_env, push_wanted
@@ -39,7 +39,6 @@ __all__ = [
     "push_wanted",
     "redact_text",
     "reward_after_penalties",
-    "safe_to_hide",
     "scan_for_leaks",
     "serve_in_thread",
 ]

@@ -48,8 +48,13 @@ class CaptureConfig:
             ends the rollout with stop reason ``context_exhausted`` when a prompt leaves no room
             (`rollout_dataset.proxy.context_fit`).
         local_max_model_len: the context length of the local backend (when no `base_url`).
-        hide_paths: more paths the agent's sandbox hides, besides the task's files, `out_dir` and
-            its parent (see `rollout_dataset.capture.hiding`); a batch names its `rollouts/` folder.
+        hide_paths: more paths masked inside the agent's sandbox (see `rollout_dataset.capture.hiding`);
+            the allow-list root holds none of them anyway.
+        sandbox_ro_paths: host files or folders an external harness needs read-only in its sandbox
+            (`--sandbox-ro`), besides the runtime and the program its command runs (by absolute path);
+            one that holds the task data or `out_dir` is refused.
+        unsafe_sandbox: run the agent's code and the verifier even where the allow-list sandbox
+            cannot be built (`--unsafe-sandbox`); summary.json then records ``isolation: "unsafe"``.
         on_policy: the proxy's on-policy mode (multi-turn prompts built from the sampled ids).
     """
 
@@ -80,9 +85,12 @@ class CaptureConfig:
     max_tokens_cap: int | None = None
     fit_context: bool = True
     local_max_model_len: int = 131072
+    sandbox_ro_paths: tuple[str | Path, ...] = ()
+    unsafe_sandbox: bool = False
 
     def __post_init__(self) -> None:
         self.hide_paths = tuple(self.hide_paths)
+        self.sandbox_ro_paths = tuple(self.sandbox_ro_paths)
         if self.max_tokens_cap is not None and self.max_tokens_cap < 1:
             raise ValueError(f"max_tokens_cap must be >= 1, got {self.max_tokens_cap}")
         if self.local_max_model_len < 2:

@@ -326,12 +326,15 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         TaskSourceError: the task source cannot be read.
         UpstreamStatusError: the first model call answered 4xx/5xx (status and URL named).
         UpstreamError: the model server could not be reached on the first call.
-        ValueError: a bad setting (unknown harness, ...).
+        SandboxUnavailableError: the allow-list sandbox cannot be built here and `unsafe_sandbox` is off
+            (raised before anything starts).
+        ValueError: a bad setting (unknown harness, a `sandbox_ro_paths` entry exposing task data, ...).
     """
     from rollout_dataset.harness import BuiltinAgent, ToolBox, resolve_harness, run_external_harness
     from rollout_dataset.harness.tools import sandbox_runner
     from rollout_dataset.proxy import CaptureProxy, read_trace
     from rollout_dataset.sandbox import Sandbox, verify_solution
+    from rollout_dataset.sandbox.isolation import check_sandbox_ro_paths, require_isolation
     from rollout_dataset.tasks import load_tasks, select_task
     from rollout_dataset.tasks.model import visible_tests_text
 
@@ -339,6 +342,8 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
     created_at = _now_iso()
     rollout_id = config.rollout_id or uuid.uuid4().hex
     preset = resolve_harness(config.harness)  # bad --harness fails before anything starts
+    isolation = require_isolation(config.unsafe_sandbox)  # no sandbox, no untrusted code (unless opted out)
+    check_sandbox_ro_paths(config.sandbox_ro_paths, [config.out_dir])
     tasks = load_tasks(config.tasks, n_prompts=config.n_prompts, seed=config.seed)
     task = select_task(tasks, config.task_index)
     rollout_seed = config.effective_rollout_seed
@@ -371,9 +376,10 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         session = rollout_id
         harness_url = proxy.session_base_url(session)
         trace_path = proxy.trace_path(session)
-        # held-out isolation: the task's files, this rollout's folder and its siblings' are hidden
+        # held-out isolation: the agent's code runs in the allow-list root (none of the task files, this
+        # rollout's folder, its siblings or the trace are in it); these paths are masked as a second line
         hidden = capture_hidden_paths(task, out_dir, config.hide_paths)
-        box = stack.enter_context(Sandbox(hide_paths=hidden))
+        box = stack.enter_context(Sandbox(hide_paths=hidden, unsafe=config.unsafe_sandbox))
         timings["setup_s"] = time.monotonic() - t_start
 
         t_agent = time.monotonic()
@@ -393,7 +399,8 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
             ext = run_external_harness(preset.command, base_url=harness_url, model=model, workdir=box.workdir,
                                        instruction=statement, api_key=dummy_key,
                                        timeout_s=config.timeout_s, env=preset.env, should_stop=watch,
-                                       hide_paths=hidden)
+                                       hide_paths=hidden, ro_paths=[*preset.ro_paths, *config.sandbox_ro_paths],
+                                       unsafe=config.unsafe_sandbox)
             stop_reason, timed_out, exit_code = ext.stop_reason, ext.timed_out, ext.exit_code
             watch()  # the last calls' records
             if ext.stop_reason == "upstream_error" or watch.failed:
@@ -416,7 +423,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
             logger.info("rollout %s: context exhausted at call %s", rollout_id, exhausted.get("index"))
 
         t_verify = time.monotonic()
-        verdict = verify_solution(task, box.workdir)
+        verdict = verify_solution(task, box.workdir, unsafe=config.unsafe_sandbox)
         timings["verify_s"] = time.monotonic() - t_verify
         hits = scan_for_leaks(statement, task.held_out_tests, records, box.workdir)
         if config.keep_workdir:
@@ -460,7 +467,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         "findings_count": _findings_count(document),
         "leakage": {"checked": True, "hits": [h.to_dict() for h in hits]},
         "timings": {k: round(v, 4) for k, v in timings.items()},
-        "errors": list(errors), "harness_exit_code": exit_code,
+        "errors": list(errors), "harness_exit_code": exit_code, "isolation": isolation,
         "continuity": document.get("continuity"),
         "context_fit": summarize_fitting(records, context),
     }

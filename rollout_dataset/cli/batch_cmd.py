@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from rollout_dataset.cli.proxy_cmd import add_context_arguments
 
     add_context_arguments(parser, fit_default=True)
+    parser.add_argument("--unsafe-sandbox", action="store_true",
+                        help="run the agents' code even where the allow-list sandbox (bubblewrap) cannot be built "
+                             "(limits only; each summary.json records isolation: unsafe)")
 
 
 def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
@@ -110,6 +113,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
         on_policy=args.on_policy,
         max_tokens_cap=args.max_tokens_cap,
         fit_context=args.fit_context,
+        unsafe_sandbox=bool(getattr(args, "unsafe_sandbox", False)),
     )
 
 

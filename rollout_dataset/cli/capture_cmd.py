@@ -59,6 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_context_arguments(parser, fit_default=True)
     parser.add_argument("--keep-workdir", action="store_true", help="copy the agent's working directory to OUT/workdir")
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see README 'On-policy mode')")
+    parser.add_argument("--sandbox-ro", action="append", default=[], metavar="PATH",
+                        help="a file or folder an external harness needs read-only in its sandbox (repeatable); "
+                             "the program its command runs (by absolute path) is exposed anyway")
+    parser.add_argument("--unsafe-sandbox", action="store_true",
+                        help="run the agent's code even where the allow-list sandbox (bubblewrap) cannot be built: "
+                             "limits only, no isolation (summary.json records isolation: unsafe)")
     parser.add_argument("--no-push", action="store_true", help="do not push even when PUSH_TO_DATASET is set")
 
 
@@ -78,7 +84,8 @@ def parse_pair(text: str) -> tuple[int, int]:
 
 #: flags that only mean something for the coding environment, with their defaults
 _CODING_ONLY = {"task_index": 0, "n_prompts": 64, "tasks": "builtin", "harness": "builtin", "policy": "oracle",
-                "script": None, "keep_workdir": False, "max_tokens_cap": None}
+                "script": None, "keep_workdir": False, "max_tokens_cap": None, "unsafe_sandbox": False,
+                "sandbox_ro": []}
 #: flags that only mean something for a game environment
 _GAME_ONLY = ("max_steps", "max_actions", "area")
 
@@ -187,7 +194,8 @@ def config_from_args(args: argparse.Namespace):
                          harness=args.harness, timeout_s=args.timeout_s, policy=args.policy, script=args.script,
                          tokenizer=args.tokenizer, max_turns=20 if args.max_turns is None else args.max_turns, keep_workdir=args.keep_workdir,
                          push=False if args.no_push else None, on_policy=args.on_policy,
-                         max_tokens_cap=args.max_tokens_cap, fit_context=args.fit_context)
+                         max_tokens_cap=args.max_tokens_cap, fit_context=args.fit_context,
+                         unsafe_sandbox=args.unsafe_sandbox, sandbox_ro_paths=tuple(args.sandbox_ro))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -200,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
         The exit code (see the module docstring).
     """
     from rollout_dataset.capture import capture_rollout
-    from rollout_dataset.errors import TaskIndexError, TaskSourceError, UpstreamError
+    from rollout_dataset.errors import SandboxUnavailableError, TaskIndexError, TaskSourceError, UpstreamError
 
     if not getattr(args, "verbose", 0):
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP call is noise here
@@ -212,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     except (TaskIndexError, TaskSourceError, ValueError) as exc:  # ConfigError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except UpstreamError as exc:
+    except (UpstreamError, SandboxUnavailableError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return report_result(result)

@@ -91,11 +91,12 @@ def codex_preset(codex_bin: str | None = None, *, context_tokens: int | None = N
     Returns:
         The `HarnessPreset`.
     """
-    from rollout_dataset.harness.presets import HarnessPreset
+    from rollout_dataset.harness.presets import HarnessPreset, tool_folder
 
     binary = codex_bin or find_codex() or "codex"
     command = ('mkdir -p "$HOME/.codex" && printf "%s" "$ROLLOUT_CODEX_CONFIG" > "$HOME/.codex/config.toml" && '
                f'CODEX_HOME="$HOME/.codex" {shlex.quote(binary)} exec --skip-git-repo-check --color never -m {{model}} '
                '"$(cat {task_file})"')
     env = {"ROLLOUT_CODEX_CONFIG": codex_config(context_tokens, output_tokens)}
-    return HarnessPreset("codex", command, env)
+    folder = tool_folder(binary)  # the npm prefix holding codex's native binary, read-only in the sandbox
+    return HarnessPreset("codex", command, env, (folder,) if folder else ())

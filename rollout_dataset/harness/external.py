@@ -15,33 +15,35 @@ Placeholders are substituted shell-quoted. HOME, TMPDIR and the XDG directories 
 temporary folder so a harness reads no user config.
 
 The harness runs inside the sandbox (`rollout_dataset.sandbox.Sandbox`), like the code it writes:
+the allow-list root (bubblewrap) holding only the working directory and the harness's HOME
+(read-write), a private /tmp, the read-only runtime (/usr, the Python installation and its venv)
+and the read-only paths the harness needs (`ro_paths`, e.g. opencode's npm folder). The project
+checkout, the task data, other rollouts and the trace files are not in it.
 
-- held-out data is hidden (mount namespace): the built-in task data, the Hugging Face cache, and
-  the paths the caller names (`hide_paths`; a capture passes `capture_hidden_paths`: the task's
-  ``file:`` source, the rollout's output folder and the folder of its sibling rollouts). A hidden
-  directory reads as empty, a hidden file as empty;
+- network: none but one port. The proxy URL's loopback port is carried in through a Unix socket
+  (`rollout_dataset.sandbox.HostForwarder`, socat on both ends), so the harness reaches the proxy at
+  the very URL it was given and nothing else (no other host service, no internet);
 - the environment is inherited (PATH included, to find the agent CLI) without every name that
   looks like a credential or a proxy setting (``*TOKEN*``, ``*KEY*``, ``*SECRET*``, ``*PASSW*``,
   ``*AUTH*``, ``*SESSION*``, ``*PROXY*``, ...), plus the variables above and `env`: the harness gets
   exactly one key, `OPENAI_API_KEY`;
-- the host network is kept (``Sandbox(network=True)``) so the harness reaches the proxy on
-  loopback; there is no CPU or address-space limit (Node.js reserves a huge address range), a
-  file-size limit applies, and its own PID namespace means no process outlives the run.
+- no CPU or address-space limit (Node.js reserves a huge address range); file size, process count
+  and the size of the working directory plus HOME are limited; its own PID namespace means no
+  process outlives the run.
 
-The run stops on exit, on the time budget (process group: SIGTERM, then SIGKILL), or when
-`should_stop()` returns a reason (the capture uses it to stop at once when the first model call
-failed). Where the machine has no mount namespace the harness still runs, as the sandbox does,
-but nothing is hidden: `rollout_dataset.sandbox.isolation_report()` says what is isolated.
+The run stops on exit, on the time budget (the sandbox is killed), or when `should_stop()` returns a
+reason (the capture uses it to stop at once when the first model call failed). Where the machine
+cannot build the allow-list root the harness does not run (`SandboxUnavailableError`) unless
+``unsafe=True``.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import logging
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -50,11 +52,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Callable, Iterable, Mapping
 
-from rollout_dataset.sandbox import Limits, Sandbox, scrubbed_env
-from rollout_dataset.sandbox.isolation import MASK_FAILED_STATUS, probe_isolation, wrap_command
-from rollout_dataset.sandbox.limits import apply_rlimits, prlimit_args
+from rollout_dataset.sandbox import HostForwarder, Limits, Sandbox
+from rollout_dataset.sandbox.forward import inner_wrapper, loopback_port
+from rollout_dataset.sandbox.isolation import runtime_paths
 
-__all__ = ["ExternalResult", "run_external_harness", "substitute_placeholders", "PLACEHOLDERS", "HARNESS_LIMITS"]
+__all__ = ["ExternalResult", "run_external_harness", "command_files", "substitute_placeholders", "PLACEHOLDERS", "HARNESS_LIMITS"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +65,10 @@ _TAIL = 4000
 
 #: the limits of an external harness (``wall_s`` is replaced by the time budget): no CPU or
 #: address-space limit (Node.js agents reserve a huge address range; the wall time bounds the run),
-#: files up to 1 GiB (logs included)
-HARNESS_LIMITS = Limits(wall_s=900.0, cpu_s=None, memory_mb=None, file_mb=1024)
+#: files up to 1 GiB (logs included), 2 GiB in the working directory and HOME together, 1024
+#: processes/threads (runtimes start many threads)
+HARNESS_LIMITS = Limits(wall_s=900.0, cpu_s=None, memory_mb=None, file_mb=1024, workdir_mb=2048, tmp_mb=256,
+                        processes=1024)
 #: the one credential a harness gets
 TRUSTED_ENV = ("OPENAI_API_KEY",)
 #: inherited variables not passed on (the sandbox's rule for secret-looking names), dropped silently
@@ -107,6 +111,51 @@ def substitute_placeholders(command: str, values: Mapping[str, str]) -> str:
     return command
 
 
+_INTERPRETER = re.compile(r"^(python[0-9.]*|node|bash|sh|dash|perl|ruby)$")
+
+
+def command_files(command: str, exclude: Iterable[str | os.PathLike[str]] = ()) -> list[Path]:
+    """The program file a harness command runs, to bind read-only into its sandbox.
+
+    A `cmd:` harness such as ``python /opt/agents/agent.py {base_url}`` needs its script, which the
+    allow-list root does not hold otherwise. Taken: the command's first word when it is a file given
+    by absolute path, and the word right after an interpreter (python, node, bash, sh, perl, ruby)
+    when that is one. Nothing else the command names is exposed (a `cat /data/held_out.json` in it
+    finds nothing), never a folder (name those with `ro_paths`), never a file already in the root,
+    inside `exclude`, or in the package's own task data.
+
+    Args:
+        command: the command template.
+        exclude: folders or files that must stay out of the root (the capture's masked paths).
+
+    Returns:
+        The files, as named (absolute), without duplicates.
+    """
+    import rollout_dataset
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return []
+    candidates = words[:1]
+    if words and _INTERPRETER.match(os.path.basename(words[0])):
+        candidates += [w for w in words[1:] if not w.startswith("-")][:1]
+    banned = [Path(rollout_dataset.__file__).resolve().parent / "tasks", *(Path(p).resolve() for p in exclude)]
+    in_root = [Path("/usr"), *(dest for _, dest in runtime_paths())]
+    found: list[Path] = []
+    for word in candidates:
+        path = Path(word)
+        if not path.is_absolute() or not path.is_file() or any(path == d or d in path.parents for d in in_root):
+            continue  # not an absolute file, or already in the root (the interpreter, /usr/bin tools)
+        real = path.resolve()
+        if any(real == b or b in real.parents for b in banned):
+            logger.warning("external harness: not exposing %s to the harness (held-out or task data)", path)
+            continue
+        if path not in found:
+            found.append(path)
+    return found
+
+
 def _kill_group(proc: subprocess.Popen, grace_s: float = 2.0) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -129,16 +178,10 @@ def _tail(path: Path) -> str:
 
 
 def _spawn(box: Sandbox, argv: list[str], out: IO[bytes], err: IO[bytes]) -> subprocess.Popen:
-    """Start `argv` in `box` (namespaces, hidden paths, rlimits, scrubbed environment), without waiting."""
-    wrapped, _ = wrap_command(argv, box.hidden_paths, network=box.network)
-    preexec = None
-    if shutil.which("prlimit"):
-        wrapped = prlimit_args(box.limits) + wrapped
-    else:
-        preexec = functools.partial(apply_rlimits, box.limits)
-    env = scrubbed_env(box.workdir, box.env, box.trusted_env)
-    return subprocess.Popen(wrapped, cwd=box.workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                            start_new_session=True, preexec_fn=preexec)
+    """Start `argv` in `box` (allow-list root, rlimits, scrubbed environment), without waiting."""
+    wrapped, _, preexec = box.wrap(argv)
+    return subprocess.Popen(wrapped, cwd=box.workdir, env=box.environment(), stdin=subprocess.DEVNULL, stdout=out,
+                            stderr=err, start_new_session=True, preexec_fn=preexec)
 
 
 def _harness_env(home: Path, values: Mapping[str, str], api_key: str,
@@ -166,7 +209,8 @@ def _harness_env(home: Path, values: Mapping[str, str], api_key: str,
 def run_external_harness(command: str, *, base_url: str, model: str, workdir: str | Path, instruction: str,
                          api_key: str = "EMPTY", timeout_s: float = 900.0, env: Mapping[str, str] | None = None,
                          should_stop: Callable[[], str | None] | None = None, poll_s: float = 0.1,
-                         hide_paths: Iterable[str | os.PathLike[str]] = ()) -> ExternalResult:
+                         hide_paths: Iterable[str | os.PathLike[str]] = (),
+                         ro_paths: Iterable[str | os.PathLike[str]] = (), unsafe: bool = False) -> ExternalResult:
     """Run one external harness command to completion, timeout, or a stop request.
 
     Args:
@@ -180,42 +224,60 @@ def run_external_harness(command: str, *, base_url: str, model: str, workdir: st
         env: extra environment variables (values may use the placeholders too).
         should_stop: polled while the harness runs; a returned string stops it with that reason.
         poll_s: polling interval in seconds.
-        hide_paths: files or folders the harness must not read (on top of the sandbox's defaults,
-            the built-in task data); e.g. `rollout_dataset.capture.capture_hidden_paths(...)`.
+        hide_paths: paths inside the root that must read as empty (the root holds no host file
+            outside the runtime anyway).
+        ro_paths: host paths the harness needs read-only (its tool folder; see `HarnessPreset.ro_paths`);
+            the program file the command runs is added (`command_files`).
+        unsafe: run even where the allow-list root cannot be built (host network, host filesystem).
 
     Returns:
         The harness's result.
 
     Raises:
         ValueError: empty command or non-positive timeout.
-        FileNotFoundError: `workdir` does not exist.
+        FileNotFoundError: `workdir` does not exist, or socat (the port forwarder) is missing.
+        SandboxUnavailableError: no allow-list root here and not `unsafe`.
     """
     if not command.strip():
         raise ValueError("the external harness command is empty (expected cmd:\"...\")")
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
     workdir = Path(workdir)
-    if not probe_isolation().mount:
-        logger.warning("external harness: no mount namespace on this machine, so it can read the held-out data "
-                       "it should not (see rollout_dataset.sandbox.isolation_report())")
-    with tempfile.TemporaryDirectory(prefix="rollout-harness-") as home_dir:
-        home = Path(home_dir)
+    hide_paths = list(hide_paths)
+    with contextlib.ExitStack() as stack:
+        home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rollout-harness-"))).resolve()
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rollout-harness-logs-")))
         task_file = home / "task.md"
         task_file.write_text(instruction, encoding="utf-8")
         values = {"base_url": base_url, "model": model, "task_file": str(task_file), "workdir": str(workdir)}
-        box = Sandbox(workdir, limits=replace(HARNESS_LIMITS, wall_s=timeout_s), hide_paths=hide_paths,
-                      env=_harness_env(home, values, api_key, env), trusted_env=TRUSTED_ENV, network=True)
-        cmd = substitute_placeholders(command, values)
-        out_path, err_path = home / "stdout.log", home / "stderr.log"
+        harness_env = _harness_env(home, values, api_key, env)
+        box = stack.enter_context(Sandbox(workdir, limits=replace(HARNESS_LIMITS, wall_s=timeout_s),
+                                          hide_paths=hide_paths, env=harness_env, trusted_env=TRUSTED_ENV,
+                                          ro_paths=[*ro_paths, *command_files(command, hide_paths)],
+                                          rw_paths=[home], unsafe=unsafe))
+        argv = ["bash", "-c", substitute_placeholders(command, values)]
+        port = loopback_port(base_url)
+        if box.mode.allow_list and port is not None:
+            forwarder = stack.enter_context(HostForwarder(port))
+            box.extra_bwrap_args = forwarder.bind_args()
+            argv = inner_wrapper(port) + argv
+        out_path, err_path = logs / "stdout.log", logs / "stderr.log"
         start = time.monotonic()
-        with box, open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = _spawn(box, ["bash", "-c", cmd], out, err)
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = _spawn(box, argv, out, err)
             reason = "harness_exit"
             timed_out = False
             try:
+                polls = 0
                 while proc.poll() is None:
                     if time.monotonic() - start >= timeout_s:
                         timed_out, reason = True, "timeout"
+                        break
+                    polls += 1
+                    if polls % max(1, int(1.0 / poll_s)) == 0 and box.over_disk_limit():
+                        reason = "disk_limit"
+                        logger.warning("external harness: working directory and HOME exceed %d MiB; stopped",
+                                       box.limits.workdir_mb)
                         break
                     stop = should_stop() if should_stop else None
                     if stop:
@@ -228,7 +290,5 @@ def run_external_harness(command: str, *, base_url: str, model: str, workdir: st
         wall = time.monotonic() - start
         exit_code = proc.returncode if reason == "harness_exit" else None
         result = ExternalResult(exit_code, timed_out, reason, _tail(out_path), _tail(err_path), wall)
-        if exit_code == MASK_FAILED_STATUS and "sandbox-init" in result.stderr_tail:
-            logger.warning("external harness: the sandbox could not hide a path: %s", result.stderr_tail.strip()[-300:])
         logger.info("external harness stopped: %s (exit code %s) after %.1f s", reason, exit_code, wall)
         return result

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["HarnessPreset", "PRESETS", "CONTEXT_AWARE_PRESETS", "find_mini", "find_opencode", "mini_swe_agent_preset", "opencode_preset", "resolve_harness"]
+__all__ = ["HarnessPreset", "tool_folder", "PRESETS", "CONTEXT_AWARE_PRESETS", "find_mini", "find_opencode", "mini_swe_agent_preset", "opencode_preset", "resolve_harness"]
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,11 +34,31 @@ class HarnessPreset:
         name: the preset's name (`--harness NAME`).
         command: the shell command template.
         env: extra environment variables (templates).
+        ro_paths: host paths the harness needs read-only inside its sandbox, besides the runtime
+            (/usr, the Python installation and its venv), e.g. opencode's npm folder.
     """
 
     name: str
     command: str
     env: dict[str, str] = field(default_factory=dict)
+    ro_paths: tuple[str, ...] = ()
+
+
+def tool_folder(binary: str) -> str | None:
+    """The folder a harness binary must see read-only: the npm prefix holding its ``node_modules``.
+
+    Args:
+        binary: the harness executable's path.
+
+    Returns:
+        The folder above the binary's ``node_modules`` (as named, symlinks kept, so the command's path
+        works inside the sandbox), or None when the binary is not in an npm tree.
+    """
+    path = Path(os.path.abspath(binary))
+    for parent in path.parents:
+        if parent.name == "node_modules":
+            return str(parent.parent)
+    return None
 
 
 def find_opencode() -> str | None:
@@ -114,7 +134,8 @@ def opencode_preset(opencode_bin: str | None = None, *, title: bool = True,
     env = {"OPENCODE_CONFIG_CONTENT": json.dumps(config), "OPENCODE_DISABLE_AUTOUPDATE": "true",
            "OPENCODE_DISABLE_LSP_DOWNLOAD": "true", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "true"}
     command = f"{binary} run --model rollout/{{model}} \"$(cat {{task_file}})\""
-    return HarnessPreset("opencode", command, env)
+    folder = tool_folder(binary)
+    return HarnessPreset("opencode", command, env, (folder,) if folder else ())
 
 
 def _opencode_model(context_tokens: int | None, output_tokens: int | None) -> dict:

@@ -1,10 +1,12 @@
-"""Run untrusted code under limits without network, and verify solutions against tests.
+"""Run untrusted code in an allow-list root (bubblewrap) under limits, and verify solutions against tests.
 
 Public API:
 
 - `Limits`, `RunResult` — what a run may use, and what came back (``limit`` names what hit).
 - `Sandbox` — a working directory (temporary or given) with ``run(cmd, stdin=, limits=)``;
-  ``Sandbox.isolation()`` says what is isolated on this machine.
+  ``Sandbox.isolation()`` / `isolation_report()` say what holds on this machine; `probe_isolation()`
+  whether the allow-list root can be built (``.level`` is ``"allow-list"`` or ``"unsafe"``).
+- `HostForwarder` — carries one loopback port (the recording proxy's) into a sandbox.
 - `run_in_sandbox(cmd, ...)` — one command in a fresh temporary sandbox.
 - `verify_solution(task, solution) -> VerifyResult` — held-out tests, each in a fresh sandbox;
   ``env_reward`` is the fraction passed, None when unscorable.
@@ -15,7 +17,8 @@ Public API:
 
 from __future__ import annotations
 
-from .isolation import default_hidden_paths, isolation_report
+from .forward import HostForwarder
+from .isolation import ISOLATION_LEVELS, isolation_report, probe_isolation
 from .limits import LIMIT_NAMES, Limits, RunResult
 from .run import Sandbox, run_in_sandbox, scrubbed_env
 from .verify import (
@@ -38,7 +41,9 @@ __all__ = [
     "run_in_sandbox",
     "scrubbed_env",
     "isolation_report",
-    "default_hidden_paths",
+    "probe_isolation",
+    "ISOLATION_LEVELS",
+    "HostForwarder",
     "VerifyResult",
     "ExampleResult",
     "verify_solution",

@@ -1,22 +1,29 @@
-"""What the sandbox can isolate on this machine, detected once and cached.
+"""The allow-list root every sandboxed command runs in, built by bubblewrap (``bwrap``).
 
-The strongest mode wraps every command as
+Untrusted code (the agent's commands, external harnesses, the verifier's runs of a solution) sees a
+new, empty root holding only:
 
-    unshare --net --mount --pid --fork --mount-proc --kill-child -- /bin/sh -c INIT ... \
-        setpriv --bounding-set=-sys_admin,... -- COMMAND
+- its working directory, read-write, at its host path (its size is watched by the runner);
+- a private ``/tmp``: a fresh size-capped tmpfs, gone when the command ends;
+- a read-only runtime: ``/usr`` (and the ``/bin``, ``/lib*`` links), the Python installation this
+  process runs on and its virtual environment (``sys.base_prefix``, ``sys.prefix``), plus whatever
+  read-only paths the caller names (e.g. an npm tool folder for an external harness);
+- a generated ``/etc`` (``passwd``/``group`` naming the sandbox user, ``hosts``) and the few host
+  files the runtime needs (``ld.so.cache``, ``alternatives``, ``localtime``); no other host file;
+- a private ``/proc`` (new PID namespace), a minimal ``/dev``;
+- no network: a new network namespace with only loopback. An external harness reaches the recording
+  proxy through one forwarded port (see `rollout_dataset.sandbox.forward`), nothing else.
 
-- a new network namespace: only a loopback interface, and it is down, so nothing connects anywhere
-  (not even 127.0.0.1 of the host);
-- a new mount namespace in which each hidden path (the built-in task data, task files, the Hugging
-  Face cache) is covered by an empty read-only tmpfs (a directory) or by /dev/null (a file);
-- a new PID namespace with its own /proc: the code sees no other process (so not the environment
-  or memory of the process holding the held-out tests), and everything in it dies with it;
-- the capabilities to undo this (``CAP_SYS_ADMIN`` to unmount, ``CAP_SYS_PTRACE``, ...) dropped
-  from the bounding set, so even as root the code cannot lift the masks.
+The code runs as an unprivileged user with no capabilities: when this process is root, bwrap builds
+the root with root's rights and the command then drops to a fresh high host uid (util-linux
+``setpriv``: all capabilities, the bounding set and supplementary groups cleared), so the process
+limit (``RLIMIT_NPROC``, which does not bind uid 0) holds; otherwise bwrap runs unprivileged in a new
+user namespace (the code keeps the caller's host uid). Either way ``no_new_privs`` is set, a new
+session is started (no terminal injection) and everything dies with the runner.
 
-Each layer is probed once with ``true``; what works is used, and `isolation_report()` says plainly
-what is and is not isolated. Nothing here makes the filesystem read-only: the code can read any
-other world-readable file and write wherever its user may.
+The project checkout, the built-in task data, other rollouts' artifacts and temp folders, trace
+files and host secrets are simply not in the root. `probe_isolation()` checks once that such a root
+can be built here; `isolation_report()` says what holds.
 """
 
 from __future__ import annotations
@@ -24,182 +31,350 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import secrets
 import shutil
 import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
-__all__ = ["IsolationMode", "probe_isolation", "isolation_report", "wrap_command", "default_hidden_paths"]
+__all__ = ["IsolationMode", "RootSpec", "probe_isolation", "isolation_report", "bwrap_argv", "runtime_paths",
+           "ISOLATION_LEVELS", "SANDBOX_UID_RANGE", "require_isolation", "check_sandbox_ro_paths", "fresh_sandbox_uid", "write_etc"]
 
 log = logging.getLogger(__name__)
 
-#: capabilities removed from the bounding set of sandboxed code (util-linux setpriv names)
-DROPPED_CAPS = ("sys_admin", "sys_ptrace", "net_admin", "sys_module", "sys_rawio", "sys_boot", "mknod")
-
-# Runs as PID 1 of the new PID namespace: cover each hidden path, then run the command as a child
-# (not exec: PID 1 ignores default-action signals, so CPU-limit signals must hit a child). A child
-# killed by signal N comes back as exit status 128+N, which the runner maps to -N.
-_INIT_SCRIPT = r"""
-n=$1; shift
-while [ "$n" -gt 0 ]; do
-  if [ -d "$1" ]; then mount -t tmpfs -o ro,nosuid,nodev,size=4k,mode=0555 sandbox-hidden "$1" || exit 125
-  elif [ -e "$1" ]; then mount --bind /dev/null "$1" || exit 125
-  fi
-  shift; n=$((n-1))
-done
-"$@"
-"""
-
-#: exit status of the init script when a mask could not be mounted
-MASK_FAILED_STATUS = 125
+#: the values summary.json's ``isolation`` field takes
+ISOLATION_LEVELS = ("allow-list", "unsafe")
+#: host uids a root runner draws sandbox users from (one per `Sandbox`, so process counts are per sandbox)
+SANDBOX_UID_RANGE = (2_000_000, 3_000_000)
+#: the uid/gid the code sees when bwrap runs unprivileged (user namespace)
+_USERNS_ID = 1000
+#: host files under /etc the runtime needs (dynamic linker cache, Debian alternatives, time zone)
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime")
+#: the capabilities bwrap keeps when running as root (setpriv needs them, and bwrap enters the workdir
+#: owned by the sandbox user); setpriv then drops them all
+_SETPRIV_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH")
 
 
+@dataclass(frozen=True)
 class IsolationMode:
-    """The isolation layers that work here (attributes are booleans).
+    """Whether the allow-list root can be built on this machine, and how.
 
     Args:
-        network: new network namespace available.
-        mount: new mount namespace (hidden paths) available.
-        pid: new PID namespace with private /proc available.
-        drop_caps: setpriv can drop capabilities from the bounding set.
-        reason: why a stronger mode was not available ("" when all are).
+        allow_list: bwrap builds the allow-list root here.
+        privileged: this process is root: bwrap runs with root's rights and the command drops to a
+            fresh unprivileged uid; False: bwrap runs in a user namespace as the caller.
+        reason: why the allow-list root is unavailable ("" when it is available).
     """
 
-    def __init__(self, network: bool, mount: bool, pid: bool, drop_caps: bool, reason: str = "") -> None:
-        self.network = network
-        self.mount = mount
-        self.pid = pid
-        self.drop_caps = drop_caps
-        self.reason = reason
+    allow_list: bool
+    privileged: bool = False
+    reason: str = ""
 
-    def __repr__(self) -> str:
-        return (f"IsolationMode(network={self.network}, mount={self.mount}, pid={self.pid}, "
-                f"drop_caps={self.drop_caps})")
+    @property
+    def level(self) -> str:
+        """``"allow-list"`` or ``"unsafe"`` (one of `ISOLATION_LEVELS`)."""
+        return ISOLATION_LEVELS[0] if self.allow_list else ISOLATION_LEVELS[1]
 
 
-def _unshare_flags(network: bool, mount: bool, pid: bool) -> list[str]:
-    flags = []
-    if network:
-        flags.append("--net")
-    if mount:
-        flags.append("--mount")
-    if pid:
-        flags += ["--pid", "--fork", "--mount-proc", "--kill-child"]
-    return flags
+@dataclass
+class RootSpec:
+    """What one sandboxed command's root holds besides the fixed runtime.
+
+    Args:
+        workdir: the working directory (bound read-write at its host path; the command starts there).
+        rw_paths: further host directories bound read-write at their own path (an external
+            harness's HOME).
+        ro_paths: host paths bound read-only, as ``(source, destination)`` pairs.
+        masks: paths covered by an empty read-only directory or file when they lie inside a bound tree
+            (others are not in the root anyway and are left out).
+        tmp_mb: size of the private ``/tmp`` tmpfs in MiB.
+        uid: the host uid the command runs as (root runner only; None in user-namespace mode).
+        etc_dir: a folder holding the generated ``passwd``, ``group`` and ``hosts`` (see `write_etc`).
+        extra_args: bwrap arguments appended last (e.g. the proxy forwarder's socket bind).
+    """
+
+    workdir: Path
+    rw_paths: Sequence[Path] = ()
+    ro_paths: Sequence[tuple[Path, Path]] = ()
+    masks: Sequence[Path] = ()
+    tmp_mb: int = 64
+    uid: int | None = None
+    etc_dir: Path | None = None
+    extra_args: list[str] = field(default_factory=list)
 
 
-def _setpriv_prefix() -> list[str]:
-    return ["setpriv", "--bounding-set=" + ",".join("-" + c for c in DROPPED_CAPS), "--"]
+def fresh_sandbox_uid() -> int:
+    """A random host uid from `SANDBOX_UID_RANGE` for one sandbox (root runner only).
+
+    Returns:
+        The uid (also used as gid).
+    """
+    low, high = SANDBOX_UID_RANGE
+    return low + secrets.randbelow(high - low)
 
 
-def _try(argv: list[str]) -> tuple[bool, str]:
-    try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=10, env={"PATH": os.defpath})
-    except (OSError, subprocess.SubprocessError) as exc:
-        return False, f"{argv[0]}: {exc}"
-    if proc.returncode != 0:
-        return False, f"{' '.join(argv[:8])} ... exited {proc.returncode}: {proc.stderr.decode(errors='replace').strip()[:200]}"
-    return True, ""
+def write_etc(folder: Path, uid: int) -> Path:
+    """Write the generated ``/etc`` files of a sandbox whose user has id `uid` (and an empty file for masks).
+
+    Args:
+        folder: an existing private folder (outside every sandbox's working directory).
+        uid: the uid and gid the code sees.
+
+    Returns:
+        `folder`.
+    """
+    (folder / "passwd").write_text(f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
+                                   f"sandbox:x:{uid}:{uid}:sandbox:/tmp:/bin/sh\n"
+                                   f"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+    (folder / "group").write_text(f"root:x:0:\nsandbox:x:{uid}:\nnogroup:x:65534:\n")
+    (folder / "hosts").write_text("127.0.0.1 localhost\n::1 localhost\n")
+    (folder / "empty").write_bytes(b"")  # what a masked file reads as
+    for name in ("passwd", "group", "hosts", "empty"):
+        os.chmod(folder / name, 0o644)
+    os.chmod(folder, 0o755)
+    return folder
+
+
+def runtime_paths() -> list[tuple[Path, Path]]:
+    """The runtime bound read-only besides ``/usr``: the Python installation and its venv.
+
+    Returns:
+        ``(source, destination)`` pairs: ``sys.base_prefix`` and ``sys.prefix`` resolved, each also
+        at its unresolved path when a symlink leads there (a worktree's ``.venv`` link), nothing
+        under ``/usr``, no path nested in another.
+    """
+    literal = [sys.base_prefix, sys.prefix, os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))]
+    pairs: list[tuple[Path, Path]] = []
+    for c in literal:
+        source = Path(c).resolve()
+        for dest in (source, Path(os.path.abspath(c))):
+            if dest == Path("/usr") or Path("/usr") in dest.parents or dest == Path("/"):
+                continue
+            if any(dest == d or d in dest.parents for _, d in pairs):
+                continue
+            pairs = [(s, d) for s, d in pairs if dest not in d.parents] + [(source, dest)]
+    return pairs
+
+
+def _parents_args(dest: Path, made: set[Path]) -> list[str]:
+    """``--dir`` arguments creating every missing ancestor of `dest` world-traversable (0755)."""
+    args: list[str] = []
+    for parent in reversed(dest.parents):
+        if parent == Path("/") or parent in made:
+            continue
+        made.add(parent)
+        args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def bwrap_argv(argv: Sequence[str], spec: RootSpec, *, privileged: bool) -> list[str]:
+    """The command line running `argv` in the allow-list root `spec` describes.
+
+    Args:
+        argv: the command.
+        spec: the root's contents.
+        privileged: this process is root (see `IsolationMode.privileged`).
+
+    Returns:
+        ``["bwrap", ..., "--", (setpriv ...), *argv]``.
+    """
+    args = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
+    if privileged:
+        for cap in _SETPRIV_CAPS:
+            args += ["--cap-add", cap]
+    else:
+        args += ["--unshare-user", "--uid", str(_USERNS_ID), "--gid", str(_USERNS_ID)]
+    args += ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/" + name)
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), str(host)]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(int(spec.tmp_mb) * 1024 * 1024),
+             "--perms", "1777", "--tmpfs", "/tmp", "--perms", "0755", "--dir", "/etc"]
+    made = {Path("/tmp"), Path("/etc")}
+    for path in _ETC_FILES:
+        args += ["--ro-bind-try", path, path]
+    if spec.etc_dir is not None:
+        for name in ("passwd", "group", "hosts"):
+            args += ["--ro-bind", str(spec.etc_dir / name), f"/etc/{name}"]
+    for source, dest in runtime_paths():
+        args += _parents_args(dest, made) + ["--ro-bind", str(source), str(dest)]
+    for source, dest in spec.ro_paths:
+        args += _parents_args(Path(dest), made) + ["--ro-bind", str(source), str(dest)]
+    for path in [*spec.rw_paths, spec.workdir]:
+        args += _parents_args(Path(path), made) + ["--bind", str(path), str(path)]
+    bound = [d for _, d in runtime_paths()] + [Path(d) for _, d in spec.ro_paths] + \
+        [Path(p) for p in [*spec.rw_paths, spec.workdir]]
+    for path in spec.masks:
+        if not any(Path(path) == d or d in Path(path).parents for d in bound):
+            continue  # not in the root at all: masking it would only create its (empty) parents
+        if os.path.isdir(path):
+            args += ["--perms", "0555", "--tmpfs", str(path), "--remount-ro", str(path)]
+        elif os.path.exists(path) and spec.etc_dir is not None:
+            args += ["--ro-bind", str(spec.etc_dir / "empty"), str(path)]
+    args += list(spec.extra_args)
+    args += ["--chdir", str(spec.workdir), "--"]
+    if privileged:
+        uid = spec.uid if spec.uid is not None else fresh_sandbox_uid()
+        args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                 "--bounding-set=-all", "--"]
+    return args + list(argv)
+
+
+def _probe() -> IsolationMode:
+    if os.environ.get("ROLLOUT_DATASET_SANDBOX_ISOLATION", "").lower() in ("0", "off", "none"):
+        return IsolationMode(False, reason="disabled by ROLLOUT_DATASET_SANDBOX_ISOLATION")
+    if not shutil.which("bwrap"):
+        return IsolationMode(False, reason="bubblewrap (`bwrap`) is not installed: install the Debian package "
+                                           "`bubblewrap` (`make test` does)")
+    privileged = os.geteuid() == 0
+    if privileged and not shutil.which("setpriv"):
+        return IsolationMode(False, reason="util-linux `setpriv` not found on PATH (needed to drop root)")
+    with tempfile.TemporaryDirectory(prefix="rd-sandbox-probe-") as tmp:
+        work, etc = Path(tmp, "work"), Path(tmp, "etc")
+        work.mkdir()
+        etc.mkdir()
+        uid = fresh_sandbox_uid() if privileged else None
+        write_etc(etc, uid if uid is not None else _USERNS_ID)
+        if uid is not None:
+            os.chown(work, uid, uid)
+            os.chmod(tmp, 0o755)
+        argv = bwrap_argv(["/bin/sh", "-c", "test ! -e /etc/shadow && echo ok > probe"],
+                          RootSpec(workdir=work, uid=uid, etc_dir=etc), privileged=privileged)
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=20,
+                                  env={"PATH": os.defpath})
+        except (OSError, subprocess.SubprocessError) as exc:
+            return IsolationMode(False, privileged, f"bwrap could not start: {exc}")
+        if proc.returncode != 0 or not (work / "probe").is_file():
+            err = proc.stderr.decode("utf-8", errors="replace").strip()[:300]
+            return IsolationMode(False, privileged, f"bwrap could not build the allow-list root "
+                                                    f"(exit status {proc.returncode}): {err}")
+    return IsolationMode(True, privileged)
 
 
 @functools.lru_cache(maxsize=1)
 def probe_isolation() -> IsolationMode:
-    """Detect, once per process, which isolation layers work on this machine.
+    """Check, once per process, that the allow-list root can be built on this machine.
+
+    ``ROLLOUT_DATASET_SANDBOX_ISOLATION=off`` makes it report unavailable (to test the refusal).
 
     Returns:
-        The `IsolationMode` every sandbox in this process uses.
+        The `IsolationMode` every sandbox of this process uses.
     """
-    if os.environ.get("ROLLOUT_DATASET_SANDBOX_ISOLATION", "").lower() in ("0", "off", "none"):
-        return IsolationMode(False, False, False, False, "disabled by ROLLOUT_DATASET_SANDBOX_ISOLATION")
-    if not shutil.which("unshare"):
-        return IsolationMode(False, False, False, False, "util-linux `unshare` not found on PATH")
-    drop = bool(shutil.which("setpriv")) and _try([*_setpriv_prefix(), "true"])[0]
-    reasons = []
-    for network, mount, pid in ((True, True, True), (True, True, False), (True, False, False)):
-        argv = ["unshare", *_unshare_flags(network, mount, pid), "--", "/bin/sh", "-c", _INIT_SCRIPT, "init", "0", "true"]
-        ok, why = _try(argv)
-        if ok:
-            mode = IsolationMode(network, mount, pid, drop, "; ".join(reasons))
-            log.debug("sandbox isolation: %r", mode)
-            return mode
-        reasons.append(why)
-    reason = "; ".join(reasons)
-    log.warning("sandbox: no namespace isolation available (%s); code runs with the host network", reason)
-    return IsolationMode(False, False, False, drop, reason)
+    mode = _probe()
+    if not mode.allow_list:
+        log.warning("sandbox: no allow-list root on this machine: %s", mode.reason)
+    return mode
 
 
-def default_hidden_paths() -> list[Path]:
-    """Paths every sandbox hides from the code it runs (when a mount namespace is available).
-
-    Returns:
-        The built-in task data directory and, when it exists, the Hugging Face cache.
-    """
-    paths = [Path(__file__).resolve().parent.parent / "tasks" / "data"]
-    hf_home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
-    if os.path.isdir(hf_home):
-        paths.append(Path(hf_home).resolve())
-    return [p for p in paths if p.exists()]
-
-
-def wrap_command(argv: list[str], hidden: Iterable[Path], network: bool = False) -> tuple[list[str], bool]:
-    """Wrap a command in the available namespaces.
+def require_isolation(unsafe: bool = False) -> str:
+    """Refuse to go on without the allow-list root, unless the caller opted out explicitly.
 
     Args:
-        argv: the command to run.
-        hidden: paths to cover inside the mount namespace (ignored without one).
-        network: keep the host network (for an agent CLI that must reach the recording proxy);
-            the other layers still apply.
+        unsafe: the explicit opt-out (`--unsafe-sandbox`).
 
     Returns:
-        ``(argv, via_init)``: the command to start, and whether it runs under the init script (whose
-        exit status 128+N means the command died of signal N).
+        The isolation level the run will have: ``"allow-list"``, or ``"unsafe"`` when opted out on a
+        machine that cannot build the root.
+
+    Raises:
+        SandboxUnavailableError: the root cannot be built and `unsafe` is False (the message says why
+            and how to fix or opt out).
     """
+    from rollout_dataset.errors import SandboxUnavailableError
+
     mode = probe_isolation()
-    new_net = mode.network and not network
-    if not (new_net or mode.mount or mode.pid):
-        return list(argv), False
-    masks = [str(p) for p in hidden if os.path.exists(p)] if mode.mount else []
-    inner = (_setpriv_prefix() if mode.drop_caps else []) + list(argv)
-    wrapped = ["unshare", *_unshare_flags(new_net, mode.mount, mode.pid), "--",
-               "/bin/sh", "-c", _INIT_SCRIPT, "sandbox-init", str(len(masks)), *masks, *inner]
-    return wrapped, True
+    if mode.allow_list:
+        return mode.level
+    if not unsafe:
+        raise SandboxUnavailableError(
+            f"the allow-list sandbox cannot be built on this machine ({mode.reason}); refusing to run untrusted "
+            "code. Install bubblewrap (`apt-get install bubblewrap`), or opt out explicitly with --unsafe-sandbox.")
+    log.warning("sandbox: running untrusted code WITHOUT isolation (--unsafe-sandbox): %s", mode.reason)
+    return mode.level
 
 
-def isolation_report(hidden: Iterable[Path] | None = None) -> dict[str, Any]:
-    """Say plainly what the sandbox isolates on this machine and what it does not.
+def check_sandbox_ro_paths(paths: Iterable[str | os.PathLike[str]], protected: Iterable[str | os.PathLike[str]] = ()) -> None:
+    """Refuse extra read-only paths that would put held-out data into the root.
 
     Args:
-        hidden: the paths a particular sandbox hides (default: `default_hidden_paths()`).
+        paths: what the user asks to expose (`--sandbox-ro`).
+        protected: further paths that must stay out (the capture's output folder).
+
+    Raises:
+        ValueError: a path does not exist, or is, holds or lies inside the package's task data or
+            a protected path (the message names both).
+    """
+    import rollout_dataset
+
+    banned = [Path(rollout_dataset.__file__).resolve().parent / "tasks", *(Path(p).resolve() for p in protected)]
+    for raw in paths:
+        path = Path(raw).resolve()
+        if not path.exists():
+            raise ValueError(f"--sandbox-ro {raw}: no such file or folder")
+        for b in banned:
+            if path == b or path in b.parents or b in path.parents:
+                raise ValueError(f"--sandbox-ro {raw}: it would expose {b} (task data or the output folder) "
+                                 "to the agent; name a narrower path")
+
+
+def isolation_report() -> dict[str, Any]:
+    """Say plainly what the sandbox guarantees on this machine and what it does not.
 
     Returns:
-        A JSON-ready dict: ``network``, ``filesystem``, ``processes``, ``privileges``, ``limits``,
-        ``environment``, ``not_isolated`` (a list of sentences) and ``reason``.
+        A JSON-ready dict: ``level`` (``"allow-list"`` or ``"unsafe"``), ``filesystem``, ``network``,
+        ``processes``, ``privileges``, ``limits``, ``environment``, ``not_isolated`` (sentences) and
+        ``reason`` (why the allow-list root is unavailable, "" when it is available).
     """
     mode = probe_isolation()
-    hidden = [str(p) for p in (default_hidden_paths() if hidden is None else hidden)]
-    not_isolated = ["the rest of the filesystem: world-readable files can be read, and the code may write "
-                    "wherever its user may (it runs as the calling user)"]
-    if not mode.network:
-        not_isolated.append("network: the code can reach the host's network, including loopback services")
-    if not mode.mount:
-        not_isolated.append("hidden paths: no mount namespace, so task data files are readable")
-    if not mode.pid:
-        not_isolated.append("processes: the code can see other processes of the same user in /proc")
-    if not mode.drop_caps:
-        not_isolated.append("privileges: capabilities are not dropped")
+    limits = ("rlimits (util-linux prlimit): CPU (RLIMIT_CPU), address space (RLIMIT_AS), file size "
+              "(RLIMIT_FSIZE), no core files; wall time, output size and the working directory's size "
+              "enforced by the runner (the whole sandbox is killed)")
+    environment = ("scrubbed: only PATH, HOME (the working directory), TMPDIR, locale and Python settings; "
+                   "no tokens, API keys or proxy settings")
+    if not mode.allow_list:
+        return {
+            "level": mode.level,
+            "filesystem": "none: the code sees the whole host filesystem and may write wherever the caller may",
+            "network": "none: the host network",
+            "processes": "shared with the host; no process limit",
+            "privileges": f"runs as the caller (uid {os.geteuid()}) with its capabilities",
+            "limits": limits,
+            "environment": environment,
+            "not_isolated": ["everything but the limits and the environment: the held-out tests, the project "
+                             "checkout, other rollouts and trace files are readable and writable"],
+            "reason": mode.reason,
+        }
+    user = ("a fresh unprivileged host uid per sandbox (root runner, util-linux setpriv), no capabilities, "
+            "empty bounding set, no supplementary groups, no_new_privs" if mode.privileged else
+            f"the caller's uid (uid {_USERNS_ID} inside a user namespace), no capabilities, no_new_privs")
     return {
-        "network": ("network namespace (no interfaces up); Sandbox(network=True) keeps the host network "
-                    "for agent CLIs that must reach the proxy") if mode.network else "none (host network)",
-        "filesystem": (f"own temporary working directory; mount namespace hiding {hidden}" if mode.mount
-                       else "own temporary working directory only"),
-        "processes": "PID namespace with private /proc" if mode.pid else "shared with the host",
-        "privileges": (f"runs as uid {os.getuid()}; bounding set without {', '.join(DROPPED_CAPS)}"
-                       if mode.drop_caps else f"runs as uid {os.getuid()} with its capabilities"),
-        "limits": "rlimits (util-linux prlimit, else setrlimit in the child): CPU (RLIMIT_CPU), address "
-                  "space (RLIMIT_AS), file size (RLIMIT_FSIZE), no core files; "
-                  "wall time and output size enforced by the runner (process group killed)",
-        "environment": "scrubbed: only PATH, HOME/TMPDIR (the working directory), locale and Python "
-                       "settings; no tokens, API keys or proxy settings",
-        "not_isolated": not_isolated,
-        "reason": mode.reason,
+        "level": mode.level,
+        "filesystem": ("allow-list root (bubblewrap): the working directory (read-write, size watched), a private "
+                       "size-capped /tmp, read-only /usr, the Python installation and its venv, generated "
+                       "/etc/passwd, /etc/group, /etc/hosts; nothing else of the host"),
+        "network": ("new network namespace with only loopback; an external harness reaches the recording "
+                    "proxy through one forwarded port and nothing else"),
+        "processes": "new PID namespace with a private /proc; a process-count limit (RLIMIT_NPROC); "
+                     "everything dies with the runner",
+        "privileges": user,
+        "limits": limits,
+        "environment": environment,
+        "not_isolated": [
+            "the read-only runtime is readable: /usr, the Python installation and the venv's installed "
+            "packages (the project's own source tree and task data are not in it)",
+            "the kernel is shared: a kernel exploit escapes any namespace sandbox",
+            "the working directory's size is checked by polling, so a burst may overshoot the cap briefly "
+            "(each file is still capped by RLIMIT_FSIZE)",
+            "CPU and memory are per-process rlimits, not a cgroup: many processes each get the limits "
+            "(bounded by the process-count limit)",
+        ],
+        "reason": "",
     }

@@ -1,7 +1,8 @@
 """Resource limits for sandboxed code and the result of one sandboxed run.
 
 `Limits` is what a caller asks for; `RunResult` is what came back, with `limit` naming the limit
-that hit (``"wall"``, ``"cpu"``, ``"memory"``, ``"output"``, ``"file"``) or ``None``.
+that hit (``"wall"``, ``"cpu"``, ``"memory"``, ``"output"``, ``"file"``, ``"disk"``, ``"processes"``)
+or ``None``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 __all__ = ["Limits", "RunResult", "LIMIT_NAMES", "apply_rlimits", "prlimit_args"]
 
 #: every value `RunResult.limit` can take besides None
-LIMIT_NAMES = ("wall", "cpu", "memory", "output", "file")
+LIMIT_NAMES = ("wall", "cpu", "memory", "output", "file", "disk", "processes")
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,11 @@ class Limits:
         output_bytes: bytes kept of stdout and of stderr each; more kills the process and the kept
             text ends with a truncation note.
         file_mb: largest file the process may write, in MiB (``RLIMIT_FSIZE``); None: no limit.
+        workdir_mb: largest total size of the working directory, in MiB (the runner polls it and
+            kills the sandbox past it); None: no limit.
+        tmp_mb: size of the private ``/tmp`` (a tmpfs) in MiB.
+        processes: most processes (threads included) the sandbox user may have (``RLIMIT_NPROC``);
+            None: no limit.
 
     Raises:
         ValueError: a limit is not positive.
@@ -39,11 +45,14 @@ class Limits:
     memory_mb: int | None = 1024
     output_bytes: int = 1_000_000
     file_mb: int | None = 64
+    workdir_mb: int | None = 256
+    tmp_mb: int = 64
+    processes: int | None = 256
 
     def __post_init__(self) -> None:
-        for name in ("wall_s", "cpu_s", "memory_mb", "output_bytes", "file_mb"):
+        for name in ("wall_s", "cpu_s", "memory_mb", "output_bytes", "file_mb", "workdir_mb", "tmp_mb", "processes"):
             value = getattr(self, name)
-            if value is None and name in ("cpu_s", "memory_mb", "file_mb"):
+            if value is None and name in ("cpu_s", "memory_mb", "file_mb", "workdir_mb", "processes"):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"Limits.{name} must be a positive number, got {value!r}")
@@ -52,13 +61,13 @@ class Limits:
         """The limits as a plain dict (for task.json / summary.json).
 
         Returns:
-            ``{"wall_s": ..., "cpu_s": ..., "memory_mb": ..., "output_bytes": ..., "file_mb": ...}``.
+            ``{"wall_s", "cpu_s", "memory_mb", "output_bytes", "file_mb", "workdir_mb", "tmp_mb", "processes"}``.
         """
         return asdict(self)
 
 
 def apply_rlimits(limits: Limits) -> None:
-    """Set the CPU, address-space and file-size rlimits of the calling process.
+    """Set the CPU, address-space, file-size and process-count rlimits of the calling process.
 
     Meant to run in the child between fork and exec (``preexec_fn``); it only calls
     ``resource.setrlimit``, which is safe there.
@@ -75,6 +84,8 @@ def apply_rlimits(limits: Limits) -> None:
     if limits.file_mb is not None:
         fsize = int(limits.file_mb) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    if limits.processes is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(limits.processes), int(limits.processes)))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
@@ -98,6 +109,8 @@ def prlimit_args(limits: Limits) -> list[str]:
         args.append(f"--as={int(limits.memory_mb) * 1024 * 1024}")
     if limits.file_mb is not None:
         args.append(f"--fsize={int(limits.file_mb) * 1024 * 1024}")
+    if limits.processes is not None:
+        args.append(f"--nproc={int(limits.processes)}")
     args += ["--core=0", "--"]
     return args
 
@@ -147,6 +160,10 @@ class RunResult:
             return f"output limit of {lim.output_bytes} bytes exceeded (output truncated, process killed)"
         if self.limit == "file":
             return f"file-size limit of {lim.file_mb} MiB exceeded"
+        if self.limit == "disk":
+            return f"working-directory size limit of {lim.workdir_mb} MiB exceeded (sandbox killed)"
+        if self.limit == "processes":
+            return f"process limit of {lim.processes} processes reached (fork failed)"
         if self.exit_code < 0:
             return f"killed by signal {-self.exit_code}"
         if self.exit_code != 0:

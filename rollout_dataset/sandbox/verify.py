@@ -157,8 +157,8 @@ def task_hidden_paths(task: "Task") -> list[Path]:
         task: the task.
 
     Returns:
-        The task file for ``file:PATH`` sources (the built-in data and the HF cache are hidden by
-        every sandbox anyway).
+        The task file for ``file:PATH`` sources. The allow-list root holds no host file outside its
+        runtime anyway; these are masked as well in case they lie inside it.
     """
     source = getattr(task, "source", "") or ""
     if source.startswith("file:"):
@@ -184,16 +184,19 @@ def _solution_text(solution: str | os.PathLike[str] | None) -> tuple[str | None,
 
 
 def _run_one(source: str, filename: str, stdin: str, limits: Limits, command: Sequence[str] | None,
-             hidden: list[Path]) -> RunResult:
-    with Sandbox(limits=limits, hide_paths=hidden) as box:
+             hidden: list[Path], unsafe: bool) -> RunResult:
+    # a throwaway root per test: a fresh working directory holding only a copy of the solution, a
+    # fresh private /tmp and (root runner) a fresh uid; all of it is gone when the run ends
+    with Sandbox(limits=limits, hide_paths=hidden, unsafe=unsafe) as box:
         box.write_file(filename, source)
         return box.run(list(command) if command else [sys.executable, filename], stdin=stdin)
 
 
 def _score(tests: Sequence["TestCase"], source: str, filename: str, limits: Limits,
-           command: Sequence[str] | None, hidden: list[Path], workers: int) -> list[tuple[RunResult, str]]:
+           command: Sequence[str] | None, hidden: list[Path], workers: int,
+           unsafe: bool) -> list[tuple[RunResult, str]]:
     def job(test: "TestCase") -> tuple[RunResult, str]:
-        return _run_one(source, filename, test.input, limits, command, hidden), test.output
+        return _run_one(source, filename, test.input, limits, command, hidden, unsafe), test.output
 
     if workers <= 1 or len(tests) <= 1:
         return [job(t) for t in tests]
@@ -207,8 +210,13 @@ def _default_workers() -> int:
 
 def verify_solution(task: "Task", solution: str | os.PathLike[str] | None, limits: Limits | None = None, *,
                     filename: str = DEFAULT_SOLUTION_FILE, command: Sequence[str] | None = None,
-                    workers: int | None = None, hide_paths: Iterable[str | os.PathLike[str]] = ()) -> VerifyResult:
-    """Score a solution on the task's held-out tests, each in a fresh sandbox.
+                    workers: int | None = None, hide_paths: Iterable[str | os.PathLike[str]] = (),
+                    unsafe: bool = False) -> VerifyResult:
+    """Score a solution on the task's held-out tests, each in a fresh throwaway sandbox.
+
+    Each test copies the solution's text into a new temporary working directory, runs it in its own
+    allow-list root (the held-out input only on its stdin) and deletes the directory afterwards: a
+    solution that writes its input somewhere leaves it nowhere a later command or rollout can read.
 
     Args:
         task: the task whose ``held_out_tests`` are run.
@@ -220,9 +228,13 @@ def verify_solution(task: "Task", solution: str | os.PathLike[str] | None, limit
         command: how to run it (default ``[sys.executable, filename]``).
         workers: tests run in parallel (default ``min(4, cpu_count)``).
         hide_paths: further paths to hide from the solution (artifact folders and the like).
+        unsafe: run even where the allow-list root cannot be built.
 
     Returns:
         A `VerifyResult`; ``env_reward`` is None when there is no solution file or no test.
+
+    Raises:
+        SandboxUnavailableError: no allow-list root here and not `unsafe`.
     """
     source, error = _solution_text(solution)
     tests = list(task.held_out_tests)
@@ -232,7 +244,7 @@ def verify_solution(task: "Task", solution: str | os.PathLike[str] | None, limit
         return VerifyResult(0, 0, None, [], [f"task {task.task_id} has no held-out tests"])
     hidden = [*task_hidden_paths(task), *(Path(p) for p in hide_paths)]
     runs = _score(tests, source, filename, limits or VERIFY_LIMITS, command, hidden,
-                  _default_workers() if workers is None else workers)
+                  _default_workers() if workers is None else workers, unsafe)
     per_test, errors, passed = [], [], 0
     for i, (result, expected) in enumerate(runs):
         ok, reason = _reason(result, expected)
@@ -247,7 +259,7 @@ def verify_solution(task: "Task", solution: str | os.PathLike[str] | None, limit
 
 def run_examples(task: "Task", workdir: str | os.PathLike[str], limits: Limits | None = None, *,
                  filename: str = DEFAULT_SOLUTION_FILE, command: Sequence[str] | None = None,
-                 tests: Sequence["TestCase"] | None = None) -> list[ExampleResult]:
+                 tests: Sequence["TestCase"] | None = None, unsafe: bool = False) -> list[ExampleResult]:
     """Run the task's visible examples against the solution in the agent's working directory.
 
     Args:
@@ -257,19 +269,23 @@ def run_examples(task: "Task", workdir: str | os.PathLike[str], limits: Limits |
         filename: the solution file inside `workdir`.
         command: how to run it (default ``[sys.executable, filename]``).
         tests: run these instead of the visible tests (they must be visible to the agent).
+        unsafe: run even where the allow-list root cannot be built.
 
     Returns:
         One `ExampleResult` per example; a missing solution file fails each with that reason.
+
+    Raises:
+        SandboxUnavailableError: no allow-list root here and not `unsafe`.
     """
     examples = list(task.visible_tests if tests is None else tests)
-    box = Sandbox(workdir, limits=limits or VERIFY_LIMITS, hide_paths=task_hidden_paths(task))
-    if not (box.workdir / filename).is_file():
-        return [ExampleResult(i, False, f"no solution file {filename} in {box.workdir}", t.input, t.output, "", "")
-                for i, t in enumerate(examples)]
-    results = []
-    for i, test in enumerate(examples):
-        run = box.run(list(command) if command else [sys.executable, filename], stdin=test.input)
-        ok, reason = _reason(run, test.output)
-        results.append(ExampleResult(i, ok, reason, test.input, test.output, run.stdout[:4000],
-                                     run.stderr[-2000:], run.limit))
+    with Sandbox(workdir, limits=limits or VERIFY_LIMITS, hide_paths=task_hidden_paths(task), unsafe=unsafe) as box:
+        if not (box.workdir / filename).is_file():
+            return [ExampleResult(i, False, f"no solution file {filename} in {box.workdir}", t.input, t.output, "",
+                                  "") for i, t in enumerate(examples)]
+        results = []
+        for i, test in enumerate(examples):
+            run = box.run(list(command) if command else [sys.executable, filename], stdin=test.input)
+            ok, reason = _reason(run, test.output)
+            results.append(ExampleResult(i, ok, reason, test.input, test.output, run.stdout[:4000],
+                                         run.stderr[-2000:], run.limit))
     return results
