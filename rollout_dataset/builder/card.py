@@ -8,6 +8,7 @@ The YAML header (configs, dataset_info, ...) is produced with pyyaml from the co
 
 from __future__ import annotations
 
+import inspect
 import json
 import statistics
 from collections import Counter
@@ -17,11 +18,12 @@ from typing import Any, Iterable
 import jinja2
 import yaml
 
+from rollout_dataset.builder import contracts
 from rollout_dataset.builder.configs import CONFIGS, DEFAULT_CONFIG, features_yaml, resolved_columns
 from rollout_dataset.builder.rows import PREVIEW_CHARS as _PREVIEW_CHARS
 from rollout_dataset.errors import ArtifactError
 
-__all__ = ["TEMPLATE_PATH", "card_stats", "card_metadata", "render_card", "read_card_metadata"]
+__all__ = ["TEMPLATE_PATH", "contracts_source", "card_stats", "card_metadata", "render_card", "read_card_metadata"]
 
 # The template lives at the repo top; `builder/dataset_card.md` links to it so that a wheel ships it too.
 TEMPLATE_PATH = Path(__file__).parent / "dataset_card.md"
@@ -29,6 +31,7 @@ TEMPLATE_PATH = Path(__file__).parent / "dataset_card.md"
 # config -> summary column holding that config's rows per rollout (None: one row per rollout)
 _ROW_COUNT_COLUMN = {"summary": None, "task": None, "visible_tests": None, "held_out_tests": "n_held_out_rows",
                      "trace": "n_trace_rows", "turns": "n_turn_rows", "sequences": "n_sequences",
+                     "conversations": "n_conversations",
                      "samples": "n_sample_rows"}
 
 
@@ -60,7 +63,10 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
         ``stop_reasons``/``capture_levels``/``samples_modes`` counters, ``sampling_params`` (distinct, JSON), reward
         statistics (``env_reward``, ``reward_after_penalties``, ``stepwise_reward_sum``), ``trainable``,
         ``trainable_tokens``, ``timed_out``, ``n_tasks``, ``cut_cells``, ``unique_tokens``,
-        ``preview_chars`` (the default preview size of the `samples` config).
+        ``preview_chars`` (the default preview size of the `samples` config), ``n_groups`` and
+        ``rollouts_per_group`` (statistics over groups: same env, task and dataset seed),
+        ``tokenizer_sha256s`` (counter) and ``tokenizer_dir`` (True when every rollout names the one
+        tokenizer stored in the dataset's `tokenizer/` folder).
     """
     rows = list(summary_rows)
     counters = {k: Counter() for k in ("envs", "models", "harnesses", "tokenizers", "stop_reasons", "capture_levels",
@@ -87,8 +93,14 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
             stepwise.append(float(step["reward_sum"]))
         for config, column in _ROW_COUNT_COLUMN.items():
             per_config[config] += 1 if column is None else int(r.get(column) or 0)
+    groups = Counter(str(r.get("group_id")) for r in rows)
+    shas = Counter(str(r["tokenizer_sha256"]) for r in rows if r.get("tokenizer_sha256"))
     return {
         "n_rollouts": len(rows),
+        "n_groups": len(groups),
+        "rollouts_per_group": _describe([float(v) for v in groups.values()]),
+        "tokenizer_sha256s": dict(shas.most_common()),
+        "tokenizer_dir": bool(rows) and len(shas) == 1 and sum(shas.values()) == len(rows),
         "rows": per_config,
         **{k: dict(v.most_common()) for k, v in counters.items()},
         "sampling_params": params,
@@ -146,6 +158,15 @@ def card_metadata(stats: dict[str, Any], *, pretty_name: str, license: str,
     }
 
 
+def contracts_source() -> str:
+    """The source of `rollout_dataset.builder.contracts`, as the card pastes it (stdlib only).
+
+    Returns:
+        The module's text, stripped of trailing blank lines.
+    """
+    return inspect.getsource(contracts).rstrip()
+
+
 def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path | None = None,
                 repo_id: str | None = None, pretty_name: str = "Agent rollouts (rollout-dataset)",
                 license: str = "apache-2.0", config_bytes: dict[str, int] | None = None) -> str:
@@ -179,7 +200,7 @@ def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path 
                              trim_blocks=True, lstrip_blocks=True)
     body = env.from_string(path.read_text(encoding="utf-8")).render(
         stats=stats, configs=configs, pretty_name=pretty_name, default_config=DEFAULT_CONFIG,
-        repo_id=repo_id or "path/to/DATASET_DIR", json=json)
+        repo_id=repo_id or "path/to/DATASET_DIR", json=json, contracts_source=contracts_source())
     header = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
     return f"---\n{header}---\n\n{body.lstrip()}"
 

@@ -362,7 +362,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         "tool_calls_by_name": by_name, "tool_calls_total": sum(by_name.values()),
         "held_out_tests": len(task.held_out_tests), "held_out_passed": passed, "env_reward": env_reward,
         "reward_after_penalties": reward_after_penalties(env_reward, penalties), "penalties": penalties,
-        "timed_out": timed_out, "stop_reason": stop_reason, "capture_level": capture_level,
+        "unscored_reason": verdict.unscored_reason, "timed_out": timed_out, "stop_reason": stop_reason, "capture_level": capture_level,
         "trainable": bool(document.get("trainable")),
         "trainable_tokens": _trainable_tokens(document),
         "findings_count": _findings_count(document),
