@@ -20,6 +20,7 @@ __all__ = [
     "PublishError",
     "GuardrailError",
     "ConfigError",
+    "TokenizerMismatchError",
 ]
 
 
@@ -91,3 +92,7 @@ class GuardrailError(RolloutDatasetError, RuntimeError):
 
 class ConfigError(RolloutDatasetError, ValueError):
     """A configuration file, block or flag is invalid (the message names the file, key and valid values)."""
+
+
+class TokenizerMismatchError(RolloutDatasetError, ValueError):
+    """Rollouts captured with different tokenizers were put into one dataset (the message names both)."""

@@ -3,7 +3,8 @@
 `push` never deletes and never duplicates: it reads the repo's current state (the small `summary`
 shards tell which rollout ids are there), uploads this folder's rows of NEW rollouts as shards
 under fresh unique names (``data/<config>/<UTC stamp>-<uuid>.parquet``), rewrites README.md from
-the union, and commits with ``parent_commit`` = the revision it read. When another writer
+the union, adds the stored tokenizer (``tokenizer/``) when the repo has none (and refuses a repo
+holding another tokenizer), and commits with ``parent_commit`` = the revision it read. When another writer
 committed in between, the Hub answers 412 (or 409) and the push starts over from the fresh state,
 so two processes pushing at once both land. (`Dataset.push_to_hub` replaces a config's files on
 each push, which is why it is not used here.)
@@ -14,6 +15,7 @@ message (messages are scrubbed of it as well).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import random
@@ -28,6 +30,7 @@ import pyarrow.parquet as pq
 from rollout_dataset.builder.build import dataset_rollout_ids, read_summary_rows
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
+from rollout_dataset.builder.tokenizer_files import TOKENIZER_DIR, tokenizer_uploads
 from rollout_dataset.builder.writer import copy_filtered, shard_name
 from rollout_dataset.errors import ArtifactError, PublishError
 
@@ -97,6 +100,7 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
         ArtifactError: `dataset_dir` holds no built dataset.
         PublishError: the Hub refused (status and URL in the message, never the token), or
             `max_attempts` conflicts in a row.
+        TokenizerMismatchError: the repo stores another tokenizer than the dataset (a ValueError).
     """
     from huggingface_hub import CommitOperationAdd, HfApi
     from huggingface_hub.errors import HfHubHTTPError
@@ -147,6 +151,13 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
                         ops.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(out)))
                         files.append(path_in_repo)
                         config_bytes[config] += out.stat().st_size
+                remote_tok, remote_tok_sha = f"{TOKENIZER_DIR}/tokenizer.json", None
+                if remote_tok in remote_files:
+                    got = Path(api.hf_hub_download(repo_id, remote_tok, repo_type="dataset", revision=sha))
+                    remote_tok_sha = hashlib.sha256(got.read_bytes()).hexdigest()
+                for path_in_repo, local_file in tokenizer_uploads(dataset_dir, remote_tok_sha):
+                    ops.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(local_file)))
+                    files.append(path_in_repo)
                 union = remote_rows + [r for r in read_summary_rows(dataset_dir) if r["rollout_id"] in new_ids]
                 readme = render_card(union, template=template, repo_id=repo_id,
                                      config_bytes=config_bytes).encode("utf-8")

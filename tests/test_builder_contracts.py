@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import inspect
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -151,3 +153,91 @@ def test_every_card_snippet_runs_with_only_datasets(dataset, tmp_path):
     assert got["env_mask"] == first["loss_mask"][first["prompt_len"]:]
     assert got["n_sft"] == sum(r["trainable"] for r in _rows(dataset, "sequences"))
     assert got["roles"][0] == "system" and "tool" in got["roles"]
+
+
+# ------------------------------------------------------------------------------------ the tokenizer
+
+def _with_tokenizer(folder: Path, tokenizer: str) -> Path:
+    task = json.loads((folder / "task.json").read_text())
+    task["config"]["tokenizer"] = tokenizer
+    (folder / "task.json").write_text(json.dumps(task))
+    return folder
+
+
+def test_build_stores_the_captures_tokenizer_and_its_hash_on_every_summary_row(dataset):
+    from rollout_dataset.backend.tokenizer import BUILTIN_TOKENIZER_DIR
+
+    stored = dataset / "tokenizer"
+    assert (stored / "tokenizer.json").read_bytes() == (BUILTIN_TOKENIZER_DIR / "tokenizer.json").read_bytes()
+    assert {"tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"} <= {p.name for p in stored.iterdir()}
+    sha = hashlib.sha256((stored / "tokenizer.json").read_bytes()).hexdigest()
+    assert {r["tokenizer_sha256"] for r in _rows(dataset, "summary")} == {sha}
+
+
+def test_captures_of_two_tokenizers_in_one_build_are_refused_and_nothing_is_kept(tmp_path):
+    from rollout_dataset.backend.tokenizer import BUILTIN_TOKENIZER_DIR
+    from rollout_dataset.errors import TokenizerMismatchError
+
+    other = tmp_path / "other-tokenizer"
+    shutil.copytree(BUILTIN_TOKENIZER_DIR, other)
+    data = json.loads((other / "tokenizer.json").read_text())
+    (other / "tokenizer.json").write_text(json.dumps(data, indent=1))  # same vocab, different bytes
+    write_synthetic_rollout(tmp_path / "in" / "a", n_turns=2, context_tokens=64, seed=0)
+    write_synthetic_rollout(tmp_path / "in" / "b", n_turns=2, context_tokens=64, seed=1)
+    _with_tokenizer(tmp_path / "in" / "b", str(other))
+    with pytest.raises(TokenizerMismatchError, match=r"in/b: tokenizer .*other-tokenizer.* differs"):
+        build([tmp_path / "in"], tmp_path / "ds", progress=False)
+    assert not list((tmp_path / "ds").rglob("*.parquet")) and not (tmp_path / "ds" / "tokenizer").exists()
+    build([tmp_path / "in" / "a"], tmp_path / "ds", progress=False)
+    with pytest.raises(TokenizerMismatchError, match="differs"):  # nor into a dataset of another tokenizer
+        build([tmp_path / "in" / "b"], tmp_path / "ds", progress=False)
+
+
+def test_a_hub_tokenizer_is_read_from_the_cache_with_its_resolved_revision(tmp_path):
+    from rollout_dataset.backend.tokenizer import BUILTIN_TOKENIZER_DIR
+    from rollout_dataset.builder.tokenizer_files import resolve_tokenizer_files
+
+    commit = "a" * 40
+    snap = tmp_path / "hub" / "models--org--tok" / "snapshots" / commit
+    shutil.copytree(BUILTIN_TOKENIZER_DIR, snap)
+    (tmp_path / "hub" / "models--org--tok" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--tok" / "refs" / "main").write_text(commit)
+    tok = resolve_tokenizer_files("org/tok", cache_dir=tmp_path / "hub")
+    assert (tok.hub_id, tok.revision) == ("org/tok", commit)
+    assert resolve_tokenizer_files("org/not-cached", cache_dir=tmp_path / "hub") is None
+
+
+# ------------------------------------------------------------------- done when: from the Hub copy alone
+
+_READER = '''
+import json, re
+from huggingface_hub import hf_hub_download
+readme = open(hf_hub_download("org/standalone", "README.md", repo_type="dataset"), encoding="utf-8").read()
+ns = {}
+exec("\\n".join(re.findall(r"```python\\n(.*?)```", readme, flags=re.S)), ns)
+print(json.dumps({"text": ns["text"], "env_mask": ns["one"]["env_mask"], "n_sft": len(ns["sft"]),
+                  "roles": ns["roles"], "messages": repr(ns["conversations"].features["messages"])}))
+'''
+
+
+def test_from_the_hub_copy_alone_a_reader_decodes_builds_trainer_inputs_and_loads_conversations(dataset, tmp_path):
+    from hub_fixture import FakeHub
+    from tokenizers import Tokenizer
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PUSH_", "HUGGINGFACE"))}
+    with FakeHub() as hub:
+        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "pusher"), HF_HUB_DISABLE_TELEMETRY="1")
+        push = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "push", str(dataset), "--repo",
+                               "org/standalone"], env=env, capture_output=True, text=True, timeout=240)
+        assert push.returncode == 0, push.stderr[-3000:]
+        assert {"tokenizer/tokenizer.json", "tokenizer/chat_template.jinja"} <= set(hub.files("org/standalone"))
+        done = run_without_package(_READER, tmp_path, {"HF_ENDPOINT": hub.url, "HF_TOKEN": ""})
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    seqs = datasets.load_dataset(str(dataset), "sequences", split="train")
+    want = Tokenizer.from_file(str(dataset / "tokenizer" / "tokenizer.json"))
+    assert got["text"] == want.decode(seqs[0]["input_ids"], skip_special_tokens=False) and got["text"]
+    first = next(r for r in seqs if r["trainable"])
+    assert got["env_mask"] == first["loss_mask"][first["prompt_len"]:]
+    assert got["n_sft"] == sum(seqs["trainable"]) and got["roles"][0] == "system"
+    assert got["messages"].startswith("List({'role': Value('string')")

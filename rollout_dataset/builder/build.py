@@ -1,5 +1,7 @@
 """`build`: artifact folders -> a Hub-ready dataset folder (parquet per config + README.md).
 
+The captures' tokenizer is stored in `tokenizer/` (see `tokenizer_files`); one dataset holds one.
+
 Streams: one rollout is read, turned into rows and appended to the config shards before the next
 is read, so memory stays flat as the number of rollouts grows. Building into a folder that already
 holds a dataset adds new shards and skips rollouts already there (no duplicates, nothing deleted).
@@ -17,7 +19,8 @@ from tqdm.auto import tqdm
 
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
-from rollout_dataset.builder.rows import PREVIEW_CHARS, SAMPLES_MODES, read_artifact, rollout_rows
+from rollout_dataset.builder.rows import PREVIEW_CHARS, SAMPLES_MODES, read_artifact, rollout_rows, tokenizer_name
+from rollout_dataset.builder.tokenizer_files import TokenizerRegistry, stored_tokenizer_sha256, write_tokenizer_files
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES, DatasetWriter
 from rollout_dataset.errors import ArtifactError, ConfigError
 
@@ -128,6 +131,8 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
         ArtifactError: an input is missing or unreadable (this build's shards are removed; earlier
             shards are untouched).
         SchemaValidationError: summary.json, task.json or held_out_tests.json does not match its schema.
+        TokenizerMismatchError: the rollouts (or the dataset and the rollouts) used different tokenizers;
+            nothing of this build is kept (a ValueError).
         ConfigError: `samples` is not "preview" or "full", or `preview_chars` is below 100 (a ValueError).
     """
     from rollout_dataset.schema import validate
@@ -141,6 +146,7 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     present = dataset_rollout_ids(out)
+    tokenizers = TokenizerRegistry(read_summary_rows(out), stored_tokenizer_sha256(out))
     result = BuildResult(out_dir=out)
     writer = DatasetWriter(out, row_group_bytes=row_group_bytes)
     ok = False
@@ -158,6 +164,8 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
                 log.info("%s: rollout %s already in %s; skipped", folder, rid, out)
                 result.skipped.append(rid)
                 continue
+            tok = tokenizers.check(tokenizer_name(art), str(folder))
+            art.update(tokenizer_sha256=tok.sha256 if tok else None, tokenizer_revision=tok.revision if tok else None)
             rows, stats = rollout_rows(art, samples, preview_chars=preview_chars)
             try:
                 writer.add(rows)
@@ -167,6 +175,8 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             present.add(rid)
             result.added.append(rid)
             result.cut_cells += stats["cut_cells"]
+        if tokenizers.tokenizer is not None:
+            write_tokenizer_files(tokenizers.tokenizer, out)
         ok = True
     finally:
         result.rows = writer.close()

@@ -51,6 +51,7 @@ __all__ = [
     "conversation_rows",
     "chat_message",
     "group_id_of",
+    "tokenizer_name",
     "preview_text",
     "cut_text",
     "response_message",
@@ -155,6 +156,25 @@ def group_id_of(summary: dict[str, Any]) -> str:
 
 # --------------------------------------------------------------------------------------- configs
 
+def tokenizer_name(art: dict[str, Any]) -> str | None:
+    """The tokenizer a rollout's capture used, as it named it.
+
+    Args:
+        art: the documents from `read_artifact`.
+
+    Returns:
+        task.json config ``tokenizer``; ``"builtin"`` for a capture against the local backend (no
+        ``base_url``); else the model name.
+    """
+    config = (art["task"] or {}).get("config") or {}
+    tokenizer = None
+    if isinstance(config, dict):
+        tokenizer = config.get("tokenizer")
+        if tokenizer is None and "base_url" in config and config["base_url"] is None:
+            tokenizer = "builtin"  # capture's default: the local backend's built-in tokenizer
+    return tokenizer or art["summary"].get("model")
+
+
 def summary_row(art: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
     """The `summary` row of one rollout.
 
@@ -167,18 +187,12 @@ def summary_row(art: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
     Returns:
         The row dict.
     """
-    config = (art["task"] or {}).get("config") or {}
-    tokenizer = None
-    if isinstance(config, dict):
-        tokenizer = config.get("tokenizer")
-        if tokenizer is None and "base_url" in config and config["base_url"] is None:
-            tokenizer = "builtin"  # capture's default: the local backend's built-in tokenizer
     params: list[Any] = []
     for call in art["trace"].get("calls", []):
         p = call.get("effective_sampling_params")
         if p and p not in params and call.get("capture_level") != "none":
             params.append(p)
-    extra = {"tokenizer": tokenizer or art["summary"].get("model"), "sampling_params": params,
+    extra = {"tokenizer": tokenizer_name(art), "sampling_params": params,
              "group_id": group_id_of(art["summary"]), "tokenizer_sha256": art.get("tokenizer_sha256"),
              "tokenizer_revision": art.get("tokenizer_revision"), **counts}
     return _project(art["summary"], "summary", extra)
