@@ -65,7 +65,8 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
         ``trainable_tokens``, ``timed_out``, ``n_tasks``, ``cut_cells``, ``unique_tokens``,
         ``preview_chars`` (the default preview size of the `samples` config), ``n_groups`` and
         ``rollouts_per_group`` (statistics over groups: same env, task and dataset seed),
-        ``tokenizer_sha256s`` (counter) and ``tokenizer_dir`` (True when every rollout names the one
+        ``scripted`` (rollouts per scripted policy) and ``n_scripted``, ``server_kinds`` /
+        ``harness_versions`` / ``package_versions`` counters, ``tokenizer_sha256s`` (counter) and ``tokenizer_dir`` (True when every rollout names the one
         tokenizer stored in the dataset's `tokenizer/` folder).
     """
     rows = list(summary_rows)
@@ -94,10 +95,20 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
         for config, column in _ROW_COUNT_COLUMN.items():
             per_config[config] += 1 if column is None else int(r.get(column) or 0)
     groups = Counter(str(r.get("group_id")) for r in rows)
+    scripted = Counter(str(r.get("policy") or r.get("server_kind")) for r in rows if r.get("scripted"))
     shas = Counter(str(r["tokenizer_sha256"]) for r in rows if r.get("tokenizer_sha256"))
     return {
         "n_rollouts": len(rows),
         "n_groups": len(groups),
+        "scripted": dict(scripted.most_common()),
+        "n_scripted": sum(scripted.values()),
+        "server_kinds": dict(Counter(f"{r.get('server_kind')} {r.get('server_version') or ''}".strip()
+                                     for r in rows if r.get("server_kind")).most_common()),
+        "harness_versions": dict(Counter(f"{r.get('harness')} {r.get('harness_version') or ''}".strip()
+                                         for r in rows).most_common()),
+        "package_versions": dict(Counter(f"{r.get('package_version')}"
+                                         + (f" ({str(r['package_git_sha'])[:12]})" if r.get("package_git_sha") else "")
+                                         for r in rows if r.get("package_version")).most_common()),
         "rollouts_per_group": _describe([float(v) for v in groups.values()]),
         "tokenizer_sha256s": dict(shas.most_common()),
         "tokenizer_dir": bool(rows) and len(shas) == 1 and sum(shas.values()) == len(rows),

@@ -133,6 +133,17 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _s("summary", "env_metrics", "json"),
         _c("tokenizer", "string", "Tokenizer of the capture: task.json config 'tokenizer'; 'builtin' for the local "
            "backend; else the model name."),
+        _c("served_model_id", "string", "The model id the server served (its /v1/models entry); null when not recorded."),
+        _c("served_model_root", "string", "That model's `root` (the weights it was loaded from) per /v1/models."),
+        _c("server_kind", "string", "What answered: 'vllm' (its /version), 'rollout-dataset-local-backend' (the "
+           "local vLLM emulator, a scripted policy) or 'unknown'; null when not recorded."),
+        _c("server_version", "string", "The server's version (vLLM's /version, or the local backend's)."),
+        _c("policy", "string", "The local backend's policy (e.g. 'oracle', 'script'); null for a real model server."),
+        _c("scripted", "bool", "True when a scripted policy, not a model, produced the answers: the rewards measure "
+           "the script. Null when not recorded."),
+        _c("harness_version", "string", "Version of the harness (the built-in one is versioned with rollout-dataset)."),
+        _c("package_version", "string", "rollout-dataset version that captured the rollout."),
+        _c("package_git_sha", "string", "rollout-dataset git commit that captured the rollout (null outside a checkout)."),
         _c("tokenizer_sha256", "string", "SHA-256 of the tokenizer.json the captures used; that tokenizer is "
            "stored in the dataset's tokenizer/ folder. Null when the tokenizer was not available at build time."),
         _c("tokenizer_revision", "string", "For a Hub tokenizer: the resolved commit of the Hub repo named in "

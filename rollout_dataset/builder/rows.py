@@ -192,7 +192,18 @@ def summary_row(art: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
         p = call.get("effective_sampling_params")
         if p and p not in params and call.get("capture_level") != "none":
             params.append(p)
+    prov = art["summary"].get("provenance")
+    prov = prov if isinstance(prov, dict) else {}
+
+    def part(name: str) -> dict[str, Any]:
+        return prov.get(name) if isinstance(prov.get(name), dict) else {}
+
     extra = {"tokenizer": tokenizer_name(art), "sampling_params": params,
+             "served_model_id": part("model").get("id"), "served_model_root": part("model").get("root"),
+             "server_kind": part("server").get("kind"), "server_version": part("server").get("version"),
+             "policy": part("server").get("policy"), "scripted": part("server").get("scripted"),
+             "harness_version": part("harness").get("version"), "package_version": part("package").get("version"),
+             "package_git_sha": part("package").get("git_sha"),
              "group_id": group_id_of(art["summary"]), "tokenizer_sha256": art.get("tokenizer_sha256"),
              "tokenizer_revision": art.get("tokenizer_revision"), **counts}
     return _project(art["summary"], "summary", extra)

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from rollout_dataset.capture.rewards import PenaltyRules
 
-__all__ = ["CaptureConfig", "CaptureResult"]
+__all__ = ["CaptureConfig", "CaptureResult", "UPSTREAM_NOT_RECORDED"]
 
 
 def _without_credentials(url: str | None) -> str | None:
@@ -22,6 +22,10 @@ def _without_credentials(url: str | None) -> str | None:
     host = f"[{host}]" if ":" in host else host
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+#: what task.json's `config.base_url` reads when the upstream host is not recorded.
+UPSTREAM_NOT_RECORDED = "not recorded (--record-upstream-host)"
 
 
 @dataclass
@@ -54,6 +58,8 @@ class CaptureConfig:
         served_model_name: the local backend's model name.
         hide_paths: more paths the agent's sandbox hides, besides the task's files, `out_dir` and
             its parent (see `rollout_dataset.capture.hiding`); a batch names its `rollouts/` folder.
+        record_upstream_host: record `base_url` in task.json; by default it is replaced by
+            `UPSTREAM_NOT_RECORDED` (internal host names do not leak into a published dataset).
     """
 
     out_dir: str | Path = "trace_artifact"
@@ -79,6 +85,7 @@ class CaptureConfig:
     keep_workdir: bool = False
     served_model_name: str = "local"
     hide_paths: tuple[str | Path, ...] = ()
+    record_upstream_host: bool = False
 
     def __post_init__(self) -> None:
         self.hide_paths = tuple(self.hide_paths)
@@ -91,6 +98,14 @@ class CaptureConfig:
         if self.rollout_id is not None and (len(self.rollout_id) != 32 or
                                             any(c not in "0123456789abcdef" for c in self.rollout_id)):
             raise ValueError(f"rollout_id must be 32 lowercase hex characters (uuid4 hex), got {self.rollout_id!r}")
+
+    @property
+    def recorded_base_url(self) -> str | None:
+        """`base_url` as task.json records it: None for the local backend, `UPSTREAM_NOT_RECORDED`
+        unless `record_upstream_host`, else the URL without credentials."""
+        if self.base_url is None:
+            return None
+        return _without_credentials(self.base_url) if self.record_upstream_host else UPSTREAM_NOT_RECORDED
 
     @property
     def effective_rollout_seed(self) -> int:
@@ -109,7 +124,7 @@ class CaptureConfig:
             A JSON-ready dict without the API key.
         """
         return {
-            "base_url": _without_credentials(self.base_url), "model": self.model, "tasks": self.tasks, "harness": self.harness,
+            "base_url": self.recorded_base_url, "model": self.model, "tasks": self.tasks, "harness": self.harness,
             "timeout_s": self.timeout_s, "policy": self.policy if self.base_url is None else None,
             "script": str(self.script) if self.script else None, "tokenizer": self.tokenizer,
             "max_turns": self.max_turns, "max_tokens": self.max_tokens, "temperature": self.temperature,

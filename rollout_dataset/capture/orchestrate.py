@@ -323,6 +323,9 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         if failed is not None and preset is None:
             _raise_first_call(failed, upstream)
 
+        from rollout_dataset.capture.provenance import rollout_provenance
+
+        provenance = rollout_provenance(upstream, model, config.harness, config.effective_api_key)
         t_verify = time.monotonic()
         verdict = verify_solution(task, box.workdir)
         timings["verify_s"] = time.monotonic() - t_verify
@@ -368,7 +371,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         "findings_count": _findings_count(document),
         "leakage": {"checked": True, "hits": [h.to_dict() for h in hits]},
         "timings": {k: round(v, 4) for k, v in timings.items()},
-        "errors": list(errors), "harness_exit_code": exit_code,
+        "errors": list(errors), "harness_exit_code": exit_code, "provenance": provenance,
     }
     header = {"rollout": rollout_id, "task": task.task_id, "reward": env_reward,
               "passed": f"{passed}/{len(task.held_out_tests)}" if passed is not None else None,

@@ -55,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     game.add_argument("--max-actions", type=int, default=None, help="actions per act call (crafter default 8)")
     game.add_argument("--area", type=parse_pair, default=None, metavar="W,H", help="world size (crafter default 64,64)")
     parser.add_argument("--keep-workdir", action="store_true", help="copy the agent's working directory to OUT/workdir")
+    parser.add_argument("--record-upstream-host", action="store_true",
+                        help="record --base-url in task.json (default: not recorded, so internal host names stay private)")
     parser.add_argument("--no-push", action="store_true", help="do not push even when PUSH_TO_DATASET is set")
 
 
@@ -182,7 +184,8 @@ def config_from_args(args: argparse.Namespace):
                          task_index=args.task_index, seed=args.seed, rollout_seed=args.rollout_seed, n_prompts=args.n_prompts, tasks=args.tasks,
                          harness=args.harness, timeout_s=args.timeout_s, policy=args.policy, script=args.script,
                          tokenizer=args.tokenizer, max_turns=20 if args.max_turns is None else args.max_turns, keep_workdir=args.keep_workdir,
-                         push=False if args.no_push else None)
+                         push=False if args.no_push else None,
+                         record_upstream_host=getattr(args, "record_upstream_host", False))
 
 
 def run(args: argparse.Namespace) -> int:
