@@ -227,15 +227,31 @@ def _findings_count(document: dict[str, Any]) -> int:
     return sum(1 for f in findings if isinstance(f, dict) and f.get("level") in ("ERROR", "WARN"))
 
 
-def _samples(document: dict[str, Any], records: list[dict[str, Any]], tokenizer: Any, header: dict) -> str:
-    if tokenizer is None:
-        lines = [f"# Rollout {header.get('rollout')}", ""]
-        lines += [f"- {k}: {v}" for k, v in header.items()]
-        lines += ["", "No tokenizer was available (--tokenizer), so the token stream is not rendered."]
-        return "\n".join(lines) + "\n"
+def _samples(document: dict[str, Any], records: list[dict[str, Any]], tokenizer: Any, header: dict,
+             server: tuple[str, str, str | None] | None = None) -> str:
+    """samples.md: decoded by the local tokenizer, else by the server's own /detokenize (`server` =
+    (base URL, model, api key)); only when neither works, the header and the reason."""
     from rollout_dataset.render import render_samples
 
-    return render_samples(document, records, tokenizer, header=header)
+    reason = "No tokenizer was available (--tokenizer), so the token stream is not rendered."
+    if tokenizer is not None:
+        return render_samples(document, records, tokenizer, header=header)
+    if server is not None:
+        from rollout_dataset.capture.server_tokenizer import ServerTokenizer
+        from rollout_dataset.errors import UpstreamError
+
+        try:
+            with ServerTokenizer(*server) as remote:
+                return render_samples(document, records, remote, header=header)
+        except UpstreamError as exc:
+            logger.warning("samples.md: no local tokenizer and the server could not decode: %s", exc)
+            status = getattr(exc, "status", None)  # the URL stays out: the upstream host is not recorded
+            reason = ("No local tokenizer (--tokenizer) and the server's /detokenize failed "
+                      f"({f'HTTP {status}' if status else type(exc).__name__}), so the token stream is not rendered.")
+    lines = [f"# Rollout {header.get('rollout')}", ""]
+    lines += [f"- {k}: {v}" for k, v in header.items()]
+    lines += ["", reason]
+    return "\n".join(lines) + "\n"
 
 
 def capture_rollout(config: CaptureConfig) -> CaptureResult:
@@ -389,7 +405,8 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         "held_out_tests.json": {"schema_version": 1, "task_id": task.task_id,
                                 "tests": [{"input": t.input, "output": t.output} for t in task.held_out_tests]},
         "summary.json": summary,
-        "samples.md": _samples(document, records, tokenizer, header),
+        "samples.md": _samples(document, records, tokenizer, header,
+                               (upstream, model, config.effective_api_key) if config.base_url else None),
     }
     secrets = collect_secrets([config.api_key, os.environ.get("OPENAI_API_KEY"), os.environ.get("HF_TOKEN")])
     summary_doc = files.pop("summary.json")
