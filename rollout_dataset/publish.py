@@ -55,6 +55,8 @@ class PushResult:
         total_rollouts: rollouts in the repo after the push.
         attempts: commit attempts (more than 1 when another writer committed in between).
         url: the repo's URL.
+        traces_repo: the companion repo the sessions went to (None: none pushed).
+        sessions_added: sessions uploaded to it by this push.
     """
 
     repo_id: str
@@ -65,6 +67,8 @@ class PushResult:
     total_rollouts: int = 0
     attempts: int = 0
     url: str = ""
+    traces_repo: str | None = None
+    sessions_added: int = 0
 
 
 def _scrub(text: str, token: str | None) -> str:
@@ -80,7 +84,8 @@ def _status(exc: BaseException) -> int | None:
 
 
 def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, private: bool | None = None,
-         endpoint: str | None = None, template: str | Path | None = None, max_attempts: int = 8) -> PushResult:
+         endpoint: str | None = None, template: str | Path | None = None, max_attempts: int = 8,
+         traces_repo: str | None = None, traces: bool = True) -> PushResult:
     """Push a dataset folder to a Hub dataset repo, appending.
 
     Args:
@@ -91,6 +96,9 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
         endpoint: the Hub URL (default: ``HF_ENDPOINT`` or huggingface.co).
         template: the card template (default: the repo's `dataset_card.md`).
         max_attempts: commits tried before giving up on conflicting concurrent writers.
+        traces_repo: the companion repo of the trace-viewer sessions (default ``<repo_id>-traces``).
+        traces: push the sessions (``traces/sessions/*.jsonl``) to `traces_repo` first, and link it
+            from the card; False pushes the parquet dataset only.
 
     Returns:
         A `PushResult`.
@@ -112,8 +120,17 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
         raise ArtifactError(f"{dataset_dir}: no data/{DEFAULT_CONFIG}/*.parquet (build the dataset first)")
     api = HfApi(endpoint=endpoint, token=token)
     result = PushResult(repo_id=repo_id)
+    from rollout_dataset.publish_traces import default_traces_repo, local_sessions, push_traces
+
+    traces_repo = (traces_repo or default_traces_repo(repo_id)) if traces and local_sessions(dataset_dir) else None
+    if traces_repo and not _REPO_ID.match(traces_repo):
+        raise ValueError(f"traces repo id {traces_repo!r} is not of the form org/name")
     local_ids = dataset_rollout_ids(dataset_dir)
     try:
+        if traces_repo:  # first, so the card's link points at sessions that exist
+            result.sessions_added, _ = push_traces(api, traces_repo, dataset_dir, dataset_repo=repo_id,
+                                                   private=private, max_attempts=max_attempts)
+            result.traces_repo = traces_repo
         url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         result.url = str(url)
         with tempfile.TemporaryDirectory(prefix="rollout-push-") as tmp:
@@ -159,8 +176,8 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
                     ops.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(local_file)))
                     files.append(path_in_repo)
                 union = remote_rows + [r for r in read_summary_rows(dataset_dir) if r["rollout_id"] in new_ids]
-                readme = render_card(union, template=template, repo_id=repo_id,
-                                     config_bytes=config_bytes).encode("utf-8")
+                readme = render_card(union, template=template, repo_id=repo_id, config_bytes=config_bytes,
+                                     traces_repo_id=traces_repo).encode("utf-8")
                 ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme))
                 files.append("README.md")
                 try:

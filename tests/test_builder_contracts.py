@@ -230,7 +230,11 @@ def test_from_the_hub_copy_alone_a_reader_decodes_builds_trainer_inputs_and_load
         push = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "push", str(dataset), "--repo",
                                "org/standalone"], env=env, capture_output=True, text=True, timeout=240)
         assert push.returncode == 0, push.stderr[-3000:]
-        assert {"tokenizer/tokenizer.json", "tokenizer/chat_template.jinja"} <= set(hub.files("org/standalone"))
+        main_files, trace_files = set(hub.files("org/standalone")), set(hub.files("org/standalone-traces"))
+        assert {"tokenizer/tokenizer.json", "tokenizer/chat_template.jinja"} <= main_files
+        assert not any(f.startswith("traces/") for f in main_files)  # one loader per repo: sessions go aside
+        assert {f"sessions/{r['rollout_id']}.jsonl" for r in _rows(dataset, "summary")} <= trace_files
+        assert "datasets/org/standalone-traces" in hub.files("org/standalone")["README.md"].decode()
         done = run_without_package(_READER, tmp_path, {"HF_ENDPOINT": hub.url, "HF_TOKEN": ""})
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])

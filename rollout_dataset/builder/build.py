@@ -1,6 +1,7 @@
 """`build`: artifact folders -> a Hub-ready dataset folder (parquet per config + README.md).
 
-The captures' tokenizer is stored in `tokenizer/` (see `tokenizer_files`); one dataset holds one.
+Each rollout is also written as a session of the Hub's agent-trace viewer in `traces/sessions/`
+(see `traces`; pushed to a companion repo). The captures' tokenizer is stored in `tokenizer/` (see `tokenizer_files`); one dataset holds one.
 
 Streams: one rollout is read, turned into rows and appended to the config shards before the next
 is read, so memory stays flat as the number of rollouts grows. Building into a folder that already
@@ -20,6 +21,7 @@ from tqdm.auto import tqdm
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.rows import PREVIEW_CHARS, SAMPLES_MODES, read_artifact, rollout_rows, tokenizer_name
+from rollout_dataset.builder.traces import write_session
 from rollout_dataset.builder.tokenizer_files import TokenizerRegistry, stored_tokenizer_sha256, write_tokenizer_files
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES, DatasetWriter
 from rollout_dataset.errors import ArtifactError, ConfigError
@@ -148,6 +150,7 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
     present = dataset_rollout_ids(out)
     tokenizers = TokenizerRegistry(read_summary_rows(out), stored_tokenizer_sha256(out))
     result = BuildResult(out_dir=out)
+    sessions: list[Path] = []  # this build's trace-viewer sessions (traces/sessions/<rollout_id>.jsonl)
     writer = DatasetWriter(out, row_group_bytes=row_group_bytes)
     ok = False
     try:
@@ -171,6 +174,7 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
                 writer.add(rows)
             except ValueError as exc:
                 raise ArtifactError(f"{folder}: a value does not fit the dataset schema: {exc}") from None
+            sessions.append(write_session(art, out, rows["summary"][0]["group_id"]))
             art = rows = None  # keep one rollout in memory at a time
             present.add(rid)
             result.added.append(rid)
@@ -185,6 +189,8 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             # drop this build's shards on failure, and empty ones where another shard exists
             if not ok or (w.rows == 0 and others):
                 w.path.unlink(missing_ok=True)
+        for path in sessions if not ok else []:
+            path.unlink(missing_ok=True)
     summary_rows = read_summary_rows(out)
     result.bytes_per_config = {c: sum(p.stat().st_size for p in (out / "data" / c).glob("*.parquet"))
                                for c in CONFIG_NAMES}

@@ -180,7 +180,8 @@ def contracts_source() -> str:
 
 def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path | None = None,
                 repo_id: str | None = None, pretty_name: str = "Agent rollouts (rollout-dataset)",
-                license: str = "apache-2.0", config_bytes: dict[str, int] | None = None) -> str:
+                license: str = "apache-2.0", config_bytes: dict[str, int] | None = None,
+                traces_repo_id: str | None = None) -> str:
     """Render README.md for a dataset.
 
     Args:
@@ -190,6 +191,7 @@ def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path 
         pretty_name: the dataset's display name.
         license: a Hub license id.
         config_bytes: parquet bytes per config over all shards (for `dataset_info`).
+        traces_repo_id: the companion repo holding the trace-viewer sessions (linked), if pushed.
 
     Returns:
         The README text: YAML header + body.
@@ -211,7 +213,8 @@ def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path 
                              trim_blocks=True, lstrip_blocks=True)
     body = env.from_string(path.read_text(encoding="utf-8")).render(
         stats=stats, configs=configs, pretty_name=pretty_name, default_config=DEFAULT_CONFIG,
-        repo_id=repo_id or "path/to/DATASET_DIR", json=json, contracts_source=contracts_source())
+        repo_id=repo_id or "path/to/DATASET_DIR", json=json, contracts_source=contracts_source(),
+        traces_repo_id=traces_repo_id)
     header = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
     return f"---\n{header}---\n\n{body.lstrip()}"
 
