@@ -24,11 +24,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
 from rollout_dataset.builder.build import dataset_rollout_ids, read_summary_rows
-from rollout_dataset.builder.card import render_card
+from rollout_dataset.builder.card import read_card_metadata, render_card
+from rollout_dataset.builder.card_info import arrow_num_bytes, load_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.tokenizer_files import TOKENIZER_DIR, tokenizer_uploads
 from rollout_dataset.builder.writer import copy_filtered, shard_name
@@ -177,7 +179,9 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
                     files.append(path_in_repo)
                 union = remote_rows + [r for r in read_summary_rows(dataset_dir) if r["rollout_id"] in new_ids]
                 readme = render_card(union, template=template, repo_id=repo_id, config_bytes=config_bytes,
-                                     traces_repo_id=traces_repo).encode("utf-8")
+                                     arrow_bytes=_arrow_bytes(api, repo_id, sha, remote_files, work),
+                                     traces_repo_id=traces_repo, options=load_card_options(dataset_dir)
+                                     ).encode("utf-8")
                 ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme))
                 files.append("README.md")
                 try:
@@ -210,6 +214,17 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
         if isinstance(exc, ArtifactError):
             raise
         raise PublishError(_scrub(f"push to {repo_id} at {api.endpoint} failed: {exc}", token)) from None
+
+
+def _arrow_bytes(api: Any, repo_id: str, sha: str, remote_files: list[str], work: Path) -> dict[str, int]:
+    """Arrow bytes per config after this push: the repo card's `num_bytes` + the new shards' (in `work`)."""
+    before: dict[str, int] = {}
+    if "README.md" in remote_files:
+        text = Path(api.hf_hub_download(repo_id, "README.md", repo_type="dataset", revision=sha)).read_text("utf-8")
+        for info in read_card_metadata(text).get("dataset_info") or []:
+            if isinstance(info, dict) and info.get("splits"):
+                before[info.get("config_name")] = int(info["splits"][0].get("num_bytes") or 0)
+    return {c: before.get(c, 0) + arrow_num_bytes(sorted((work / c).glob("*.parquet"))) for c in CONFIG_NAMES}
 
 
 def _files_for(files: list[str], config: str) -> bool:

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from rollout_dataset.builder.card import render_card
+from rollout_dataset.builder.card_info import CardOptions, arrow_num_bytes, save_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.rows import PREVIEW_CHARS, SAMPLES_MODES, read_artifact, rollout_rows, tokenizer_name
 from rollout_dataset.builder.traces import write_session
@@ -108,7 +109,8 @@ def dataset_rollout_ids(dataset_dir: str | Path) -> set[str]:
 def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template: str | Path | None = None,
           progress: bool = True, pretty_name: str = "Agent rollouts (rollout-dataset)",
           license: str = "apache-2.0", row_group_bytes: int = ROW_GROUP_BYTES, samples: str = "preview",
-          preview_chars: int = PREVIEW_CHARS) -> BuildResult:
+          preview_chars: int = PREVIEW_CHARS, language: Iterable[str] = ("en",), homepage: str | None = None,
+          repository: str | None = None, citation: str | None = None) -> BuildResult:
     """Build (or extend) a multi-config parquet dataset with its card.
 
     Args:
@@ -125,6 +127,11 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             (samples.md split into parts, lossless). Same columns either way, so shards of both modes
             can coexist; each rollout's mode is recorded in `summary.samples_mode`.
         preview_chars: characters of samples.md a preview keeps (the cut marker is extra; >= 100).
+        language: language codes of the text (the card's `language`).
+        homepage: a homepage URL for the card.
+        repository: the capture setup's source repository URL for the card.
+        citation: a BibTeX entry for the card (default: one generated from the title and repo).
+            The card options are kept in ``card_options.json`` so that `push` renders the same card.
 
     Returns:
         A `BuildResult`.
@@ -144,6 +151,8 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
         raise ConfigError(f"samples={samples!r}: valid modes are {', '.join(SAMPLES_MODES)}")
     if preview_chars < 100:
         raise ConfigError(f"preview_chars={preview_chars}: must be >= 100")
+    options = CardOptions(pretty_name=pretty_name, license=license, language=tuple(language), homepage=homepage,
+                          repository=repository, citation=citation)
     folders = find_artifact_dirs(artifact_dirs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -195,8 +204,10 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
     result.bytes_per_config = {c: sum(p.stat().st_size for p in (out / "data" / c).glob("*.parquet"))
                                for c in CONFIG_NAMES}
     readme = out / "README.md"
-    readme.write_text(render_card(summary_rows, template=template, pretty_name=pretty_name, license=license,
-                                  config_bytes=result.bytes_per_config), encoding="utf-8")
+    arrow = {c: arrow_num_bytes(sorted((out / "data" / c).glob("*.parquet"))) for c in CONFIG_NAMES}
+    save_card_options(options, out)
+    readme.write_text(render_card(summary_rows, template=template, options=options,
+                                  config_bytes=result.bytes_per_config, arrow_bytes=arrow), encoding="utf-8")
     result.readme = readme
     result.total_rollouts = len(summary_rows)
     log.info("built %s: %d rollouts added, %d skipped, %d in total", out, len(result.added),

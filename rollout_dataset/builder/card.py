@@ -19,6 +19,7 @@ import jinja2
 import yaml
 
 from rollout_dataset.builder import contracts
+from rollout_dataset.builder.card_info import CardOptions, default_citation
 from rollout_dataset.builder.configs import CONFIGS, DEFAULT_CONFIG, features_yaml, resolved_columns
 from rollout_dataset.builder.rows import PREVIEW_CHARS as _PREVIEW_CHARS
 from rollout_dataset.errors import ArtifactError
@@ -95,11 +96,19 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
         for config, column in _ROW_COUNT_COLUMN.items():
             per_config[config] += 1 if column is None else int(r.get(column) or 0)
     groups = Counter(str(r.get("group_id")) for r in rows)
+    lengths = {"tokens per rollout (distinct positions)": "n_unique_tokens",
+               "longest sequence per rollout (tokens)": "longest_sequence_tokens",
+               "trainable tokens per rollout": "trainable_tokens", "agent turns per rollout": "agent_turns",
+               "tool calls per rollout": "tool_calls_total"}
+    years = [int(str(r["created_at"])[:4]) for r in rows if str(r.get("created_at") or "")[:4].isdigit()]
     scripted = Counter(str(r.get("policy") or r.get("server_kind")) for r in rows if r.get("scripted"))
     shas = Counter(str(r["tokenizer_sha256"]) for r in rows if r.get("tokenizer_sha256"))
     return {
         "n_rollouts": len(rows),
         "n_groups": len(groups),
+        "lengths": {label: _describe([float(r[col]) for r in rows if r.get(col) is not None])
+                    for label, col in lengths.items()},
+        "year": max(years) if years else None,
         "scripted": dict(scripted.most_common()),
         "n_scripted": sum(scripted.values()),
         "server_kinds": dict(Counter(f"{r.get('server_kind')} {r.get('server_version') or ''}".strip()
@@ -131,19 +140,22 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 def card_metadata(stats: dict[str, Any], *, pretty_name: str, license: str,
-                  config_bytes: dict[str, int] | None = None) -> dict[str, Any]:
+                  config_bytes: dict[str, int] | None = None, arrow_bytes: dict[str, int] | None = None,
+                  language: Iterable[str] = ("en",)) -> dict[str, Any]:
     """The card's YAML metadata (a dict; dumped with pyyaml).
 
     Args:
         stats: from `card_stats`.
         pretty_name: the dataset's display name.
         license: a Hub license id.
-        config_bytes: parquet bytes per config (all shards).
+        config_bytes: parquet bytes per config (all shards): ``download_size``.
+        arrow_bytes: Arrow (in-memory) bytes per config: ``num_bytes`` / ``dataset_size``, as
+            `datasets` computes them (the parquet bytes when not given).
+        language: language codes.
 
     Returns:
-        license, pretty_name, task_categories, tags, size_categories, configs (one default) and
-        dataset_info: per config its features, its split's row count, and its parquet bytes (as
-        ``num_bytes``/``download_size``). The counts and sizes also make the metadata differ between
+        license, pretty_name, language, task_categories, tags, size_categories, configs (one default)
+        and dataset_info: per config its features, its split's row count and sizes. The counts and sizes also make the metadata differ between
         dataset states, which `datasets` needs: it keys its local cache on this metadata.
     """
     config_bytes = config_bytes or {}
@@ -155,11 +167,13 @@ def card_metadata(stats: dict[str, Any], *, pretty_name: str, license: str,
             entry["default"] = True
         configs.append(entry)
         nbytes = int(config_bytes.get(spec.name, 0))
+        arrow = int((arrow_bytes or config_bytes).get(spec.name, 0))
         infos.append({"config_name": spec.name, "features": features_yaml(spec.name),
-                      "splits": [{"name": "train", "num_bytes": nbytes, "num_examples": stats["rows"][spec.name]}],
-                      "download_size": nbytes, "dataset_size": nbytes})
+                      "splits": [{"name": "train", "num_bytes": arrow, "num_examples": stats["rows"][spec.name]}],
+                      "download_size": nbytes, "dataset_size": arrow})
     return {
         "license": license,
+        "language": list(language),
         "pretty_name": pretty_name,
         "task_categories": ["reinforcement-learning", "text-generation"],
         "tags": ["agent", "rollouts", "tool-use", "rl", "token-level", "rollout-dataset"],
@@ -179,18 +193,20 @@ def contracts_source() -> str:
 
 
 def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path | None = None,
-                repo_id: str | None = None, pretty_name: str = "Agent rollouts (rollout-dataset)",
-                license: str = "apache-2.0", config_bytes: dict[str, int] | None = None,
-                traces_repo_id: str | None = None) -> str:
+                repo_id: str | None = None, pretty_name: str | None = None, license: str | None = None,
+                config_bytes: dict[str, int] | None = None, traces_repo_id: str | None = None,
+                arrow_bytes: dict[str, int] | None = None, options: CardOptions | None = None) -> str:
     """Render README.md for a dataset.
 
     Args:
         summary_rows: every summary row of the dataset.
         template: a Jinja2 template file (default: the repo's top-level `dataset_card.md`).
         repo_id: the Hub repo id for the loading examples (default: a local path placeholder).
-        pretty_name: the dataset's display name.
-        license: a Hub license id.
-        config_bytes: parquet bytes per config over all shards (for `dataset_info`).
+        pretty_name: the dataset's display name (overrides `options.pretty_name`).
+        license: a Hub license id (overrides `options.license`).
+        config_bytes: parquet bytes per config over all shards (`download_size`).
+        arrow_bytes: Arrow bytes per config over all shards (`num_bytes`, `dataset_size`).
+        options: the author's card options (title, license, language, homepage, repository, citation).
         traces_repo_id: the companion repo holding the trace-viewer sessions (linked), if pushed.
 
     Returns:
@@ -202,8 +218,13 @@ def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path 
     path = Path(template) if template else TEMPLATE_PATH
     if not path.is_file():
         raise ArtifactError(f"{path}: dataset card template not found (pass template=PATH)")
+    options = options or CardOptions()
+    pretty_name = pretty_name or options.pretty_name
+    license = license or options.license
     stats = card_stats(summary_rows)
-    meta = card_metadata(stats, pretty_name=pretty_name, license=license, config_bytes=config_bytes)
+    meta = card_metadata(stats, pretty_name=pretty_name, license=license, config_bytes=config_bytes,
+                         arrow_bytes=arrow_bytes, language=options.language)
+    citation = options.citation or default_citation(pretty_name, repo_id, stats["year"] or 1970)
     configs = [{"name": s.name, "row": s.row, "description": s.description, "default": s.name == DEFAULT_CONFIG,
                 "rows": stats["rows"][s.name],
                 "columns": [{"name": c.name, "dtype": c.dtype, "description": c.description.replace("|", "\\|")}
@@ -214,7 +235,7 @@ def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path 
     body = env.from_string(path.read_text(encoding="utf-8")).render(
         stats=stats, configs=configs, pretty_name=pretty_name, default_config=DEFAULT_CONFIG,
         repo_id=repo_id or "path/to/DATASET_DIR", json=json, contracts_source=contracts_source(),
-        traces_repo_id=traces_repo_id)
+        traces_repo_id=traces_repo_id, options=options, citation=citation)
     header = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
     return f"---\n{header}---\n\n{body.lstrip()}"
 

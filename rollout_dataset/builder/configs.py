@@ -162,6 +162,8 @@ CONFIGS: tuple[ConfigSpec, ...] = (
            "row, header + head + tail of samples.md) or 'full' (samples.md split into parts, lossless)."),
         _c("n_cut_cells", "int32", "Text cells of this rollout cut to the cell limit (trace request/response "
            "JSON over 1 MB, kept as head + tail with a marker); 0 almost always."),
+        _c("longest_sequence_tokens", "int64", "Tokens of the rollout's longest sequence (the context a trainer "
+           "must fit); 0 when it has none."),
         _c("n_unique_tokens", "int64", "Distinct token positions of the rollout: the sum over turns of prompt "
            "delta + sampled tokens (what the turns config reconstructs)."),
     )),

@@ -637,7 +637,8 @@ def rollout_rows(art: dict[str, Any], samples: str = "preview",
     conversations = conversation_rows(art, seqs)
     counts = {"n_sequences": len(seqs), "n_conversations": len(conversations), "n_trace_rows": len(trace), "n_turn_rows": len(turns),
               "n_held_out_rows": len(held), "n_sample_rows": len(sample), "samples_mode": samples,
-              "n_cut_cells": n_cut, "n_unique_tokens": unique}
+              "n_cut_cells": n_cut, "n_unique_tokens": unique,
+              "longest_sequence_tokens": max((len(r["input_ids"]) for r in seqs), default=0)}
     rows = {
         "summary": [summary_row(art, counts)],
         "task": [task_row(art)],
