@@ -438,6 +438,10 @@ def conversation_rows(art: dict[str, Any], seq_rows: list[dict[str, Any]]) -> li
             continue
         answer = response_message(call.get("response"))
         messages = [chat_message(m) for m in request["messages"]] + ([chat_message(answer)] if answer else [])
+        size = sum(len(m["content"] or "") + len(m["reasoning_content"] or "") for m in messages)
+        if size > MAX_ROW_BYTES:  # kept whole (a trainer needs it), but said
+            log.warning("rollout %s conversation %d: about %d characters, over the %d-byte row limit of the Hub "
+                        "viewer; kept whole", summary["rollout_id"], seq["sequence_index"], size, MAX_ROW_BYTES)
         rows.append({"rollout_id": summary["rollout_id"], "sequence_index": seq["sequence_index"],
                      "group_id": seq["group_id"], "messages": messages,
                      "tools": _dumps(request["tools"]) if request.get("tools") is not None else None,
