@@ -13,6 +13,8 @@ Measures, on synthetic schema-faithful rollouts (default: 50 turns, 8k-token con
 - `datasets.load_dataset(dir, "sequences")` time vs `pyarrow.parquet.read_table`: first call in a fresh
   process (library imports included), first call with an empty cache in a warm process, and cached.
 
+- the trace-viewer sessions (companion repo, not in the whole) and the stored tokenizer (a fixed cost).
+
 Usage: python bench/dataset_build.py [--turns 50] [--context 8192] [--sizes 10,40,160] [--quick]
 """
 
@@ -201,6 +203,9 @@ def main() -> None:
         unique_tokens = sum(r["n_unique_tokens"] for r in summary)
         per_config = result.bytes_per_config
         whole = sum(per_config.values()) + (work / "ds" / "README.md").stat().st_size
+        # not in `whole`: the trace-viewer sessions go to the companion repo; the tokenizer is a fixed cost
+        traces_bytes = sum(p.stat().st_size for p in (work / "ds" / "traces").rglob("*") if p.is_file())
+        tokenizer_bytes = sum(p.stat().st_size for p in (work / "ds" / "tokenizer").rglob("*") if p.is_file())
 
         encodings = _encoding_table(work / "ds", work)
 
@@ -303,6 +308,7 @@ def main() -> None:
         "storage": {"bytes_per_config": per_config, "whole_dataset_bytes": whole, "unique_tokens": unique_tokens,
                     "bytes_per_unique_token": {c: round(b / unique_tokens, 3) for c, b in per_config.items()},
                     "whole_over_sequences": round(whole / per_config["sequences"], 3), "target": 1.5,
+                    "traces_companion_repo_bytes": traces_bytes, "tokenizer_bytes": tokenizer_bytes,
                     "naive_turns_full_prompt_bytes": bare_bytes.get("turns"),
                     "naive_trace_raw_json_bytes": bare_bytes.get("trace"),
                     "large": {"unique_rollouts": args.unique_large, "bytes_per_config": large,
@@ -328,6 +334,9 @@ def main() -> None:
     print(f"  whole dataset {whole} bytes = {out['storage']['whole_over_sequences']}x sequences (target <= 1.5x); "
           f"naive full-prompt turns alone would be {bare_bytes.get('turns')} bytes")
     st = out["storage"]
+    print(f"  not in the whole: trace-viewer sessions (companion repo) {st['traces_companion_repo_bytes']} bytes "
+          f"= {round(st['traces_companion_repo_bytes'] / per_config['sequences'], 3)}x sequences; "
+          f"tokenizer/ {st['tokenizer_bytes']} bytes (fixed)")
     print(f"  {args.unique_large} distinct rollouts: whole {st['large']['whole_dataset_bytes']} bytes = "
           f"{st['large']['whole_over_sequences']}x sequences; marginal (per added rollout) "
           f"{st['large']['marginal_whole_over_sequences']}x")

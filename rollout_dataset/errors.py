@@ -24,6 +24,7 @@ __all__ = [
     "TraceIntegrityError",
     "RecordWriteError",
     "DatasetDirError",
+    "TokenizerMismatchError",
 ]
 
 
@@ -129,6 +130,12 @@ class RecordWriteError(RolloutDatasetError, OSError):
         self.path = path
         self.cause = cause
         super().__init__(cause.errno, f"could not write the trace record to {path}: {cause.strerror or cause}")
+
+
 class DatasetDirError(RolloutDatasetError, FileExistsError):
     """A dataset output folder cannot be used: it holds something other than a dataset built by this
     tool, is a file or a symlink, or another build is writing to it (the message names what was found)."""
+
+
+class TokenizerMismatchError(RolloutDatasetError, ValueError):
+    """Rollouts captured with different tokenizers were put into one dataset (the message names both)."""

@@ -3,7 +3,8 @@
 `push` never deletes and never duplicates: it reads the repo's current state (the small `summary`
 shards tell which rollout ids are there), uploads this folder's rows of NEW rollouts as shards
 under fresh unique names (``data/<config>/<UTC stamp>-<uuid>.parquet``), rewrites README.md from
-the union, and commits with ``parent_commit`` = the revision it read. When another writer
+the union, adds the stored tokenizer (``tokenizer/``) when the repo has none (and refuses a repo
+holding another tokenizer), and commits with ``parent_commit`` = the revision it read. When another writer
 committed in between, the Hub answers 412 (or 409) and the push starts over from the fresh state,
 so two processes pushing at once both land. (`Dataset.push_to_hub` replaces a config's files on
 each push, which is why it is not used here.)
@@ -14,6 +15,7 @@ message (messages are scrubbed of it as well).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import random
@@ -22,12 +24,15 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
 from rollout_dataset.builder.build import dataset_rollout_ids, read_summary_rows
-from rollout_dataset.builder.card import render_card
+from rollout_dataset.builder.card import read_card_metadata, render_card
+from rollout_dataset.builder.card_info import arrow_num_bytes, load_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
+from rollout_dataset.builder.tokenizer_files import TOKENIZER_DIR, tokenizer_uploads
 from rollout_dataset.builder.writer import copy_filtered, shard_name
 from rollout_dataset.errors import ArtifactError, PublishError
 
@@ -52,6 +57,8 @@ class PushResult:
         total_rollouts: rollouts in the repo after the push.
         attempts: commit attempts (more than 1 when another writer committed in between).
         url: the repo's URL.
+        traces_repo: the companion repo the sessions went to (None: none pushed).
+        sessions_added: sessions uploaded to it by this push.
     """
 
     repo_id: str
@@ -62,6 +69,8 @@ class PushResult:
     total_rollouts: int = 0
     attempts: int = 0
     url: str = ""
+    traces_repo: str | None = None
+    sessions_added: int = 0
 
 
 def _scrub(text: str, token: str | None) -> str:
@@ -77,7 +86,8 @@ def _status(exc: BaseException) -> int | None:
 
 
 def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, private: bool | None = None,
-         endpoint: str | None = None, template: str | Path | None = None, max_attempts: int = 8) -> PushResult:
+         endpoint: str | None = None, template: str | Path | None = None, max_attempts: int = 8,
+         traces_repo: str | None = None, traces: bool = True) -> PushResult:
     """Push a dataset folder to a Hub dataset repo, appending.
 
     Args:
@@ -88,6 +98,9 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
         endpoint: the Hub URL (default: ``HF_ENDPOINT`` or huggingface.co).
         template: the card template (default: the repo's `dataset_card.md`).
         max_attempts: commits tried before giving up on conflicting concurrent writers.
+        traces_repo: the companion repo of the trace-viewer sessions (default ``<repo_id>-traces``).
+        traces: push the sessions (``traces/sessions/*.jsonl``) to `traces_repo` first, and link it
+            from the card; False pushes the parquet dataset only.
 
     Returns:
         A `PushResult`.
@@ -97,6 +110,7 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
         ArtifactError: `dataset_dir` holds no built dataset.
         PublishError: the Hub refused (status and URL in the message, never the token), or
             `max_attempts` conflicts in a row.
+        TokenizerMismatchError: the repo stores another tokenizer than the dataset (a ValueError).
     """
     from huggingface_hub import CommitOperationAdd, HfApi
     from huggingface_hub.errors import HfHubHTTPError
@@ -108,8 +122,17 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
         raise ArtifactError(f"{dataset_dir}: no data/{DEFAULT_CONFIG}/*.parquet (build the dataset first)")
     api = HfApi(endpoint=endpoint, token=token)
     result = PushResult(repo_id=repo_id)
+    from rollout_dataset.publish_traces import default_traces_repo, local_sessions, push_traces
+
+    traces_repo = (traces_repo or default_traces_repo(repo_id)) if traces and local_sessions(dataset_dir) else None
+    if traces_repo and not _REPO_ID.match(traces_repo):
+        raise ValueError(f"traces repo id {traces_repo!r} is not of the form org/name")
     local_ids = dataset_rollout_ids(dataset_dir)
     try:
+        if traces_repo:  # first, so the card's link points at sessions that exist
+            result.sessions_added, _ = push_traces(api, traces_repo, dataset_dir, dataset_repo=repo_id,
+                                                   private=private, max_attempts=max_attempts)
+            result.traces_repo = traces_repo
         url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         result.url = str(url)
         with tempfile.TemporaryDirectory(prefix="rollout-push-") as tmp:
@@ -147,9 +170,18 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
                         ops.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(out)))
                         files.append(path_in_repo)
                         config_bytes[config] += out.stat().st_size
+                remote_tok, remote_tok_sha = f"{TOKENIZER_DIR}/tokenizer.json", None
+                if remote_tok in remote_files:
+                    got = Path(api.hf_hub_download(repo_id, remote_tok, repo_type="dataset", revision=sha))
+                    remote_tok_sha = hashlib.sha256(got.read_bytes()).hexdigest()
+                for path_in_repo, local_file in tokenizer_uploads(dataset_dir, remote_tok_sha):
+                    ops.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(local_file)))
+                    files.append(path_in_repo)
                 union = remote_rows + [r for r in read_summary_rows(dataset_dir) if r["rollout_id"] in new_ids]
-                readme = render_card(union, template=template, repo_id=repo_id,
-                                     config_bytes=config_bytes).encode("utf-8")
+                readme = render_card(union, template=template, repo_id=repo_id, config_bytes=config_bytes,
+                                     arrow_bytes=_arrow_bytes(api, repo_id, sha, remote_files, work),
+                                     traces_repo_id=traces_repo, options=load_card_options(dataset_dir)
+                                     ).encode("utf-8")
                 ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme))
                 files.append("README.md")
                 try:
@@ -182,6 +214,17 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
         if isinstance(exc, ArtifactError):
             raise
         raise PublishError(_scrub(f"push to {repo_id} at {api.endpoint} failed: {exc}", token)) from None
+
+
+def _arrow_bytes(api: Any, repo_id: str, sha: str, remote_files: list[str], work: Path) -> dict[str, int]:
+    """Arrow bytes per config after this push: the repo card's `num_bytes` + the new shards' (in `work`)."""
+    before: dict[str, int] = {}
+    if "README.md" in remote_files:
+        text = Path(api.hf_hub_download(repo_id, "README.md", repo_type="dataset", revision=sha)).read_text("utf-8")
+        for info in read_card_metadata(text).get("dataset_info") or []:
+            if isinstance(info, dict) and info.get("splits"):
+                before[info.get("config_name")] = int(info["splits"][0].get("num_bytes") or 0)
+    return {c: before.get(c, 0) + arrow_num_bytes(sorted((work / c).glob("*.parquet"))) for c in CONFIG_NAMES}
 
 
 def _files_for(files: list[str], config: str) -> bool:

@@ -114,7 +114,7 @@ def test_card_body_carries_the_real_numbers(built):
     mean = round(sum(rewards) / len(rewards), 4)
     assert "**4 rollouts**" in text
     assert f"| `env_reward` | 3 | {mean} |" in text
-    assert "Unscorable rollouts: 1." in text
+    assert "Unscored rollouts (verifier could not run): 1." in text
     assert "\"seed\": 0" in text  # sampling params seen, as JSON
     assert "turn_prompt_ids" in text  # how to get full prompt_ids back
 

@@ -25,10 +25,19 @@ def test_a_deliberately_wrong_solution_scores_below_one():
     assert any(t["reason"] == "wrong answer" for t in result.per_test)
 
 
-def test_no_solution_is_unscorable(tmp_path):
-    assert verify_solution(SUM, None).env_reward is None
+def test_no_solution_is_a_failure_scored_zero_not_unscored(tmp_path):
+    assert verify_solution(SUM, None).env_reward == 0.0
     result = verify_solution(SUM, tmp_path)  # an agent workdir without solution.py
-    assert result.env_reward is None and "no solution file" in result.errors[0]
+    assert result.env_reward == 0.0 and result.passed == 0 and result.unscored_reason is None
+    assert "no solution file" in result.errors[0]
+
+
+def test_a_task_without_held_out_tests_is_unscored_with_the_reason(tmp_path):
+    import dataclasses
+
+    (tmp_path / "solution.py").write_text(SUM.reference_solution)
+    result = verify_solution(dataclasses.replace(SUM, held_out_tests=[]), tmp_path)
+    assert result.env_reward is None and "no held-out tests" in result.unscored_reason
 
 
 def test_a_solution_file_in_the_agent_workdir_is_verified(tmp_path):

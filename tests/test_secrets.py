@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from proxy_fakes import FakeVLLM, serve
+from rollout_dataset.capture.config import UPSTREAM_NOT_RECORDED
 from rollout_dataset.capture import CaptureConfig, capture_rollout, serve_in_thread
 from rollout_dataset.cli import main as cli_main
 from rollout_dataset.proxy import CaptureProxy, read_trace
@@ -134,7 +135,8 @@ def test_one_url_redaction_keeps_ipv6_hosts_everywhere():
     expected = "http://[::1]:8000/v1?api_key=[REDACTED]&api-version=2"
     assert redact.redact_url(url) == expected
     assert runner.redact_url is redact.redact_url
-    assert CaptureConfig(base_url=url).public_dict()["base_url"] == expected
+    assert CaptureConfig(base_url=url, record_upstream_host=True).public_dict()["base_url"] == expected
+    assert CaptureConfig(base_url=url).public_dict()["base_url"] == UPSTREAM_NOT_RECORDED
 
 
 # ---- the proxy: URL credentials become headers, never written ----------------------------------
@@ -231,14 +233,14 @@ def test_capture_with_user_pass_in_base_url_succeeds_and_prints_no_password(tmp_
     root, guard, fake = guarded_upstream
     url = root.replace("http://", f"http://alice:{PASSWORD}@") + "/v1"
     code = cli_main(["capture", "--base-url", url, "--harness", agent_cmd, "--out-dir", str(tmp_path / "out"),
-                     "--timeout-s", "60", "--no-push"])
+                     "--timeout-s", "60", "--no-push", "--record-upstream-host"])
     out = capsys.readouterr()
     assert guard.seen and all(seen == _basic("alice", PASSWORD) for seen in guard.seen)  # /models and the call
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["captured_calls"] == 1 and not [e for e in summary["errors"] if e["kind"] == "upstream_error"]
     assert code == 0, out.err[-2000:]
     task = json.loads((tmp_path / "out" / "task.json").read_text())
-    assert task["config"]["base_url"] == root + "/v1"
+    assert task["config"]["base_url"] == root + "/v1"  # recorded on request, without its credentials
     assert PASSWORD not in out.out + out.err and PASSWORD not in _files_text(tmp_path / "out")
 
 

@@ -18,6 +18,7 @@ import json
 import re
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from starlette.applications import Starlette
@@ -47,7 +48,7 @@ from rollout_dataset.backend.params import (
 from rollout_dataset.backend.policies import Policy, PolicyOutput, PolicyRequest, make_policy
 from rollout_dataset.backend.reused_prompt import reused_prompt_ids
 from rollout_dataset.backend.template import render_assistant_text
-from rollout_dataset.backend.tokenizer import encode_text, load_tokenizer, render_chat
+from rollout_dataset.backend.tokenizer import BUILTIN_TOKENIZER_DIR, encode_text, load_tokenizer, render_chat
 
 __all__ = ["create_backend_app", "BackendState", "DEFAULT_MAX_MODEL_LEN", "MAX_LOGPROBS"]
 
@@ -69,6 +70,7 @@ class BackendState:
         token_delay: seconds to wait between stream chunks (0: none).
         return_tokens_as_token_ids: the server-wide default of `return_tokens_as_token_ids`.
         tokenizer_spec: how the tokenizer was named (for `/v1/models` root).
+        policy_name: the policy's name (`/version` reports it: every answer is scripted).
     """
 
     tokenizer: Any
@@ -79,12 +81,16 @@ class BackendState:
     token_delay: float
     return_tokens_as_token_ids: bool
     tokenizer_spec: str
+    policy_name: str = "custom"
 
     @property
     def fingerprint(self) -> str:
-        """Returns: `vllm-<version>-<8 hex>`, stable for one tokenizer."""
+        """Returns: `rollout-dataset-local-backend-<version>-<policy>-<8 hex>`, stable for one tokenizer
+        and policy; never a vLLM fingerprint."""
+        from rollout_dataset import __version__
+
         vocab_hash = hashlib.sha256(str(len(self.tokenizer)).encode() + self.tokenizer_spec.encode()).hexdigest()[:8]
-        return f"vllm-{P.EMULATED_VLLM_VERSION}-{vocab_hash}"
+        return f"{P.LOCAL_BACKEND_KIND}-{__version__}-{self.policy_name}-{vocab_hash}"
 
 
 async def _respond(state: BackendState, req: PolicyRequest) -> PolicyOutput:
@@ -168,7 +174,7 @@ async def _models(request: Request, state: BackendState) -> Response:
         "id": state.served_model_name,
         "object": "model",
         "created": created,
-        "owned_by": "vllm",
+        "owned_by": P.LOCAL_BACKEND_KIND,
         "root": state.tokenizer_spec,
         "parent": None,
         "max_model_len": state.max_model_len,
@@ -416,8 +422,29 @@ async def _health(request: Request) -> Response:
     return Response(status_code=200)
 
 
-async def _version(request: Request) -> Response:
-    return JSONResponse({"version": P.EMULATED_VLLM_VERSION})
+async def _version(request: Request, state: BackendState) -> Response:
+    from rollout_dataset import __version__
+
+    return JSONResponse({"version": __version__, "server": P.LOCAL_BACKEND_KIND, "policy": state.policy_name,
+                         "emulates": f"vllm-{P.EMULATED_VLLM_VERSION}"})
+
+
+def policy_name(policy: Policy | str) -> str:
+    """A policy's name: the registered name, else its class name without ``Policy``, lower case.
+
+    Args:
+        policy: a policy name or object.
+
+    Returns:
+        e.g. ``"oracle"`` for `OraclePolicy`.
+    """
+    if isinstance(policy, str):
+        return policy
+    name = getattr(policy, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    cls = type(policy).__name__
+    return (cls[:-len("Policy")] if cls.endswith("Policy") and cls != "Policy" else cls).lower()
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:
@@ -462,6 +489,8 @@ def create_backend_app(
         FileNotFoundError: tokenizer or script file missing.
     """
     spec = tokenizer if isinstance(tokenizer, str) else getattr(tokenizer, "name_or_path", "custom")
+    if Path(str(spec)).resolve() == BUILTIN_TOKENIZER_DIR.resolve():
+        spec = "builtin"  # not this machine's install path
     tok = load_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
     if isinstance(policy, str):
         kwargs = dict(policy_kwargs or {})
@@ -479,6 +508,7 @@ def create_backend_app(
         token_delay=token_delay,
         return_tokens_as_token_ids=return_tokens_as_token_ids,
         tokenizer_spec=str(spec),
+        policy_name=policy_name(policy),
     )
     routes = [
         Route("/v1/models", _handler(_models), methods=["GET"]),
@@ -488,7 +518,7 @@ def create_backend_app(
         Route("/tokenize", _handler(_tokenize), methods=["POST"]),
         Route("/detokenize", _handler(_detokenize), methods=["POST"]),
         Route("/health", _health, methods=["GET"]),
-        Route("/version", _version, methods=["GET"]),
+        Route("/version", _handler(_version), methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _server_error})
     app.state.backend = state

@@ -25,6 +25,7 @@ from rollout_dataset.backend.engine import TokenStep
 
 __all__ = [
     "EMULATED_VLLM_VERSION",
+    "LOCAL_BACKEND_KIND",
     "error_body",
     "chat_completion_id",
     "completion_id",
@@ -43,6 +44,9 @@ __all__ = [
 ]
 
 EMULATED_VLLM_VERSION = "0.32.0"
+#: how the local backend names itself (`/version` "server", `system_fingerprint`, `/v1/models` owned_by):
+#: it emulates vLLM's wire format but never claims to be vLLM.
+LOCAL_BACKEND_KIND = "rollout-dataset-local-backend"
 _LOGPROB_FLOOR = -9999.0
 
 

@@ -1,14 +1,17 @@
 """Artifact folders -> a multi-config parquet dataset with its dataset card.
 
 Public API: `build`, `BuildResult`, and the readers a user needs to get exact arrays back:
-`turn_prompt_ids`, `turn_token_arrays`, `trace_request`, `sequence_to_trl`. The config/column
-declarations live in `configs` (`CONFIG_NAMES`, `features(config)`).
+`turn_prompt_ids`, `turn_token_arrays`, `trace_request`, `sequence_to_trl`; the trainer contracts
+`grpo_rollout_output` (TRL rollout_func with env_mask), `sft_inputs` (input_ids + assistant_masks) and
+`prompt_completion` (see `contracts`, also pasted into the card). The config/column declarations live
+in `configs` (`CONFIG_NAMES`, `features(config)`).
 """
 
 from __future__ import annotations
 
 from rollout_dataset.builder.build import BuildResult, build, find_artifact_dirs
 from rollout_dataset.builder.card import render_card
+from rollout_dataset.builder.contracts import grpo_rollout_output, prompt_completion, sft_inputs
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG, arrow_schema, features
 from rollout_dataset.builder.readers import sequence_to_trl, trace_request, turn_prompt_ids, turn_token_arrays
 
@@ -25,4 +28,7 @@ __all__ = [
     "turn_token_arrays",
     "trace_request",
     "sequence_to_trl",
+    "grpo_rollout_output",
+    "sft_inputs",
+    "prompt_completion",
 ]

@@ -1,5 +1,9 @@
 """`build`: artifact folders -> a Hub-ready dataset folder (parquet per config + README.md).
 
+Each rollout is also written as a session of the Hub's agent-trace viewer in `traces/sessions/`
+(see `traces`; pushed to a companion repo). The captures' tokenizer is stored in `tokenizer/` (see
+`tokenizer_files`); one dataset holds one.
+
 Streams: one rollout is read, checked (the rules of `validate`), turned into rows and appended to
 the config shards before the next is read, so memory stays flat as the number of rollouts grows.
 Building into a folder that already holds a dataset adds new shards and skips rollouts already there
@@ -21,8 +25,11 @@ from tqdm.auto import tqdm
 from rollout_dataset.builder import staging
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
+from rollout_dataset.builder.card_info import CARD_OPTIONS_FILE, CardOptions, arrow_num_bytes, save_card_options
 from rollout_dataset.builder.inputs import find_artifact_dirs, load_checked_artifact
-from rollout_dataset.builder.rows import PREVIEW_CHARS, SAMPLES_MODES, rollout_rows
+from rollout_dataset.builder.rows import PREVIEW_CHARS, SAMPLES_MODES, rollout_rows, tokenizer_name
+from rollout_dataset.builder.tokenizer_files import TokenizerRegistry, stored_tokenizer_sha256, write_tokenizer_files
+from rollout_dataset.builder.traces import write_session
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES, DatasetWriter
 from rollout_dataset.errors import ArtifactError, ConfigError
 
@@ -114,7 +121,8 @@ def dataset_rollout_ids(dataset_dir: str | Path) -> set[str]:
 def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template: str | Path | None = None,
           progress: bool = True, pretty_name: str = "Agent rollouts (rollout-dataset)",
           license: str = "apache-2.0", row_group_bytes: int = ROW_GROUP_BYTES, samples: str = "preview",
-          preview_chars: int = PREVIEW_CHARS) -> BuildResult:
+          preview_chars: int = PREVIEW_CHARS, language: Iterable[str] = ("en",), homepage: str | None = None,
+          repository: str | None = None, citation: str | None = None) -> BuildResult:
     """Build (or extend) a multi-config parquet dataset with its card, atomically.
 
     Every artifact folder is checked with the rules of `rollout-dataset validate`
@@ -138,6 +146,11 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             (samples.md split into parts, lossless). Same columns either way, so shards of both modes
             can coexist; each rollout's mode is recorded in `summary.samples_mode`.
         preview_chars: characters of samples.md a preview keeps (the cut marker is extra; >= 100).
+        language: language codes of the text (the card's `language`).
+        homepage: a homepage URL for the card.
+        repository: the capture setup's source repository URL for the card.
+        citation: a BibTeX entry for the card (default: one generated from the title and repo).
+            The card options are kept in ``card_options.json`` so that `push` renders the same card.
 
     Returns:
         A `BuildResult`.
@@ -150,12 +163,16 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             fit its column, or a shard of the existing dataset is not complete parquet (named).
         DatasetDirError: `out_dir` holds something other than a dataset built by this tool, or
             another build is writing to it.
+        TokenizerMismatchError: the rollouts (or the dataset and the rollouts) used different tokenizers;
+            nothing of this build is kept (a ValueError).
         ConfigError: `samples` is not "preview" or "full", or `preview_chars` is below 100 (a ValueError).
     """
     if samples not in SAMPLES_MODES:
         raise ConfigError(f"samples={samples!r}: valid modes are {', '.join(SAMPLES_MODES)}")
     if preview_chars < 100:
         raise ConfigError(f"preview_chars={preview_chars}: must be >= 100")
+    options = CardOptions(pretty_name=pretty_name, license=license, language=tuple(language), homepage=homepage,
+                          repository=repository, citation=citation)
     folders = find_artifact_dirs(artifact_dirs)
     out = Path(out_dir).absolute()
     staging.check_out_dir(out)
@@ -164,16 +181,22 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
         staging.check_out_dir(out)  # again, under the lock
         check_shards(out)
         present = dataset_rollout_ids(out)
+        tokenizers = TokenizerRegistry(read_summary_rows(out), stored_tokenizer_sha256(out))
         with staging.staging_folder(out) as stage:
-            written = _write_rollouts(folders, stage, present, result, row_group_bytes=row_group_bytes,
+            written = _write_rollouts(folders, stage, present, tokenizers, result, row_group_bytes=row_group_bytes,
                                       samples=samples, preview_chars=preview_chars, progress=progress)
+            if tokenizers.tokenizer is not None:
+                written.extend(sorted(write_tokenizer_files(tokenizers.tokenizer, stage).iterdir()))
             summary_rows = read_summary_rows(stage)
             result.bytes_per_config = {c: sum(p.stat().st_size for p in (stage / "data" / c).glob("*.parquet"))
                                        for c in CONFIG_NAMES}
+            arrow = {c: arrow_num_bytes(sorted((stage / "data" / c).glob("*.parquet"))) for c in CONFIG_NAMES}
             readme = stage / "README.md"
-            readme.unlink(missing_ok=True)  # a hard link to the earlier card: never write through it
-            readme.write_text(render_card(summary_rows, template=template, pretty_name=pretty_name,
-                                          license=license, config_bytes=result.bytes_per_config), encoding="utf-8")
+            for rewritten in (readme, stage / CARD_OPTIONS_FILE):
+                rewritten.unlink(missing_ok=True)  # hard links to the earlier dataset: never write through them
+            written.append(save_card_options(options, stage))
+            readme.write_text(render_card(summary_rows, template=template, options=options,
+                                          config_bytes=result.bytes_per_config, arrow_bytes=arrow), encoding="utf-8")
             staging.fsync_tree(written + [readme])
             staging.checkpoint("staged")
             staging.commit(stage, out)
@@ -184,17 +207,21 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
     return result
 
 
-def _write_rollouts(folders: list[Path], stage: Path, present: set[str], result: BuildResult, *,
-                    row_group_bytes: int, samples: str, preview_chars: int, progress: bool) -> list[Path]:
+def _write_rollouts(folders: list[Path], stage: Path, present: set[str], tokenizers: TokenizerRegistry,
+                    result: BuildResult, *, row_group_bytes: int, samples: str, preview_chars: int,
+                    progress: bool) -> list[Path]:
     """Check each folder and append its rows to new shards in `stage`; fills `result`.
 
     Args:
         present: rollout ids already in the dataset (skipped; grows as rollouts are added).
+        tokenizers: the dataset's tokenizer so far (a rollout with another one is refused).
 
     Returns:
-        The shard files written (a config without rows keeps no empty shard beside others).
+        The files written: shards (a config without rows keeps no empty shard beside others) and
+        trace-viewer sessions.
     """
     writer = DatasetWriter(stage, row_group_bytes=row_group_bytes)
+    sessions: list[Path] = []  # this build's trace-viewer sessions (traces/sessions/<rollout_id>.jsonl)
     try:
         for folder in tqdm(folders, desc="build", unit="rollout", disable=not progress):
             art = load_checked_artifact(folder)
@@ -203,6 +230,8 @@ def _write_rollouts(folders: list[Path], stage: Path, present: set[str], result:
                 log.info("%s: rollout %s already in the dataset; skipped", folder, rid)
                 result.skipped.append(rid)
                 continue
+            tok = tokenizers.check(tokenizer_name(art), str(folder))
+            art.update(tokenizer_sha256=tok.sha256 if tok else None, tokenizer_revision=tok.revision if tok else None)
             try:
                 rows, stats = rollout_rows(art, samples, preview_chars=preview_chars)
             except (TypeError, ValueError, KeyError, IndexError, OverflowError, AttributeError) as exc:
@@ -213,6 +242,7 @@ def _write_rollouts(folders: list[Path], stage: Path, present: set[str], result:
                 writer.add(rows)
             except ValueError as exc:
                 raise ArtifactError(f"{folder}: a value does not fit the dataset schema: {exc}") from None
+            sessions.append(write_session(art, stage, rows["summary"][0]["group_id"]))
             art = rows = None  # keep one rollout in memory at a time
             present.add(rid)
             result.added.append(rid)
@@ -220,7 +250,7 @@ def _write_rollouts(folders: list[Path], stage: Path, present: set[str], result:
             staging.checkpoint("rollout")
     finally:
         result.rows = writer.close()
-    written = []
+    written = list(sessions)
     for w in writer.writers.values():
         if w.rows == 0 and any(p != w.path for p in w.path.parent.glob("*.parquet")):
             w.path.unlink()  # an empty shard beside others adds nothing

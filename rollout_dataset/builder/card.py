@@ -8,6 +8,7 @@ The YAML header (configs, dataset_info, ...) is produced with pyyaml from the co
 
 from __future__ import annotations
 
+import inspect
 import json
 import statistics
 from collections import Counter
@@ -17,12 +18,14 @@ from typing import Any, Iterable
 import jinja2
 import yaml
 
+from rollout_dataset.builder import contracts
+from rollout_dataset.builder.card_info import CardOptions, default_citation
 from rollout_dataset.builder.configs import CONFIGS, DEFAULT_CONFIG, features_yaml, resolved_columns
 from rollout_dataset.builder.rows import PREVIEW_CHARS as _PREVIEW_CHARS
 from rollout_dataset.errors import ArtifactError
 from rollout_dataset.export.continuity import merge_continuity
 
-__all__ = ["TEMPLATE_PATH", "card_stats", "card_metadata", "render_card", "read_card_metadata"]
+__all__ = ["TEMPLATE_PATH", "contracts_source", "card_stats", "card_metadata", "render_card", "read_card_metadata"]
 
 # The template lives at the repo top; `builder/dataset_card.md` links to it so that a wheel ships it too.
 TEMPLATE_PATH = Path(__file__).parent / "dataset_card.md"
@@ -30,6 +33,7 @@ TEMPLATE_PATH = Path(__file__).parent / "dataset_card.md"
 # config -> summary column holding that config's rows per rollout (None: one row per rollout)
 _ROW_COUNT_COLUMN = {"summary": None, "task": None, "visible_tests": None, "held_out_tests": "n_held_out_rows",
                      "trace": "n_trace_rows", "turns": "n_turn_rows", "sequences": "n_sequences",
+                     "conversations": "n_conversations",
                      "samples": "n_sample_rows"}
 
 
@@ -62,7 +66,12 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
         statistics (``env_reward``, ``reward_after_penalties``, ``stepwise_reward_sum``), ``trainable``,
         ``trainable_tokens``, ``timed_out``, ``n_tasks``, ``cut_cells``, ``unique_tokens``,
         ``preview_chars`` (the default preview size of the `samples` config), ``continuity``
-        (on-policy mode: agent turns exact / repaired / not repaired, summed; None without the mode).
+        (on-policy mode: agent turns exact / repaired / not repaired, summed; None without the mode),
+        ``n_groups`` and ``rollouts_per_group`` (statistics over groups: same env, task and dataset
+        seed), ``scripted`` (rollouts per scripted policy) and ``n_scripted``, ``server_kinds`` /
+        ``harness_versions`` / ``package_versions`` counters, ``tokenizer_sha256s`` (counter) and
+        ``tokenizer_dir`` (True when every rollout names the one tokenizer stored in the dataset's
+        `tokenizer/` folder).
     """
     rows = list(summary_rows)
     counters = {k: Counter() for k in ("envs", "models", "harnesses", "tokenizers", "stop_reasons", "capture_levels",
@@ -89,8 +98,32 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
             stepwise.append(float(step["reward_sum"]))
         for config, column in _ROW_COUNT_COLUMN.items():
             per_config[config] += 1 if column is None else int(r.get(column) or 0)
+    groups = Counter(str(r.get("group_id")) for r in rows)
+    lengths = {"tokens per rollout (distinct positions)": "n_unique_tokens",
+               "longest sequence per rollout (tokens)": "longest_sequence_tokens",
+               "trainable tokens per rollout": "trainable_tokens", "agent turns per rollout": "agent_turns",
+               "tool calls per rollout": "tool_calls_total"}
+    years = [int(str(r["created_at"])[:4]) for r in rows if str(r.get("created_at") or "")[:4].isdigit()]
+    scripted = Counter(str(r.get("policy") or r.get("server_kind")) for r in rows if r.get("scripted"))
+    shas = Counter(str(r["tokenizer_sha256"]) for r in rows if r.get("tokenizer_sha256"))
     return {
         "n_rollouts": len(rows),
+        "n_groups": len(groups),
+        "lengths": {label: _describe([float(r[col]) for r in rows if r.get(col) is not None])
+                    for label, col in lengths.items()},
+        "year": max(years) if years else None,
+        "scripted": dict(scripted.most_common()),
+        "n_scripted": sum(scripted.values()),
+        "server_kinds": dict(Counter(f"{r.get('server_kind')} {r.get('server_version') or ''}".strip()
+                                     for r in rows if r.get("server_kind")).most_common()),
+        "harness_versions": dict(Counter(f"{r.get('harness')} {r.get('harness_version') or ''}".strip()
+                                         for r in rows).most_common()),
+        "package_versions": dict(Counter(f"{r.get('package_version')}"
+                                         + (f" ({str(r['package_git_sha'])[:12]})" if r.get("package_git_sha") else "")
+                                         for r in rows if r.get("package_version")).most_common()),
+        "rollouts_per_group": _describe([float(v) for v in groups.values()]),
+        "tokenizer_sha256s": dict(shas.most_common()),
+        "tokenizer_dir": bool(rows) and len(shas) == 1 and sum(shas.values()) == len(rows),
         "rows": per_config,
         **{k: dict(v.most_common()) for k, v in counters.items()},
         "sampling_params": params,
@@ -112,19 +145,22 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 def card_metadata(stats: dict[str, Any], *, pretty_name: str, license: str,
-                  config_bytes: dict[str, int] | None = None) -> dict[str, Any]:
+                  config_bytes: dict[str, int] | None = None, arrow_bytes: dict[str, int] | None = None,
+                  language: Iterable[str] = ("en",)) -> dict[str, Any]:
     """The card's YAML metadata (a dict; dumped with pyyaml).
 
     Args:
         stats: from `card_stats`.
         pretty_name: the dataset's display name.
         license: a Hub license id.
-        config_bytes: parquet bytes per config (all shards).
+        config_bytes: parquet bytes per config (all shards): ``download_size``.
+        arrow_bytes: Arrow (in-memory) bytes per config: ``num_bytes`` / ``dataset_size``, as
+            `datasets` computes them (the parquet bytes when not given).
+        language: language codes.
 
     Returns:
-        license, pretty_name, task_categories, tags, size_categories, configs (one default) and
-        dataset_info: per config its features, its split's row count, and its parquet bytes (as
-        ``num_bytes``/``download_size``). The counts and sizes also make the metadata differ between
+        license, pretty_name, language, task_categories, tags, size_categories, configs (one default)
+        and dataset_info: per config its features, its split's row count and sizes. The counts and sizes also make the metadata differ between
         dataset states, which `datasets` needs: it keys its local cache on this metadata.
     """
     config_bytes = config_bytes or {}
@@ -136,11 +172,13 @@ def card_metadata(stats: dict[str, Any], *, pretty_name: str, license: str,
             entry["default"] = True
         configs.append(entry)
         nbytes = int(config_bytes.get(spec.name, 0))
+        arrow = int((arrow_bytes or config_bytes).get(spec.name, 0))
         infos.append({"config_name": spec.name, "features": features_yaml(spec.name),
-                      "splits": [{"name": "train", "num_bytes": nbytes, "num_examples": stats["rows"][spec.name]}],
-                      "download_size": nbytes, "dataset_size": nbytes})
+                      "splits": [{"name": "train", "num_bytes": arrow, "num_examples": stats["rows"][spec.name]}],
+                      "download_size": nbytes, "dataset_size": arrow})
     return {
         "license": license,
+        "language": list(language),
         "pretty_name": pretty_name,
         "task_categories": ["reinforcement-learning", "text-generation"],
         "tags": ["agent", "rollouts", "tool-use", "rl", "token-level", "rollout-dataset"],
@@ -150,18 +188,31 @@ def card_metadata(stats: dict[str, Any], *, pretty_name: str, license: str,
     }
 
 
+def contracts_source() -> str:
+    """The source of `rollout_dataset.builder.contracts`, as the card pastes it (stdlib only).
+
+    Returns:
+        The module's text, stripped of trailing blank lines.
+    """
+    return inspect.getsource(contracts).rstrip()
+
+
 def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path | None = None,
-                repo_id: str | None = None, pretty_name: str = "Agent rollouts (rollout-dataset)",
-                license: str = "apache-2.0", config_bytes: dict[str, int] | None = None) -> str:
+                repo_id: str | None = None, pretty_name: str | None = None, license: str | None = None,
+                config_bytes: dict[str, int] | None = None, traces_repo_id: str | None = None,
+                arrow_bytes: dict[str, int] | None = None, options: CardOptions | None = None) -> str:
     """Render README.md for a dataset.
 
     Args:
         summary_rows: every summary row of the dataset.
         template: a Jinja2 template file (default: the repo's top-level `dataset_card.md`).
         repo_id: the Hub repo id for the loading examples (default: a local path placeholder).
-        pretty_name: the dataset's display name.
-        license: a Hub license id.
-        config_bytes: parquet bytes per config over all shards (for `dataset_info`).
+        pretty_name: the dataset's display name (overrides `options.pretty_name`).
+        license: a Hub license id (overrides `options.license`).
+        config_bytes: parquet bytes per config over all shards (`download_size`).
+        arrow_bytes: Arrow bytes per config over all shards (`num_bytes`, `dataset_size`).
+        options: the author's card options (title, license, language, homepage, repository, citation).
+        traces_repo_id: the companion repo holding the trace-viewer sessions (linked), if pushed.
 
     Returns:
         The README text: YAML header + body.
@@ -172,8 +223,13 @@ def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path 
     path = Path(template) if template else TEMPLATE_PATH
     if not path.is_file():
         raise ArtifactError(f"{path}: dataset card template not found (pass template=PATH)")
+    options = options or CardOptions()
+    pretty_name = pretty_name or options.pretty_name
+    license = license or options.license
     stats = card_stats(summary_rows)
-    meta = card_metadata(stats, pretty_name=pretty_name, license=license, config_bytes=config_bytes)
+    meta = card_metadata(stats, pretty_name=pretty_name, license=license, config_bytes=config_bytes,
+                         arrow_bytes=arrow_bytes, language=options.language)
+    citation = options.citation or default_citation(pretty_name, repo_id, stats["year"] or 1970)
     configs = [{"name": s.name, "row": s.row, "description": s.description, "default": s.name == DEFAULT_CONFIG,
                 "rows": stats["rows"][s.name],
                 "columns": [{"name": c.name, "dtype": c.dtype, "description": c.description.replace("|", "\\|")}
@@ -183,7 +239,8 @@ def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path 
                              trim_blocks=True, lstrip_blocks=True)
     body = env.from_string(path.read_text(encoding="utf-8")).render(
         stats=stats, configs=configs, pretty_name=pretty_name, default_config=DEFAULT_CONFIG,
-        repo_id=repo_id or "path/to/DATASET_DIR", json=json)
+        repo_id=repo_id or "path/to/DATASET_DIR", json=json, contracts_source=contracts_source(),
+        traces_repo_id=traces_repo_id, options=options, citation=citation)
     header = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
     return f"---\n{header}---\n\n{body.lstrip()}"
 

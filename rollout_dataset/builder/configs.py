@@ -8,8 +8,11 @@ schema file stays the single declaration of the record; the declared `dtype`/`de
 are the fallback for derived columns and for fields a schema does not (yet) carry.
 
 Column dtypes: ``string``, ``bool``, ``int8``, ``int32``, ``int64``, ``float32``, ``float64``,
-``json`` (any JSON value stored as compact JSON text, ``null`` when absent), and lists
-``list<T>`` of a scalar dtype.
+``json`` (any JSON value stored as compact JSON text, ``null`` when absent), lists ``list<T>`` of a
+scalar dtype, and ``list<message>``: chat messages as typed structs (`MESSAGE_TYPE`, the shape TRL's
+SFTTrainer and chat templates read: role, content, reasoning_content, tool_calls[{id, type,
+function{name, arguments}}], tool_call_id; tool-call `arguments` stay JSON text, since Arrow would
+unify differing argument objects into one struct).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ __all__ = [
     "arrow_schema",
     "features",
     "features_yaml",
+    "MESSAGE_TYPE",
+    "TOOL_CALL_TYPE",
 ]
 
 _SCALARS: dict[str, pa.DataType] = {
@@ -42,10 +47,13 @@ _SCALARS: dict[str, pa.DataType] = {
     "float32": pa.float32(),
     "float64": pa.float64(),
 }
-# datasets.Value dtype names for our scalar dtypes.
-_VALUE_NAMES = {"string": "string", "json": "string", "bool": "bool", "int8": "int8", "int32": "int32",
-                "int64": "int64", "float32": "float32", "float64": "float64"}
-
+#: one tool call of an assistant message (OpenAI shape; `arguments` is JSON text).
+TOOL_CALL_TYPE = pa.struct([("id", pa.string()), ("type", pa.string()),
+                            ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())]))])
+#: one chat message of the `conversations` config.
+MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.string()), ("reasoning_content", pa.string()),
+                          ("tool_calls", pa.list_(TOOL_CALL_TYPE)), ("tool_call_id", pa.string())])
+_STRUCTS: dict[str, pa.DataType] = {"message": MESSAGE_TYPE}
 
 @dataclass(frozen=True)
 class Column:
@@ -85,6 +93,8 @@ def _s(schema: str, name: str, dtype: str, description: str = "", field: str | N
 
 
 _RID = _c("rollout_id", "string", "Unique id of the rollout (uuid4 hex); the join key of every config.")
+_GROUP = _c("group_id", "string", "Group of rollouts a trainer compares (GRPO baseline): rollouts of the same "
+            "task under the same dataset seed, '<env>:<task_id>:<dataset_seed>'.")
 
 CONFIGS: tuple[ConfigSpec, ...] = (
     ConfigSpec("summary", "one row per rollout", "Facts and rewards of each rollout: task, model, harness, "
@@ -95,6 +105,7 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _s("summary", "model", "string"),
         _s("summary", "harness", "string"),
         _s("summary", "task_id", "string"),
+        _GROUP,
         _s("summary", "task_index", "int64"),
         _s("summary", "dataset_seed", "int64"),
         _s("summary", "rollout_seed", "int64"),
@@ -107,6 +118,7 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _s("summary", "held_out_passed", "int64"),
         _s("summary", "env_reward", "float64"),
         _s("summary", "reward_after_penalties", "float64"),
+        _s("summary", "unscored_reason", "string"),
         _s("summary", "penalties", "json"),
         _s("summary", "timed_out", "bool"),
         _s("summary", "stop_reason", "string"),
@@ -122,9 +134,26 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _s("summary", "continuity", "json"),
         _c("tokenizer", "string", "Tokenizer of the capture: task.json config 'tokenizer'; 'builtin' for the local "
            "backend; else the model name."),
+        _c("served_model_id", "string", "The model id the server served (its /v1/models entry); null when not recorded."),
+        _c("served_model_root", "string", "That model's `root` (the weights it was loaded from) per /v1/models."),
+        _c("server_kind", "string", "What answered: 'vllm' (its /version), 'rollout-dataset-local-backend' (the "
+           "local vLLM emulator, a scripted policy) or 'unknown'; null when not recorded."),
+        _c("server_version", "string", "The server's version (vLLM's /version, or the local backend's)."),
+        _c("policy", "string", "The local backend's policy (e.g. 'oracle', 'script'); null for a real model server."),
+        _c("scripted", "bool", "True when a scripted policy, not a model, produced the answers: the rewards measure "
+           "the script. Null when not recorded."),
+        _c("harness_version", "string", "Version of the harness (the built-in one is versioned with rollout-dataset)."),
+        _c("package_version", "string", "rollout-dataset version that captured the rollout."),
+        _c("package_git_sha", "string", "rollout-dataset git commit that captured the rollout (null outside a checkout)."),
+        _c("tokenizer_sha256", "string", "SHA-256 of the tokenizer.json the captures used; that tokenizer is "
+           "stored in the dataset's tokenizer/ folder. Null when the tokenizer was not available at build time."),
+        _c("tokenizer_revision", "string", "For a Hub tokenizer: the resolved commit of the Hub repo named in "
+           "`tokenizer`; null otherwise."),
         _c("sampling_params", "json", "Distinct effective sampling params of the rollout's generation calls "
            "(JSON list, as sent upstream)."),
         _c("n_sequences", "int32", "Rows of this rollout in the sequences config."),
+        _c("n_conversations", "int32", "Rows of this rollout in the conversations config (its trainable "
+           "sequences)."),
         _c("n_trace_rows", "int32", "Rows of this rollout in the trace config (captured calls)."),
         _c("n_turn_rows", "int32", "Rows of this rollout in the turns config."),
         _c("n_held_out_rows", "int32", "Rows of this rollout in the held_out_tests config."),
@@ -134,6 +163,8 @@ CONFIGS: tuple[ConfigSpec, ...] = (
            "row, header + head + tail of samples.md) or 'full' (samples.md split into parts, lossless)."),
         _c("n_cut_cells", "int32", "Text cells of this rollout cut to the cell limit (trace request/response "
            "JSON over 1 MB, kept as head + tail with a marker); 0 almost always."),
+        _c("longest_sequence_tokens", "int64", "Tokens of the rollout's longest sequence (the context a trainer "
+           "must fit); 0 when it has none."),
         _c("n_unique_tokens", "int64", "Distinct token positions of the rollout: the sum over turns of prompt "
            "delta + sampled tokens (what the turns config reconstructs)."),
     )),
@@ -249,6 +280,22 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _s("rollout", "findings", "json", field="sequences.[].findings"),
         _c("env_reward", "float64", "The rollout's env_reward (copied from summary for convenience)."),
         _c("reward_after_penalties", "float64", "The rollout's reward_after_penalties (copied from summary)."),
+        _GROUP,
+    )),
+    ConfigSpec("conversations", "one row per trainable sequence", "The conversation of each trainable "
+               "sequence as typed chat messages, ready for TRL's SFTTrainer conversational format "
+               "(`messages` + `tools`): the request messages of the sequence's last call followed by the "
+               "message the model answered. `tools` is JSON text (tool schemas differ in shape); decode it "
+               "with `json.loads` before `apply_chat_template(messages, tools=...)`.", (
+        _RID,
+        _c("sequence_index", "int32", "sequence_index of the sequences row this conversation renders."),
+        _GROUP,
+        _c("messages", "list<message>", "The chat messages: role, content, reasoning_content, tool_calls "
+           "(id, type, function.name, function.arguments as JSON text), tool_call_id; absent fields are null."),
+        _c("tools", "json", "The tool manifest the harness sent with that call (JSON list of OpenAI tool "
+           "schemas); null when it sent none."),
+        _c("env_reward", "float64", "The rollout's env_reward (copied from summary)."),
+        _c("reward_after_penalties", "float64", "The rollout's reward_after_penalties (copied from summary)."),
     )),
     ConfigSpec("samples", "one row per rollout (preview mode) or per part of samples.md (full mode)",
                "The rendered sample (header + token stream with special tokens), for reading in the viewer. "
@@ -343,7 +390,7 @@ def resolved_columns(config: str) -> tuple[Column, ...]:
 def _arrow_type(dtype: str) -> pa.DataType:
     if dtype.startswith("list<"):
         return pa.list_(_arrow_type(dtype[5:-1]))
-    return _SCALARS[dtype]
+    return _STRUCTS.get(dtype) or _SCALARS[dtype]
 
 
 @functools.lru_cache(maxsize=None)
@@ -359,10 +406,29 @@ def arrow_schema(config: str) -> pa.Schema:
     return pa.schema([pa.field(c.name, _arrow_type(c.dtype)) for c in resolved_columns(config)])
 
 
+_ARROW_VALUE_NAMES = {pa.string(): "string", pa.bool_(): "bool", pa.int8(): "int8", pa.int32(): "int32",
+                      pa.int64(): "int64", pa.float32(): "float32", pa.float64(): "float64"}
+
+
+def _yaml_of_type(t: pa.DataType) -> Any:
+    """An Arrow type in the card YAML's feature form (the value under `dtype`/`list`/`struct`)."""
+    if pa.types.is_struct(t):
+        return [{"name": t.field(i).name, **_feature_of_type(t.field(i).type)} for i in range(t.num_fields)]
+    if pa.types.is_list(t):
+        return _yaml_of_type(t.value_type)
+    return _ARROW_VALUE_NAMES[t]
+
+
+def _feature_of_type(t: pa.DataType) -> dict[str, Any]:
+    if pa.types.is_list(t):
+        return {"list": _yaml_of_type(t.value_type)}
+    if pa.types.is_struct(t):
+        return {"struct": _yaml_of_type(t)}
+    return {"dtype": _ARROW_VALUE_NAMES[t]}
+
+
 def _feature_dict(dtype: str) -> dict[str, Any]:
-    if dtype.startswith("list<"):
-        return {"list": _VALUE_NAMES[dtype[5:-1]]}
-    return {"dtype": _VALUE_NAMES[dtype]}
+    return _feature_of_type(_arrow_type(dtype))
 
 
 def features_yaml(config: str) -> list[dict[str, Any]]:

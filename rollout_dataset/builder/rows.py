@@ -48,6 +48,10 @@ __all__ = [
     "turn_rows",
     "sequence_rows",
     "sample_rows",
+    "conversation_rows",
+    "chat_message",
+    "group_id_of",
+    "tokenizer_name",
     "preview_text",
     "cut_text",
     "response_message",
@@ -138,7 +142,38 @@ def cut_text(text: str, limit: int = MAX_CELL_BYTES) -> tuple[str, bool]:
     return text[:keep] + marker + text[-keep:], True
 
 
+def group_id_of(summary: dict[str, Any]) -> str:
+    """The group a rollout belongs to: rollouts a trainer compares with each other (GRPO baseline).
+
+    Args:
+        summary: summary.json of the rollout.
+
+    Returns:
+        ``"<env>:<task_id>:<dataset_seed>"``: same environment, same task, same dataset seed.
+    """
+    return f"{summary.get('env')}:{summary.get('task_id')}:{summary.get('dataset_seed')}"
+
+
 # --------------------------------------------------------------------------------------- configs
+
+def tokenizer_name(art: dict[str, Any]) -> str | None:
+    """The tokenizer a rollout's capture used, as it named it.
+
+    Args:
+        art: the documents from `read_artifact`.
+
+    Returns:
+        task.json config ``tokenizer``; ``"builtin"`` for a capture against the local backend (no
+        ``base_url``); else the model name.
+    """
+    config = (art["task"] or {}).get("config") or {}
+    tokenizer = None
+    if isinstance(config, dict):
+        tokenizer = config.get("tokenizer")
+        if tokenizer is None and "base_url" in config and config["base_url"] is None:
+            tokenizer = "builtin"  # capture's default: the local backend's built-in tokenizer
+    return tokenizer or art["summary"].get("model")
+
 
 def summary_row(art: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
     """The `summary` row of one rollout.
@@ -152,18 +187,25 @@ def summary_row(art: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
     Returns:
         The row dict.
     """
-    config = (art["task"] or {}).get("config") or {}
-    tokenizer = None
-    if isinstance(config, dict):
-        tokenizer = config.get("tokenizer")
-        if tokenizer is None and "base_url" in config and config["base_url"] is None:
-            tokenizer = "builtin"  # capture's default: the local backend's built-in tokenizer
     params: list[Any] = []
     for call in art["trace"].get("calls", []):
         p = call.get("effective_sampling_params")
         if p and p not in params and call.get("capture_level") != "none":
             params.append(p)
-    extra = {"tokenizer": tokenizer or art["summary"].get("model"), "sampling_params": params, **counts}
+    prov = art["summary"].get("provenance")
+    prov = prov if isinstance(prov, dict) else {}
+
+    def part(name: str) -> dict[str, Any]:
+        return prov.get(name) if isinstance(prov.get(name), dict) else {}
+
+    extra = {"tokenizer": tokenizer_name(art), "sampling_params": params,
+             "served_model_id": part("model").get("id"), "served_model_root": part("model").get("root"),
+             "server_kind": part("server").get("kind"), "server_version": part("server").get("version"),
+             "policy": part("server").get("policy"), "scripted": part("server").get("scripted"),
+             "harness_version": part("harness").get("version"), "package_version": part("package").get("version"),
+             "package_git_sha": part("package").get("git_sha"),
+             "group_id": group_id_of(art["summary"]), "tokenizer_sha256": art.get("tokenizer_sha256"),
+             "tokenizer_revision": art.get("tokenizer_revision"), **counts}
     return _project(art["summary"], "summary", extra)
 
 
@@ -310,6 +352,7 @@ def sequence_rows(art: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append({
             "rollout_id": summary["rollout_id"],
             "sequence_index": i,
+            "group_id": group_id_of(summary),
             "role": s.get("role"),
             "trainable": bool(s.get("trainable")),
             "root_id": s.get("root_id"),
@@ -329,6 +372,81 @@ def sequence_rows(art: dict[str, Any]) -> list[dict[str, Any]]:
         if nbytes > MAX_ROW_BYTES:
             log.warning("rollout %s sequence %d: about %d bytes, over the %d-byte row limit of the Hub viewer; "
                         "kept whole (token arrays are never cut)", summary["rollout_id"], i, nbytes, MAX_ROW_BYTES)
+    return rows
+
+
+def _text(value: Any) -> str | None:
+    """A message field as text: strings as they are, text parts joined, anything else as JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in value):
+        return "".join(p["text"] for p in value)
+    return _dumps(value)
+
+
+def chat_message(message: Any) -> dict[str, Any]:
+    """One chat message in the `conversations` config's typed shape (`configs.MESSAGE_TYPE`).
+
+    Args:
+        message: a message as a harness sent it or a server answered it (any JSON value; a
+            non-dict becomes a message with no role and its JSON as content).
+
+    Returns:
+        ``{"role", "content", "reasoning_content", "tool_calls", "tool_call_id"}``: text fields as
+        strings or None (list-of-parts content joined; other values as JSON text), tool calls as
+        ``{"id", "type", "function": {"name", "arguments"}}`` with arguments as JSON text.
+    """
+    if not isinstance(message, dict):
+        return {"role": None, "content": _text(message), "reasoning_content": None, "tool_calls": None,
+                "tool_call_id": None}
+    calls = None
+    if isinstance(message.get("tool_calls"), list):
+        calls = []
+        for call in message["tool_calls"]:
+            call = call if isinstance(call, dict) else {}
+            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+            calls.append({"id": _text(call.get("id")), "type": _text(call.get("type")),
+                          "function": {"name": _text(fn.get("name")), "arguments": _text(fn.get("arguments"))}})
+    reasoning = message.get("reasoning_content", message.get("reasoning"))
+    return {"role": _text(message.get("role")), "content": _text(message.get("content")),
+            "reasoning_content": _text(reasoning), "tool_calls": calls,
+            "tool_call_id": _text(message.get("tool_call_id"))}
+
+
+def conversation_rows(art: dict[str, Any], seq_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One `conversations` row per trainable sequence: its last call's messages + the answer.
+
+    Args:
+        art: the documents from `read_artifact`.
+        seq_rows: the rollout's `sequences` rows (from `sequence_rows`).
+
+    Returns:
+        The rows; a trainable sequence whose last call has no chat request (a `/v1/completions`
+        call) gets no row, and that is logged.
+    """
+    calls = {c.get("index"): c for c in art["trace"].get("calls", []) if isinstance(c, dict)}
+    summary = art["summary"]
+    rows = []
+    for seq in seq_rows:
+        if not seq["trainable"] or not seq["node_ids"]:
+            continue
+        call = calls.get(seq["node_ids"][-1]) or {}
+        request = call.get("request")
+        if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
+            log.info("rollout %s sequence %d: last call has no chat messages; no conversations row",
+                     summary["rollout_id"], seq["sequence_index"])
+            continue
+        answer = response_message(call.get("response"))
+        messages = [chat_message(m) for m in request["messages"]] + ([chat_message(answer)] if answer else [])
+        size = sum(len(m["content"] or "") + len(m["reasoning_content"] or "") for m in messages)
+        if size > MAX_ROW_BYTES:  # kept whole (a trainer needs it), but said
+            log.warning("rollout %s conversation %d: about %d characters, over the %d-byte row limit of the Hub "
+                        "viewer; kept whole", summary["rollout_id"], seq["sequence_index"], size, MAX_ROW_BYTES)
+        rows.append({"rollout_id": summary["rollout_id"], "sequence_index": seq["sequence_index"],
+                     "group_id": seq["group_id"], "messages": messages,
+                     "tools": _dumps(request["tools"]) if request.get("tools") is not None else None,
+                     "env_reward": summary.get("env_reward"),
+                     "reward_after_penalties": summary.get("reward_after_penalties")})
     return rows
 
 
@@ -520,9 +638,11 @@ def rollout_rows(art: dict[str, Any], samples: str = "preview",
     trace, n_cut = trace_rows(art)
     held = held_out_test_rows(art)
     sample = sample_rows(art, samples, preview_chars=preview_chars)
-    counts = {"n_sequences": len(seqs), "n_trace_rows": len(trace), "n_turn_rows": len(turns),
+    conversations = conversation_rows(art, seqs)
+    counts = {"n_sequences": len(seqs), "n_conversations": len(conversations), "n_trace_rows": len(trace), "n_turn_rows": len(turns),
               "n_held_out_rows": len(held), "n_sample_rows": len(sample), "samples_mode": samples,
-              "n_cut_cells": n_cut, "n_unique_tokens": unique}
+              "n_cut_cells": n_cut, "n_unique_tokens": unique,
+              "longest_sequence_tokens": max((len(r["input_ids"]) for r in seqs), default=0)}
     rows = {
         "summary": [summary_row(art, counts)],
         "task": [task_row(art)],
@@ -531,6 +651,7 @@ def rollout_rows(art: dict[str, Any], samples: str = "preview",
         "trace": trace,
         "turns": turns,
         "sequences": seqs,
+        "conversations": conversations,
         "samples": sample,
     }
     return rows, {"cut_cells": n_cut, "unique_tokens": unique}

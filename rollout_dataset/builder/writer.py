@@ -14,6 +14,8 @@ bench/dataset_build.py measures the alternatives side by side):
 - float32 lists (logprobs): BYTE_STREAM_SPLIT (the four bytes of each float stored as four
   streams, which zstd compresses better; values come back bit for bit, NaN included), zstd level
   `LIST_LEVEL`;
+- lists of structs (chat messages): zstd level `TEXT_LEVEL` on their text leaves (about 45% smaller
+  than the default level on conversations), `LIST_LEVEL` on the others;
 - text and JSON-text columns: zstd level `TEXT_LEVEL` (saves about a fifth of their bytes; the whole
   build stays near 1.1x a bare pyarrow write, measured).
 """
@@ -51,7 +53,11 @@ def column_options(schema: pa.Schema) -> dict[str, Any]:
     """
     dictionary, levels, encodings = [], {}, {}
     for f in schema:
-        if pa.types.is_list(f.type):
+        if pa.types.is_list(f.type) and pa.types.is_struct(f.type.value_type):
+            for leaf, leaf_type in _leaves(f"{f.name}.list.element", f.type.value_type):
+                text = pa.types.is_string(leaf_type) or pa.types.is_large_string(leaf_type)
+                levels[leaf] = TEXT_LEVEL if text else LIST_LEVEL  # chat messages: text leaves
+        elif pa.types.is_list(f.type):
             leaf = f"{f.name}.list.element"
             levels[leaf] = LIST_LEVEL
             if pa.types.is_floating(f.type.value_type):
@@ -61,6 +67,17 @@ def column_options(schema: pa.Schema) -> dict[str, Any]:
             if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
                 levels[f.name] = TEXT_LEVEL
     return {"use_dictionary": dictionary, "compression_level": levels, "column_encoding": encodings}
+
+
+def _leaves(path: str, t: pa.DataType) -> Iterator[tuple[str, pa.DataType]]:
+    """The parquet leaf column paths (and types) under a nested Arrow type."""
+    if pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            yield from _leaves(f"{path}.{t.field(i).name}", t.field(i).type)
+    elif pa.types.is_list(t):
+        yield from _leaves(f"{path}.list.element", t.value_type)
+    else:
+        yield path, t
 
 
 def shard_name() -> str:

@@ -6,10 +6,15 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
 from rollout_dataset.capture.rewards import PenaltyRules
 from rollout_dataset.proxy.redact import redact_url
 
-__all__ = ["CaptureConfig", "CaptureResult"]
+__all__ = ["CaptureConfig", "CaptureResult", "UPSTREAM_NOT_RECORDED"]
+
+
+#: what task.json's `config.base_url` reads when the upstream host is not recorded.
+UPSTREAM_NOT_RECORDED = "not recorded (--record-upstream-host)"
 
 
 @dataclass
@@ -55,6 +60,8 @@ class CaptureConfig:
             one that holds the task data or `out_dir` is refused.
         unsafe_sandbox: run the agent's code and the verifier even where the allow-list sandbox
             cannot be built (`--unsafe-sandbox`); summary.json then records ``isolation: "unsafe"``.
+        record_upstream_host: record `base_url` in task.json; by default it is replaced by
+            `UPSTREAM_NOT_RECORDED` (internal host names do not leak into a published dataset).
         on_policy: the proxy's on-policy mode (multi-turn prompts built from the sampled ids).
     """
 
@@ -87,6 +94,7 @@ class CaptureConfig:
     local_max_model_len: int = 131072
     sandbox_ro_paths: tuple[str | Path, ...] = ()
     unsafe_sandbox: bool = False
+    record_upstream_host: bool = False
 
     def __post_init__(self) -> None:
         self.hide_paths = tuple(self.hide_paths)
@@ -104,6 +112,14 @@ class CaptureConfig:
         if self.rollout_id is not None and (len(self.rollout_id) != 32 or
                                             any(c not in "0123456789abcdef" for c in self.rollout_id)):
             raise ValueError(f"rollout_id must be 32 lowercase hex characters (uuid4 hex), got {self.rollout_id!r}")
+
+    @property
+    def recorded_base_url(self) -> str | None:
+        """`base_url` as task.json records it: None for the local backend, `UPSTREAM_NOT_RECORDED`
+        unless `record_upstream_host`, else the URL redacted (`proxy.redact.redact_url`)."""
+        if self.base_url is None:
+            return None
+        return redact_url(self.base_url) if self.record_upstream_host else UPSTREAM_NOT_RECORDED
 
     @property
     def effective_rollout_seed(self) -> int:
@@ -127,7 +143,7 @@ class CaptureConfig:
             A JSON-ready dict without the API key.
         """
         return {
-            "base_url": redact_url(self.base_url), "model": self.model, "tasks": self.tasks, "harness": self.harness,
+            "base_url": self.recorded_base_url, "model": self.model, "tasks": self.tasks, "harness": self.harness,
             "timeout_s": self.timeout_s, "policy": self.policy if self.base_url is None else None,
             "script": str(self.script) if self.script else None, "tokenizer": self.tokenizer,
             "max_turns": self.max_turns, "max_tokens": self.max_tokens, "temperature": self.temperature,

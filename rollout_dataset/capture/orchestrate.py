@@ -202,13 +202,8 @@ def _model_cards(target: UpstreamTarget) -> list[Any]:
         UpstreamError: the server is unreachable or answers no model list (the URL shown redacted).
     """
     shown = target.shown("/v1/models")
-    # through the transport, not a Client: httpx's Client logs every URL it requests, query key included
-    request = httpx.Request("GET", target.url("/v1/models"), headers=target.headers(),
-                            extensions={"timeout": httpx.Timeout(30.0).as_dict()})
     try:
-        with httpx.HTTPTransport() as transport:
-            response = transport.handle_request(request)
-            response.read()
+        response = target.get("/v1/models")
     except httpx.HTTPError as exc:
         raise UpstreamError(f"model server unreachable at {shown}: {target.scrub(str(exc))}") from None
     if response.status_code >= 400:
@@ -300,15 +295,31 @@ def _findings_count(document: dict[str, Any]) -> int:
     return sum(1 for f in findings if isinstance(f, dict) and f.get("level") in ("ERROR", "WARN"))
 
 
-def _samples(document: dict[str, Any], records: list[dict[str, Any]], tokenizer: Any, header: dict) -> str:
-    if tokenizer is None:
-        lines = [f"# Rollout {header.get('rollout')}", ""]
-        lines += [f"- {k}: {v}" for k, v in header.items()]
-        lines += ["", "No tokenizer was available (--tokenizer), so the token stream is not rendered."]
-        return "\n".join(lines) + "\n"
+def _samples(document: dict[str, Any], records: list[dict[str, Any]], tokenizer: Any, header: dict,
+             server: tuple[UpstreamTarget, str] | None = None) -> str:
+    """samples.md: decoded by the local tokenizer, else by the server's own /detokenize (`server` =
+    (upstream target, model)); only when neither works, the header and the reason."""
     from rollout_dataset.render import render_samples
 
-    return render_samples(document, records, tokenizer, header=header)
+    reason = "No tokenizer was available (--tokenizer), so the token stream is not rendered."
+    if tokenizer is not None:
+        return render_samples(document, records, tokenizer, header=header)
+    if server is not None:
+        from rollout_dataset.capture.server_tokenizer import ServerTokenizer
+        from rollout_dataset.errors import UpstreamError
+
+        try:
+            with ServerTokenizer(*server) as remote:
+                return render_samples(document, records, remote, header=header)
+        except UpstreamError as exc:
+            logger.warning("samples.md: no local tokenizer and the server could not decode: %s", exc)
+            status = getattr(exc, "status", None)  # the URL stays out: the upstream host is not recorded
+            reason = ("No local tokenizer (--tokenizer) and the server's /detokenize failed "
+                      f"({f'HTTP {status}' if status else type(exc).__name__}), so the token stream is not rendered.")
+    lines = [f"# Rollout {header.get('rollout')}", ""]
+    lines += [f"- {k}: {v}" for k, v in header.items()]
+    lines += ["", reason]
+    return "\n".join(lines) + "\n"
 
 
 def capture_rollout(config: CaptureConfig) -> CaptureResult:
@@ -422,6 +433,9 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
             errors = [e for e in errors if e["kind"] not in ("upstream_error", "harness_error")]
             logger.info("rollout %s: context exhausted at call %s", rollout_id, exhausted.get("index"))
 
+        from rollout_dataset.capture.provenance import rollout_provenance
+
+        provenance = rollout_provenance(target, model, config.harness)
         t_verify = time.monotonic()
         verdict = verify_solution(task, box.workdir, unsafe=config.unsafe_sandbox)
         timings["verify_s"] = time.monotonic() - t_verify
@@ -461,13 +475,14 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         "tool_calls_by_name": by_name, "tool_calls_total": sum(by_name.values()),
         "held_out_tests": len(task.held_out_tests), "held_out_passed": passed, "env_reward": env_reward,
         "reward_after_penalties": reward_after_penalties(env_reward, penalties), "penalties": penalties,
-        "timed_out": timed_out, "stop_reason": stop_reason, "capture_level": capture_level,
+        "unscored_reason": verdict.unscored_reason, "timed_out": timed_out, "stop_reason": stop_reason, "capture_level": capture_level,
         "trainable": bool(document.get("trainable")),
         "trainable_tokens": _trainable_tokens(document),
         "findings_count": _findings_count(document),
         "leakage": {"checked": True, "hits": [h.to_dict() for h in hits]},
         "timings": {k: round(v, 4) for k, v in timings.items()},
         "errors": list(errors), "harness_exit_code": exit_code, "isolation": isolation,
+        "provenance": provenance,
         "continuity": document.get("continuity"),
         "context_fit": summarize_fitting(records, context),
     }
@@ -487,7 +502,8 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
         "held_out_tests.json": {"schema_version": 1, "task_id": task.task_id,
                                 "tests": [{"input": t.input, "output": t.output} for t in task.held_out_tests]},
         "summary.json": summary,
-        "samples.md": _samples(document, records, tokenizer, header),
+        "samples.md": _samples(document, records, tokenizer, header,
+                               (target, model) if config.base_url else None),
     }
     summary_doc = files.pop("summary.json")
     redacted = write_artifacts(out_dir, files, secrets)

@@ -1,7 +1,8 @@
 """Rewards of one rollout: the verifier's env_reward and the documented penalties.
 
 - ``env_reward`` = fraction of held-out tests the final `solution.py` passes under the real
-  verifier; None when unscorable (no solution file, no held-out tests).
+  verifier; 0.0 when the agent wrote no solution (a failure); None only when the verifier could
+  not run (no held-out tests, sandbox error), with the summary's ``unscored_reason`` saying why.
 - ``reward_after_penalties`` = ``max(0, env_reward - sum(penalties))``; None when env_reward is None.
 
 Penalties (`PenaltyRules`, defaults shown):

@@ -31,10 +31,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--template", default=None, help="dataset card template (default: dataset_card.md)")
     parser.add_argument("--pretty-name", default="Agent rollouts (rollout-dataset)", help="the card's title")
     parser.add_argument("--license", default="apache-2.0", help="the card's license id")
+    parser.add_argument("--language", action="append", default=None, metavar="CODE",
+                        help="language of the text for the card (repeatable; default en)")
+    parser.add_argument("--homepage", default=None, metavar="URL", help="homepage URL shown on the card")
+    parser.add_argument("--repository", default=None, metavar="URL", help="source repository URL shown on the card")
+    parser.add_argument("--citation-file", default=None, metavar="FILE",
+                        help="BibTeX entry for the card's citation block (default: generated)")
     parser.add_argument("--samples", choices=("preview", "full"), default="preview",
                         help="samples config: 'preview' (default; one viewer-sized row per rollout) or 'full' "
                              "(the whole samples.md, split into parts, lossless)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _citation(path: str | None) -> str | None:
+    """The BibTeX text of --citation-file (None when not given)."""
+    from pathlib import Path
+
+    from rollout_dataset.errors import ConfigError
+
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"--citation-file {path}: {exc.strerror or exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = build(args.artifacts, args.out, template=args.template, progress=not args.no_progress,
-                       pretty_name=args.pretty_name, license=args.license, samples=args.samples)
+                       pretty_name=args.pretty_name, license=args.license, samples=args.samples,
+                       language=args.language or ("en",), homepage=args.homepage, repository=args.repository,
+                       citation=_citation(args.citation_file))
     except SchemaValidationError as exc:
         folder = Path(exc.failures[0][0]).parent if exc.failures else None
         print(f"error: {first_failure_line(exc, folder)}; {args.out} left as it was")

@@ -65,6 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unsafe-sandbox", action="store_true",
                         help="run the agent's code even where the allow-list sandbox (bubblewrap) cannot be built: "
                              "limits only, no isolation (summary.json records isolation: unsafe)")
+    parser.add_argument("--record-upstream-host", action="store_true",
+                        help="record --base-url in task.json (default: not recorded, so internal host names stay private)")
     parser.add_argument("--no-push", action="store_true", help="do not push even when PUSH_TO_DATASET is set")
 
 
@@ -195,7 +197,8 @@ def config_from_args(args: argparse.Namespace):
                          tokenizer=args.tokenizer, max_turns=20 if args.max_turns is None else args.max_turns, keep_workdir=args.keep_workdir,
                          push=False if args.no_push else None, on_policy=args.on_policy,
                          max_tokens_cap=args.max_tokens_cap, fit_context=args.fit_context,
-                         unsafe_sandbox=args.unsafe_sandbox, sandbox_ro_paths=tuple(args.sandbox_ro))
+                         unsafe_sandbox=args.unsafe_sandbox, sandbox_ro_paths=tuple(args.sandbox_ro),
+                         record_upstream_host=getattr(args, "record_upstream_host", False))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--private", action="store_true", default=None,
                         help="create the repo private if it does not exist (also PUSH_PRIVATE=1)")
     parser.add_argument("--endpoint", default=None, help="Hub URL (default: $HF_ENDPOINT or huggingface.co)")
+    parser.add_argument("--traces-repo", default=None,
+                        help="companion repo of the trace-viewer sessions (default: REPO-traces)")
+    parser.add_argument("--no-traces", action="store_true", help="push the parquet dataset only, not the sessions")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,10 +47,13 @@ def run(args: argparse.Namespace) -> int:
     if private is None and os.environ.get("PUSH_PRIVATE", "").strip().lower() in ("1", "true", "yes"):
         private = True
     try:
-        result = push(args.dataset, args.repo, private=private, endpoint=args.endpoint)
+        result = push(args.dataset, args.repo, private=private, endpoint=args.endpoint,
+                      traces_repo=getattr(args, "traces_repo", None), traces=not getattr(args, "no_traces", False))
     except (RolloutDatasetError, ValueError) as exc:
         print(f"error: {exc}")
         return 1
+    if result.traces_repo:
+        print(f"{result.traces_repo}: {result.sessions_added} trace-viewer session(s) added")
     if result.commit is None:
         print(f"{result.repo_id}: nothing new ({len(result.skipped)} rollouts already there, "
               f"{result.total_rollouts} in total)")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 import httpx
@@ -82,6 +83,35 @@ class UpstreamTarget:
             `redact_url` of `url(endpoint)`.
         """
         return redact_url(self.url(endpoint)) or ""
+
+    def get(self, endpoint: str, timeout: float = 30.0) -> httpx.Response:
+        """A direct ``GET`` of an endpoint (``/v1/models``, ``/version``); see `request`."""
+        return self.request("GET", endpoint, timeout=timeout)
+
+    def request(self, method: str, endpoint: str, *, json: Any = None, timeout: float = 30.0) -> httpx.Response:
+        """A direct call of an endpoint (``GET /v1/models``, ``POST /detokenize``), credentials included.
+
+        Sent through a bare transport, not an `httpx.Client`: a client logs every URL it requests,
+        and the upstream's query may hold a key.
+
+        Args:
+            method: ``GET`` or ``POST``.
+            endpoint: e.g. ``/v1/models``.
+            json: a JSON body to send.
+            timeout: seconds for connecting and reading.
+
+        Returns:
+            The response, body read.
+
+        Raises:
+            httpx.HTTPError: the server is unreachable (the message may name the URL: `scrub` it).
+        """
+        request = httpx.Request(method, self.url(endpoint), headers=self.headers(), json=json,
+                                extensions={"timeout": httpx.Timeout(timeout).as_dict()})
+        with httpx.HTTPTransport() as transport:
+            response = transport.handle_request(request)
+            response.read()
+        return response
 
     def scrub(self, text: str) -> str:
         """A message with this target's secrets and any URL credentials removed.

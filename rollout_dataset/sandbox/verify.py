@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from .limits import Limits, RunResult
 from .run import Sandbox
+from rollout_dataset.errors import SandboxUnavailableError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..tasks.model import Task, TestCase
@@ -94,11 +95,13 @@ class VerifyResult:
     Args:
         passed: held-out tests passed.
         total: held-out tests run.
-        env_reward: ``passed / total``; None when the solution could not be scored (no solution
-            file, no tests).
+        env_reward: ``passed / total``; 0.0 when the agent left no solution (a failure, which a
+            trainer's group baseline needs); None only when the verifier itself could not run
+            (the task has no held-out tests, the sandbox failed), with `unscored_reason`.
         per_test: one ``{"index", "passed", "reason", "limit", "exit_code", "wall_s"}`` per test, in
             test order. Reasons never contain the expected output.
         errors: what made tests fail or the solution unscorable, one line each.
+        unscored_reason: why `env_reward` is None; None whenever the solution was scored.
     """
 
     passed: int
@@ -106,6 +109,7 @@ class VerifyResult:
     env_reward: float | None
     per_test: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    unscored_reason: str | None = None
 
     @property
     def limits_hit(self) -> list[str]:
@@ -116,7 +120,7 @@ class VerifyResult:
         """The verdict as a JSON-ready dict.
 
         Returns:
-            ``{"passed", "total", "env_reward", "per_test", "errors"}``.
+            ``{"passed", "total", "env_reward", "per_test", "errors", "unscored_reason"}``.
         """
         return asdict(self)
 
@@ -222,7 +226,7 @@ def verify_solution(task: "Task", solution: str | os.PathLike[str] | None, limit
         task: the task whose ``held_out_tests`` are run.
         solution: the solution's source text, a path to the file, or the agent's working directory
             (then ``<dir>/solution.py``); a one-line string naming an existing path or ending in
-            ``.py`` is taken as a path. None or a missing file: unscorable.
+            ``.py`` is taken as a path. None or a missing file: reward 0.0 (the agent failed).
         limits: limits of each test run (default `VERIFY_LIMITS`).
         filename: the name the solution is copied in as.
         command: how to run it (default ``[sys.executable, filename]``).
@@ -231,20 +235,29 @@ def verify_solution(task: "Task", solution: str | os.PathLike[str] | None, limit
         unsafe: run even where the allow-list root cannot be built.
 
     Returns:
-        A `VerifyResult`; ``env_reward`` is None when there is no solution file or no test.
+        A `VerifyResult`: ``env_reward`` is 0.0 when there is no solution file (the agent failed),
+        None with `unscored_reason` when the verifier could not run (no held-out test, sandbox error).
 
     Raises:
         SandboxUnavailableError: no allow-list root here and not `unsafe`.
     """
     source, error = _solution_text(solution)
     tests = list(task.held_out_tests)
-    if source is None:
-        return VerifyResult(0, len(tests), None, [], [error or "no solution"])
     if not tests:
-        return VerifyResult(0, 0, None, [], [f"task {task.task_id} has no held-out tests"])
+        reason = f"task {task.task_id} has no held-out tests"
+        return VerifyResult(0, 0, None, [], [reason], unscored_reason=reason)
+    if source is None:
+        return VerifyResult(0, len(tests), 0.0, [], [error or "no solution"])
     hidden = [*task_hidden_paths(task), *(Path(p) for p in hide_paths)]
-    runs = _score(tests, source, filename, limits or VERIFY_LIMITS, command, hidden,
-                  _default_workers() if workers is None else workers, unsafe)
+    try:
+        runs = _score(tests, source, filename, limits or VERIFY_LIMITS, command, hidden,
+                      _default_workers() if workers is None else workers, unsafe)
+    except SandboxUnavailableError:
+        raise
+    except (OSError, RuntimeError) as exc:  # the sandbox itself failed: the solution was never judged
+        reason = f"verifier could not run: {type(exc).__name__}: {exc}"
+        log.error("verify %s: %s", task.task_id, reason)
+        return VerifyResult(0, len(tests), None, [], [reason], unscored_reason=reason)
     per_test, errors, passed = [], [], 0
     for i, (result, expected) in enumerate(runs):
         ok, reason = _reason(result, expected)

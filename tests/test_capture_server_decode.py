@@ -1,0 +1,41 @@
+"""Samples render against any server: without a local tokenizer, capture decodes through the
+server's own /detokenize (and /tokenize for re-rendered conversations)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from rollout_dataset.capture import CaptureConfig, capture_rollout
+from rollout_dataset.capture.server_tokenizer import ServerTokenizer
+from rollout_dataset.errors import UpstreamError
+
+
+def _streams(samples: str) -> list[str]:
+    return re.findall(r"````text\n(.*?)\n````", samples, flags=re.S)
+
+
+def test_without_a_local_tokenizer_samples_show_the_servers_token_stream(local_backend_thread, tmp_path):
+    def capture(name, tokenizer):
+        out = tmp_path / name
+        capture_rollout(CaptureConfig(out_dir=out, base_url=local_backend_thread.base_url, model="local",
+                                      tokenizer=tokenizer, timeout_s=60, max_turns=1, push=False, seed=3))
+        return (out / "samples.md").read_text()
+
+    remote, local = capture("remote", None), capture("local", "builtin")
+    assert "<|im_start|>" in remote and "No tokenizer" not in remote
+    assert _streams(remote) == _streams(local) and _streams(remote)
+
+
+def test_server_tokenizer_renders_a_conversation_as_the_server_does(local_backend_thread, builtin_tokenizer):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    with ServerTokenizer(local_backend_thread.base_url, "local") as remote:
+        assert remote.apply_chat_template(messages) == builtin_tokenizer.apply_chat_template(messages, tokenize=False)
+        ids = builtin_tokenizer.encode("<|im_start|>user\nhi", add_special_tokens=False)
+        assert remote.decode(ids) == builtin_tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def test_a_server_without_detokenize_is_a_named_upstream_error():
+    with ServerTokenizer("http://127.0.0.1:9/v1", "m") as remote, pytest.raises(UpstreamError, match="/detokenize"):
+        remote.decode([1, 2, 3])
