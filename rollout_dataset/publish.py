@@ -22,6 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -52,6 +53,7 @@ class PushResult:
         total_rollouts: rollouts in the repo after the push.
         attempts: commit attempts (more than 1 when another writer committed in between).
         url: the repo's URL.
+        compacted: what the automatic compaction after the push did (`rollout_dataset.compact`), if it ran.
     """
 
     repo_id: str
@@ -62,6 +64,7 @@ class PushResult:
     total_rollouts: int = 0
     attempts: int = 0
     url: str = ""
+    compacted: Any = None
 
 
 def _scrub(text: str, token: str | None) -> str:
@@ -77,7 +80,8 @@ def _status(exc: BaseException) -> int | None:
 
 
 def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, private: bool | None = None,
-         endpoint: str | None = None, template: str | Path | None = None, max_attempts: int = 8) -> PushResult:
+         endpoint: str | None = None, template: str | Path | None = None, max_attempts: int = 8,
+         compact_above: int | None = None) -> PushResult:
     """Push a dataset folder to a Hub dataset repo, appending.
 
     Args:
@@ -88,6 +92,10 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
         endpoint: the Hub URL (default: ``HF_ENDPOINT`` or huggingface.co).
         template: the card template (default: the repo's `dataset_card.md`).
         max_attempts: commits tried before giving up on conflicting concurrent writers.
+        compact_above: after a push that leaves more than this many shards in a config, compact the
+            repo (`rollout_dataset.compact.compact_repo`, one more commit); default
+            `rollout_dataset.compact.AUTO_COMPACT_SHARDS`; 0 turns it off. A failed compaction is
+            logged, never fails the push (the rollouts have landed).
 
     Returns:
         A `PushResult`.
@@ -170,6 +178,7 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
                 result.total_rollouts = len(union)
                 log.info("%s: pushed %d rollout(s) (%d already there) in commit %s", repo_id, len(new_ids),
                          len(result.skipped), commit.oid[:12])
+                result.compacted = _auto_compact(api, repo_id, remote_files + files, compact_above, token, template)
                 return result
             raise PublishError(f"push to {repo_id}: {max_attempts} commits in a row conflicted with other writers")
     except HfHubHTTPError as exc:
@@ -182,6 +191,24 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
         if isinstance(exc, ArtifactError):
             raise
         raise PublishError(_scrub(f"push to {repo_id} at {api.endpoint} failed: {exc}", token)) from None
+
+
+def _auto_compact(api: Any, repo_id: str, repo_files: list[str], compact_above: int | None,
+                  token: str | None, template: str | Path | None) -> Any:
+    """Compact the repo when a config holds more than `compact_above` shards (see `push`)."""
+    from rollout_dataset.compact import AUTO_COMPACT_SHARDS, compact_repo
+
+    limit = AUTO_COMPACT_SHARDS if compact_above is None else compact_above
+    counts = {c: sum(1 for f in repo_files if f.startswith(f"data/{c}/") and f.endswith(".parquet"))
+              for c in CONFIG_NAMES}
+    if not limit or max(counts.values()) <= limit:
+        return None
+    log.info("%s: %d shards in a config (more than %d); compacting", repo_id, max(counts.values()), limit)
+    try:
+        return compact_repo(repo_id, token=token, endpoint=api.endpoint, template=template)
+    except (PublishError, OSError) as exc:
+        log.warning("%s: the push landed, but compacting afterwards failed: %s", repo_id, exc)
+        return None
 
 
 def _files_for(files: list[str], config: str) -> bool:

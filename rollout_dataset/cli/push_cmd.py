@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--private", action="store_true", default=None,
                         help="create the repo private if it does not exist (also PUSH_PRIVATE=1)")
     parser.add_argument("--endpoint", default=None, help="Hub URL (default: $HF_ENDPOINT or huggingface.co)")
+    parser.add_argument("--no-compact", action="store_true",
+                        help="do not compact the repo after the push (by default it is compacted when a config "
+                             "holds more than rollout_dataset.compact.AUTO_COMPACT_SHARDS = 64 shards)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     if private is None and os.environ.get("PUSH_PRIVATE", "").strip().lower() in ("1", "true", "yes"):
         private = True
     try:
-        result = push(args.dataset, args.repo, private=private, endpoint=args.endpoint)
+        result = push(args.dataset, args.repo, private=private, endpoint=args.endpoint,
+                      compact_above=0 if args.no_compact else None)
     except (RolloutDatasetError, ValueError) as exc:
         print(f"error: {exc}")
         return 1
