@@ -308,6 +308,11 @@ class BatchConfig:
         env_options: environment settings passed to the env's runner (`--env-option KEY=VALUE`;
             Crafter reads `max_steps`, `max_actions`, `area`, `view`); empty for coding.
         argv: the command line, for the config snapshot.
+        push_repo: the Hub dataset repo (``org/name``) the batch publishes to; None: no push here
+            (the batch then falls back to ``PUSH_TO_DATASET`` for its final push, as before).
+        push_every: with `push_repo`, push finished rollouts every this many (0: only at the end);
+            see `rollout_dataset.batch.streaming`.
+        push_private: make a NEW repo private.
     """
 
     out_dir: Path
@@ -328,6 +333,9 @@ class BatchConfig:
     env: str = "coding"
     env_options: dict[str, Any] = field(default_factory=dict)
     argv: list[str] | None = None
+    push_repo: str | None = None
+    push_every: int = 0
+    push_private: bool | None = None
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -348,6 +356,10 @@ class BatchConfig:
         if not isinstance(self.env_options, Mapping) or not all(isinstance(k, str) and k for k in self.env_options):
             raise ConfigError(f"env_options: expected a mapping of option name -> value, got {self.env_options!r}")
         self.env_options = dict(self.env_options)
+        if isinstance(self.push_every, bool) or not isinstance(self.push_every, int) or self.push_every < 0:
+            raise ConfigError(f"push_every: {self.push_every!r} is out of range (an integer >= 0)")
+        if self.push_every and not self.push_repo:
+            raise ConfigError("push_every: needs a destination repo (push_repo, or PUSH_TO_DATASET=org/name)")
         self.strategies = tuple(self.strategies)
         bad = [s for s in self.strategies if s not in STRATEGIES]
         if bad or not self.strategies:
