@@ -230,6 +230,11 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
+def _listing(folder: Path) -> set[tuple[str, int, int]]:
+    """(name, size, mtime_ns) of every file in `folder`: a change means another writer was at work."""
+    return {(p.name, st.st_size, st.st_mtime_ns) for p in folder.iterdir() for st in [p.stat()]}
+
+
 def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -272,8 +277,12 @@ def _compact_config(dataset_dir: Path, config: str, run_dir: Path, target_bytes:
     if not rewrite:
         result.rows[config] = total_rows
         return
+    listing = _listing(live)
     staged = run_dir / "new" / config
     staged.mkdir(parents=True)
+    for other in sorted(set(live.iterdir()) - set(shards)):  # keep anything else the folder holds
+        if other.is_file():
+            _link_or_copy(other, staged / other.name)
     rows = dropped = 0
     for group in groups:
         if len(group) == 1 and not drops[group[0]]:
@@ -288,6 +297,9 @@ def _compact_config(dataset_dir: Path, config: str, run_dir: Path, target_bytes:
     if written != rows or rows + dropped != total_rows:
         raise ArtifactError(f"{live}: compaction staged {written} rows, expected {rows} of {total_rows} "
                             f"({dropped} duplicates); the config was left as it was")
+    if _listing(live) != listing:
+        raise ArtifactError(f"{live}: its shards changed while compacting (a build or another writer?); "
+                            f"the config was left as it was: run compact again when nothing writes to it")
     (staged / ".complete").touch()
     _swap_in(staged, live, run_dir / "old" / config)
     (live / ".complete").unlink(missing_ok=True)
@@ -312,8 +324,9 @@ def compact_local(dataset_dir: str | Path, *, target_bytes: int = DEFAULT_TARGET
         A `CompactResult`.
 
     Raises:
-        ArtifactError: `dataset_dir` holds no built dataset, or a shard is unreadable (that config
-            is left untouched; configs already compacted stay compacted).
+        ArtifactError: `dataset_dir` holds no built dataset, a shard is unreadable, or a config's
+            shards changed while it was being compacted (that config is left untouched; configs
+            already compacted stay compacted), or another compaction holds ``DIR/.compact.lock``.
         ValueError: `target_bytes` is not positive or a config name is unknown.
     """
     dataset_dir = Path(dataset_dir)
@@ -322,6 +335,34 @@ def compact_local(dataset_dir: str | Path, *, target_bytes: int = DEFAULT_TARGET
     unknown = [c for c in configs or () if c not in CONFIG_NAMES]
     if unknown:
         raise ValueError(f"unknown config(s) {', '.join(unknown)}; valid: {', '.join(CONFIG_NAMES)}")
+    lock = _lock(dataset_dir)
+    try:
+        return _compact_local_locked(dataset_dir, target_bytes, configs, template)
+    finally:
+        os.close(lock)
+
+
+def _lock(dataset_dir: Path) -> int:
+    """An exclusive lock on ``DIR/.compact.lock`` (one compaction per folder at a time).
+
+    Raises:
+        ArtifactError: the folder is missing, or another compaction holds the lock.
+    """
+    import fcntl
+
+    if not dataset_dir.is_dir():
+        raise ArtifactError(f"{dataset_dir}: not a folder (give a dataset folder written by build)")
+    fd = os.open(dataset_dir / ".compact.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ArtifactError(f"{dataset_dir}: another compaction is running on it (.compact.lock is held)") from None
+    return fd
+
+
+def _compact_local_locked(dataset_dir: Path, target_bytes: int, configs: Sequence[str] | None,
+                          template: str | Path | None) -> CompactResult:
     _recover(dataset_dir)
     if not list((dataset_dir / "data" / DEFAULT_CONFIG).glob("*.parquet")):
         raise ArtifactError(f"{dataset_dir}: no data/{DEFAULT_CONFIG}/*.parquet (build the dataset first)")

@@ -88,6 +88,28 @@ def test_big_shards_stay_as_they_are(tmp_path):
     assert sorted(p.name for p in (ds / "data" / "summary").glob("*.parquet")) == names
 
 
+def test_a_shard_written_during_compaction_stops_it_and_nothing_is_lost(tmp_path, monkeypatch):
+    import rollout_dataset.compact as compact
+    from rollout_dataset.errors import ArtifactError
+
+    ds = tmp_path / "ds"
+    _append_builds(ds, tmp_path, builds=2)
+    late = tmp_path / "late"
+    _append_builds(late, tmp_path, builds=1, seed=50)
+    original = compact._merge
+
+    def merge_while_a_build_lands(config, sources, drops, dst):
+        for shard in (late / "data" / config).glob("*.parquet"):
+            shutil.copy(shard, ds / "data" / config / shard.name)
+        return original(config, sources, drops, dst)
+
+    monkeypatch.setattr(compact, "_merge", merge_while_a_build_lands)
+    with pytest.raises(ArtifactError, match="changed while compacting"):
+        compact_local(ds, configs=["summary"])
+    assert _shards(ds, "summary") == 3 and len(_rows(ds, "summary")) == 3
+    assert not (ds / ".compact-staging").exists()
+
+
 _KILLED = """
 import os, signal, sys
 import rollout_dataset.compact as compact
