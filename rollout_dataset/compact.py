@@ -432,6 +432,12 @@ def compact_repo(repo_id: str, *, token: str | None = None, endpoint: str | None
                 by_config = {c: sorted((s.rfilename, int(s.size or 0)) for s in (info.siblings or [])
                                        if s.rfilename.startswith(f"data/{c}/") and s.rfilename.endswith(".parquet"))
                              for c in CONFIG_NAMES}
+                plans = {c: plan_merges([size for _, size in files], target_bytes) for c, files in by_config.items()}
+                if not any(len(g) > 1 for groups in plans.values() for g in groups):
+                    result.shards_before = result.shards_after = {c: len(f) for c, f in by_config.items()}
+                    result.duplicate_rows = {c: 0 for c in by_config}
+                    log.info("%s: nothing to compact (no two consecutive shards under the target)", repo_id)
+                    return result
                 work = Path(tmp) / f"attempt-{attempt}"
                 ops: list = []
                 config_bytes = {c: sum(size for _, size in files) for c, files in by_config.items()}
@@ -439,7 +445,7 @@ def compact_repo(repo_id: str, *, token: str | None = None, endpoint: str | None
                 for config, files in by_config.items():
                     result.shards_before[config] = result.shards_after[config] = len(files)
                     result.duplicate_rows[config] = 0
-                    groups = plan_merges([size for _, size in files], target_bytes) if files else []
+                    groups = plans[config]
                     for group in groups:
                         paths = [files[i][0] for i in group]
                         if len(group) == 1 and config != DEFAULT_CONFIG:
