@@ -59,6 +59,7 @@ class PushResult:
         url: the repo's URL.
         traces_repo: the companion repo the sessions went to (None: none pushed).
         sessions_added: sessions uploaded to it by this push.
+        compacted: what the automatic compaction after the push did (`rollout_dataset.compact`), if it ran.
     """
 
     repo_id: str
@@ -71,6 +72,7 @@ class PushResult:
     url: str = ""
     traces_repo: str | None = None
     sessions_added: int = 0
+    compacted: Any = None
 
 
 def _scrub(text: str, token: str | None) -> str:
@@ -87,7 +89,7 @@ def _status(exc: BaseException) -> int | None:
 
 def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, private: bool | None = None,
          endpoint: str | None = None, template: str | Path | None = None, max_attempts: int = 8,
-         traces_repo: str | None = None, traces: bool = True) -> PushResult:
+         traces_repo: str | None = None, traces: bool = True, compact_above: int | None = None) -> PushResult:
     """Push a dataset folder to a Hub dataset repo, appending.
 
     Args:
@@ -101,6 +103,10 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
         traces_repo: the companion repo of the trace-viewer sessions (default ``<repo_id>-traces``).
         traces: push the sessions (``traces/sessions/*.jsonl``) to `traces_repo` first, and link it
             from the card; False pushes the parquet dataset only.
+        compact_above: after a push that leaves more than this many shards in a config, compact the
+            repo (`rollout_dataset.compact.compact_repo`, one more commit); default
+            `rollout_dataset.compact.AUTO_COMPACT_SHARDS`; 0 turns it off. A failed compaction is
+            logged, never fails the push (the rollouts have landed).
 
     Returns:
         A `PushResult`.
@@ -202,6 +208,7 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
                 result.total_rollouts = len(union)
                 log.info("%s: pushed %d rollout(s) (%d already there) in commit %s", repo_id, len(new_ids),
                          len(result.skipped), commit.oid[:12])
+                result.compacted = _auto_compact(api, repo_id, remote_files + files, compact_above, token, template)
                 return result
             raise PublishError(f"push to {repo_id}: {max_attempts} commits in a row conflicted with other writers")
     except HfHubHTTPError as exc:
@@ -225,6 +232,24 @@ def _arrow_bytes(api: Any, repo_id: str, sha: str, remote_files: list[str], work
             if isinstance(info, dict) and info.get("splits"):
                 before[info.get("config_name")] = int(info["splits"][0].get("num_bytes") or 0)
     return {c: before.get(c, 0) + arrow_num_bytes(sorted((work / c).glob("*.parquet"))) for c in CONFIG_NAMES}
+
+
+def _auto_compact(api: Any, repo_id: str, repo_files: list[str], compact_above: int | None,
+                  token: str | None, template: str | Path | None) -> Any:
+    """Compact the repo when a config holds more than `compact_above` shards (see `push`)."""
+    from rollout_dataset.compact import AUTO_COMPACT_SHARDS, compact_repo
+
+    limit = AUTO_COMPACT_SHARDS if compact_above is None else compact_above
+    counts = {c: sum(1 for f in repo_files if f.startswith(f"data/{c}/") and f.endswith(".parquet"))
+              for c in CONFIG_NAMES}
+    if not limit or max(counts.values()) <= limit:
+        return None
+    log.info("%s: %d shards in a config (more than %d); compacting", repo_id, max(counts.values()), limit)
+    try:
+        return compact_repo(repo_id, token=token, endpoint=api.endpoint, template=template)
+    except (PublishError, OSError) as exc:
+        log.warning("%s: the push landed, but compacting afterwards failed: %s", repo_id, exc)
+        return None
 
 
 def _files_for(files: list[str], config: str) -> bool:

@@ -313,6 +313,11 @@ class BatchConfig:
         fit_context: the proxy fits output limits to the model's context (default on).
         unsafe_sandbox: run the agents' code even where the allow-list sandbox cannot be built
             (`--unsafe-sandbox`; each summary.json records ``isolation: "unsafe"``).
+        push_repo: the Hub dataset repo (``org/name``) the batch publishes to; None: no push here
+            (the batch then falls back to ``PUSH_TO_DATASET`` for its final push, as before).
+        push_every: with `push_repo`, push finished rollouts every this many (0: only at the end);
+            see `rollout_dataset.batch.streaming`.
+        push_private: make a NEW repo private.
     """
 
     out_dir: Path
@@ -337,6 +342,9 @@ class BatchConfig:
     max_tokens_cap: int | None = None
     fit_context: bool = True
     unsafe_sandbox: bool = False
+    push_repo: str | None = None
+    push_every: int = 0
+    push_private: bool | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens_cap is not None and self.max_tokens_cap < 1:
@@ -359,6 +367,10 @@ class BatchConfig:
         if not isinstance(self.env_options, Mapping) or not all(isinstance(k, str) and k for k in self.env_options):
             raise ConfigError(f"env_options: expected a mapping of option name -> value, got {self.env_options!r}")
         self.env_options = dict(self.env_options)
+        if isinstance(self.push_every, bool) or not isinstance(self.push_every, int) or self.push_every < 0:
+            raise ConfigError(f"push_every: {self.push_every!r} is out of range (an integer >= 0)")
+        if self.push_every and not self.push_repo:
+            raise ConfigError("push_every: needs a destination repo (push_repo, or PUSH_TO_DATASET=org/name)")
         self.strategies = tuple(self.strategies)
         bad = [s for s in self.strategies if s not in STRATEGIES]
         if bad or not self.strategies:

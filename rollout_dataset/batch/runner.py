@@ -10,7 +10,8 @@ Layout under the batch folder (`BatchConfig.out_dir`):
     summary/config_snapshot.json   arguments, step-reward block, timestamp, git SHA / version
     plots/*.png                    histogram, scatter (with r), ECDF per strategy
     report.md                      the human-readable report
-    dataset/                       the built dataset (pushed when PUSH_TO_DATASET is set)
+    dataset/                       the built dataset (pushed to `push_repo`, else when PUSH_TO_DATASET is set)
+    .push-staging/                 scratch of `--push-every` stream pushes (rollout_dataset.batch.streaming)
 
 Resume: a rollout's id is a uuid5 of the batch id and `(seed, rollout_idx)`, so the same folder
 maps each job to the same `rollouts/<id>/`; one holding `batch_result.json` is finished and
@@ -319,6 +320,7 @@ class BatchResult:
         summary: the summary document.
         dataset_dir: the built dataset, if built.
         pushed: what the push helper returned, if it pushed.
+        stream_pushes: what each `push_every` stream push returned, in order.
     """
 
     out_dir: Path
@@ -330,6 +332,7 @@ class BatchResult:
     summary: dict[str, Any] = field(default_factory=dict)
     dataset_dir: Path | None = None
     pushed: Any = None
+    stream_pushes: list[Any] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -390,6 +393,7 @@ def run_batch(config: BatchConfig, run_one: RunOne | None = None, *, executor: E
 
     result = BatchResult(out_dir=out, planned=0)
     docs: dict[str, dict[str, Any]] = {}
+    streamer = _streamer(config)
     with server_cm as base_url:
         jobs = plan_jobs(config, batch_id, base_url)
         result.planned = len(jobs)
@@ -428,12 +432,17 @@ def run_batch(config: BatchConfig, run_one: RunOne | None = None, *, executor: E
                 _write_json(folder / RESULT_FILE, doc)
                 docs[job.rollout_id] = doc
                 result.ran += 1
+                if streamer is not None:
+                    streamer.add(folder)
             bar.update(1)
 
         try:
             (executor or make_executor(config.executor, config.concurrency)).run(run_one, todo, on_outcome)
         finally:
             bar.close()
+        if streamer is not None:
+            streamer.flush()
+            result.stream_pushes = streamer.pushes
 
     finished = [docs[j.rollout_id] for j in jobs if j.rollout_id in docs]
     runs = {s: [_run_record(d, s, config) for d in finished] for s in config.strategies}
@@ -446,9 +455,19 @@ def run_batch(config: BatchConfig, run_one: RunOne | None = None, *, executor: E
         )
     if config.build_dataset and finished:
         result.dataset_dir, result.pushed = _build_dataset(
-            out, [Path(j.artifact_dir) for j in jobs if j.rollout_id in docs], progress=config.progress
+            out, [Path(j.artifact_dir) for j in jobs if j.rollout_id in docs], progress=config.progress,
+            config=config,
         )
     return result
+
+
+def _streamer(config: BatchConfig) -> Any:
+    """The `StreamingPusher` of a batch with `push_every`, else None."""
+    if not (config.push_every and config.push_repo):
+        return None
+    from rollout_dataset.batch.streaming import StreamingPusher
+
+    return StreamingPusher(config.out_dir, config.push_repo, config.push_every, private=config.push_private)
 
 
 def _write_outputs(
@@ -513,8 +532,10 @@ def _write_outputs(
     result.summary = summary
 
 
-def _build_dataset(out: Path, artifact_dirs: list[Path], *, progress: bool) -> tuple[Path | None, Any]:
-    """Build `dataset/` from the rollout folders that hold capture artifacts; push if asked."""
+def _build_dataset(out: Path, artifact_dirs: list[Path], *, progress: bool,
+                   config: BatchConfig | None = None) -> tuple[Path | None, Any]:
+    """Build `dataset/` from the rollout folders that hold capture artifacts; push if asked
+    (to `config.push_repo`, else where ``PUSH_TO_DATASET`` says; the push skips rollouts already there)."""
     dirs = [d for d in artifact_dirs if (d / "summary.json").is_file()]
     if not dirs:
         log.info("no capture artifacts under %s/rollouts; dataset not built", out)
@@ -529,6 +550,10 @@ def _build_dataset(out: Path, artifact_dirs: list[Path], *, progress: bool) -> t
         shutil.rmtree(dataset_dir)
     build(dirs, dataset_dir, progress=progress)
     pushed = None
+    if config is not None and config.push_repo:
+        from rollout_dataset.publish import push
+
+        return dataset_dir, push(dataset_dir, config.push_repo, private=config.push_private)
     try:
         from rollout_dataset.publish import maybe_push_from_env
     except ImportError:

@@ -7,6 +7,7 @@ rollouts) — outputs written so far are kept and the same `--out` resumes; 2 in
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -52,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unsafe-sandbox", action="store_true",
                         help="run the agents' code even where the allow-list sandbox (bubblewrap) cannot be built "
                              "(limits only; each summary.json records isolation: unsafe)")
+    parser.add_argument("--push-every", type=int, default=0, metavar="N",
+                        help="push finished rollouts to $PUSH_TO_DATASET every N rollouts, so a crash loses at "
+                             "most N unpublished (default 0: push only at the end); append-safe, resumes duplicate-free")
 
 
 def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
@@ -114,6 +118,9 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
         max_tokens_cap=args.max_tokens_cap,
         fit_context=args.fit_context,
         unsafe_sandbox=bool(getattr(args, "unsafe_sandbox", False)),
+        push_repo=os.environ.get("PUSH_TO_DATASET", "").strip() or None,
+        push_every=getattr(args, "push_every", 0) or 0,
+        push_private=True if os.environ.get("PUSH_PRIVATE", "").strip().lower() in ("1", "true", "yes") else None,
     )
 
 
@@ -166,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"runs:    {out / 'runs'}")
     if result.dataset_dir is not None:
         print(f"dataset: {result.dataset_dir}")
+    if result.stream_pushes:
+        print(f"streamed: {len(result.stream_pushes)} push(es) during the batch")
     if result.pushed is not None:
         print(f"pushed:  {result.pushed}")
     return 0

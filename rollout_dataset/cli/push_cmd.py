@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--traces-repo", default=None,
                         help="companion repo of the trace-viewer sessions (default: REPO-traces)")
     parser.add_argument("--no-traces", action="store_true", help="push the parquet dataset only, not the sessions")
+    parser.add_argument("--no-compact", action="store_true",
+                        help="do not compact the repo after the push (by default it is compacted when a config "
+                             "holds more than rollout_dataset.compact.AUTO_COMPACT_SHARDS = 64 shards)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
         private = True
     try:
         result = push(args.dataset, args.repo, private=private, endpoint=args.endpoint,
-                      traces_repo=getattr(args, "traces_repo", None), traces=not getattr(args, "no_traces", False))
+                      traces_repo=getattr(args, "traces_repo", None), traces=not getattr(args, "no_traces", False),
+                      compact_above=0 if args.no_compact else None)
     except (RolloutDatasetError, ValueError) as exc:
         print(f"error: {exc}")
         return 1

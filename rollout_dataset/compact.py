@@ -1,0 +1,516 @@
+"""Compaction: merge a dataset's small parquet shards into shards of about a target size, per config.
+
+Every `push` and every `build` adds one shard per config, so a run that pushes every step leaves
+thousands of small files per config, which slows `load_dataset` and the Hub's viewer and meets
+the Hub's per-folder file-count and commit-rate limits. Compaction merges runs of consecutive small
+shards (in name order, which is time order) into one shard each:
+
+- rows keep their order: shards are read in name order and row group by row group, and a merged
+  shard is named with the timestamp of its first input, so it sorts where its inputs were;
+- the schema, compression, page index and row-group bounds are the builder's own
+  (`rollout_dataset.builder.writer.ConfigWriter` writes every merged shard);
+- every rollout stays exactly once: rows of a rollout id already seen in an earlier shard of the
+  config are dropped (as `push` drops rollouts the repo already holds);
+- shards at or above the target size are left as they are (locally, unless they hold duplicates).
+
+Locally (`compact_local`) each config's folder is rebuilt in a staging folder next to it
+(untouched shards hard-linked, merged shards written and checked) and then swapped in with one
+atomic directory exchange, so a killed compaction leaves either the old or the new config folder,
+both loadable. On the Hub (`compact_repo`) the merge is ONE commit of deletes and adds with
+``parent_commit`` = the revision it read; when a pusher committed in between, the Hub answers 412
+(or 409) and compaction starts over from the fresh state, exactly as `push` does, so a racing
+pusher loses nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import yaml
+
+from rollout_dataset.builder.build import read_summary_rows
+from rollout_dataset.builder.card import read_card_metadata, render_card
+from rollout_dataset.builder.card_info import arrow_num_bytes, load_card_options
+from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
+from rollout_dataset.builder.writer import ConfigWriter, shard_name
+from rollout_dataset.errors import ArtifactError, PublishError
+
+__all__ = ["DEFAULT_TARGET_BYTES", "AUTO_COMPACT_SHARDS", "CompactResult", "plan_merges", "compact_local",
+           "compact_repo"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGET_BYTES = 256 * 1024 * 1024  # a merged shard's size goal (parquet bytes)
+AUTO_COMPACT_SHARDS = 64  # `push` compacts the repo when a config holds more shards than this
+STAGING_DIR = ".compact-staging"  # inside the dataset folder; never matched by data/<config>/*.parquet
+_STAMP = re.compile(r"^(\d{8}T\d{6}\d*Z)-")
+
+
+@dataclass
+class CompactResult:
+    """What a compaction did.
+
+    Attributes:
+        target: the dataset folder or the repo id.
+        shards_before: shards per config before.
+        shards_after: shards per config after.
+        rows: rows per config after.
+        duplicate_rows: rows dropped per config because their rollout was already in an earlier shard.
+        commit: the Hub commit created (`compact_repo` only; None when nothing was merged).
+        attempts: commit attempts (`compact_repo` only).
+    """
+
+    target: str
+    shards_before: dict[str, int] = field(default_factory=dict)
+    shards_after: dict[str, int] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+    duplicate_rows: dict[str, int] = field(default_factory=dict)
+    commit: str | None = None
+    attempts: int = 0
+
+    @property
+    def changed(self) -> bool:
+        """Whether any shard was merged or rewritten."""
+        return self.shards_before != self.shards_after or any(self.duplicate_rows.values())
+
+
+def plan_merges(sizes: Sequence[int], target_bytes: int) -> list[list[int]]:
+    """Group shards (given in name order) into output shards.
+
+    Consecutive shards smaller than `target_bytes` are packed greedily while their total stays
+    within it; a shard at or above the target stays alone. Each group of two or more shards is
+    merged into one; a group of one is kept as it is (the caller rewrites it if it holds duplicates).
+
+    Args:
+        sizes: the shards' sizes in bytes, in name order.
+        target_bytes: the size goal of a merged shard (> 0).
+
+    Returns:
+        Groups of shard indices covering every shard once, in order.
+
+    Raises:
+        ValueError: `target_bytes` is not positive.
+    """
+    if target_bytes <= 0:
+        raise ValueError(f"target_bytes={target_bytes}: must be > 0")
+    groups: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for i, size in enumerate(sizes):
+        if size >= target_bytes:
+            if current:
+                groups.append(current)
+            groups.append([i])
+            current, total = [], 0
+            continue
+        if current and total + size > target_bytes:
+            groups.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += size
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _merged_name(first: str) -> str:
+    """A new shard name sorting where `first` did: its timestamp, a fresh uuid."""
+    match = _STAMP.match(first)
+    return f"{match.group(1)}-{uuid.uuid4().hex}.parquet" if match else shard_name()
+
+
+def _shard_ids(path: Path) -> list[str]:
+    return pq.read_table(str(path), columns=["rollout_id"]).column("rollout_id").to_pylist()
+
+
+def _drop_sets(id_lists: Sequence[Sequence[str] | None]) -> list[set[str]]:
+    """Per shard, the rollout ids whose rows an earlier shard already holds (first shard wins)."""
+    owner: dict[str, int] = {}
+    for i, ids in enumerate(id_lists):
+        for rid in ids or ():
+            owner.setdefault(rid, i)
+    return [{rid for rid in (ids or ()) if owner[rid] != i} for i, ids in enumerate(id_lists)]
+
+
+def _merge(config: str, sources: Sequence[Path], drops: Sequence[set[str]], dst: Path) -> tuple[int, int]:
+    """Write `sources` (minus their `drops`) into one shard with the builder's writer.
+
+    Returns:
+        (rows written, rows dropped as duplicates).
+    """
+    writer = ConfigWriter(config, dst)
+    kept = dropped = 0
+    try:
+        for src, drop in zip(sources, drops):
+            f = pq.ParquetFile(str(src))
+            value_set = pa.array(sorted(drop), pa.string())
+            for g in range(f.num_row_groups):
+                table = f.read_row_group(g).cast(writer.schema)
+                if len(value_set):
+                    before = len(table)
+                    table = table.filter(pc.invert(pc.is_in(table["rollout_id"], value_set=value_set)))
+                    dropped += before - len(table)
+                writer.add_table(table)
+                kept += len(table)
+    finally:
+        writer.close()
+    return kept, dropped
+
+
+# --- local --------------------------------------------------------------------------------------
+
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two directories (Linux renameat2 RENAME_EXCHANGE). False when unsupported."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, f"cannot swap {a} and {b}: {os.strerror(err)}")
+
+
+def _swap_in(staged: Path, live: Path, old: Path) -> None:
+    """Put `staged` at `live`; the previous `live` ends at `staged` (exchange) or `old` (fallback)."""
+    if _exchange(staged, live):
+        return
+    # fallback (no renameat2): two renames; `_recover` finishes a kill between them
+    old.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(live, old)
+    os.replace(staged, live)
+
+
+def _recover(dataset_dir: Path) -> None:
+    """Finish or drop what a killed compaction left: put a staged config back if its folder is gone."""
+    root = dataset_dir / STAGING_DIR
+    if not root.is_dir():
+        return
+    for run in sorted(root.iterdir()):
+        for side in ("new", "old"):  # a staged new folder is complete once it was to be swapped
+            for staged in sorted((run / side).glob("*")) if (run / side).is_dir() else []:
+                live = dataset_dir / "data" / staged.name
+                if not live.exists() and (staged / ".complete").is_file() and side == "new":
+                    log.warning("%s: finishing an interrupted compaction of config %s", dataset_dir, staged.name)
+                    os.replace(staged, live)
+                    (live / ".complete").unlink(missing_ok=True)
+                elif not live.exists() and side == "old":
+                    log.warning("%s: restoring config %s from an interrupted compaction", dataset_dir, staged.name)
+                    os.replace(staged, live)
+        shutil.rmtree(run, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _listing(folder: Path) -> set[tuple[str, int, int]]:
+    """(name, size, mtime_ns) of every file in `folder`: a change means another writer was at work."""
+    return {(p.name, st.st_size, st.st_mtime_ns) for p in folder.iterdir() for st in [p.stat()]}
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _card_context(text: str) -> dict[str, Any]:
+    """What a re-rendered card keeps from the existing one: pretty_name, license, the Arrow bytes per
+    config (merging shards does not change them) and the trace-viewer repo link."""
+    try:
+        meta = read_card_metadata(text)
+    except yaml.YAMLError:
+        meta = {}
+    meta = meta if isinstance(meta, dict) else {}
+    out: dict[str, Any] = {k: str(meta[k]) for k in ("pretty_name", "license") if meta.get(k)}
+    arrow = {info.get("config_name"): int(info["splits"][0].get("num_bytes") or 0)
+             for info in meta.get("dataset_info") or [] if isinstance(info, dict) and info.get("splits")}
+    out["arrow_bytes"] = {c: arrow.get(c, 0) for c in CONFIG_NAMES} if arrow else None
+    link = re.search(r"agent-trace\s+viewer: \[([\w.-]+/[\w.-]+)\]\(", text)
+    out["traces_repo_id"] = link.group(1) if link else None
+    return out
+
+
+def _compact_config(dataset_dir: Path, config: str, run_dir: Path, target_bytes: int,
+                    result: CompactResult) -> None:
+    live = dataset_dir / "data" / config
+    shards = sorted(live.glob("*.parquet"))
+    result.shards_before[config] = result.shards_after[config] = len(shards)
+    result.duplicate_rows[config] = 0
+    if not shards:
+        result.rows[config] = 0
+        return
+    try:
+        ids = [_shard_ids(s) for s in shards]
+    except (OSError, pa.ArrowException) as exc:
+        raise ArtifactError(f"{live}: a shard is unreadable ({exc}); nothing was compacted in {config}") from None
+    drops = _drop_sets(ids)
+    groups = plan_merges([s.stat().st_size for s in shards], target_bytes)
+    rewrite = [g for g in groups if len(g) > 1 or drops[g[0]]]
+    total_rows = sum(len(x) for x in ids)
+    if not rewrite:
+        result.rows[config] = total_rows
+        return
+    listing = _listing(live)
+    staged = run_dir / "new" / config
+    staged.mkdir(parents=True)
+    for other in sorted(set(live.iterdir()) - set(shards)):  # keep anything else the folder holds
+        if other.is_file():
+            _link_or_copy(other, staged / other.name)
+    rows = dropped = 0
+    for group in groups:
+        if len(group) == 1 and not drops[group[0]]:
+            _link_or_copy(shards[group[0]], staged / shards[group[0]].name)
+            rows += len(ids[group[0]])
+            continue
+        out = staged / _merged_name(shards[group[0]].name)
+        n, d = _merge(config, [shards[i] for i in group], [drops[i] for i in group], out)
+        _fsync(out)
+        rows, dropped = rows + n, dropped + d
+    written = sum(pq.ParquetFile(str(p)).metadata.num_rows for p in staged.glob("*.parquet"))
+    if written != rows or rows + dropped != total_rows:
+        raise ArtifactError(f"{live}: compaction staged {written} rows, expected {rows} of {total_rows} "
+                            f"({dropped} duplicates); the config was left as it was")
+    if _listing(live) != listing:
+        raise ArtifactError(f"{live}: its shards changed while compacting (a build or another writer?); "
+                            f"the config was left as it was: run compact again when nothing writes to it")
+    (staged / ".complete").touch()
+    _swap_in(staged, live, run_dir / "old" / config)
+    (live / ".complete").unlink(missing_ok=True)
+    result.shards_after[config] = len(groups)
+    result.rows[config] = rows
+    result.duplicate_rows[config] = dropped
+    log.info("%s: %s: %d shards -> %d (%d rows, %d duplicate rows dropped)", dataset_dir, config,
+             len(shards), len(groups), rows, dropped)
+
+
+def compact_local(dataset_dir: str | Path, *, target_bytes: int = DEFAULT_TARGET_BYTES,
+                  configs: Sequence[str] | None = None, template: str | Path | None = None) -> CompactResult:
+    """Merge a local dataset folder's small shards, config by config, atomically per config.
+
+    Args:
+        dataset_dir: a folder written by `rollout_dataset.build`.
+        target_bytes: the size goal of a merged shard (parquet bytes).
+        configs: the configs to compact (default: all).
+        template: the card template used to re-render README.md (default: the builder's).
+
+    Returns:
+        A `CompactResult`.
+
+    Raises:
+        ArtifactError: `dataset_dir` holds no built dataset, a shard is unreadable, or a config's
+            shards changed while it was being compacted (that config is left untouched; configs
+            already compacted stay compacted), or another compaction holds ``DIR/.compact.lock``.
+        ValueError: `target_bytes` is not positive or a config name is unknown.
+    """
+    dataset_dir = Path(dataset_dir)
+    if target_bytes <= 0:
+        raise ValueError(f"target_bytes={target_bytes}: must be > 0")
+    unknown = [c for c in configs or () if c not in CONFIG_NAMES]
+    if unknown:
+        raise ValueError(f"unknown config(s) {', '.join(unknown)}; valid: {', '.join(CONFIG_NAMES)}")
+    lock = _lock(dataset_dir)
+    try:
+        return _compact_local_locked(dataset_dir, target_bytes, configs, template)
+    finally:
+        os.close(lock)
+
+
+def _lock(dataset_dir: Path) -> int:
+    """An exclusive lock on ``DIR/.compact.lock`` (one compaction per folder at a time).
+
+    Raises:
+        ArtifactError: the folder is missing, or another compaction holds the lock.
+    """
+    import fcntl
+
+    if not dataset_dir.is_dir():
+        raise ArtifactError(f"{dataset_dir}: not a folder (give a dataset folder written by build)")
+    fd = os.open(dataset_dir / ".compact.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ArtifactError(f"{dataset_dir}: another compaction is running on it (.compact.lock is held)") from None
+    return fd
+
+
+def _compact_local_locked(dataset_dir: Path, target_bytes: int, configs: Sequence[str] | None,
+                          template: str | Path | None) -> CompactResult:
+    _recover(dataset_dir)
+    if not list((dataset_dir / "data" / DEFAULT_CONFIG).glob("*.parquet")):
+        raise ArtifactError(f"{dataset_dir}: no data/{DEFAULT_CONFIG}/*.parquet (build the dataset first)")
+    result = CompactResult(target=str(dataset_dir))
+    run_dir = dataset_dir / STAGING_DIR / uuid.uuid4().hex
+    try:
+        for config in configs or CONFIG_NAMES:
+            _compact_config(dataset_dir, config, run_dir, target_bytes, result)
+    finally:
+        shutil.rmtree(dataset_dir / STAGING_DIR, ignore_errors=True)
+    readme = dataset_dir / "README.md"
+    if result.changed and readme.is_file():
+        config_bytes = {c: sum(p.stat().st_size for p in (dataset_dir / "data" / c).glob("*.parquet"))
+                        for c in CONFIG_NAMES}
+        context = _card_context(readme.read_text(encoding="utf-8"))
+        context["arrow_bytes"] = {c: arrow_num_bytes(sorted((dataset_dir / "data" / c).glob("*.parquet")))
+                                  for c in CONFIG_NAMES}
+        text = render_card(read_summary_rows(dataset_dir), template=template, config_bytes=config_bytes,
+                           options=load_card_options(dataset_dir), **context)
+        tmp = readme.with_name(".README.md.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, readme)
+    return result
+
+
+# --- Hub ----------------------------------------------------------------------------------------
+
+def compact_repo(repo_id: str, *, token: str | None = None, endpoint: str | None = None,
+                 target_bytes: int = DEFAULT_TARGET_BYTES, template: str | Path | None = None,
+                 max_attempts: int = 8) -> CompactResult:
+    """Merge a Hub dataset repo's small shards in ONE commit (deletes + adds) on the revision read.
+
+    Only shards that get merged are downloaded (plus the small summary shards, for the card).
+    Duplicate rollouts are dropped among the merged shards (`push` never writes duplicates, so
+    shards left alone hold none).
+
+    Args:
+        repo_id: ``org/name`` of the dataset repo.
+        token: a Hub token (default: huggingface_hub's own lookup, e.g. ``HF_TOKEN``).
+        endpoint: the Hub URL (default: ``HF_ENDPOINT`` or huggingface.co).
+        target_bytes: the size goal of a merged shard (parquet bytes).
+        template: the card template (default: the builder's).
+        max_attempts: commits tried before giving up on conflicting concurrent writers.
+
+    Returns:
+        A `CompactResult` (``commit`` None when there was nothing to merge).
+
+    Raises:
+        ValueError: `repo_id` is not ``org/name`` or `target_bytes` is not positive.
+        PublishError: the Hub refused (status and URL in the message, never the token), or
+            `max_attempts` conflicts in a row.
+    """
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from rollout_dataset.publish import _CONFLICT, _REPO_ID, _scrub, _status
+
+    if not _REPO_ID.match(repo_id or ""):
+        raise ValueError(f"repo id {repo_id!r} is not of the form org/name")
+    if target_bytes <= 0:
+        raise ValueError(f"target_bytes={target_bytes}: must be > 0")
+    api = HfApi(endpoint=endpoint, token=token)
+    result = CompactResult(target=repo_id)
+    try:
+        with tempfile.TemporaryDirectory(prefix="rollout-compact-") as tmp:
+            for attempt in range(1, max_attempts + 1):
+                result.attempts = attempt
+                info = api.dataset_info(repo_id, files_metadata=True)
+                sha = info.sha
+                by_config = {c: sorted((s.rfilename, int(s.size or 0)) for s in (info.siblings or [])
+                                       if s.rfilename.startswith(f"data/{c}/") and s.rfilename.endswith(".parquet"))
+                             for c in CONFIG_NAMES}
+                plans = {c: plan_merges([size for _, size in files], target_bytes) for c, files in by_config.items()}
+                if not any(len(g) > 1 for groups in plans.values() for g in groups):
+                    result.shards_before = result.shards_after = {c: len(f) for c, f in by_config.items()}
+                    result.duplicate_rows = {c: 0 for c in by_config}
+                    log.info("%s: nothing to compact (no two consecutive shards under the target)", repo_id)
+                    return result
+                work = Path(tmp) / f"attempt-{attempt}"
+                ops: list = []
+                config_bytes = {c: sum(size for _, size in files) for c, files in by_config.items()}
+                summary_tables: list[pa.Table] = []
+                arrow_delta = {c: 0 for c in CONFIG_NAMES}  # Arrow bytes of merged shards minus their inputs'
+                for config, files in by_config.items():
+                    result.shards_before[config] = result.shards_after[config] = len(files)
+                    result.duplicate_rows[config] = 0
+                    groups = plans[config]
+                    for group in groups:
+                        paths = [files[i][0] for i in group]
+                        if len(group) == 1 and config != DEFAULT_CONFIG:
+                            continue
+                        local = [Path(api.hf_hub_download(repo_id, p, repo_type="dataset", revision=sha))
+                                 for p in paths]
+                        if len(group) == 1:  # a summary shard left alone: read for the card only
+                            summary_tables.append(pq.read_table(str(local[0])))
+                            continue
+                        drops = _drop_sets([_shard_ids(p) for p in local])
+                        name = _merged_name(Path(paths[0]).name)
+                        out = work / config / name
+                        _, dropped = _merge(config, local, drops, out)
+                        result.duplicate_rows[config] += dropped
+                        config_bytes[config] += out.stat().st_size - sum(files[i][1] for i in group)
+                        arrow_delta[config] += arrow_num_bytes([out]) - arrow_num_bytes(local)
+                        if config == DEFAULT_CONFIG:
+                            summary_tables.append(pq.read_table(str(out)))
+                        ops += [CommitOperationDelete(path_in_repo=p) for p in paths]
+                        ops.append(CommitOperationAdd(path_in_repo=f"data/{config}/{name}", path_or_fileobj=str(out)))
+                    result.shards_after[config] = len(groups)
+                if not any(isinstance(op, CommitOperationAdd) for op in ops):
+                    log.info("%s: nothing to compact (every config within target)", repo_id)
+                    return result
+                rows = [r for t in summary_tables for r in t.to_pylist()]
+                context: dict[str, Any] = {}
+                if "README.md" in {s.rfilename for s in info.siblings or []}:
+                    card = Path(api.hf_hub_download(repo_id, "README.md", repo_type="dataset", revision=sha))
+                    context = _card_context(card.read_text(encoding="utf-8"))
+                    if context["arrow_bytes"]:
+                        context["arrow_bytes"] = {c: n + arrow_delta[c] for c, n in context["arrow_bytes"].items()}
+                readme = render_card(rows, template=template, repo_id=repo_id, config_bytes=config_bytes, **context)
+                ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme.encode("utf-8")))
+                try:
+                    commit = api.create_commit(repo_id, ops, repo_type="dataset", parent_commit=sha,
+                                               commit_message="Compact shards")
+                except HfHubHTTPError as exc:
+                    if _status(exc) in _CONFLICT and attempt < max_attempts:
+                        delay = min(0.2 * 2 ** (attempt - 1), 5.0) * (0.5 + random.random())
+                        log.info("%s: the repo moved since revision %s (HTTP %s); compacting again in %.2fs "
+                                 "(attempt %d/%d)", repo_id, sha[:12], _status(exc), delay, attempt + 1,
+                                 max_attempts)
+                        time.sleep(delay)
+                        continue
+                    raise
+                result.commit = commit.oid
+                log.info("%s: compacted %s in commit %s", repo_id,
+                         ", ".join(f"{c} {result.shards_before[c]}->{result.shards_after[c]}"
+                                   for c in CONFIG_NAMES if result.shards_before[c] != result.shards_after[c]),
+                         commit.oid[:12])
+                return result
+            raise PublishError(f"compact {repo_id}: {max_attempts} commits in a row conflicted with other writers")
+    except HfHubHTTPError as exc:
+        raise PublishError(_scrub(f"compact {repo_id} at {api.endpoint} failed (HTTP {_status(exc)}): {exc}",
+                                  token)) from None
+    except OSError as exc:
+        if isinstance(exc, (ArtifactError, PublishError)):
+            raise
+        raise PublishError(_scrub(f"compact {repo_id} at {api.endpoint} failed: {exc}", token)) from None
