@@ -69,6 +69,12 @@ bench: install-test
 	$(PY) bench/crafter_rollout.py
 	$(PY) bench/sandbox_overhead.py
 	$(PY) bench/redaction.py
+	$(PY) bench/proxy_faults.py
+	$(PY) bench/proxy_memory.py
+	$(PY) bench/build_integrity.py
+	$(PY) bench/context_fit_overhead.py
+	$(PY) bench/on_policy.py
+	$(PY) bench/compaction.py
 
 clean:
 	rm -rf $(VENV) $(NPM_TOOLS) demo-dataset demo-artifacts
