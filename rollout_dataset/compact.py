@@ -29,7 +29,6 @@ import ctypes.util
 import errno
 import logging
 import os
-import random
 import re
 import shutil
 import tempfile
@@ -423,7 +422,7 @@ def compact_repo(repo_id: str, *, token: str | None = None, endpoint: str | None
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
-    from rollout_dataset.publish import _CONFLICT, _REPO_ID, _scrub, _status
+    from rollout_dataset.publish import _REPO_ID, _conflict_backoff, _scrub, _status
 
     if not _REPO_ID.match(repo_id or ""):
         raise ValueError(f"repo id {repo_id!r} is not of the form org/name")
@@ -492,8 +491,8 @@ def compact_repo(repo_id: str, *, token: str | None = None, endpoint: str | None
                     commit = api.create_commit(repo_id, ops, repo_type="dataset", parent_commit=sha,
                                                commit_message="Compact shards")
                 except HfHubHTTPError as exc:
-                    if _status(exc) in _CONFLICT and attempt < max_attempts:
-                        delay = min(0.2 * 2 ** (attempt - 1), 5.0) * (0.5 + random.random())
+                    delay = _conflict_backoff(exc, attempt, max_attempts)
+                    if delay is not None:
                         log.info("%s: the repo moved since revision %s (HTTP %s); compacting again in %.2fs "
                                  "(attempt %d/%d)", repo_id, sha[:12], _status(exc), delay, attempt + 1,
                                  max_attempts)

@@ -75,6 +75,17 @@ class PushResult:
     compacted: Any = None
 
 
+def _conflict_backoff(exc: Exception, attempt: int, max_attempts: int) -> float | None:
+    """Seconds to wait before trying a commit again after `exc`, or None when it must be raised.
+
+    A 409/412 means the repo moved since the revision read (another writer committed): the caller
+    starts over from fresh state after an exponential, jittered delay, up to `max_attempts`.
+    """
+    if _status(exc) in _CONFLICT and attempt < max_attempts:
+        return min(0.2 * 2 ** (attempt - 1), 5.0) * (0.5 + random.random())
+    return None
+
+
 def _scrub(text: str, token: str | None) -> str:
     for secret in (token, os.environ.get("HF_TOKEN"), os.environ.get("HUGGING_FACE_HUB_TOKEN")):
         if secret:
@@ -194,8 +205,8 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
                     commit = api.create_commit(repo_id, ops, repo_type="dataset", parent_commit=sha,
                                                commit_message=f"Add {len(new_ids)} rollout(s)")
                 except HfHubHTTPError as exc:
-                    if _status(exc) in _CONFLICT and attempt < max_attempts:
-                        delay = min(0.2 * 2 ** (attempt - 1), 5.0) * (0.5 + random.random())
+                    delay = _conflict_backoff(exc, attempt, max_attempts)
+                    if delay is not None:
                         log.info("%s: the repo moved since revision %s (HTTP %s); retrying in %.2fs with fresh "
                                  "state (attempt %d/%d)", repo_id, sha[:12], _status(exc), delay, attempt + 1,
                                  max_attempts)

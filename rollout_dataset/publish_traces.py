@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import time
 from pathlib import Path
 from typing import Any
@@ -87,9 +86,11 @@ def push_traces(api: Any, traces_repo: str, dataset_dir: str | Path, *, dataset_
             api.create_commit(traces_repo, ops, repo_type="dataset", parent_commit=info.sha,
                               commit_message=f"Add {len(new)} session(s)")
         except HfHubHTTPError as exc:
-            status = getattr(getattr(exc, "response", None), "status_code", None)
-            if status in (409, 412) and attempt < max_attempts:
-                time.sleep(min(0.2 * 2 ** (attempt - 1), 5.0) * (0.5 + random.random()))
+            from rollout_dataset.publish import _conflict_backoff
+
+            delay = _conflict_backoff(exc, attempt, max_attempts)
+            if delay is not None:
+                time.sleep(delay)
                 continue
             raise
         log.info("%s: pushed %d session(s), %d in total", traces_repo, len(new), total)

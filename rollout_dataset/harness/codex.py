@@ -19,16 +19,12 @@ drive it for offline tests. Observed with codex-cli 0.171.0: it streams every ca
 
 from __future__ import annotations
 
-import os
 import shlex
-import shutil
-from pathlib import Path
 
 __all__ = ["CODEX_VERSION", "find_codex", "codex_config", "codex_preset"]
 
 #: the Codex CLI version the Makefile installs and the tests drive
 CODEX_VERSION = "0.171.0"
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def find_codex() -> str | None:
@@ -37,12 +33,9 @@ def find_codex() -> str | None:
     Returns:
         The path, or None when Codex is not installed (`make npm-tools` installs it).
     """
-    candidates = [os.environ.get("CODEX_BIN"), str(_REPO_ROOT / ".npm-tools/node_modules/.bin/codex"),
-                  shutil.which("codex")]
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    from rollout_dataset.harness.presets import find_npm_tool
+
+    return find_npm_tool("codex", "CODEX_BIN")
 
 
 def codex_config(context_tokens: int | None = None, output_tokens: int | None = None) -> str:

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["HarnessPreset", "tool_folder", "PRESETS", "CONTEXT_AWARE_PRESETS", "find_mini", "find_opencode", "mini_swe_agent_preset", "opencode_preset", "resolve_harness"]
+__all__ = ["HarnessPreset", "tool_folder", "PRESETS", "CONTEXT_AWARE_PRESETS", "find_mini", "find_npm_tool", "find_opencode", "mini_swe_agent_preset", "opencode_preset", "resolve_harness"]
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,18 +61,30 @@ def tool_folder(binary: str) -> str | None:
     return None
 
 
+def find_npm_tool(name: str, env_var: str) -> str | None:
+    """Locate an npm-installed harness binary: the `env_var` override, the repo's `.npm-tools`, or PATH.
+
+    Args:
+        name: the binary's name (``opencode``, ``codex``).
+        env_var: the environment variable that may name it (``OPENCODE_BIN``, ``CODEX_BIN``).
+
+    Returns:
+        The path of an executable file, or None when it is not installed (`make npm-tools` installs it).
+    """
+    candidates = [os.environ.get(env_var), str(_REPO_ROOT / ".npm-tools/node_modules/.bin" / name), shutil.which(name)]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
 def find_opencode() -> str | None:
     """Locate the opencode binary: `OPENCODE_BIN`, the repo's `.npm-tools`, or PATH.
 
     Returns:
         The path, or None when opencode is not installed (`make npm-tools` installs it).
     """
-    candidates = [os.environ.get("OPENCODE_BIN"), str(_REPO_ROOT / ".npm-tools/node_modules/.bin/opencode"),
-                  shutil.which("opencode")]
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    return find_npm_tool("opencode", "OPENCODE_BIN")
 
 
 def find_mini() -> str:
