@@ -8,7 +8,7 @@ OPENCODE_VERSION ?= 1.18.33
 # keep in step with rollout_dataset/harness/codex.py CODEX_VERSION
 CODEX_VERSION ?= 0.171.0
 
-.PHONY: all venv install install-test npm-tools system-deps demo test test-fast test-real-vllm bench clean
+.PHONY: all venv reader-venv install install-test npm-tools system-deps demo test test-fast test-real-vllm bench clean
 
 all: test
 
@@ -43,7 +43,17 @@ system-deps:
 	@command -v bwrap >/dev/null && command -v socat >/dev/null || \
 		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap socat; }
 
+# A reader's environment: only what a user of the published dataset has (datasets, huggingface_hub,
+# tokenizers), never this package. The card's snippets and the Hub-copy test run in it.
+READER_VENV := .venv-reader
+$(READER_VENV)/.installed:
+	$(PYTHON) -m venv $(READER_VENV)
+	$(READER_VENV)/bin/pip install --quiet --upgrade pip
+	$(READER_VENV)/bin/pip install --quiet datasets huggingface_hub tokenizers
+	touch $@
+
 venv: $(PY)
+reader-venv: $(READER_VENV)/.installed
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 npm-tools: $(NPM_STAMP)
@@ -53,7 +63,7 @@ demo: install system-deps
 	$(PY) -m rollout_dataset.demo
 
 # The whole test suite, as CI runs it.
-test: install-test npm-tools system-deps
+test: install-test npm-tools system-deps reader-venv
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # Opt-in: wire-format checks against a genuine vLLM CPU server (see ../shared/tools/real-vllm).
@@ -77,4 +87,4 @@ bench: install-test
 	$(PY) bench/compaction.py
 
 clean:
-	rm -rf $(VENV) $(NPM_TOOLS) demo-dataset demo-artifacts
+	rm -rf $(VENV) $(READER_VENV) $(NPM_TOOLS) demo-dataset demo-artifacts

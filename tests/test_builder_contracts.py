@@ -35,11 +35,23 @@ def card_code_blocks(readme: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", readme, flags=re.S)
 
 
+# A reader's venv (`make reader-venv`, which `make test` runs): datasets, huggingface_hub and
+# tokenizers only, as a user of the published dataset has them.
+READER_PYTHON = Path(__file__).resolve().parents[1] / ".venv-reader" / "bin" / "python"
+
+
+def reader_python() -> str:
+    """The reader venv's interpreter (`make test` builds it; a bare pytest run needs `make reader-venv`)."""
+    if not READER_PYTHON.is_file():
+        pytest.fail(f"{READER_PYTHON} is missing: run `make reader-venv` (make test does)")
+    return str(READER_PYTHON)
+
+
 def run_without_package(script: str, cwd: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run `script` in a fresh interpreter where `rollout_dataset` cannot be imported."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    """Run `script` in the reader venv, where `rollout_dataset` is not installed (and cannot be imported)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update({"HF_HOME": str(cwd / "hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1"}, **(env_extra or {}))
-    return subprocess.run([sys.executable, "-c", NO_PACKAGE + script], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([reader_python(), "-c", NO_PACKAGE + script], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=240)
 
 
@@ -138,6 +150,14 @@ def test_a_chat_message_keeps_tool_calls_typed_and_turns_odd_values_into_text():
 
 def test_a_run_without_the_package_cannot_import_it(tmp_path):
     assert run_without_package("import rollout_dataset", tmp_path).returncode != 0
+
+
+def test_the_reader_venv_holds_datasets_and_not_this_package_or_transformers():
+    listed = subprocess.run([reader_python(), "-m", "pip", "list", "--format=freeze"], capture_output=True,
+                            text=True, timeout=120).stdout.lower()
+    names = {line.split("==")[0].replace("_", "-") for line in listed.splitlines()}
+    assert {"datasets", "huggingface-hub", "tokenizers"} <= names
+    assert not names & {"rollout-dataset", "transformers", "torch"}
 
 
 def test_every_card_snippet_runs_with_only_datasets(dataset, tmp_path):
