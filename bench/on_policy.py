@@ -112,7 +112,8 @@ async def run(upstream: str, conversations: int, turns: int, max_tokens: int, co
 
 def local_backend_upstream():
     """The local backend with a policy whose replies are tokenized one character at a time."""
-    from rollout_dataset.backend import LocalBackend, load_tokenizer
+    from rollout_dataset.backend import LocalBackend
+    from rollout_dataset.tokenizers import load_tokenizer
 
     tok = load_tokenizer("builtin")
 

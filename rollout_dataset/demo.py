@@ -57,7 +57,8 @@ def capture_demo_rollouts(out_root: str | Path = DEFAULT_ARTIFACTS, task_indices
     Raises:
         RuntimeError: a capture failed (its errors are in the message).
     """
-    from rollout_dataset.backend import LocalBackend, load_tokenizer, make_policy
+    from rollout_dataset.backend import LocalBackend, make_policy
+    from rollout_dataset.tokenizers import load_tokenizer
     from rollout_dataset.capture import CaptureConfig, capture_rollout, serve_in_thread
 
     out_root = Path(out_root)

@@ -14,7 +14,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def builtin_tokenizer():
-    from rollout_dataset.backend import load_tokenizer
+    from rollout_dataset.tokenizers import load_tokenizer
 
     return load_tokenizer("builtin")
 

@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from rollout_dataset.backend import BigramModel, bigram_for_tokenizer, encode_text, parse_tool_calls
+from rollout_dataset.backend import BigramModel, bigram_for_tokenizer, parse_tool_calls
+from rollout_dataset.tokenizers import encode_text
 from rollout_dataset.backend.engine import generate
 from rollout_dataset.backend.hermes import StreamingToolParser
 from rollout_dataset.backend.template import render_assistant_text

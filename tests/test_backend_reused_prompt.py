@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from rollout_dataset.backend import chat_prompt_ids
+from rollout_dataset.tokenizers import chat_prompt_ids
 
 USER = [{"role": "user", "content": "What is here?"}]
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {
@@ -66,7 +66,7 @@ async def test_tokenize_renders_messages_as_the_chat_endpoint_does(local_backend
     assert status == 200 and set(body) == {"count", "max_model_len", "tokens", "token_strs"}
     assert body["tokens"] == chat_prompt_ids(builtin_tokenizer, USER, TOOLS) and body["count"] == len(body["tokens"])
     _, plain = await _post(local_backend, "/tokenize", {"messages": USER, "add_generation_prompt": False}, root=True)
-    from rollout_dataset.backend.tokenizer import encode_text, render_chat
+    from rollout_dataset.tokenizers import encode_text, render_chat
 
     assert plain["tokens"] == encode_text(builtin_tokenizer, render_chat(builtin_tokenizer, USER, None, False))
 

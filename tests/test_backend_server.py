@@ -10,7 +10,8 @@ import httpx
 import openai
 import pytest
 
-from rollout_dataset.backend import bigram_for_tokenizer, chat_prompt_ids
+from rollout_dataset.backend import bigram_for_tokenizer
+from rollout_dataset.tokenizers import chat_prompt_ids
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a shell command.",
                                            "parameters": {"type": "object",

@@ -7,15 +7,8 @@ import shutil
 
 import pytest
 
-from rollout_dataset.backend import (
-    CHAT_TEMPLATE,
-    SPECIAL_TOKENS,
-    chat_prompt_ids,
-    encode_text,
-    load_tokenizer,
-    render_assistant_text,
-    render_chat,
-)
+from rollout_dataset.backend import CHAT_TEMPLATE, SPECIAL_TOKENS, render_assistant_text
+from rollout_dataset.tokenizers import chat_prompt_ids, encode_text, load_tokenizer, render_chat
 from rollout_dataset.backend.train_tokenizer import TOKENIZER_DIR, main as train_main
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a command.",

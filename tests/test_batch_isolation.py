@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from rollout_dataset.backend import load_tokenizer, make_policy, run_backend_in_thread
+from rollout_dataset.backend import make_policy, run_backend_in_thread
+from rollout_dataset.tokenizers import load_tokenizer
 from rollout_dataset.batch import BatchConfig, run_batch
 from rollout_dataset.batch.runner import plan_jobs
 from rollout_dataset.sandbox.isolation import probe_isolation

@@ -185,7 +185,7 @@ def _with_tokenizer(folder: Path, tokenizer: str) -> Path:
 
 
 def test_build_stores_the_captures_tokenizer_and_its_hash_on_every_summary_row(dataset):
-    from rollout_dataset.backend.tokenizer import BUILTIN_TOKENIZER_DIR
+    from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR
 
     stored = dataset / "tokenizer"
     assert (stored / "tokenizer.json").read_bytes() == (BUILTIN_TOKENIZER_DIR / "tokenizer.json").read_bytes()
@@ -195,7 +195,7 @@ def test_build_stores_the_captures_tokenizer_and_its_hash_on_every_summary_row(d
 
 
 def test_captures_of_two_tokenizers_in_one_build_are_refused_and_nothing_is_kept(tmp_path):
-    from rollout_dataset.backend.tokenizer import BUILTIN_TOKENIZER_DIR
+    from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR
     from rollout_dataset.errors import TokenizerMismatchError
 
     other = tmp_path / "other-tokenizer"
@@ -214,7 +214,7 @@ def test_captures_of_two_tokenizers_in_one_build_are_refused_and_nothing_is_kept
 
 
 def test_a_hub_tokenizer_is_read_from_the_cache_with_its_resolved_revision(tmp_path):
-    from rollout_dataset.backend.tokenizer import BUILTIN_TOKENIZER_DIR
+    from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR
     from rollout_dataset.builder.tokenizer_files import resolve_tokenizer_files
 
     commit = "a" * 40

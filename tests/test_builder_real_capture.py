@@ -43,7 +43,7 @@ def test_a_real_capture_builds_and_every_turn_and_request_comes_back_exactly(cap
 
 
 def test_a_real_sample_previews_with_its_header_and_the_cards_snippet_gives_its_token_stream(captured):
-    from rollout_dataset.backend import load_tokenizer
+    from rollout_dataset.tokenizers import load_tokenizer
 
     tmp_path, _ = captured
     samples_md = (tmp_path / "a" / "samples.md").read_text(encoding="utf-8")

@@ -13,13 +13,13 @@ TOOLS = tool_manifest("bash")
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from rollout_dataset.backend.tokenizer import load_tokenizer
+    from rollout_dataset.tokenizers import load_tokenizer
 
     return load_tokenizer("builtin")
 
 
 def _record(tokenizer, index=0):
-    from rollout_dataset.backend.tokenizer import chat_prompt_ids, encode_text
+    from rollout_dataset.tokenizers import chat_prompt_ids, encode_text
 
     call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}
     messages = [

@@ -19,7 +19,7 @@ TOOLS = tool_manifest("bash", "read", "write")
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from rollout_dataset.backend.tokenizer import load_tokenizer
+    from rollout_dataset.tokenizers import load_tokenizer
 
     return load_tokenizer("builtin")
 
@@ -47,7 +47,7 @@ class Server:
 
     def call(self, messages, text, *, tools=None, tool_call=None, session_header=None):
         from rollout_dataset.backend.template import render_assistant_text
-        from rollout_dataset.backend.tokenizer import chat_prompt_ids, encode_text
+        from rollout_dataset.tokenizers import chat_prompt_ids, encode_text
 
         calls = [{"name": tool_call[0], "arguments": tool_call[1]}] if tool_call else []
         prompt = chat_prompt_ids(self.tokenizer, messages, tools)

@@ -27,7 +27,6 @@ RULES = [
         "the trainer-facing layers do not depend on the fake server",
         ("export/", "builder/", "graph.py", "render.py"),
         ("rollout_dataset.backend",),
-        marks=pytest.mark.xfail(strict=True, reason="issue 11: tokenizer toolkit lives in backend/"),
         id="trainer-facing",
     ),
     pytest.param(

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rollout_dataset.backend import load_tokenizer
+from rollout_dataset.tokenizers import load_tokenizer
 from rollout_dataset.backend.template import render_assistant_text
 from rollout_dataset.capture import CaptureConfig, capture_rollout
 from rollout_dataset.harness import find_mini, find_opencode

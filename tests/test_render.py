@@ -14,13 +14,13 @@ HEADER = {"rollout": "r1", "reward": 0.5, "passed": False, "stop_reason": "submi
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from rollout_dataset.backend.tokenizer import load_tokenizer
+    from rollout_dataset.tokenizers import load_tokenizer
 
     return load_tokenizer("builtin")
 
 
 def _call(tokenizer, index, messages, text, tools=TOOLS):
-    from rollout_dataset.backend.tokenizer import chat_prompt_ids, encode_text
+    from rollout_dataset.tokenizers import chat_prompt_ids, encode_text
 
     prompt = chat_prompt_ids(tokenizer, messages, tools)
     return make_record(index, prompt, encode_text(tokenizer, text + "<|im_end|>"), messages=messages,

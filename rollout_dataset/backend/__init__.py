@@ -1,11 +1,11 @@
-"""The local vLLM-compatible backend: built-in tokenizer, chat template, bigram logprob model,
-policies, and an HTTP server that a client cannot tell from vLLM's OpenAI server.
+"""The local vLLM-compatible backend: chat template, bigram logprob model, policies, and an HTTP
+server that a client cannot tell from vLLM's OpenAI server. Tokenizers (the built-in one included)
+are loaded and applied by `rollout_dataset.tokenizers`.
 
 Public API:
     create_backend_app(tokenizer="builtin", policy="echo", served_model_name="local", ...)
     LocalBackend(...)            async context manager; `.start_in_thread()` for sync code
     run_backend_in_thread(...)   context manager running a LocalBackend in a thread
-    load_tokenizer("builtin" | PATH | HUB_ID), chat_prompt_ids(tokenizer, messages, tools, kwargs)
     make_policy(name, **kw), register_policy(name, factory), PolicyRequest, PolicyOutput, ToolCallSpec
     BigramModel, bigram_for_tokenizer(tokenizer)
 """
@@ -29,23 +29,11 @@ from rollout_dataset.backend.policies import (
 )
 from rollout_dataset.backend.server import LocalBackend, run_backend_in_thread
 from rollout_dataset.backend.template import CHAT_TEMPLATE, SPECIAL_TOKENS, render_assistant_text
-from rollout_dataset.backend.tokenizer import (
-    BUILTIN_TOKENIZER_DIR,
-    chat_prompt_ids,
-    encode_text,
-    load_tokenizer,
-    render_chat,
-)
 
 __all__ = [
     "create_backend_app",
     "LocalBackend",
     "run_backend_in_thread",
-    "load_tokenizer",
-    "chat_prompt_ids",
-    "render_chat",
-    "encode_text",
-    "BUILTIN_TOKENIZER_DIR",
     "CHAT_TEMPLATE",
     "SPECIAL_TOKENS",
     "render_assistant_text",

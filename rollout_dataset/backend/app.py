@@ -48,7 +48,7 @@ from rollout_dataset.backend.params import (
 from rollout_dataset.backend.policies import Policy, PolicyOutput, PolicyRequest, make_policy
 from rollout_dataset.backend.reused_prompt import reused_prompt_ids
 from rollout_dataset.backend.template import render_assistant_text
-from rollout_dataset.backend.tokenizer import BUILTIN_TOKENIZER_DIR, encode_text, load_tokenizer, render_chat
+from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR, encode_text, load_tokenizer, render_chat
 
 __all__ = ["create_backend_app", "BackendState", "DEFAULT_MAX_MODEL_LEN", "MAX_LOGPROBS"]
 

@@ -5,7 +5,7 @@ log-probability to every emitted token and gives the `top_logprobs` alternatives
 
     log p(b | a) = log(count(a, b) + 1) - log(count(a) + V)
 
-where the counts come from the tokenizer's training corpus (`tokenizer/corpus.txt`) encoded with
+where the counts come from the tokenizer's training corpus (`rollout_dataset/tokenizer_data/corpus.txt`) encoded with
 the serving tokenizer, `count(a)` is the number of bigrams starting with `a`, and `V = len(tokenizer)`.
 The token before the first completion token is the last prompt token. Fitting takes a fraction of a
 second and is cached per tokenizer.
@@ -19,9 +19,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR
+
 __all__ = ["BigramModel", "bigram_for_tokenizer", "CORPUS_PATH"]
 
-CORPUS_PATH = Path(__file__).resolve().parent / "tokenizer" / "corpus.txt"
+CORPUS_PATH = BUILTIN_TOKENIZER_DIR / "corpus.txt"
 
 
 class BigramModel:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from rollout_dataset.backend.bigram import BigramModel
-from rollout_dataset.backend.tokenizer import encode_text
+from rollout_dataset.tokenizers import encode_text
 
 __all__ = ["TokenStep", "Generation", "context_encode", "generate"]
 

@@ -28,7 +28,7 @@ from rollout_dataset.backend.engine import Generation, generate
 from rollout_dataset.backend.hermes import parse_tool_calls
 from rollout_dataset.backend.params import RequestError, check_context, common_params, int_param, json_body
 from rollout_dataset.backend.policies import PolicyRequest
-from rollout_dataset.backend.tokenizer import encode_text, render_chat
+from rollout_dataset.tokenizers import encode_text, render_chat
 from rollout_dataset.responses_format import input_to_messages, tools_to_chat
 
 __all__ = ["responses_endpoint", "LOGPROBS_INCLUDE"]

@@ -1,12 +1,12 @@
 """Train the built-in tokenizer, reproducibly, from the corpus shipped with the package.
 
 Run `python -m rollout_dataset.backend.train_tokenizer` to rebuild
-`rollout_dataset/backend/tokenizer/` (tokenizer.json, tokenizer_config.json, chat template), or
+`rollout_dataset/tokenizer_data/` (tokenizer.json, tokenizer_config.json, chat template), or
 `python -m rollout_dataset.backend.train_tokenizer --check` to train into a temporary folder and
 verify that the result equals the shipped files (exit code 1 if not).
 
 The tokenizer is a byte-level BPE (Hugging Face `tokenizers`) with a vocabulary of at most
-`VOCAB_SIZE` entries, trained on `tokenizer/corpus.txt` (written for the project, so it is the same
+`VOCAB_SIZE` entries, trained on `tokenizer_data/corpus.txt` (written for the project, so it is the same
 on every machine), with the special tokens of `rollout_dataset.backend.template.SPECIAL_TOKENS`
 at ids 0-8, and wrapped as a transformers `PreTrainedTokenizerFast` carrying the ChatML/hermes chat
 template.
@@ -29,6 +29,7 @@ from rollout_dataset.backend.template import (
     PAD_TOKEN,
     SPECIAL_TOKENS,
 )
+from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR
 
 __all__ = [
     "VOCAB_SIZE",
@@ -43,7 +44,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 VOCAB_SIZE = 4096
-TOKENIZER_DIR = Path(__file__).resolve().parent / "tokenizer"
+TOKENIZER_DIR = BUILTIN_TOKENIZER_DIR
 CORPUS_PATH = TOKENIZER_DIR / "corpus.txt"
 # files whose content defines the tokenizer (compared by --check)
 _DEFINING_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")

@@ -149,7 +149,8 @@ def _local_backend_or(config: BatchConfig) -> Iterator[str | None]:
     if config.base_url:
         yield config.base_url
         return
-    from rollout_dataset.backend import load_tokenizer, make_policy, run_backend_in_thread
+    from rollout_dataset.backend import make_policy, run_backend_in_thread
+    from rollout_dataset.tokenizers import load_tokenizer
 
     with run_backend_in_thread(
         tokenizer=load_tokenizer("builtin"), policy=make_policy("oracle"), served_model_name="local"

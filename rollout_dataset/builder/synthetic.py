@@ -46,7 +46,7 @@ def _code_corpus(max_chars: int = 600_000) -> tuple[np.ndarray, Any]:
     if "ids" not in _CORPUS:
         import sysconfig
 
-        from rollout_dataset.backend.tokenizer import encode_text, load_tokenizer
+        from rollout_dataset.tokenizers import encode_text, load_tokenizer
 
         tok = load_tokenizer("builtin")
         parts, size = [], 0

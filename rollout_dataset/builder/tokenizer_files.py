@@ -87,7 +87,7 @@ def resolve_tokenizer_files(name: str | None, cache_dir: str | Path | None = Non
         return None
     hub_id = revision = None
     if name == "builtin":
-        from rollout_dataset.backend.tokenizer import BUILTIN_TOKENIZER_DIR
+        from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR
 
         folder = BUILTIN_TOKENIZER_DIR
     elif Path(name).expanduser().is_dir():

@@ -177,7 +177,8 @@ def _model_server(config: CaptureConfig) -> Iterator[tuple[str, Any]]:
     if config.base_url:
         yield config.base_url.rstrip("/"), None
         return
-    from rollout_dataset.backend import LocalBackend, load_tokenizer, make_policy
+    from rollout_dataset.backend import LocalBackend, make_policy
+    from rollout_dataset.tokenizers import load_tokenizer
 
     with _IMPORT_LOCK:  # transformers' lazy imports are not thread-safe (concurrent captures)
         tokenizer = load_tokenizer(config.tokenizer or "builtin")
@@ -255,7 +256,7 @@ def _cached_or_local(name: str) -> bool:
 
 
 def _load_offline_tokenizer(name: str, *, allow_download: bool = True) -> Any:
-    from rollout_dataset.backend import load_tokenizer
+    from rollout_dataset.tokenizers import load_tokenizer
 
     if not allow_download and not _cached_or_local(name):
         logger.warning("tokenizer %r is not cached locally (pass --tokenizer to fetch it): samples.md is written "

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rollout_dataset.backend.tokenizer import template_messages
+from rollout_dataset.tokenizers import template_messages
 from rollout_dataset.graph import RolloutGraph, TurnNode, normalise_message
 
 __all__ = [

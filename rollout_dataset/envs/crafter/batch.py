@@ -70,7 +70,7 @@ def _server(config: Any, max_actions: int) -> Iterator[str | None]:
         return
     from rollout_dataset.backend import LocalBackend
     from rollout_dataset.backend.policies import make_policy
-    from rollout_dataset.backend.tokenizer import load_tokenizer
+    from rollout_dataset.tokenizers import load_tokenizer
     from rollout_dataset.capture.threads import serve_in_thread
 
     import rollout_dataset.backend.crafter_policy  # noqa: F401 - registers the `crafter` policy

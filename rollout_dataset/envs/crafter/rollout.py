@@ -174,7 +174,7 @@ def _load_tokenizer(config: CrafterRolloutConfig) -> Any:
     spec = config.tokenizer or ("builtin" if config.base_url is None else None)
     if spec is None:
         return None
-    from rollout_dataset.backend.tokenizer import load_tokenizer
+    from rollout_dataset.tokenizers import load_tokenizer
 
     return load_tokenizer(spec)
 

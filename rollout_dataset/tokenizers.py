@@ -1,7 +1,9 @@
 """Loading tokenizers and turning chat requests into prompt token ids.
 
-`load_tokenizer("builtin")` loads the byte-level BPE shipped in `rollout_dataset/backend/tokenizer/`
-(trained by `python -m rollout_dataset.backend.train_tokenizer`); any other value is a local folder
+The toolkit every layer shares (export, render, builder and the local backend alike): it depends
+on no server. `load_tokenizer("builtin")` loads the byte-level BPE shipped in
+`rollout_dataset/tokenizer_data/` (trained by `python -m rollout_dataset.backend.train_tokenizer`);
+any other value is a local folder
 or a Hugging Face Hub id, loaded with `transformers.AutoTokenizer` (a Hub id is only fetched if the
 Hub is reachable and allowed; nothing here downloads by itself at import time).
 
@@ -22,7 +24,7 @@ __all__ = ["BUILTIN_TOKENIZER_DIR", "load_tokenizer", "render_chat", "chat_promp
 
 logger = logging.getLogger(__name__)
 
-BUILTIN_TOKENIZER_DIR = Path(__file__).resolve().parent / "tokenizer"
+BUILTIN_TOKENIZER_DIR = Path(__file__).resolve().parent / "tokenizer_data"
 
 
 @functools.lru_cache(maxsize=8)
