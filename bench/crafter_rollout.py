@@ -29,7 +29,7 @@ def main() -> None:
     args = parser.parse_args()
 
 
-    from rollout_dataset.backend.crafter_policy import crafter_actions
+    from rollout_dataset.envs.crafter.policy import crafter_actions
     from rollout_dataset.envs.crafter import CrafterRolloutConfig, CrafterWorld, render_observation, run_crafter_rollout
     from rollout_dataset.envs.crafter import world as world_module
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -89,6 +91,17 @@ def test_registered_policies_are_made_by_name():
     register_policy("fixed-for-test", lambda **kw: Fixed())
     assert "fixed-for-test" in available_policies()
     assert make_policy("fixed-for-test").respond(_req([])).text == "turn 0"
+
+
+def test_the_backend_registers_no_environment_policy_the_edges_register_them():
+    code = ("from rollout_dataset.backend import available_policies as a\n"
+            "before = a()\n"
+            "from rollout_dataset.envs.policies import register_builtin_policies\n"
+            "register_builtin_policies()\n"
+            "print(before, a())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[0] == "['echo', 'script'] ['crafter', 'echo', 'oracle', 'script']"
 
 
 def test_unknown_policy_names_the_available_ones():

@@ -177,13 +177,14 @@ def test_push_to_dataset_uploads_the_capture_and_the_token_stays_out_of_the_arti
 
 def test_a_remote_models_name_is_not_fetched_from_the_hub_as_a_tokenizer(tmp_path, monkeypatch):
     import rollout_dataset.tokenizers as tokenizers_module
-    from rollout_dataset.backend import make_policy, run_backend_in_thread
+    from rollout_dataset.backend import run_backend_in_thread
+    from rollout_dataset.envs.coding.policy import make_oracle
     from rollout_dataset.tokenizers import load_tokenizer
 
     name = "example-org/not-cached-model"
     asked = []
     real = tokenizers_module.load_tokenizer
-    with run_backend_in_thread(tokenizer=load_tokenizer("builtin"), policy=make_policy("oracle"),
+    with run_backend_in_thread(tokenizer=load_tokenizer("builtin"), policy=make_oracle(),
                                served_model_name=name) as backend:
         monkeypatch.setattr(tokenizers_module, "load_tokenizer", lambda spec="builtin": asked.append(str(spec)) or real(spec))
         result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", base_url=backend.base_url, timeout_s=60,

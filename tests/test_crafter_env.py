@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollout_dataset.backend.crafter_policy import CrafterPolicy, crafter_actions, latest_observation
+from rollout_dataset.envs.crafter.policy import CrafterPolicy, crafter_actions, latest_observation
 from rollout_dataset.backend.policies import PolicyRequest, make_policy
 from rollout_dataset.envs.crafter import (
     ACHIEVEMENTS,

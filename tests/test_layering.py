@@ -20,7 +20,6 @@ RULES = [
         "the backend knows no environment, task set or harness",
         ("backend/",),
         ("rollout_dataset.envs", "rollout_dataset.tasks", "rollout_dataset.harness"),
-        marks=pytest.mark.xfail(strict=True, reason="issue 11: backend/crafter_policy.py, backend/oracle.py"),
         id="backend",
     ),
     pytest.param(

@@ -10,6 +10,7 @@ import json
 
 from rollout_dataset.backend.oracle import OraclePolicy, oracle_plan
 from rollout_dataset.backend.policies import PolicyRequest, make_policy
+from rollout_dataset.envs.coding.policy import make_oracle
 from rollout_dataset.capture import harness_statement
 from rollout_dataset.harness import ToolBox, tool_manifest
 from rollout_dataset.harness.tools import sandbox_runner
@@ -19,7 +20,7 @@ from rollout_dataset.tasks import builtin_tasks
 
 def _play(task, seed, tools=None, max_turns=10):
     """Run the oracle with the built-in tools until it submits; return (tool names, reward)."""
-    policy = OraclePolicy()
+    policy = make_oracle()
     tools = tools or tool_manifest()
     messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": harness_statement(task.instruction)}]
     names = []
@@ -44,8 +45,16 @@ def _play(task, seed, tools=None, max_turns=10):
         return names, verify_solution(task, box.workdir).env_reward
 
 
-def test_oracle_is_registered_with_the_backend_policies():
+def test_the_coding_environment_registers_the_oracle_with_the_backend_policies():
     assert isinstance(make_policy("oracle"), OraclePolicy)
+
+
+def test_an_oracle_without_a_task_lookup_recognises_no_task():
+    task = builtin_tasks()[0]
+    messages = [{"role": "user", "content": harness_statement(task.instruction)}]
+    assert make_oracle().respond(PolicyRequest(messages=messages, tools=tool_manifest(), seed=0)).tool_calls
+    out = OraclePolicy().respond(PolicyRequest(messages=messages, tools=tool_manifest(), seed=0))
+    assert out.text.startswith("I do not recognise this task") and not out.tool_calls
 
 
 def test_a_correct_first_attempt_writes_runs_examples_and_submits():
@@ -83,7 +92,7 @@ def test_a_fixed_attempt_rewrites_after_seeing_failing_examples():
 
 
 def test_an_unknown_task_gets_a_plain_refusal():
-    out = OraclePolicy().respond(PolicyRequest(messages=[{"role": "user", "content": "Write a poem."}],
+    out = make_oracle().respond(PolicyRequest(messages=[{"role": "user", "content": "Write a poem."}],
                                                tools=tool_manifest(), seed=0))
     assert not out.tool_calls and "do not recognise" in out.text
 
@@ -95,7 +104,7 @@ def test_with_only_a_bash_tool_it_writes_the_file_by_shell_and_ends_like_mini_sw
     messages = [{"role": "user", "content": task.instruction}]
     commands = []
     for turn in range(4):
-        out = OraclePolicy().respond(PolicyRequest(messages=messages, tools=bash, seed=seed, turn=turn))
+        out = make_oracle().respond(PolicyRequest(messages=messages, tools=bash, seed=seed, turn=turn))
         command = out.tool_calls[0].arguments["command"]
         commands.append(command)
         messages += [{"role": "assistant", "content": out.text, "tool_calls": [

@@ -1,8 +1,9 @@
 """The `oracle` policy: solves built-in coding tasks through the harness's tools, imperfectly on purpose.
 
-It recognises the task from the statement in the conversation
-(`rollout_dataset.tasks.find_builtin_task_by_instruction`) and drives the tools it finds in the
-request:
+It recognises the task from the statement in the conversation through the lookup it is given
+(`find_task(instruction) -> task | None`; the coding environment registers the policy with the
+built-in task set's lookup, `rollout_dataset.envs.coding.policy`) and drives the tools it finds in
+the request:
 
 - the built-in harness (`write_file`, `run_examples`, `submit`): write `solution.py`, run the
   examples, submit;
@@ -27,14 +28,13 @@ import logging
 import random
 import shlex
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from rollout_dataset.backend.policies import (
     PolicyOutput,
     PolicyRequest,
     ToolCallSpec,
     message_text,
-    register_policy,
 )
 
 __all__ = ["OraclePlan", "OraclePolicy", "oracle_plan", "wrong_solution"]
@@ -105,12 +105,12 @@ def wrong_solution(reference: str, modulus: int) -> str:
     )
 
 
-def _find_task(messages: list[dict[str, Any]]) -> Any:
-    from rollout_dataset.tasks import find_builtin_task_by_instruction
-
+def _find_task(messages: list[dict[str, Any]], find_task: Callable[[str], Any] | None) -> Any:
+    if find_task is None:
+        return None
     for m in messages:
         if m.get("role") == "user":
-            task = find_builtin_task_by_instruction(message_text(m.get("content")))
+            task = find_task(message_text(m.get("content")))
             if task is not None:
                 return task
     return None
@@ -148,14 +148,19 @@ class OraclePolicy:
     Args:
         p_wrong: chance of a wrong first attempt.
         p_fix: chance of fixing a wrong attempt after a failing example run.
+        find_task: the task whose statement is a user message's text (`instruction -> task | None`;
+            a task has `task_id`, `reference_solution`, `visible_tests`); without it no task is
+            recognised.
         **_: other `make_policy` keywords are accepted and ignored.
     """
 
-    def __init__(self, p_wrong: float = 0.5, p_fix: float = 0.5, **_: Any) -> None:
+    def __init__(self, p_wrong: float = 0.5, p_fix: float = 0.5,
+                 find_task: Callable[[str], Any] | None = None, **_: Any) -> None:
         if not (0 <= p_wrong <= 1 and 0 <= p_fix <= 1):
             raise ValueError(f"p_wrong and p_fix must be in [0, 1], got {p_wrong}, {p_fix}")
         self.p_wrong = p_wrong
         self.p_fix = p_fix
+        self.find_task = find_task
 
     def respond(self, request: PolicyRequest) -> PolicyOutput:
         """Choose the next step from the conversation so far.
@@ -166,7 +171,7 @@ class OraclePolicy:
         Returns:
             Text and/or one tool call.
         """
-        task = _find_task(request.messages)
+        task = _find_task(request.messages, self.find_task)
         if task is None or not getattr(task, "reference_solution", None):
             return PolicyOutput(text="I do not recognise this task, so I cannot solve it.")
         plan = oracle_plan(task.task_id, request.seed, self.p_wrong, self.p_fix)
@@ -234,5 +239,3 @@ class OraclePolicy:
             return PolicyOutput(text="Finished.", tool_calls=[ToolCallSpec("bash", {"command": MINI_DONE})])
         return PolicyOutput(text=f"{SOLUTION_FILE} is written and checked.")
 
-
-register_policy("oracle", OraclePolicy)

@@ -5,9 +5,11 @@ number of assistant messages so far) and returns a `PolicyOutput` (text and/or t
 backend turns that into token ids, logprobs, hermes tool-call markup and vLLM-shaped responses.
 
 Built in: `echo` (repeats the last user message) and `script` (a JSON/YAML list of steps indexed by
-turn). Other modules add policies with `register_policy(name, factory)`; `make_policy(name)` imports
-`rollout_dataset.backend.<name>` on first use when the name is not registered yet, so e.g.
-`rollout_dataset/backend/oracle.py` registers `oracle` just by calling `register_policy` at import.
+turn). The registry is explicit: other modules add policies with `register_policy(name, factory)`,
+and `make_policy(name)` finds only what was registered (no lookup by module name). The built-in
+environments register their scripted players when their policy modules are imported (`oracle`:
+`rollout_dataset.envs.coding.policy`, `crafter`: `rollout_dataset.envs.crafter.policy`); the edges
+call `rollout_dataset.envs.policies.register_builtin_policies()`.
 
 Script file format (JSON or YAML)::
 
@@ -24,7 +26,6 @@ Script file format (JSON or YAML)::
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import threading
@@ -148,16 +149,16 @@ def register_policy(name: str, factory: Callable[..., Policy]) -> None:
 
 
 def available_policies() -> list[str]:
-    """Returns: the names registered so far (plus `oracle`, which loads on demand)."""
-    return sorted(set(_REGISTRY) | {"oracle"})
+    """Returns: the names registered so far."""
+    with _LOCK:
+        return sorted(_REGISTRY)
 
 
 def make_policy(name: str, **kwargs: Any) -> Policy:
     """Build a policy by name.
 
     Args:
-        name: a registered name; an unknown name is looked up by importing
-            `rollout_dataset.backend.<name>` (which registers itself).
+        name: a registered name (see `register_policy`).
         **kwargs: passed to the factory (e.g. `script=PATH` or `steps=[...]` for `script`).
 
     Returns:
@@ -166,13 +167,7 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
     Raises:
         ValueError: no policy of that name exists.
     """
-    factory = _REGISTRY.get(name)
-    if factory is None and name.isidentifier():
-        try:
-            importlib.import_module(f"rollout_dataset.backend.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"rollout_dataset.backend.{name}":
-                raise
+    with _LOCK:
         factory = _REGISTRY.get(name)
     if factory is None:
         raise ValueError(f"unknown policy {name!r}; available: {', '.join(available_policies())}")

@@ -150,7 +150,10 @@ def _local_backend_or(config: BatchConfig) -> Iterator[str | None]:
         yield config.base_url
         return
     from rollout_dataset.backend import make_policy, run_backend_in_thread
+    from rollout_dataset.envs.policies import register_builtin_policies
     from rollout_dataset.tokenizers import load_tokenizer
+
+    register_builtin_policies()
 
     with run_backend_in_thread(
         tokenizer=load_tokenizer("builtin"), policy=make_policy("oracle"), served_model_name="local"

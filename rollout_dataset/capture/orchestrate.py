@@ -178,9 +178,11 @@ def _model_server(config: CaptureConfig) -> Iterator[tuple[str, Any]]:
         yield config.base_url.rstrip("/"), None
         return
     from rollout_dataset.backend import LocalBackend, make_policy
+    from rollout_dataset.envs.policies import register_builtin_policies
     from rollout_dataset.tokenizers import load_tokenizer
 
     with _IMPORT_LOCK:  # transformers' lazy imports are not thread-safe (concurrent captures)
+        register_builtin_policies()
         tokenizer = load_tokenizer(config.tokenizer or "builtin")
     kwargs: dict[str, Any] = {}
     if config.policy == "script":

@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _serve(args: argparse.Namespace) -> None:
     from rollout_dataset.backend import LocalBackend
+    from rollout_dataset.envs.policies import register_builtin_policies
+
+    register_builtin_policies()
 
     backend = LocalBackend(
         tokenizer=args.tokenizer,

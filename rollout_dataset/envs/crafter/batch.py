@@ -73,7 +73,7 @@ def _server(config: Any, max_actions: int) -> Iterator[str | None]:
     from rollout_dataset.tokenizers import load_tokenizer
     from rollout_dataset.capture.threads import serve_in_thread
 
-    import rollout_dataset.backend.crafter_policy  # noqa: F401 - registers the `crafter` policy
+    import rollout_dataset.envs.crafter.policy  # noqa: F401 - registers the `crafter` policy
 
     policy = make_policy("crafter", max_actions=max_actions)
     tokenizer = load_tokenizer("builtin")

@@ -161,7 +161,7 @@ def _start_local_backend(stack: ExitStack, config: CrafterRolloutConfig, tokeniz
     from rollout_dataset.backend.policies import make_policy
     from rollout_dataset.capture.threads import serve_in_thread
 
-    import rollout_dataset.backend.crafter_policy  # noqa: F401 - registers the `crafter` policy
+    import rollout_dataset.envs.crafter.policy  # noqa: F401 - registers the `crafter` policy
 
     policy = make_policy("crafter", max_actions=config.max_actions)
     backend = stack.enter_context(serve_in_thread(
