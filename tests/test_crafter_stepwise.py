@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from rollout_dataset.batch.config import StepRewardConfig
-from rollout_dataset.batch.stepwise import AchievementTracker
+from rollout_dataset.rewards.config import StepRewardConfig
+from rollout_dataset.rewards.stepwise import AchievementTracker
 from rollout_dataset.envs.crafter import ACHIEVEMENTS, crafter_achievements
 
 

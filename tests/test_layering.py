@@ -32,7 +32,6 @@ RULES = [
         "environments do not import the batch evaluator",
         ("envs/",),
         ("rollout_dataset.batch",),
-        marks=pytest.mark.xfail(strict=True, reason="issue 11: rewards live in batch/"),
         id="envs",
     ),
 ]

@@ -1,6 +1,7 @@
 """Batch evaluations: seeds x rollouts, stepwise vs final rewards, statistics, plots, a report.
 
-Public API:
+Public API (the reward pieces an environment also needs live one floor down, in
+`rollout_dataset.rewards`, and are re-exported here as the batch's documented API):
 
 - `run_batch(BatchConfig, run_one=None) -> BatchResult` — run or resume a batch and write its
   outputs (see `rollout_dataset.batch.runner` for the folder layout);
@@ -17,13 +18,16 @@ Public API:
 
 from __future__ import annotations
 
-from rollout_dataset.batch.coding import CodingExamples, read_achievements, write_achievements
-from rollout_dataset.batch.config import BatchConfig, StepRewardConfig, load_json_mapping, load_step_config, parse_env_option, parse_seeds
+from rollout_dataset.batch.coding import CodingExamples
+from rollout_dataset.batch.config import BatchConfig, load_json_mapping, load_step_config, parse_env_option, parse_seeds
 from rollout_dataset.batch.envs import register_env, result_from_artifacts
-from rollout_dataset.batch.executor import LocalExecutor, RayExecutor, RolloutJob, RolloutResult
+from rollout_dataset.batch.executor import LocalExecutor, RayExecutor, RolloutJob
 from rollout_dataset.batch.runner import BatchResult, check_turns, run_batch
 from rollout_dataset.batch.stats import describe, pearson, spearman
-from rollout_dataset.batch.stepwise import (
+from rollout_dataset.rewards.achievements import read_achievements, write_achievements
+from rollout_dataset.rewards.config import StepRewardConfig
+from rollout_dataset.rewards.results import RolloutResult
+from rollout_dataset.rewards.stepwise import (
     AchievementSnapshot,
     AchievementTracker,
     CounterAchievements,

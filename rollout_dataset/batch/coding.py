@@ -5,7 +5,7 @@ directory when `solution.py` there prints the expected output of the k-th worked
 
 The timeline is what the step rewards need: after each agent decision that changed or ran the
 solution, which examples pass. An environment can record it while it runs (an `achievements.json`
-in the artifact folder, see `write_achievements`); when a coding artifact folder has none, it is
+in the artifact folder, see `rollout_dataset.rewards.achievements.write_achievements`); when a coding artifact folder has none, it is
 rebuilt here after the fact by replaying the recorded tool calls of `trace.json` into a fresh
 sandbox — files written, commands re-run there under the sandbox's limits — and running the visible
 examples after each decision. Replay understands the built-in harness's tools (`write_file`, `run`,
@@ -20,24 +20,21 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from rollout_dataset.batch.stepwise import AchievementSnapshot, AchievementTracker, timeline_from_json, timeline_to_json
+from rollout_dataset.rewards.achievements import read_achievements, write_achievements
+from rollout_dataset.rewards.stepwise import AchievementSnapshot, AchievementTracker
 
 __all__ = [
-    "ACHIEVEMENTS_FILE",
     "CodingExamples",
     "example_name",
     "decisions_from_trace",
     "replay_timeline",
-    "write_achievements",
-    "read_achievements",
     "timeline_for_artifacts",
 ]
 
 log = logging.getLogger(__name__)
 
-ACHIEVEMENTS_FILE = "achievements.json"
 SOLUTION_FILE = "solution.py"
 _COMMAND_TOOLS = {"run", "bash", "shell", "execute", "terminal"}
 _WRITE_TOOLS = {"write_file", "write", "create_file"}
@@ -175,50 +172,6 @@ def replay_timeline(
                 if acted:
                     tracker.after_decision(turn, workdir)
     return tracker.timeline
-
-
-def write_achievements(
-    folder: str | os.PathLike[str],
-    *,
-    env: str,
-    catalogue: Iterable[str],
-    timeline: Sequence[AchievementSnapshot],
-    initial: Iterable[str] = (),
-    source: str = "recorded",
-) -> Path:
-    """Write `achievements.json` into an artifact folder (the contract between an environment and the batch).
-
-    Args:
-        folder: the artifact folder.
-        env: environment family.
-        catalogue: every achievement name.
-        timeline: the snapshots, in decision order.
-        initial: achievements true before the first decision.
-        source: `recorded` (while running) or `replayed` (after the fact).
-
-    Returns:
-        The file written.
-    """
-    path = Path(folder) / ACHIEVEMENTS_FILE
-    doc = {
-        "schema_version": 1,
-        "env": env,
-        "source": source,
-        "catalogue": list(catalogue),
-        "initial": sorted(initial),
-        "timeline": timeline_to_json(timeline),
-    }
-    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    return path
-
-
-def read_achievements(folder: str | os.PathLike[str]) -> tuple[list[AchievementSnapshot], frozenset[str]] | None:
-    """`(timeline, initial)` from a folder's `achievements.json`, or None when it has none."""
-    path = Path(folder) / ACHIEVEMENTS_FILE
-    if not path.is_file():
-        return None
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    return timeline_from_json(doc.get("timeline") or []), frozenset(doc.get("initial") or [])
 
 
 def _task_from_artifacts(folder: Path) -> Any:

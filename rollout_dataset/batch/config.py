@@ -1,20 +1,20 @@
-"""Configuration of a batch evaluation and of its step rewards.
+"""Configuration of a batch evaluation, and reading its step rewards from files.
 
-The `step_rewards` block follows the seed's shape: `{enabled, mode, strategy, indicator_lambda,
-weights, k_limits}`. It can come from a TOML or JSON file (top level, under `step_rewards`, or under
+The `step_rewards` block (`rollout_dataset.rewards.config.StepRewardConfig`) follows the seed's
+shape: `{enabled, mode, strategy, indicator_lambda, weights, k_limits}`. It can come from a TOML or JSON file (top level, under `step_rewards`, or under
 `rollout.env_config.step_rewards` as in an RL training config), and flags override the file.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from rollout_dataset.errors import ConfigError
+from rollout_dataset.rewards.config import STEP_KEYS, STRATEGIES, StepRewardConfig, parse_k_limits, parse_weights
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -22,10 +22,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = [
-    "MODES",
-    "STRATEGIES",
     "EXECUTORS",
-    "StepRewardConfig",
     "BatchConfig",
     "load_step_config",
     "load_json_mapping",
@@ -33,128 +30,7 @@ __all__ = [
     "parse_env_option",
 ]
 
-MODES = ("off", "decision_stepwise")
-STRATEGIES = ("simple", "complex")
 EXECUTORS = ("local", "ray")
-_STEP_KEYS = {"enabled", "mode", "strategy", "indicator_lambda", "weights", "k_limits"}
-# keys an RL-style config may carry in the same block that we accept and ignore
-_IGNORED_STEP_KEYS = {"step_beta"}
-
-
-def _finite_number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
-    return float(value)
-
-
-def _weights(value: Any, where: str) -> dict[str, float]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping of achievement name -> weight, got {type(value).__name__}")
-    return {str(k): _finite_number(v, f"{where}.{k}") for k, v in value.items()}
-
-
-def _k_limits(value: Any, where: str) -> dict[str, int]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected a mapping of achievement name -> count, got {type(value).__name__}")
-    out: dict[str, int] = {}
-    for k, v in value.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ConfigError(f"{where}.{k}: expected an integer >= 0, got {v!r}")
-        out[str(k)] = int(v)
-    return out
-
-
-@dataclass(frozen=True)
-class StepRewardConfig:
-    """The `step_rewards` block.
-
-    Attributes:
-        enabled: master switch; rewards are computed only when enabled and mode is decision_stepwise.
-        mode: `off` or `decision_stepwise`.
-        strategy: `simple` (indicator_lambda when a decision unlocks anything new) or `complex`
-            (per-achievement weights, each counted at most k_limits times per episode).
-        indicator_lambda: the reward of one indicator in `simple`.
-        weights: achievement name -> weight (`complex`; default 1.0 for names not listed).
-        k_limits: achievement name -> times it may count per episode (`complex`; default 1).
-    """
-
-    enabled: bool = True
-    mode: str = "decision_stepwise"
-    strategy: str = "simple"
-    indicator_lambda: float = 1.0
-    weights: dict[str, float] = field(default_factory=dict)
-    k_limits: dict[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"step_rewards.mode: {self.mode!r} is not one of {', '.join(MODES)}")
-        if self.strategy not in STRATEGIES:
-            raise ConfigError(f"step_rewards.strategy: {self.strategy!r} is not one of {', '.join(STRATEGIES)}")
-        if not isinstance(self.enabled, bool):
-            raise ConfigError(f"step_rewards.enabled: expected true or false, got {self.enabled!r}")
-        _finite_number(self.indicator_lambda, "step_rewards.indicator_lambda")
-        _weights(self.weights, "step_rewards.weights")
-        _k_limits(self.k_limits, "step_rewards.k_limits")
-
-    @property
-    def active(self) -> bool:
-        """True when step rewards are computed (enabled and mode `decision_stepwise`)."""
-        return self.enabled and self.mode == "decision_stepwise"
-
-    def weight(self, name: str) -> float:
-        """The weight of one achievement (1.0 when not listed)."""
-        return float(self.weights.get(name, 1.0))
-
-    def k_limit(self, name: str) -> int:
-        """How many times one achievement may count per episode (1 when not listed)."""
-        return int(self.k_limits.get(name, 1))
-
-    def with_strategy(self, strategy: str) -> "StepRewardConfig":
-        """A copy with another strategy (validated)."""
-        return replace(self, strategy=strategy)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The block as plain JSON-ready data."""
-        return asdict(self)
-
-    @classmethod
-    def from_mapping(cls, block: Mapping[str, Any], *, source: str = "step_rewards") -> "StepRewardConfig":
-        """Build from a parsed `step_rewards` block.
-
-        Args:
-            block: the mapping (missing keys take the defaults).
-            source: where it came from, for error messages (file name).
-
-        Returns:
-            The validated configuration.
-
-        Raises:
-            ConfigError: an unknown key, or a value of the wrong type or outside its range.
-        """
-        if not isinstance(block, Mapping):
-            raise ConfigError(f"{source}: step_rewards must be a table/object, got {type(block).__name__}")
-        unknown = sorted(set(block) - _STEP_KEYS - _IGNORED_STEP_KEYS)
-        if unknown:
-            raise ConfigError(
-                f"{source}: unknown step_rewards key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(_STEP_KEYS))}"
-            )
-        kwargs: dict[str, Any] = {}
-        if "enabled" in block:
-            kwargs["enabled"] = block["enabled"]
-        if "mode" in block:
-            kwargs["mode"] = str(block["mode"]).lower()
-        if "strategy" in block:
-            kwargs["strategy"] = str(block["strategy"]).lower()
-        if "indicator_lambda" in block:
-            kwargs["indicator_lambda"] = _finite_number(block["indicator_lambda"], f"{source}: step_rewards.indicator_lambda")
-        if "weights" in block:
-            kwargs["weights"] = _weights(block["weights"], f"{source}: step_rewards.weights")
-        if "k_limits" in block:
-            kwargs["k_limits"] = _k_limits(block["k_limits"], f"{source}: step_rewards.k_limits")
-        try:
-            return cls(**kwargs)
-        except ConfigError as exc:
-            raise ConfigError(f"{source}: {exc}") from None
 
 
 def _read_document(path: Path) -> Any:
@@ -199,7 +75,7 @@ def load_step_config(path: str | Path) -> StepRewardConfig:
     for block in candidates:
         if block is not None:
             return StepRewardConfig.from_mapping(block, source=str(path))
-    if set(doc) & _STEP_KEYS:
+    if set(doc) & STEP_KEYS:
         return StepRewardConfig.from_mapping(doc, source=str(path))
     raise ConfigError(
         f"{path}: no step_rewards block (looked at step_rewards, env_config.step_rewards, "
@@ -223,9 +99,9 @@ def load_json_mapping(path: str | Path, kind: str) -> dict[str, Any]:
     path = Path(path)
     doc = _read_document(path)
     if kind == "weights":
-        return _weights(doc, str(path))
+        return parse_weights(doc, str(path))
     if kind == "k_limits":
-        return _k_limits(doc, str(path))
+        return parse_k_limits(doc, str(path))
     raise ValueError(f"kind must be 'weights' or 'k_limits', got {kind!r}")
 
 

@@ -22,10 +22,11 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator
 
-from rollout_dataset.batch.coding import read_achievements, timeline_for_artifacts
+from rollout_dataset.batch.coding import timeline_for_artifacts
 from rollout_dataset.batch.config import BatchConfig
-from rollout_dataset.batch.executor import RolloutJob, RolloutResult, RunOne
-from rollout_dataset.errors import ArtifactError, ConfigError
+from rollout_dataset.batch.executor import RolloutJob, RunOne
+from rollout_dataset.errors import ConfigError
+from rollout_dataset.rewards.results import RolloutResult, read_rollout_result
 
 __all__ = [
     "ENVIRONMENTS",
@@ -76,20 +77,6 @@ def env_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunOne]
     return factory(config)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    import json
-
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ArtifactError(f"{path}: missing (the rollout wrote no summary)") from None
-    except (OSError, ValueError) as exc:
-        raise ArtifactError(f"{path}: unreadable ({exc})") from None
-    if not isinstance(doc, dict):
-        raise ArtifactError(f"{path}: expected a JSON object")
-    return doc
-
-
 def result_from_artifacts(folder: str | Path, *, replay: bool = True) -> RolloutResult:
     """Read what the batch needs from one artifact folder.
 
@@ -103,29 +90,7 @@ def result_from_artifacts(folder: str | Path, *, replay: bool = True) -> Rollout
     Raises:
         ArtifactError: summary.json is missing or unreadable.
     """
-    folder = Path(folder)
-    summary = _read_json(folder / "summary.json")
-    if replay and (folder / "trace.json").is_file() and (folder / "task.json").is_file():
-        timeline, initial = timeline_for_artifacts(folder)
-    else:
-        found = read_achievements(folder)
-        timeline, initial = found if found is not None else ([], frozenset())
-    final = summary.get("reward_after_penalties")
-    return RolloutResult(
-        final_return=None if final is None else float(final),
-        num_steps=int(summary.get("agent_turns") or 0),
-        tool_calls_total=int(summary.get("tool_calls_total") or 0),
-        timeline=timeline,
-        initial=initial,
-        model=summary.get("model"),
-        task_id=summary.get("task_id"),
-        extra={
-            "env_reward": summary.get("env_reward"),
-            "stop_reason": summary.get("stop_reason"),
-            "timed_out": summary.get("timed_out"),
-            "capture_level": summary.get("capture_level"),
-        },
-    )
+    return read_rollout_result(folder, replay_timeline=timeline_for_artifacts if replay else None)
 
 
 _TASK_COUNT_LOCK = threading.Lock()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from rollout_dataset.batch.stepwise import AchievementSnapshot
+from rollout_dataset.rewards.results import RolloutResult
 from rollout_dataset.errors import ConfigError
 
 __all__ = [
@@ -60,31 +60,6 @@ class RolloutJob:
     rollout_id: str
     artifact_dir: str
     settings: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class RolloutResult:
-    """What one rollout produced, as the batch needs it.
-
-    Attributes:
-        final_return: outcome reward (None when unscorable).
-        num_steps: agent turns.
-        tool_calls_total: tool calls the agent made.
-        timeline: achievements after each decision (see `stepwise`).
-        initial: achievements true before the first decision.
-        model: model name used.
-        task_id: id of the task.
-        extra: anything else worth keeping in the batch result record.
-    """
-
-    final_return: float | None
-    num_steps: int
-    tool_calls_total: int
-    timeline: list[AchievementSnapshot] = field(default_factory=list)
-    initial: frozenset[str] = frozenset()
-    model: str | None = None
-    task_id: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

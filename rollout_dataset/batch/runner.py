@@ -44,7 +44,7 @@ from rollout_dataset.batch import stats
 from rollout_dataset.batch.config import BatchConfig
 from rollout_dataset.batch.executor import Executor, JobOutcome, RolloutJob, RolloutResult, RunOne, make_executor
 from rollout_dataset.batch.plots import write_plots
-from rollout_dataset.batch.stepwise import stepwise_for_rollout, timeline_to_json
+from rollout_dataset.rewards.stepwise import stepwise_for_rollout, timeline_to_json
 from rollout_dataset.errors import GuardrailError, RolloutDatasetError, UpstreamError, UpstreamStatusError
 from rollout_dataset.proxy.redact import redact_url, redact_urls_in_text
 from rollout_dataset.schema import validate

@@ -18,7 +18,7 @@ from rollout_dataset.capture.hiding import capture_hidden_paths
 from rollout_dataset.capture.leakage import MIN_LEAK_CHARS, LeakHit, scan_for_leaks
 from rollout_dataset.capture.orchestrate import SOLUTION_NOTE, capture_rollout, first_call_failure, harness_statement
 from rollout_dataset.capture.push import push_artifacts_from_env, push_wanted
-from rollout_dataset.capture.rewards import PenaltyRules, compute_penalties, reward_after_penalties
+from rollout_dataset.rewards.penalties import PenaltyRules, compute_penalties, reward_after_penalties
 from rollout_dataset.capture.secrets import collect_secrets, redact_text
 from rollout_dataset.capture.threads import serve_in_thread
 

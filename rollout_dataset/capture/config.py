@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout_dataset.capture.rewards import PenaltyRules
+from rollout_dataset.rewards.penalties import PenaltyRules
 from rollout_dataset.proxy.redact import redact_url
 
 __all__ = ["CaptureConfig", "CaptureResult", "UPSTREAM_NOT_RECORDED"]

@@ -38,7 +38,7 @@ from rollout_dataset.capture.config import CaptureConfig, CaptureResult
 from rollout_dataset.capture.hiding import capture_hidden_paths
 from rollout_dataset.capture.leakage import scan_for_leaks
 from rollout_dataset.capture.push import push_artifacts_from_env
-from rollout_dataset.capture.rewards import compute_penalties, reward_after_penalties
+from rollout_dataset.rewards.penalties import compute_penalties, reward_after_penalties
 from rollout_dataset.capture.secrets import collect_secrets, new_dummy_key, redact_text
 from rollout_dataset.capture.threads import serve_in_thread
 from rollout_dataset.capture.workdir import copy_workdir

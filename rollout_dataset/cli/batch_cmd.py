@@ -68,13 +68,13 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
 
     from rollout_dataset.batch.config import (
         BatchConfig,
-        StepRewardConfig,
         load_json_mapping,
         load_step_config,
         parse_env_option,
         parse_seeds,
     )
     from rollout_dataset.errors import ConfigError
+    from rollout_dataset.rewards.config import StepRewardConfig
 
     if args.smoke:
         seeds, per_seed = [0, 1], 1

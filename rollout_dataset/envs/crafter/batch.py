@@ -98,8 +98,8 @@ def batch_runner(config: Any) -> tuple[ContextManager[str | None], Any]:
     local = not config.base_url
 
     def run_one(job: Any) -> Any:
-        from rollout_dataset.batch.envs import result_from_artifacts
         from rollout_dataset.envs.crafter.rollout import CrafterRolloutConfig, run_crafter_rollout
+        from rollout_dataset.rewards.results import read_rollout_result
 
         settings = job.settings
         rollout = CrafterRolloutConfig(
@@ -125,7 +125,7 @@ def batch_runner(config: Any) -> tuple[ContextManager[str | None], Any]:
         crafter = _episode(captured)
         # the fields every environment shares come from the artifacts, as for coding; the final
         # return is the number of achievements unlocked, and the episode's figures join `extra`
-        shared = result_from_artifacts(captured.out_dir, replay=False)
+        shared = read_rollout_result(captured.out_dir)
         return dataclasses.replace(
             shared,
             final_return=float(crafter.get("achievements_unlocked", 0)),

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout_dataset.batch.config import StepRewardConfig
-from rollout_dataset.batch.stepwise import stepwise_for_rollout
+from rollout_dataset.rewards.config import StepRewardConfig
+from rollout_dataset.rewards.stepwise import stepwise_for_rollout
 from rollout_dataset.envs.crafter.harness import (
     MAX_ACTIONS_PER_CALL,
     SYSTEM_PROMPT,
@@ -228,7 +228,7 @@ def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
         UpstreamStatusError: the first model call answered 4xx/5xx (names status and URL).
         UpstreamError: the model server could not be reached on the first call.
     """
-    from rollout_dataset.batch.coding import write_achievements
+    from rollout_dataset.rewards.achievements import write_achievements
     from rollout_dataset.capture.artifacts import write_artifacts
     from rollout_dataset.capture.config import CaptureResult
     from rollout_dataset.capture.orchestrate import upstream_target

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
-from rollout_dataset.batch.config import StepRewardConfig
+from rollout_dataset.rewards.config import StepRewardConfig
 
 __all__ = [
     "AchievementSnapshot",

@@ -1,0 +1,62 @@
+"""The `achievements.json` of an artifact folder: the contract between an environment and the batch.
+
+An environment may record its achievement timeline while it runs (`write_achievements`); the batch
+reads it back (`read_achievements`) for the step rewards (`rollout_dataset.rewards.stepwise`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from rollout_dataset.rewards.stepwise import AchievementSnapshot, timeline_from_json, timeline_to_json
+
+__all__ = ["ACHIEVEMENTS_FILE", "write_achievements", "read_achievements"]
+
+ACHIEVEMENTS_FILE = "achievements.json"
+
+
+def write_achievements(
+    folder: str | os.PathLike[str],
+    *,
+    env: str,
+    catalogue: Iterable[str],
+    timeline: Sequence[AchievementSnapshot],
+    initial: Iterable[str] = (),
+    source: str = "recorded",
+) -> Path:
+    """Write `achievements.json` into an artifact folder (the contract between an environment and the batch).
+
+    Args:
+        folder: the artifact folder.
+        env: environment family.
+        catalogue: every achievement name.
+        timeline: the snapshots, in decision order.
+        initial: achievements true before the first decision.
+        source: `recorded` (while running) or `replayed` (after the fact).
+
+    Returns:
+        The file written.
+    """
+    path = Path(folder) / ACHIEVEMENTS_FILE
+    doc = {
+        "schema_version": 1,
+        "env": env,
+        "source": source,
+        "catalogue": list(catalogue),
+        "initial": sorted(initial),
+        "timeline": timeline_to_json(timeline),
+    }
+    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def read_achievements(folder: str | os.PathLike[str]) -> tuple[list[AchievementSnapshot], frozenset[str]] | None:
+    """`(timeline, initial)` from a folder's `achievements.json`, or None when it has none."""
+    path = Path(folder) / ACHIEVEMENTS_FILE
+    if not path.is_file():
+        return None
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return timeline_from_json(doc.get("timeline") or []), frozenset(doc.get("initial") or [])
