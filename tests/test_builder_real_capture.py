@@ -40,6 +40,9 @@ def test_a_real_capture_builds_and_every_turn_and_request_comes_back_exactly(cap
         assert trace_request(trace, call["index"]) == call["request"]
     row = _rows(tmp_path / "ds", "summary")[0]
     assert row["env_reward"] == summary["env_reward"] and row["n_turn_rows"] == len(turns)
+    # how the rollout was isolated and how its output limits were fitted travel with each summary row
+    assert row["isolation"] == summary["isolation"] == "allow-list"
+    assert json.loads(row["context_fit"]) == summary["context_fit"]
 
 
 def test_a_real_sample_previews_with_its_header_and_the_cards_snippet_gives_its_token_stream(captured):

@@ -132,6 +132,8 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _s("summary", "stepwise", "json"),
         _s("summary", "env_metrics", "json"),
         _s("summary", "continuity", "json"),
+        _s("summary", "context_fit", "json"),
+        _s("summary", "isolation", "string"),
         _c("tokenizer", "string", "Tokenizer of the capture: task.json config 'tokenizer'; 'builtin' for the local "
            "backend; else the model name."),
         _c("served_model_id", "string", "The model id the server served (its /v1/models entry); null when not recorded."),
