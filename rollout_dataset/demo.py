@@ -72,7 +72,7 @@ def capture_demo_rollouts(out_root: str | Path = DEFAULT_ARTIFACTS, task_indices
         for index in task_indices:
             config = CaptureConfig(out_dir=out_root / f"rollout-{index:03d}", base_url=backend.base_url, model="local",
                                    tokenizer="builtin", task_index=index, seed=seed, rollout_seed=index,
-                                   timeout_s=timeout_s, push=False)
+                                   timeout_s=timeout_s)
             result = capture_rollout(config)
             if not result.ok:
                 raise RuntimeError(f"capture of task index {index} failed: {result.errors} {result.validation_failures}")
@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=6, help="number of rollouts (task indices 0..n-1)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from rollout_dataset.publish import maybe_push_from_env
+    from rollout_dataset.cli.push_env import maybe_push_from_env
 
     artifacts, dataset = _fresh_folder(Path(args.out)), _fresh_folder(Path(args.dataset))
     dirs = capture_demo_rollouts(artifacts, range(args.n))

@@ -36,7 +36,7 @@ from rollout_dataset.builder.tokenizer_files import TOKENIZER_DIR, tokenizer_upl
 from rollout_dataset.builder.writer import copy_filtered, shard_name
 from rollout_dataset.errors import ArtifactError, PublishError
 
-__all__ = ["PushResult", "push", "maybe_push_from_env"]
+__all__ = ["PushResult", "push"]
 
 log = logging.getLogger(__name__)
 
@@ -266,25 +266,3 @@ def _auto_compact(api: Any, repo_id: str, repo_files: list[str], compact_above: 
 def _files_for(files: list[str], config: str) -> bool:
     """Whether `files` already holds a shard of `config` (so an empty one is not needed)."""
     return any(f.startswith(f"data/{config}/") for f in files)
-
-
-def maybe_push_from_env(dataset_dir: str | Path) -> PushResult | None:
-    """Push when ``PUSH_TO_DATASET=org/name`` is set (for capture, build and batch to call at the end).
-
-    ``HF_TOKEN`` (read by huggingface_hub) is the token, ``PUSH_PRIVATE=1`` makes a new repo private,
-    ``HF_ENDPOINT`` (read by huggingface_hub) picks the Hub.
-
-    Args:
-        dataset_dir: the built dataset folder.
-
-    Returns:
-        The `PushResult`, or None when ``PUSH_TO_DATASET`` is not set.
-
-    Raises:
-        PublishError: as `push`.
-    """
-    repo_id = os.environ.get("PUSH_TO_DATASET", "").strip()
-    if not repo_id:
-        return None
-    private = True if os.environ.get("PUSH_PRIVATE", "").strip().lower() in ("1", "true", "yes") else None
-    return push(dataset_dir, repo_id, private=private)

@@ -1,4 +1,4 @@
-"""A batch with PUSH_TO_DATASET set builds dataset/ and pushes it (loopback Hub, tests/hub_fixture.py);
+"""A batch with a push_repo (the CLI fills it from PUSH_TO_DATASET) builds dataset/ and pushes it (loopback Hub, tests/hub_fixture.py);
 resuming the same batch pushes again without duplicating a rollout."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def run_one(job):
     return result_from_artifacts(job.artifact_dir, replay=False)
 
 config = BatchConfig(out_dir=sys.argv[1], seeds=[0, 1], rollouts_per_seed=1, progress=False,
-                     base_url="http://127.0.0.1:9/v1", strategies=("simple",))
+                     base_url="http://127.0.0.1:9/v1", strategies=("simple",), push_repo="org/evals")
 result = run_batch(config, run_one=run_one)
 print("ran", result.ran, "pushed", result.pushed is not None)
 """
@@ -46,7 +46,7 @@ def test_batch_pushes_its_dataset_and_a_resume_adds_no_duplicates(tmp_path):
     out = tmp_path / "batch"
     with FakeHub(token=TOKEN) as hub:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PUSH_", "HUGGINGFACE"))}
-        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "home"), HF_TOKEN=TOKEN, PUSH_TO_DATASET="org/evals",
+        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "home"), HF_TOKEN=TOKEN,
                    HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
         runs = [subprocess.run([sys.executable, "-c", SCRIPT, str(out)], env=env, capture_output=True, text=True, timeout=240)
                 for _ in range(2)]

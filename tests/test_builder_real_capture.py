@@ -18,8 +18,7 @@ def _rows(dataset_dir, config):
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory):
     root = tmp_path_factory.mktemp("real")
-    result = capture_rollout(CaptureConfig(out_dir=root / "a", policy="oracle", task_index=0,
-                                                           push=False))
+    result = capture_rollout(CaptureConfig(out_dir=root / "a", policy="oracle", task_index=0))
     assert result.ok
     built = build([root / "a"], root / "ds", progress=False)
     return root, built

@@ -33,7 +33,7 @@ def captures(tmp_path_factory):
     for n, (index, rollout_seed) in enumerate(plan):
         out = tmp_path_factory.mktemp(f"capture{n}")
         results.append(capture_rollout(CaptureConfig(out_dir=out, task_index=index, seed=SEED,
-                                                     rollout_seed=rollout_seed, timeout_s=120, push=False)))
+                                                     rollout_seed=rollout_seed, timeout_s=120)))
     return results
 
 
@@ -104,7 +104,7 @@ def test_a_task_from_a_local_jsonl_file_is_captured_with_an_external_harness(tmp
     tasks.write_text(json.dumps(row) + "\n")
     harness = "cmd:printf 'print(2 * int(input()))\\n' > solution.py"
     result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", tasks=str(tasks), harness=harness,
-                                           timeout_s=60, push=False))
+                                           timeout_s=60))
     assert result.ok, (result.errors, result.validation_failures)
     summary = result.summary
     assert summary["task_id"] == "double-it" and summary["env_reward"] == 1.0 and summary["captured_calls"] == 0

@@ -175,6 +175,27 @@ def test_push_to_dataset_uploads_the_capture_and_the_token_stays_out_of_the_arti
     assert not [p for p in (tmp_path / "art").rglob("*") if p.is_file() and token in p.read_text(errors="replace")]
 
 
+def test_capture_rollout_pushes_nothing_even_with_push_to_dataset_set(tmp_path):
+    token = "hf_libraryTokenNeverUsed12345"
+    with FakeHub(token=token) as hub:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PUSH_", "HUGGINGFACE"))}
+        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), HF_TOKEN=token, PUSH_TO_DATASET="org/rollouts",
+                   HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+        task = load_tasks("builtin", seed=0)[4]
+        (tmp_path / "ref.py").write_text(task.reference_solution)
+        code = ("import sys; from rollout_dataset.capture import CaptureConfig, capture_rollout; "
+                "r = capture_rollout(CaptureConfig(out_dir='art', task_index=4, base_url='http://127.0.0.1:9/v1', "
+                "model='m', tokenizer='builtin', timeout_s=60, harness=sys.argv[1], sandbox_ro_paths=(sys.argv[2],))); "
+                "print('errors', r.errors)")
+        proc = subprocess.run([sys.executable, "-c", code, f"cmd:cp {tmp_path / 'ref.py'} solution.py",
+                               str(tmp_path / "ref.py")], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "errors []" in proc.stdout, proc.stdout[-2000:]
+        assert hub.repos == {}, "the library pushes only to an explicit push_repo; PUSH_TO_DATASET is the CLI's"
+    assert (tmp_path / "art" / "summary.json").is_file()
+
+
 def test_a_remote_models_name_is_not_fetched_from_the_hub_as_a_tokenizer(tmp_path, monkeypatch):
     import rollout_dataset.tokenizers as tokenizers_module
     from rollout_dataset.backend import run_backend_in_thread
@@ -187,7 +208,6 @@ def test_a_remote_models_name_is_not_fetched_from_the_hub_as_a_tokenizer(tmp_pat
     with run_backend_in_thread(tokenizer=load_tokenizer("builtin"), policy=make_oracle(),
                                served_model_name=name) as backend:
         monkeypatch.setattr(tokenizers_module, "load_tokenizer", lambda spec="builtin": asked.append(str(spec)) or real(spec))
-        result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", base_url=backend.base_url, timeout_s=60,
-                                               push=False))
+        result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", base_url=backend.base_url, timeout_s=60))
     assert result.summary["model"] == name and result.summary["captured_calls"] >= 1
     assert name not in asked, "the model name is tried from the local cache only; --tokenizer may download"

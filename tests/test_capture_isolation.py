@@ -57,7 +57,7 @@ def attempts(tmp_path_factory):
     """Rollout A (oracle) writes its held-out tests; rollout B, next to it, runs every attempt as its agent."""
     base = tmp_path_factory.mktemp("isolation")
     root = base / "rollouts"
-    capture_rollout(CaptureConfig(out_dir=root / "a", task_index=0, timeout_s=120, push=False))
+    capture_rollout(CaptureConfig(out_dir=root / "a", task_index=0, timeout_s=120))
     own = root / "b"
     own.mkdir()
     (own / "held_out_tests.json").write_text(json.dumps({"tests": [{"input": OWN_MARKER, "output": ""}]}))
@@ -70,7 +70,7 @@ def attempts(tmp_path_factory):
     script = base / "script.json"
     script.write_text(json.dumps({"steps": steps + [{"name": "submit", "arguments": {}}]}))
     try:
-        result = capture_rollout(CaptureConfig(out_dir=own, task_index=0, timeout_s=300, push=False, policy="script",
+        result = capture_rollout(CaptureConfig(out_dir=own, task_index=0, timeout_s=300, policy="script",
                                                script=script, max_turns=len(steps) + 2))
     finally:
         (temp / "held_out_tests.json").unlink()
@@ -171,9 +171,9 @@ def test_without_the_allow_list_root_capture_refuses_before_running_anything(tmp
     probe_isolation.cache_clear()
     try:
         with pytest.raises(SandboxUnavailableError, match="--unsafe-sandbox"):
-            capture_rollout(CaptureConfig(out_dir=tmp_path / "r", task_index=0, timeout_s=60, push=False))
+            capture_rollout(CaptureConfig(out_dir=tmp_path / "r", task_index=0, timeout_s=60))
         assert not (tmp_path / "r").exists()
-        opted_out = capture_rollout(CaptureConfig(out_dir=tmp_path / "u", task_index=0, timeout_s=60, push=False,
+        opted_out = capture_rollout(CaptureConfig(out_dir=tmp_path / "u", task_index=0, timeout_s=60,
                                                   unsafe_sandbox=True))
     finally:
         monkeypatch.delenv("ROLLOUT_DATASET_SANDBOX_ISOLATION")

@@ -20,7 +20,7 @@ def test_without_a_local_tokenizer_samples_show_the_servers_token_stream(local_b
     def capture(name, tokenizer):
         out = tmp_path / name
         capture_rollout(CaptureConfig(out_dir=out, base_url=local_backend_thread.base_url, model="local",
-                                      tokenizer=tokenizer, timeout_s=60, max_turns=1, push=False, seed=3))
+                                      tokenizer=tokenizer, timeout_s=60, max_turns=1, seed=3))
         return (out / "samples.md").read_text()
 
     remote, local = capture("remote", None), capture("local", "builtin")

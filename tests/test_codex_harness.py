@@ -32,7 +32,7 @@ def test_codex_solves_through_the_proxy_and_its_capture_is_token_level_with_role
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"steps": steps, "final": "solution.py is written."}))
     result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", task_index=TASK_INDEX, harness="codex",
-                                           policy="script", script=script, timeout_s=150, push=False))
+                                           policy="script", script=script, timeout_s=150))
     assert result.ok, (result.errors, result.validation_failures)
     assert validate_path(result.out_dir) == []
     summary = result.summary

@@ -33,7 +33,7 @@ def script_file(tmp_path_factory):
 
 def _config(tmp_path, script_file, **kwargs) -> CaptureConfig:
     return CaptureConfig(out_dir=tmp_path / "out", task_index=TASK_INDEX, harness="opencode", policy="script",
-                         script=script_file, timeout_s=150, push=False, local_max_model_len=SMALL_CONTEXT, **kwargs)
+                         script=script_file, timeout_s=150, local_max_model_len=SMALL_CONTEXT, **kwargs)
 
 
 def _generation(result) -> list[dict]:
@@ -92,7 +92,7 @@ def test_a_builtin_rollout_whose_prompt_outgrows_the_context_ends_as_context_exh
     steps = [{"text": "", "tool_calls": [long_file]}] + [{"text": "", "tool_calls": [read]}] * 8
     script.write_text(json.dumps({"steps": steps, "final": "done"}))
     result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", task_index=0, policy="script", script=script,
-                                           max_turns=10, push=False, local_max_model_len=2000, max_tokens=400))
+                                           max_turns=10, local_max_model_len=2000, max_tokens=400))
     assert validate_path(result.out_dir) == []
     summary = result.summary
     assert summary["stop_reason"] == "context_exhausted" and summary["context_fit"]["context_exhausted"]
@@ -116,7 +116,7 @@ def test_an_external_harness_whose_prompt_fills_the_context_is_stopped_as_contex
         "time.sleep(60)  # a harness that keeps going: the capture stops it\n")
     out = tmp_path / "runs" / "out"  # the sandbox hides the output folder's parent, not the client
     result = capture_rollout(CaptureConfig(out_dir=out, task_index=0, harness=f"cmd:{sys.executable} {client}",
-                                           timeout_s=60, push=False, local_max_model_len=1000))
+                                           timeout_s=60, local_max_model_len=1000))
     assert validate_path(result.out_dir) == []
     assert result.summary["stop_reason"] == "context_exhausted" and result.summary["timings"]["agent_s"] < 30
     assert result.summary["context_fit"]["context_exhausted"] and not result.summary["errors"]

@@ -1,5 +1,5 @@
-"""A Crafter capture honours PUSH_TO_DATASET like a coding capture: built into a dataset and pushed
-(to the loopback Hub fixture), the token never on disk; a batch's rollouts (push=False) never push."""
+"""`capture --env crafter` honours PUSH_TO_DATASET like a coding capture: built into a dataset and pushed
+(to the loopback Hub fixture), the token never on disk; the library pushes only to an explicit push_repo."""
 
 from __future__ import annotations
 
@@ -48,17 +48,16 @@ def test_capture_env_crafter_no_push_skips_the_push_even_with_push_to_dataset_se
     assert (out / "summary.json").exists()
 
 
-def test_a_failed_crafter_push_is_an_error_of_the_capture_and_the_artifacts_stay(tmp_path, monkeypatch):
-    monkeypatch.setenv("PUSH_TO_DATASET", "not a repo id")
+def test_a_failed_crafter_push_is_an_error_of_the_capture_and_the_artifacts_stay(tmp_path):
     result = run_crafter_rollout(CrafterRolloutConfig(out_dir=tmp_path / "art", seed=2, max_steps=8, max_turns=3,
-                                                      area=(32, 32)))
+                                                      area=(32, 32), push_repo="not a repo id"))
     assert [e["kind"] for e in result.errors] == ["push_error"] and result.exit_code == 1
     assert "not a repo id" in result.errors[0]["message"]
     assert result.validation_failures == [] and (tmp_path / "art" / "summary.json").is_file()
 
 
-def test_push_false_never_pushes_even_with_push_to_dataset_set(tmp_path, monkeypatch):
+def test_the_library_does_not_read_push_to_dataset_without_a_push_repo(tmp_path, monkeypatch):
     monkeypatch.setenv("PUSH_TO_DATASET", "not a repo id")
     result = run_crafter_rollout(CrafterRolloutConfig(out_dir=tmp_path / "art", seed=2, max_steps=8, max_turns=3,
-                                                      area=(32, 32), push=False))
+                                                      area=(32, 32)))
     assert result.ok and result.errors == []

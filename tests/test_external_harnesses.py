@@ -127,7 +127,7 @@ def test_a_captured_cmd_harness_cannot_read_its_own_or_a_siblings_held_out_tests
     command = (_probe_command(TASK_DATA, sibling / "held_out_tests.json", own / "held_out_tests.json")
                + f"; echo {CONTROL_MARKER}; ls -a {root}; true")
     result = capture_rollout(CaptureConfig(out_dir=own, harness="cmd:" + command, base_url="http://127.0.0.1:9/v1",
-                                           model="m", timeout_s=60, push=False, keep_workdir=True))
+                                           model="m", timeout_s=60, keep_workdir=True))
     probe = (own / "workdir" / "probe.txt").read_text()
     assert result.summary["harness_exit_code"] == 0 and CONTROL_MARKER in probe, probe
     assert "SIBLING-HELD-OUT" not in probe and "OWN-HELD-OUT" not in probe
@@ -199,7 +199,7 @@ def real_captures(tmp_path_factory):
     def capture(name):
         out = root / name
         result = capture_rollout(CaptureConfig(out_dir=out, task_index=TASK_INDEX, harness=name, policy="script",
-                                               script=script, timeout_s=150, push=False))
+                                               script=script, timeout_s=150))
         return name, (result, json.loads((out / "trace.json").read_text()),
                       json.loads((out / "rollout.json").read_text()))
 

@@ -61,7 +61,7 @@ def capture(tmp_path_factory, harness: str, on_policy: bool, script_doc: dict):
     script = root / "script.json"
     script.write_text(json.dumps(script_doc))
     result = capture_rollout(CaptureConfig(out_dir=root / "out", task_index=TASK_INDEX, harness=harness,
-                                           policy="script", script=script, timeout_s=150, push=False,
+                                           policy="script", script=script, timeout_s=150,
                                            on_policy=on_policy))
     read = lambda name: json.loads((root / "out" / name).read_text())  # noqa: E731
     return result, read("trace.json"), read("rollout.json")

@@ -77,7 +77,7 @@ def test_a_capture_records_provenance_scores_no_solution_zero_and_keeps_the_upst
     # the echo policy never writes a solution: a failure (0.0), not an unscored rollout
     out = tmp_path / "out"
     result = capture_rollout(CaptureConfig(out_dir=out, base_url=local_backend_thread.base_url, model="local",
-                                           tokenizer="builtin", timeout_s=60, max_turns=2, push=False))
+                                           tokenizer="builtin", timeout_s=60, max_turns=2))
     summary = result.summary
     assert summary["env_reward"] == 0.0 and summary["held_out_passed"] == 0 and summary["unscored_reason"] is None
     assert summary["provenance"]["server"]["policy"] == "echo" and summary["provenance"]["server"]["scripted"]

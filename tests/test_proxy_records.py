@@ -314,7 +314,7 @@ def test_a_capture_whose_agent_meets_a_lone_surrogate_still_writes_valid_artifac
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"steps": [{"name": "run", "arguments": {"command": "echo X\udcffY"}},
                                             {"name": "submit", "arguments": {}}]}))
-    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", task_index=0, timeout_s=120, push=False,
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", task_index=0, timeout_s=120,
                                            policy="script", script=script, max_turns=3))
     assert validate_path(result.out_dir) == []
     trace = json.loads((result.out_dir / "trace.json").read_text(encoding="utf-8"))
@@ -344,7 +344,7 @@ def test_a_capture_whose_agent_truncates_its_own_trace_does_not_pass_it_off_as_c
         {"name": "run", "arguments": {"command": "echo one"}},
         {"name": "run", "arguments": {"command": f"for f in {target}; do : > \"$f\" && echo emptied; done"}},
         {"name": "submit", "arguments": {}}]}))
-    config = CaptureConfig(out_dir=tmp_path / "out", task_index=0, timeout_s=120, push=False, policy="script",
+    config = CaptureConfig(out_dir=tmp_path / "out", task_index=0, timeout_s=120, policy="script",
                            script=script, max_turns=4, rollout_id=rollout_id)
     try:
         result = capture_rollout(config)

@@ -46,7 +46,7 @@ def test_each_harness_completes_a_token_level_capture_on_vllm(captures, harness)
         pytest.skip(f"{harness}'s own prompt does not fit max_model_len {_max_model_len()}: serve >= 16384")
     out = captures["root"] / harness
     result = capture_rollout(CaptureConfig(out_dir=out, base_url=REAL, harness=harness, task_index=0,
-                                           timeout_s=400, max_turns=3, max_tokens_cap=64, push=False))
+                                           timeout_s=400, max_turns=3, max_tokens_cap=64))
     assert validate_path(out) == [], result.validation_failures
     summary = result.summary
     assert summary["capture_level"] == "tokens" and summary["trainable"], summary

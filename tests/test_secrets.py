@@ -278,7 +278,7 @@ def test_the_harness_gets_a_dummy_key_and_keep_workdir_copies_no_link_and_no_key
     monkeypatch.setenv("AGENT_ECHO_ENV", "1")
     with serve_in_thread(lambda: serve(guard), name="guarded") as root:
         result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", base_url=root + "/v1", model="ok",
-                                               harness=agent_cmd, timeout_s=60, keep_workdir=True, push=False))
+                                               harness=agent_cmd, timeout_s=60, keep_workdir=True))
     # the chat call, and the proxy's context-fitting look-ups (/v1/models, /tokenize), all with the real key
     assert result.summary["captured_calls"] == 1 and "/v1/chat/completions" in guard.paths
     assert guard.seen == [f"Bearer {REAL_KEY}"] * len(guard.paths)
@@ -361,7 +361,7 @@ def test_the_builtin_harness_sends_a_dummy_key_that_the_proxy_replaces_upstream(
     monkeypatch.setattr(chat.ChatTurnClient, "__init__", spy)
     with serve_in_thread(lambda: serve(guard), name="guarded") as root:
         result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", base_url=root + "/v1", model="ok",
-                                               timeout_s=60, max_turns=1, push=False))
+                                               timeout_s=60, max_turns=1))
     assert result.summary["captured_calls"] >= 1 and set(guard.seen) == {f"Bearer {REAL_KEY}"}
     assert seen_by_proxy and all(key.startswith("rollout-dummy-") for key in seen_by_proxy)
     assert REAL_KEY not in _files_text(tmp_path / "out")

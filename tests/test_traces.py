@@ -17,7 +17,7 @@ from rollout_dataset.errors import SchemaValidationError
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory):
     root = tmp_path_factory.mktemp("sts")
-    capture_rollout(CaptureConfig(out_dir=root / "art", timeout_s=120, push=False))  # oracle: tool calls
+    capture_rollout(CaptureConfig(out_dir=root / "art", timeout_s=120))  # oracle: tool calls
     build([root / "art"], root / "ds", progress=False)
     return root
 

@@ -15,7 +15,7 @@ from rollout_dataset.schema.check import check_document
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory):
     out = tmp_path_factory.mktemp("pristine") / "artifact"
-    result = capture_rollout(CaptureConfig(out_dir=out, task_index=5, timeout_s=120, push=False))
+    result = capture_rollout(CaptureConfig(out_dir=out, task_index=5, timeout_s=120))
     assert result.ok
     return out
 

@@ -189,8 +189,8 @@ class BatchConfig:
         fit_context: the proxy fits output limits to the model's context (default on).
         unsafe_sandbox: run the agents' code even where the allow-list sandbox cannot be built
             (`--unsafe-sandbox`; each summary.json records ``isolation: "unsafe"``).
-        push_repo: the Hub dataset repo (``org/name``) the batch publishes to; None: no push here
-            (the batch then falls back to ``PUSH_TO_DATASET`` for its final push, as before).
+        push_repo: the Hub dataset repo (``org/name``) the batch publishes to; None: no push
+            (the library never reads ``PUSH_TO_DATASET``; the CLI fills this from it).
         push_every: with `push_repo`, push finished rollouts every this many (0: only at the end);
             see `rollout_dataset.batch.streaming`.
         push_private: make a NEW repo private.
@@ -246,7 +246,7 @@ class BatchConfig:
         if isinstance(self.push_every, bool) or not isinstance(self.push_every, int) or self.push_every < 0:
             raise ConfigError(f"push_every: {self.push_every!r} is out of range (an integer >= 0)")
         if self.push_every and not self.push_repo:
-            raise ConfigError("push_every: needs a destination repo (push_repo, or PUSH_TO_DATASET=org/name)")
+            raise ConfigError("push_every: needs a destination repo (push_repo; the CLI reads PUSH_TO_DATASET=org/name)")
         self.strategies = tuple(self.strategies)
         bad = [s for s in self.strategies if s not in STRATEGIES]
         if bad or not self.strategies:

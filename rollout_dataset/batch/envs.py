@@ -164,7 +164,6 @@ def coding_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunO
             timeout_s=settings["timeout_s"],
             max_turns=settings["max_turns"],
             rollout_id=job.rollout_id,
-            push=False,
             tokenizer="builtin" if settings.get("local_backend") else None,
             hide_paths=tuple(settings.get("hide_paths") or ()),
             on_policy=bool(settings.get("on_policy")),

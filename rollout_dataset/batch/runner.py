@@ -10,7 +10,7 @@ Layout under the batch folder (`BatchConfig.out_dir`):
     summary/config_snapshot.json   arguments, step-reward block, timestamp, git SHA / version
     plots/*.png                    histogram, scatter (with r), ECDF per strategy
     report.md                      the human-readable report
-    dataset/                       the built dataset (pushed to `push_repo`, else when PUSH_TO_DATASET is set)
+    dataset/                       the built dataset (pushed to `push_repo` when given)
     .push-staging/                 scratch of `--push-every` stream pushes (rollout_dataset.batch.streaming)
 
 Resume: a rollout's id is a uuid5 of the batch id and `(seed, rollout_idx)`, so the same folder
@@ -45,7 +45,7 @@ from rollout_dataset.batch.config import BatchConfig
 from rollout_dataset.batch.executor import Executor, JobOutcome, RolloutJob, RolloutResult, RunOne, make_executor
 from rollout_dataset.batch.plots import write_plots
 from rollout_dataset.rewards.stepwise import stepwise_for_rollout, timeline_to_json
-from rollout_dataset.errors import GuardrailError, RolloutDatasetError, UpstreamError, UpstreamStatusError
+from rollout_dataset.errors import GuardrailError, UpstreamError, UpstreamStatusError
 from rollout_dataset.proxy.redact import redact_url, redact_urls_in_text
 from rollout_dataset.schema import validate
 
@@ -535,7 +535,7 @@ def _write_outputs(
 def _build_dataset(out: Path, artifact_dirs: list[Path], *, progress: bool,
                    config: BatchConfig | None = None) -> tuple[Path | None, Any]:
     """Build `dataset/` from the rollout folders that hold capture artifacts; push if asked
-    (to `config.push_repo`, else where ``PUSH_TO_DATASET`` says; the push skips rollouts already there)."""
+    (to `config.push_repo` when given; the push skips rollouts already there)."""
     dirs = [d for d in artifact_dirs if (d / "summary.json").is_file()]
     if not dirs:
         log.info("no capture artifacts under %s/rollouts; dataset not built", out)
@@ -549,16 +549,8 @@ def _build_dataset(out: Path, artifact_dirs: list[Path], *, progress: bool,
     if dataset_dir.exists():
         shutil.rmtree(dataset_dir)
     build(dirs, dataset_dir, progress=progress)
-    pushed = None
-    if config is not None and config.push_repo:
-        from rollout_dataset.publish import push
+    if config is None or not config.push_repo:
+        return dataset_dir, None
+    from rollout_dataset.publish import push
 
-        return dataset_dir, push(dataset_dir, config.push_repo, private=config.push_private)
-    try:
-        from rollout_dataset.publish import maybe_push_from_env
-    except ImportError:
-        if os.environ.get("PUSH_TO_DATASET"):
-            raise RolloutDatasetError("PUSH_TO_DATASET is set but rollout_dataset.publish is unavailable") from None
-    else:
-        pushed = maybe_push_from_env(dataset_dir)
-    return dataset_dir, pushed
+    return dataset_dir, push(dataset_dir, config.push_repo, private=config.push_private)

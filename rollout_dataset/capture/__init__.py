@@ -8,8 +8,8 @@ Public API:
 - `scan_for_leaks`, `compute_penalties`, `reward_after_penalties`, `PenaltyRules` — the integrity
   and reward rules, usable on their own;
 - `capture_hidden_paths` — what the agent's sandbox masks besides its allow-list root;
-- `push_artifacts_from_env` — build one artifact folder into a dataset and push it when
-  ``PUSH_TO_DATASET`` is set (every capture calls it at the end, Crafter's too);
+- `push_artifacts` — build one artifact folder into a dataset and push it to an explicit repo
+  (every capture calls it at the end with its ``push_repo``, Crafter's too);
 - `harness_statement` — the statement every harness is given (instruction + where solution.py goes).
 """
 
@@ -17,7 +17,7 @@ from rollout_dataset.capture.config import CaptureConfig, CaptureResult
 from rollout_dataset.capture.hiding import capture_hidden_paths
 from rollout_dataset.capture.leakage import MIN_LEAK_CHARS, LeakHit, scan_for_leaks
 from rollout_dataset.capture.orchestrate import SOLUTION_NOTE, capture_rollout, first_call_failure, harness_statement
-from rollout_dataset.capture.push import push_artifacts_from_env, push_wanted
+from rollout_dataset.capture.push import push_artifacts
 from rollout_dataset.rewards.penalties import PenaltyRules, compute_penalties, reward_after_penalties
 from rollout_dataset.capture.secrets import collect_secrets, redact_text
 from rollout_dataset.capture.threads import serve_in_thread
@@ -35,8 +35,7 @@ __all__ = [
     "compute_penalties",
     "first_call_failure",
     "harness_statement",
-    "push_artifacts_from_env",
-    "push_wanted",
+    "push_artifacts",
     "redact_text",
     "reward_after_penalties",
     "scan_for_leaks",

@@ -45,7 +45,9 @@ class CaptureConfig:
         temperature: sampling temperature of the built-in harness.
         rollout_id: the rollout's id (uuid4 hex); None draws one.
         penalties: the penalty rules.
-        push: push to `PUSH_TO_DATASET` when set; None reads the environment.
+        push_repo: build the artifact folder into a dataset and push it to this Hub repo
+            (``org/name``); None pushes nothing (the library never reads ``PUSH_TO_DATASET``).
+        push_private: create a new `push_repo` private (None: the Hub's default).
         keep_workdir: copy the agent's final working directory to ``<out_dir>/workdir`` (debugging).
         served_model_name: the local backend's model name.
         max_tokens_cap: the proxy lowers every call's output limit to at most this (None: no cap).
@@ -84,7 +86,8 @@ class CaptureConfig:
     temperature: float = 1.0
     rollout_id: str | None = None
     penalties: PenaltyRules = field(default_factory=PenaltyRules)
-    push: bool | None = None
+    push_repo: str | None = None
+    push_private: bool | None = None
     keep_workdir: bool = False
     served_model_name: str = "local"
     hide_paths: tuple[str | Path, ...] = ()

@@ -13,7 +13,7 @@ Orchestration only; each step is another module's job:
 5. scan requests and working files for held-out text (`rollout_dataset.capture.leakage`);
 6. build the rollout document, the turns and the samples (`rollout_dataset.export`, `render`);
 7. write the artifacts with secrets redacted, validate them (`rollout_dataset.schema.check`),
-   and push when `PUSH_TO_DATASET` is set.
+   and push to `config.push_repo` when given.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from rollout_dataset.capture.artifacts import write_artifacts
 from rollout_dataset.capture.config import CaptureConfig, CaptureResult
 from rollout_dataset.capture.hiding import capture_hidden_paths
 from rollout_dataset.capture.leakage import scan_for_leaks
-from rollout_dataset.capture.push import push_artifacts_from_env
+from rollout_dataset.capture.push import push_artifacts
 from rollout_dataset.rewards.penalties import compute_penalties, reward_after_penalties
 from rollout_dataset.capture.secrets import collect_secrets, new_dummy_key, redact_text
 from rollout_dataset.capture.threads import serve_in_thread
@@ -521,7 +521,7 @@ def capture_rollout(config: CaptureConfig) -> CaptureResult:
     failures = check_artifact_dir(out_dir)
     for failure in failures:
         logger.error("artifact does not validate: %s: %s: %s", *failure)
-    push_error = push_artifacts_from_env(out_dir, config.push) if not failures and not hits else None
+    push_error = push_artifacts(out_dir, config.push_repo, config.push_private) if not failures and not hits else None
     if push_error:
         errors.append({"kind": "push_error", "message": push_error})
     logger.info("captured %s: %d calls, reward %s, stop %s -> %s", rollout_id, len(records), env_reward,

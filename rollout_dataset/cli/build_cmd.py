@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from rollout_dataset.builder import build
     from rollout_dataset.builder.inputs import first_failure_line
     from rollout_dataset.errors import RolloutDatasetError, SchemaValidationError
-    from rollout_dataset.publish import maybe_push_from_env
+    from rollout_dataset.cli.push_env import maybe_push_from_env
 
     try:
         result = build(args.artifacts, args.out, template=args.template, progress=not args.no_progress,

@@ -21,6 +21,15 @@ from typing import Any
 __all__ = ["add_arguments", "run", "config_from_args", "env_config_from_args"]
 
 
+
+def _push_destination(args: argparse.Namespace) -> dict[str, Any]:
+    """``push_repo``/``push_private`` for the capture config: from ``PUSH_TO_DATASET``/``PUSH_PRIVATE``
+    unless ``--no-push`` (the library itself never reads the environment)."""
+    from rollout_dataset.cli.push_env import push_destination_from_env
+
+    repo_id, private = (None, None) if args.no_push else push_destination_from_env()
+    return {"push_repo": repo_id, "push_private": private}
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the command's arguments (shared with capture_scripts/capture_trace.py).
 
@@ -124,7 +133,7 @@ def env_config_from_args(args: argparse.Namespace) -> Any:
     given = {"out_dir": args.out_dir, "seed": args.seed, "rollout_seed": args.rollout_seed, "base_url": args.base_url,
              "model": args.model, "max_turns": args.max_turns, "timeout_s": args.timeout_s,
              "tokenizer": args.tokenizer, "api_key": os.environ.get("OPENAI_API_KEY"),
-             "push": False if args.no_push else None,
+             **_push_destination(args),
              **{name: getattr(args, name, None) for name in _GAME_ONLY}}
     unknown = sorted(k for k, v in given.items() if v is not None and k not in fields and k != "api_key")
     if unknown:
@@ -195,7 +204,7 @@ def config_from_args(args: argparse.Namespace):
                          task_index=args.task_index, seed=args.seed, rollout_seed=args.rollout_seed, n_prompts=args.n_prompts, tasks=args.tasks,
                          harness=args.harness, timeout_s=args.timeout_s, policy=args.policy, script=args.script,
                          tokenizer=args.tokenizer, max_turns=20 if args.max_turns is None else args.max_turns, keep_workdir=args.keep_workdir,
-                         push=False if args.no_push else None, on_policy=args.on_policy,
+                         **_push_destination(args), on_policy=args.on_policy,
                          max_tokens_cap=args.max_tokens_cap, fit_context=args.fit_context,
                          unsafe_sandbox=args.unsafe_sandbox, sandbox_ro_paths=tuple(args.sandbox_ro),
                          record_upstream_host=getattr(args, "record_upstream_host", False))

@@ -114,7 +114,6 @@ def batch_runner(config: Any) -> tuple[ContextManager[str | None], Any]:
             tokenizer="builtin" if local else None,
             backend_policy="crafter" if local else None,
             step_rewards=config.step_rewards.with_strategy(config.strategies[0]),
-            push=False,  # the batch pushes its whole dataset once
             **options,
         )
         captured = run_crafter_rollout(rollout)

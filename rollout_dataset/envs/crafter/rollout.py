@@ -3,8 +3,8 @@
 `run_crafter_rollout(CrafterRolloutConfig)` is the Crafter counterpart of `capture_rollout`:
 local backend (the `crafter` policy) unless a base URL is given -> recording proxy -> the Crafter
 harness -> trace -> rollout/turns documents (the export module) -> artifacts (the capture module's
-writer, secrets redacted) -> a push to ``PUSH_TO_DATASET`` when set (the capture's shared
-`push_artifacts_from_env`). The folder holds the same eight files as a coding capture, plus the
+writer, secrets redacted) -> a push to the config's ``push_repo`` when given (the capture's shared
+`push_artifacts`). The folder holds the same eight files as a coding capture, plus the
 batch's `achievements.json` (the achievement timeline); Crafter has no tests, so
 `visible_tests.txt` is empty and `held_out_tests.json` lists none.
 
@@ -84,9 +84,9 @@ class CrafterRolloutConfig:
         served_model_name: the local backend's model name.
         backend_policy: the local backend's policy when `base_url` points at one started by the
             caller (recorded in `task.json`; a batch shares one backend).
-        push: build the artifact folder into a dataset and push it to ``PUSH_TO_DATASET`` (as a
-            coding capture does); None reads the environment, False never pushes (a batch pushes
-            its whole dataset once instead).
+        push_repo: build the artifact folder into a dataset and push it to this Hub repo (as a
+            coding capture does); None pushes nothing (a batch pushes its whole dataset once instead).
+        push_private: create a new `push_repo` private (None: the Hub's default).
 
     Raises:
         ValueError: a budget or id out of range.
@@ -111,7 +111,8 @@ class CrafterRolloutConfig:
     tokenizer: str | None = None
     served_model_name: str = "local"
     backend_policy: str | None = None
-    push: bool | None = None
+    push_repo: str | None = None
+    push_private: bool | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
@@ -232,7 +233,7 @@ def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
     from rollout_dataset.capture.artifacts import write_artifacts
     from rollout_dataset.capture.config import CaptureResult
     from rollout_dataset.capture.orchestrate import upstream_target
-    from rollout_dataset.capture.push import push_artifacts_from_env
+    from rollout_dataset.capture.push import push_artifacts
     from rollout_dataset.capture.secrets import collect_secrets, new_dummy_key
     from rollout_dataset.export import capture_level_of, export_rollout, turns_document
     from rollout_dataset.capture.threads import serve_in_thread
@@ -339,7 +340,7 @@ def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
     for f in failures:
         logger.error("%s: %s: %s", *f)
     errors = list(summary["errors"])
-    push_error = push_artifacts_from_env(out_dir, config.push) if not failures else None
+    push_error = push_artifacts(out_dir, config.push_repo, config.push_private) if not failures else None
     if push_error:
         errors.append({"kind": "push_error", "message": push_error})
     logger.info("crafter seed=%d: %d turns, %d env steps, %d achievements, return %.1f -> %s", config.seed,
