@@ -36,12 +36,12 @@ from rollout_dataset.backend.policies import (
     ToolCallSpec,
     message_text,
 )
+from rollout_dataset.sandbox.verify import DEFAULT_SOLUTION_FILE as SOLUTION_FILE  # the one definition
 
 __all__ = ["OraclePlan", "OraclePolicy", "oracle_plan", "wrong_solution"]
 
 logger = logging.getLogger(__name__)
 
-SOLUTION_FILE = "solution.py"
 MINI_DONE = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 

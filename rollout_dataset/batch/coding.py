@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from rollout_dataset.rewards.achievements import read_achievements, write_achievements
 from rollout_dataset.rewards.stepwise import AchievementSnapshot, AchievementTracker
+from rollout_dataset.sandbox.verify import DEFAULT_SOLUTION_FILE as SOLUTION_FILE  # the one definition
 
 __all__ = [
     "CodingExamples",
@@ -35,7 +36,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SOLUTION_FILE = "solution.py"
 _COMMAND_TOOLS = {"run", "bash", "shell", "execute", "terminal"}
 _WRITE_TOOLS = {"write_file", "write", "create_file"}
 _RUN_SOLUTION_TOOLS = {"run_examples"}

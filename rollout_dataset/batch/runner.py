@@ -26,7 +26,6 @@ so `simple` and `complex` are compared on the very same rollouts.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import json
 import logging
 import os
@@ -45,6 +44,7 @@ from rollout_dataset.batch.config import BatchConfig
 from rollout_dataset.batch.executor import Executor, JobOutcome, RolloutJob, RolloutResult, RunOne, make_executor
 from rollout_dataset.batch.plots import write_plots
 from rollout_dataset.rewards.stepwise import stepwise_for_rollout, timeline_to_json
+from rollout_dataset.capture.artifacts import utc_now
 from rollout_dataset.errors import GuardrailError, UpstreamError, UpstreamStatusError
 from rollout_dataset.proxy.redact import redact_url, redact_urls_in_text
 from rollout_dataset.schema import validate
@@ -65,11 +65,6 @@ log = logging.getLogger(__name__)
 RESULT_FILE = "batch_result.json"
 ERROR_FILE = "batch_error.json"
 _BATCH_FILE = "batch.json"
-
-
-def utc_now() -> str:
-    """The current UTC time as ISO 8601 with a `Z` suffix, to the second."""
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def _write_json(path: Path, doc: Any) -> None:

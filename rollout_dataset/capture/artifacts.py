@@ -7,6 +7,7 @@ name and renamed, so a reader never sees half a file.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import logging
 import os
@@ -22,6 +23,15 @@ logger = logging.getLogger(__name__)
 
 #: the artifact holding the session's records (chained and sealed, see `rollout_dataset.trace_integrity`).
 TRACE_FILE = "trace.json"
+
+
+def utc_now() -> str:
+    """The current UTC time as ISO 8601 with a ``Z`` suffix, to the second (the one definition).
+
+    Returns:
+        e.g. ``"2026-01-02T03:04:05Z"``.
+    """
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def write_text_atomic(path: Path, text: str) -> None:

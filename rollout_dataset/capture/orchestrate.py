@@ -38,6 +38,7 @@ from rollout_dataset.capture.config import CaptureConfig, CaptureResult
 from rollout_dataset.capture.hiding import capture_hidden_paths
 from rollout_dataset.capture.leakage import scan_for_leaks
 from rollout_dataset.capture.push import push_artifacts
+from rollout_dataset.proxy.tokens import GENERATION_ENDPOINTS
 from rollout_dataset.rewards.penalties import compute_penalties, reward_after_penalties
 from rollout_dataset.capture.secrets import collect_secrets, new_dummy_key, redact_text
 from rollout_dataset.capture.threads import serve_in_thread
@@ -55,7 +56,6 @@ SOLUTION_NOTE = ("Write your solution as a Python 3 program in the file solution
                  "directory. It reads the input from standard input and writes the answer to standard output.")
 LOCAL_MAX_MODEL_LEN = 131072
 _IMPORT_LOCK = threading.Lock()
-_GENERATION_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 
 
 def harness_statement(instruction: str) -> str:
@@ -80,7 +80,7 @@ def first_call_failure(records: list[dict[str, Any]]) -> dict[str, Any] | None:
         That record, or None when the first generation call succeeded (or none was made yet).
     """
     for record in records:
-        if record.get("endpoint") not in _GENERATION_ENDPOINTS:
+        if record.get("endpoint") not in GENERATION_ENDPOINTS:
             continue
         if (record.get("error") or {}).get("kind") == CONTEXT_EXHAUSTED:
             return None  # the proxy's own answer: the rollout ends with stop reason context_exhausted

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from rollout_dataset.sandbox.verify import outputs_match
+from rollout_dataset.sandbox.verify import DEFAULT_SOLUTION_FILE, outputs_match
 
 __all__ = [
     "SOLUTION_FILE",
@@ -40,7 +40,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: where every harness must leave its solution, relative to the workdir.
-SOLUTION_FILE = "solution.py"
+SOLUTION_FILE = DEFAULT_SOLUTION_FILE  # one definition: rollout_dataset.sandbox.verify
 TOOL_NAMES = ("write_file", "read_file", "run", "run_examples", "submit")
 _MAX_READ = 20_000
 _MAX_OUTPUT = 4_000

@@ -18,7 +18,6 @@ the configured strategy under `metadata.stepwise` (totals also in `summary.json`
 
 from __future__ import annotations
 
-import datetime as _dt
 import importlib.metadata
 import logging
 import tempfile
@@ -153,10 +152,6 @@ class CrafterRolloutConfig:
         }
 
 
-def _utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
 def _start_local_backend(stack: ExitStack, config: CrafterRolloutConfig, tokenizer: Any) -> str:
     from rollout_dataset.backend import LocalBackend
     from rollout_dataset.backend.policies import make_policy
@@ -244,7 +239,9 @@ def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
     timings: dict[str, float] = {}
     out_dir = Path(config.out_dir)
     rollout_id = config.rollout_id or uuid.uuid4().hex
-    created_at = _utc_now()
+    from rollout_dataset.capture.artifacts import utc_now
+
+    created_at = utc_now()
     tokenizer = _load_tokenizer(config)
     model = config.model or (config.served_model_name if config.base_url is None else "default")
     dummy_key = new_dummy_key()  # the agent never holds the real key; the proxy sends it upstream
