@@ -152,12 +152,18 @@ def test_a_distinctive_api_key_appears_in_no_artifact(tmp_path, agent_cmd, monke
     assert not [str(p) for p in files if SECRET in p.read_text(errors="replace")]
 
 
+def _push_env(hub: FakeHub, tmp_path: Path, token: str) -> dict[str, str]:
+    """A subprocess environment with PUSH_TO_DATASET=org/rollouts pointing at the loopback Hub."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PUSH_", "HUGGINGFACE"))}
+    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), HF_TOKEN=token, PUSH_TO_DATASET="org/rollouts",
+               HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+    return env
+
+
 def test_push_to_dataset_uploads_the_capture_and_the_token_stays_out_of_the_artifacts(tmp_path):
     token = "hf_captureTokenNeverOnDisk12345"
     with FakeHub(token=token) as hub:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PUSH_", "HUGGINGFACE"))}
-        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), HF_TOKEN=token, PUSH_TO_DATASET="org/rollouts",
-                   HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+        env = _push_env(hub, tmp_path, token)
         # No model call is needed to prove the push: an external harness that just writes the solution
         # (copied from a file exposed read-only to its sandbox with --sandbox-ro).
         task = load_tasks("builtin", seed=0)[4]
@@ -178,9 +184,7 @@ def test_push_to_dataset_uploads_the_capture_and_the_token_stays_out_of_the_arti
 def test_capture_rollout_pushes_nothing_even_with_push_to_dataset_set(tmp_path):
     token = "hf_libraryTokenNeverUsed12345"
     with FakeHub(token=token) as hub:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PUSH_", "HUGGINGFACE"))}
-        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), HF_TOKEN=token, PUSH_TO_DATASET="org/rollouts",
-                   HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+        env = _push_env(hub, tmp_path, token)
         task = load_tasks("builtin", seed=0)[4]
         (tmp_path / "ref.py").write_text(task.reference_solution)
         code = ("import sys; from rollout_dataset.capture import CaptureConfig, capture_rollout; "

@@ -44,7 +44,7 @@ from rollout_dataset.batch.config import BatchConfig
 from rollout_dataset.batch.executor import Executor, JobOutcome, RolloutJob, RolloutResult, RunOne, make_executor
 from rollout_dataset.batch.plots import write_plots
 from rollout_dataset.rewards.stepwise import stepwise_for_rollout, timeline_to_json
-from rollout_dataset.capture.artifacts import utc_now
+from rollout_dataset.capture.artifacts import utc_now, write_text_atomic
 from rollout_dataset.errors import GuardrailError, UpstreamError, UpstreamStatusError
 from rollout_dataset.proxy.redact import redact_url, redact_urls_in_text
 from rollout_dataset.schema import validate
@@ -70,9 +70,7 @@ _BATCH_FILE = "batch.json"
 def _write_json(path: Path, doc: Any) -> None:
     """Write JSON atomically (temp file + rename), so a crash never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")
 
 
 def _read_json(path: Path) -> Any | None:
