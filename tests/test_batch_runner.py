@@ -313,4 +313,4 @@ def test_cli_unknown_env_exits_two_listing_the_known_ones(tmp_path, capsys):
     code = main(["batch", "--env", "nope", "--smoke", "--no-progress", "--out", str(tmp_path / "n")])
     assert code == 2
     err = capsys.readouterr().err
-    assert "'nope' is not one of" in err and "coding" in err
+    assert "unknown environment 'nope'; known: coding, crafter" in err

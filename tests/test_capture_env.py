@@ -49,7 +49,7 @@ def test_a_game_flag_with_the_default_coding_env_exits_two(tmp_path, capsys):
 
 def test_an_unknown_env_exits_two_listing_the_known_ones(tmp_path, capsys):
     assert main(["capture", "--env", "chess", "--out-dir", str(tmp_path)]) == 2
-    assert "unknown environment 'chess'; known: crafter" in capsys.readouterr().err
+    assert "unknown environment 'chess'; known: coding, crafter" in capsys.readouterr().err
 
 
 def test_a_crafter_value_out_of_range_exits_two(tmp_path, capsys):
@@ -68,10 +68,16 @@ def test_the_summary_schema_explains_env_reward_for_both_families_and_checks_env
     assert paths == ["$.env_metrics.achievements_unlocked", "$.env_metrics.crafter_return"]
 
 
-def test_the_crafter_module_entry_point_still_runs():
-    import subprocess
-    import sys
+def test_the_crafter_module_entry_point_is_gone_capture_env_crafter_replaces_it():
+    import importlib.util
 
-    proc = subprocess.run([sys.executable, "-m", "rollout_dataset.envs.crafter", "--max-steps", "0"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "max_steps" in proc.stderr
+    assert importlib.util.find_spec("rollout_dataset.envs.crafter.__main__") is None
+    assert importlib.util.find_spec("rollout_dataset.envs.crafter.cli") is None
+
+
+def test_capture_env_crafter_takes_the_old_commands_temperature_and_max_tokens(tmp_path):
+    out = tmp_path / "crafter"
+    assert main(["capture", "--env", "crafter", "--seed", "2", "--max-steps", "8", "--area", "24", "--max-turns", "2",
+                 "--max-tokens", "300", "--temperature", "0.5", "--out-dir", str(out)]) == 0
+    config = json.loads((out / "task.json").read_text())["config"]
+    assert config["max_tokens"] == 300 and config["temperature"] == 0.5

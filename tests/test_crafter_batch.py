@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rollout_dataset.cli import main
-from rollout_dataset.envs import available_envs, get_env
+from rollout_dataset.envs import available_environments, get_environment
 from rollout_dataset.envs.crafter.batch import episode_options, rollout_seed_for
 from rollout_dataset.errors import ConfigError
 from rollout_dataset.schema import validate
@@ -67,12 +67,13 @@ def test_the_report_compares_stepwise_and_final_returns_for_both_strategies(smok
     assert set(summary["strategies"]) == {"simple", "complex"}
 
 
-def test_crafter_is_a_registered_environment_family():
-    assert "crafter" in available_envs()
-    family = get_env("crafter")
-    assert family.rollout_function().__name__ == "run_crafter_rollout"
-    with pytest.raises(ConfigError, match="unknown environment 'chess'; known: crafter"):
-        get_env("chess")
+def test_crafter_is_an_environment_of_the_one_registry():
+    assert {"coding", "crafter"} <= set(available_environments())
+    environment = get_environment("crafter")
+    assert environment.name == "crafter" and environment.default_policy == "crafter"
+    assert environment.config_class().__name__ == "CrafterRolloutConfig"
+    with pytest.raises(ConfigError, match="unknown environment 'chess'; known: coding, crafter"):
+        get_environment("chess")
 
 
 class _Config:

@@ -152,7 +152,7 @@ def test_the_rollout_document_carries_the_per_decision_stepwise_records(episode)
 
 
 def test_the_capture_command_refuses_an_out_of_range_budget_naming_it(capsys):
-    from rollout_dataset.envs.crafter.cli import main
+    from rollout_dataset.cli import main
 
-    assert main(["--max-steps", "0"]) == 2
+    assert main(["capture", "--env", "crafter", "--max-steps", "0"]) == 2
     assert "max_steps: 0 is out of range (an integer >= 1)" in capsys.readouterr().err

@@ -1,40 +1,36 @@
-"""Environment families a batch can run, and the coding one.
+"""The batch's one runner, for every environment of the one registry (`rollout_dataset.envs.registry`).
 
-An environment registers a *runner factory*: `factory(config) -> (server, run_one)`, where `server`
-is a context manager yielding the inference base URL the rollouts use (it may start a local
-backend for the whole batch, or yield `config.base_url`), and `run_one(job) -> RolloutResult`
-runs one rollout into `job.artifact_dir`. Factories are named by dotted path so that an
-environment's heavy imports happen only when it is used:
+`env_runner(config)` returns `(server, run_one)`: `server` is a context manager yielding the
+inference base URL the rollouts use (`config.base_url`, or ONE local backend for the whole batch
+playing the environment's `default_policy`), and `run_one(job) -> RolloutResult` captures one
+rollout through the one capture pipeline (`capture_rollout(environment.batch_config(...))`) into
+`job.artifact_dir`, then reads it back (`result_from_artifacts`, the environment's
+`achievements` as the timeline when the folder has no `achievements.json`) and lets the
+environment adjust the result (`batch_result`).
 
-    register_env("crafter", "rollout_dataset.envs.crafter.batch:batch_runner")
-
-`result_from_artifacts(folder, ...)` is the shared reading of an artifact folder any environment
-can use: `summary.json` gives the final return (`reward_after_penalties`), agent turns, tool calls,
-model and task; `achievements.json` (or, for coding, a replay of `trace.json`) gives the timeline.
+An environment may instead carry its own `batch_runner(config) -> (server, run_one)`
+(`register_env(name, factory)` registers such a stand-in, for tests and custom drivers).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
-import threading
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator
 
-from rollout_dataset.batch.coding import timeline_for_artifacts
 from rollout_dataset.batch.config import BatchConfig
 from rollout_dataset.batch.executor import RolloutJob, RunOne
+from rollout_dataset.envs.coding.env import coding_task_count
+from rollout_dataset.envs.coding.replay import timeline_for_artifacts
 from rollout_dataset.errors import ConfigError
 from rollout_dataset.rewards.results import RolloutResult, read_rollout_result
 
 __all__ = [
-    "ENVIRONMENTS",
     "RunnerFactory",
     "register_env",
     "env_runner",
     "result_from_artifacts",
-    "coding_runner",
     "coding_task_count",
 ]
 
@@ -42,39 +38,95 @@ log = logging.getLogger(__name__)
 
 RunnerFactory = Callable[[BatchConfig], "tuple[ContextManager[str | None], RunOne]"]
 
-#: environment name -> runner factory (an object or a "module:attribute" path, imported on use).
-ENVIRONMENTS: dict[str, RunnerFactory | str] = {
-    "coding": "rollout_dataset.batch.envs:coding_runner",
-    "crafter": "rollout_dataset.envs.crafter.batch:batch_runner",
-}
+
+class _RunnerEnvironment:
+    """An environment known to the batch only by its runner factory (`register_env`)."""
+
+    def __init__(self, name: str, factory: RunnerFactory | str) -> None:
+        self.name = name
+        self.description = f"batch runner {factory}" if isinstance(factory, str) else "batch runner"
+        self.default_policy = "echo"
+        self._factory = factory
+
+    def batch_runner(self, config: BatchConfig) -> tuple[ContextManager[str | None], RunOne]:
+        factory = self._factory
+        if isinstance(factory, str):
+            import importlib
+
+            module_name, _, attr = factory.partition(":")
+            try:
+                factory = getattr(importlib.import_module(module_name), attr)
+            except (ImportError, AttributeError) as exc:
+                raise ConfigError(f"--env {config.env}: its batch runner {module_name}:{attr} is unavailable ({exc})") from None
+        return factory(config)
 
 
 def register_env(name: str, factory: RunnerFactory | str) -> None:
-    """Register (or replace) an environment's runner factory.
+    """Register an environment the batch runs with its own runner factory (in the one registry).
 
     Args:
         name: the `--env` name.
-        factory: the factory, or its `"module:attribute"` path.
+        factory: `factory(config) -> (server, run_one)`, or its `"module:attribute"` path.
     """
-    ENVIRONMENTS[name] = factory
+    from rollout_dataset.envs.registry import register_environment
+
+    register_environment(_RunnerEnvironment(name, factory), name)
+
+
+@contextlib.contextmanager
+def _shared_server(config: BatchConfig, environment: Any, options: dict[str, Any]) -> Iterator[str | None]:
+    """Yield `config.base_url`, or start ONE local backend playing the environment's scripted player."""
+    if config.base_url:
+        yield config.base_url
+        return
+    from rollout_dataset.backend import make_policy, run_backend_in_thread
+    from rollout_dataset.envs.policies import register_builtin_policies
+    from rollout_dataset.tokenizers import load_tokenizer
+
+    register_builtin_policies()
+    policy = make_policy(environment.default_policy, **environment.policy_options(options))
+    with run_backend_in_thread(tokenizer=load_tokenizer("builtin"), policy=policy, served_model_name="local") as backend:
+        log.info("local backend (%s policy) for the batch at %s", environment.default_policy, backend.base_url)
+        yield backend.base_url
 
 
 def env_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunOne]:
     """The server context and `run_one` of `config.env`.
 
     Raises:
-        ConfigError: an unknown environment, or one whose module is not installed.
+        ConfigError: an unknown environment, one whose module is not installed, or bad env options.
+        SandboxUnavailableError: coding without the allow-list sandbox (and no `unsafe_sandbox`).
     """
-    factory = ENVIRONMENTS.get(config.env)
-    if factory is None:
-        raise ConfigError(f"--env: {config.env!r} is not one of {', '.join(sorted(ENVIRONMENTS))}")
-    if isinstance(factory, str):
-        module_name, _, attr = factory.partition(":")
-        try:
-            factory = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"--env {config.env}: its batch runner {module_name}:{attr} is unavailable ({exc})") from None
-    return factory(config)
+    from rollout_dataset.envs.registry import get_environment
+
+    try:
+        environment = get_environment(config.env)
+    except ConfigError as exc:
+        raise ConfigError(f"--env: {exc}") from None
+    if callable(getattr(environment, "batch_runner", None)):
+        return environment.batch_runner(config)
+    options = environment.batch_options(config)  # refused before any rollout starts
+
+    def timeline(folder: Path) -> tuple[list[Any], frozenset[str]]:
+        from rollout_dataset.rewards.achievements import read_achievements
+
+        found = environment.achievements(Path(folder)) or read_achievements(folder)
+        return found if found is not None else ([], frozenset())
+
+    def run_one(job: RolloutJob) -> RolloutResult:
+        from rollout_dataset.capture.pipeline import run_capture
+
+        captured = run_capture(environment, environment.batch_config(config, job, options))
+        if not captured.ok:
+            log.warning("%s rollout %s (seed %d, #%d) has capture errors: %s", config.env, job.rollout_id, job.seed,
+                        job.rollout_idx, "; ".join(e.get("message", "") for e in captured.errors)
+                        or captured.validation_failures[:3])
+        result = read_rollout_result(job.artifact_dir, replay_timeline=timeline)
+        result = environment.batch_result(result, captured)
+        result.extra["capture_errors"] = [e.get("kind") for e in captured.errors]
+        return result
+
+    return _shared_server(config, environment, options), run_one
 
 
 def result_from_artifacts(folder: str | Path, *, replay: bool = True) -> RolloutResult:
@@ -91,92 +143,3 @@ def result_from_artifacts(folder: str | Path, *, replay: bool = True) -> Rollout
         ArtifactError: summary.json is missing or unreadable.
     """
     return read_rollout_result(folder, replay_timeline=timeline_for_artifacts if replay else None)
-
-
-_TASK_COUNT_LOCK = threading.Lock()
-_TASK_COUNTS: dict[tuple[str, int], int] = {}
-
-
-def coding_task_count(tasks: str, n_prompts: int) -> int:
-    """How many tasks the capture's task list holds for `(tasks, n_prompts)` (seed 0), cached."""
-    key = (tasks, n_prompts)
-    with _TASK_COUNT_LOCK:
-        if key not in _TASK_COUNTS:
-            from rollout_dataset.tasks import load_tasks
-
-            _TASK_COUNTS[key] = len(load_tasks(source=tasks, n_prompts=n_prompts, seed=0))
-        return _TASK_COUNTS[key]
-
-
-@contextlib.contextmanager
-def _local_backend_or(config: BatchConfig) -> Iterator[str | None]:
-    """Yield `config.base_url`, or start one local backend (oracle policy) shared by the whole batch."""
-    if config.base_url:
-        yield config.base_url
-        return
-    from rollout_dataset.backend import make_policy, run_backend_in_thread
-    from rollout_dataset.envs.policies import register_builtin_policies
-    from rollout_dataset.tokenizers import load_tokenizer
-
-    register_builtin_policies()
-
-    with run_backend_in_thread(
-        tokenizer=load_tokenizer("builtin"), policy=make_policy("oracle"), served_model_name="local"
-    ) as backend:
-        log.info("local backend (oracle policy) for the batch at %s", backend.base_url)
-        yield backend.base_url
-
-
-def coding_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunOne]:
-    """The coding environment: each rollout is one `capture_rollout` with the built-in harness.
-
-    Seed `s` runs task index `s mod (number of tasks)` of the task list drawn with dataset seed 0;
-    rollout `i` of it uses rollout seed `s * 1000 + i`, so rollouts of a seed differ and every run
-    is reproducible. Coding takes no env options. Each rollout's sandbox hides the batch's
-    `rollouts/` folder (`settings["hide_paths"]`), so no agent reads the held-out tests an earlier
-    rollout wrote there (the allow-list sandbox does not contain it anyway).
-
-    Raises:
-        ConfigError: env options were given (coding has none).
-        SandboxUnavailableError: the allow-list sandbox cannot be built and `unsafe_sandbox` is off.
-    """
-    if config.env_options:
-        names = ", ".join(sorted(config.env_options))
-        raise ConfigError(f"--env-option: the coding environment takes no options (got {names})")
-    from rollout_dataset.sandbox.isolation import require_isolation
-
-    require_isolation(config.unsafe_sandbox)  # agents' code runs only in the allow-list sandbox unless opted out
-
-    def run_one(job: RolloutJob) -> RolloutResult:
-        from rollout_dataset.capture import CaptureConfig, capture_rollout
-
-        settings = job.settings
-        n_tasks = coding_task_count(settings["tasks"], settings["n_prompts"])
-        capture = CaptureConfig(
-            out_dir=job.artifact_dir,
-            base_url=settings.get("base_url"),
-            model=settings.get("model"),
-            task_index=job.seed % n_tasks,
-            seed=0,
-            rollout_seed=job.seed * 1000 + job.rollout_idx,
-            n_prompts=settings["n_prompts"],
-            tasks=settings["tasks"],
-            timeout_s=settings["timeout_s"],
-            max_turns=settings["max_turns"],
-            rollout_id=job.rollout_id,
-            tokenizer="builtin" if settings.get("local_backend") else None,
-            hide_paths=tuple(settings.get("hide_paths") or ()),
-            on_policy=bool(settings.get("on_policy")),
-            max_tokens_cap=settings.get("max_tokens_cap"),
-            fit_context=settings.get("fit_context", True),
-            unsafe_sandbox=bool(settings.get("unsafe_sandbox")),
-        )
-        captured = capture_rollout(capture)
-        if not captured.ok:
-            log.warning("rollout %s (seed %d, #%d) has capture errors: %s", job.rollout_id, job.seed, job.rollout_idx,
-                        "; ".join(e.get("message", "") for e in captured.errors) or captured.validation_failures[:3])
-        result = result_from_artifacts(job.artifact_dir)
-        result.extra["capture_errors"] = [e.get("kind") for e in captured.errors]
-        return result
-
-    return _local_backend_or(config), run_one

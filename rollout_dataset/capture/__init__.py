@@ -2,8 +2,11 @@
 
 Public API:
 
-- `capture_rollout(CaptureConfig) -> CaptureResult` — task, local backend (unless a base URL is
-  given), recording proxy, harness in a sandbox, verifier, leakage scan, artifacts, validation;
+- `capture_rollout(config) -> CaptureResult` — ONE pipeline for every environment
+  (`capture.pipeline`): local backend (unless a base URL is given), recording proxy, the
+  environment's agent, trace, export, documents (`capture.documents`), artifacts, validation, push;
+  `config` is a `CaptureConfig` (coding) or another environment's configuration;
+- `run_capture(environment, config)` — the same with an explicit environment;
 - `CaptureConfig`, `CaptureResult`;
 - `scan_for_leaks`, `compute_penalties`, `reward_after_penalties`, `PenaltyRules` — the integrity
   and reward rules, usable on their own;
@@ -16,7 +19,9 @@ Public API:
 from rollout_dataset.capture.config import CaptureConfig, CaptureResult
 from rollout_dataset.capture.hiding import capture_hidden_paths
 from rollout_dataset.capture.leakage import MIN_LEAK_CHARS, LeakHit, scan_for_leaks
-from rollout_dataset.capture.orchestrate import SOLUTION_NOTE, capture_rollout, first_call_failure, harness_statement
+from rollout_dataset.capture.pipeline import capture_rollout, run_capture
+from rollout_dataset.capture.upstream import first_call_failure
+from rollout_dataset.envs.coding.statement import SOLUTION_NOTE, harness_statement
 from rollout_dataset.capture.push import push_artifacts
 from rollout_dataset.rewards.penalties import PenaltyRules, compute_penalties, reward_after_penalties
 from rollout_dataset.capture.secrets import collect_secrets, redact_text
@@ -31,6 +36,7 @@ __all__ = [
     "SOLUTION_NOTE",
     "capture_hidden_paths",
     "capture_rollout",
+    "run_capture",
     "collect_secrets",
     "compute_penalties",
     "first_call_failure",

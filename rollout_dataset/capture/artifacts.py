@@ -53,7 +53,7 @@ def write_artifacts(out_dir: str | Path, files: Mapping[str, Any], secrets: Iter
 
     Args:
         out_dir: the artifact folder (created if missing).
-        files: file name -> a JSON-ready document (``.json`` names) or text (others).
+        files: file name -> a JSON-ready document (``.json`` names) or text (a ``str``: written as given).
         secrets: values to redact (see `collect_secrets`).
 
     Returns:
@@ -64,7 +64,7 @@ def write_artifacts(out_dir: str | Path, files: Mapping[str, Any], secrets: Iter
     secrets = list(secrets)
     redacted = 0
     for name, content in files.items():
-        if name.endswith(".json"):
+        if name.endswith(".json") and not isinstance(content, str):
             text = json.dumps(content, indent=1, ensure_ascii=False) + "\n"
         else:
             text = content if isinstance(content, str) else str(content)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rollout_dataset.rewards.penalties import PenaltyRules
 from rollout_dataset.proxy.redact import redact_url
@@ -66,6 +66,9 @@ class CaptureConfig:
             `UPSTREAM_NOT_RECORDED` (internal host names do not leak into a published dataset).
         on_policy: the proxy's on-policy mode (multi-turn prompts built from the sampled ids).
     """
+
+    #: the environment this configuration belongs to (`rollout_dataset.envs.registry`).
+    env_name: ClassVar[str] = "coding"
 
     out_dir: str | Path = "trace_artifact"
     base_url: str | None = None

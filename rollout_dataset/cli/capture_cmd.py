@@ -1,9 +1,11 @@
 """`rollout-dataset capture`: capture one rollout through the recording proxy and write its artifacts.
 
+Every environment goes through the one capture pipeline (`rollout_dataset.capture.capture_rollout`).
 `--env coding` (the default) captures one coding task with a harness; `--env crafter` (or any
-family registered in `rollout_dataset.envs`) hands the shared flags (`--seed`, `--rollout-seed`,
-`--base-url`, `--model`, `--max-turns`, `--timeout-s`, `--tokenizer`, `--out-dir`) and the game's
-own (`--max-steps`, `--max-actions`, `--area`) to that family's rollout function.
+environment of the registry, plugins included) gets the shared flags (`--seed`, `--rollout-seed`,
+`--base-url`, `--model`, `--max-turns`, `--max-tokens`, `--temperature`, `--timeout-s`,
+`--tokenizer`, `--out-dir`) and the game's own (`--max-steps`, `--max-actions`, `--area`) that its
+configuration class has.
 
 Exit codes: 0 captured and valid; 1 the capture failed (first model call 4xx/5xx, server
 unreachable, held-out leakage, artifacts that do not validate, failed push); 2 bad arguments
@@ -37,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser: the parser to fill.
     """
     parser.add_argument("--env", default="coding",
-                        help="environment family: coding (default: a coding task and a harness) or crafter")
+                        help="environment: coding (default: a coding task and a harness), crafter, or an installed "
+                             "plugin's (entry-point group rollout_dataset.environments)")
     parser.add_argument("--base-url", default=None,
                         help="OpenAI-compatible server (ends in /v1); default: start the local backend")
     parser.add_argument("--model", default=None, help="model name (default: 'local', or the server's first model)")
@@ -59,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", default=None, help="tokenizer for checks and samples (builtin | PATH | HUB_ID)")
     parser.add_argument("--max-turns", type=int, default=None,
                         help="turn budget of the built-in harness (default 20; crafter: model calls, default 30)")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="completion cap per model call of the built-in harness or game agent "
+                             "(default 2048; crafter 512)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sampling temperature of the built-in harness or game agent (default 1.0)")
     game = parser.add_argument_group("environment options (--env crafter)")
     game.add_argument("--max-steps", type=int, default=None, help="game steps per episode (crafter default 100)")
     game.add_argument("--max-actions", type=int, default=None, help="actions per act call (crafter default 8)")
@@ -102,16 +110,16 @@ _GAME_ONLY = ("max_steps", "max_actions", "area")
 
 
 def env_config_from_args(args: argparse.Namespace) -> Any:
-    """Build the rollout configuration of a registered environment family (`--env crafter`).
+    """Build the rollout configuration of a registered environment other than coding (`--env crafter`).
 
-    Only the flags the family's configuration has are passed, and only when given, so the family's
+    Only the flags the environment's configuration has are passed, and only when given, so its
     own defaults apply otherwise. The API key comes from `OPENAI_API_KEY`.
 
     Args:
         args: parsed arguments.
 
     Returns:
-        An instance of the family's configuration class (e.g. `CrafterRolloutConfig`).
+        An instance of the environment's configuration class (e.g. `CrafterRolloutConfig`).
 
     Raises:
         ConfigError: an unknown environment, or a coding-only flag given for it.
@@ -120,18 +128,19 @@ def env_config_from_args(args: argparse.Namespace) -> Any:
     import dataclasses
     import os
 
-    from rollout_dataset.envs import get_env
+    from rollout_dataset.envs import get_environment
     from rollout_dataset.errors import ConfigError
 
-    family = get_env(args.env)
+    environment = get_environment(args.env)
     wrong = [name for name, default in _CODING_ONLY.items() if getattr(args, name, default) != default]
     if wrong:
         flags = ", ".join("--" + n.replace("_", "-") for n in wrong)
         raise ConfigError(f"--env {args.env}: {flags} only appl{'ies' if len(wrong) == 1 else 'y'} to --env coding")
-    config_class = family.config_class()
+    config_class = environment.config_class()
     fields = {f.name for f in dataclasses.fields(config_class)}
     given = {"out_dir": args.out_dir, "seed": args.seed, "rollout_seed": args.rollout_seed, "base_url": args.base_url,
              "model": args.model, "max_turns": args.max_turns, "timeout_s": args.timeout_s,
+             "max_tokens": getattr(args, "max_tokens", None), "temperature": getattr(args, "temperature", None),
              "tokenizer": args.tokenizer, "api_key": os.environ.get("OPENAI_API_KEY"),
              **_push_destination(args),
              **{name: getattr(args, name, None) for name in _GAME_ONLY}}
@@ -141,30 +150,11 @@ def env_config_from_args(args: argparse.Namespace) -> Any:
     return config_class(**{k: v for k, v in given.items() if v is not None and k in fields})
 
 
-def _run_env(args: argparse.Namespace) -> int:
-    """`--env NAME` other than coding: the family's rollout function."""
-    from rollout_dataset.envs import get_env
-    from rollout_dataset.errors import ConfigError, UpstreamError
-
-    try:
-        config = env_config_from_args(args)
-        rollout = get_env(args.env).rollout_function()
-    except (ConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        result = rollout(config)
-    except UpstreamError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return report_result(result)
-
-
 def report_result(result) -> int:
     """Print a capture's summary (stdout) and its failures (stderr); return its exit code.
 
     Args:
-        result: a `CaptureResult` (coding or another environment family).
+        result: a `CaptureResult` (of any environment).
 
     Returns:
         The capture's exit code.
@@ -203,7 +193,9 @@ def config_from_args(args: argparse.Namespace):
     return CaptureConfig(out_dir=args.out_dir or "trace_artifact", base_url=args.base_url, model=args.model,
                          task_index=args.task_index, seed=args.seed, rollout_seed=args.rollout_seed, n_prompts=args.n_prompts, tasks=args.tasks,
                          harness=args.harness, timeout_s=args.timeout_s, policy=args.policy, script=args.script,
-                         tokenizer=args.tokenizer, max_turns=20 if args.max_turns is None else args.max_turns, keep_workdir=args.keep_workdir,
+                         tokenizer=args.tokenizer, max_turns=20 if args.max_turns is None else args.max_turns,
+                         **{k: v for k in ("max_tokens", "temperature") if (v := getattr(args, k, None)) is not None},
+                         keep_workdir=args.keep_workdir,
                          **_push_destination(args), on_policy=args.on_policy,
                          max_tokens_cap=args.max_tokens_cap, fit_context=args.fit_context,
                          unsafe_sandbox=args.unsafe_sandbox, sandbox_ro_paths=tuple(args.sandbox_ro),
@@ -224,10 +216,11 @@ def run(args: argparse.Namespace) -> int:
 
     if not getattr(args, "verbose", 0):
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP call is noise here
-    if getattr(args, "env", "coding") != "coding":
-        return _run_env(args)
     try:
-        config = config_from_args(args)
+        if getattr(args, "env", "coding") == "coding":
+            config = config_from_args(args)
+        else:
+            config = env_config_from_args(args)
         result = capture_rollout(config)
     except (TaskIndexError, TaskSourceError, ValueError) as exc:  # ConfigError is a ValueError
         print(f"error: {exc}", file=sys.stderr)

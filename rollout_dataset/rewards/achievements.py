@@ -13,9 +13,41 @@ from typing import Iterable, Sequence
 
 from rollout_dataset.rewards.stepwise import AchievementSnapshot, timeline_from_json, timeline_to_json
 
-__all__ = ["ACHIEVEMENTS_FILE", "write_achievements", "read_achievements"]
+__all__ = ["ACHIEVEMENTS_FILE", "achievements_text", "write_achievements", "read_achievements"]
 
 ACHIEVEMENTS_FILE = "achievements.json"
+
+
+def achievements_text(
+    *,
+    env: str,
+    catalogue: Iterable[str],
+    timeline: Sequence[AchievementSnapshot],
+    initial: Iterable[str] = (),
+    source: str = "recorded",
+) -> str:
+    """The text of `achievements.json` (what `write_achievements` writes; an environment hands it
+    to the capture pipeline as an extra artifact file).
+
+    Args:
+        env: environment family.
+        catalogue: every achievement name.
+        timeline: the snapshots, in decision order.
+        initial: achievements true before the first decision.
+        source: `recorded` (while running) or `replayed` (after the fact).
+
+    Returns:
+        The JSON text, newline-terminated.
+    """
+    doc = {
+        "schema_version": 1,
+        "env": env,
+        "source": source,
+        "catalogue": list(catalogue),
+        "initial": sorted(initial),
+        "timeline": timeline_to_json(timeline),
+    }
+    return json.dumps(doc, indent=2) + "\n"
 
 
 def write_achievements(
@@ -41,15 +73,8 @@ def write_achievements(
         The file written.
     """
     path = Path(folder) / ACHIEVEMENTS_FILE
-    doc = {
-        "schema_version": 1,
-        "env": env,
-        "source": source,
-        "catalogue": list(catalogue),
-        "initial": sorted(initial),
-        "timeline": timeline_to_json(timeline),
-    }
-    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    path.write_text(achievements_text(env=env, catalogue=catalogue, timeline=timeline, initial=initial, source=source),
+                    encoding="utf-8")
     return path
 
 

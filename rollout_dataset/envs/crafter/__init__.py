@@ -5,12 +5,11 @@ Public API:
     `render_observation`, `parse_observation` — the text the agent reads, and its parser.
     `CrafterAgent`, `act_tool_manifest`, `crafter_achievements` — the harness and its `act` tool.
     `CrafterRolloutConfig`, `run_crafter_rollout` — one rollout through the proxy to artifacts.
-    `batch_runner` — the `--env crafter` runner of `rollout-dataset batch`.
+    `CrafterEnvironment` — Crafter behind the `Environment` seam (`rollout_dataset.envs.crafter.env`).
 """
 
 from __future__ import annotations
 
-from rollout_dataset.envs.crafter.batch import batch_runner
 from rollout_dataset.envs.crafter.harness import (
     ACT_TOOL,
     MAX_ACTIONS_PER_CALL,
@@ -19,6 +18,7 @@ from rollout_dataset.envs.crafter.harness import (
     act_tool_manifest,
     crafter_achievements,
 )
+from rollout_dataset.envs.crafter.env import CrafterEnvironment
 from rollout_dataset.envs.crafter.observation import parse_observation, render_observation
 from rollout_dataset.envs.crafter.rollout import CrafterRolloutConfig, run_crafter_rollout, task_id_for
 from rollout_dataset.envs.crafter.world import ACHIEVEMENTS, ACTIONS, CrafterState, CrafterWorld, StepOutcome
@@ -30,12 +30,12 @@ __all__ = [
     "MAX_ACTIONS_PER_CALL",
     "CrafterAgent",
     "CrafterAgentResult",
+    "CrafterEnvironment",
     "CrafterRolloutConfig",
     "CrafterState",
     "CrafterWorld",
     "StepOutcome",
     "act_tool_manifest",
-    "batch_runner",
     "crafter_achievements",
     "parse_observation",
     "render_observation",

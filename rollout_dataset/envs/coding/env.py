@@ -1,0 +1,269 @@
+"""The coding environment: a task of a task set, a harness in the allow-list sandbox, a verifier.
+
+It wraps the packages that do the work (`rollout_dataset.tasks`: task sets and selection;
+`rollout_dataset.harness`: the built-in agent and external harnesses; `rollout_dataset.sandbox`:
+the sandbox and the verifier) behind the `Environment` seam, so the one capture pipeline
+(`rollout_dataset.capture.pipeline`) runs it like any other. Its configuration is `CaptureConfig`.
+
+- task: index `task_index` of the list `load_tasks(tasks, n_prompts, seed)`; its held-out tests
+  produce the reward and never reach the agent (the task files, the output folder and the batch's
+  rollouts folder are outside the sandbox's root, and masked besides);
+- run: the built-in harness, or an external one (`cmd:`, mini-swe-agent, opencode, codex) whose
+  first failed model call stops it at once;
+- score: `solution.py` on the held-out tests in fresh sandboxes; penalties; the leakage scan;
+- the local backend's player: `oracle` (`envs/coding/policy.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Mapping
+
+from rollout_dataset.capture.config import CaptureConfig
+from rollout_dataset.envs.base import AgentContext, AgentOutcome, CaptureSettings, EnvironmentBase, Score, TaskInfo
+from rollout_dataset.envs.coding.statement import SOLUTION_NOTE, harness_statement
+
+__all__ = ["CodingEnvironment", "CodingEpisode", "coding_task_count"]
+
+logger = logging.getLogger(__name__)
+
+_TASK_COUNT_LOCK = threading.Lock()
+_TASK_COUNTS: dict[tuple[str, int], int] = {}
+
+
+def coding_task_count(tasks: str, n_prompts: int) -> int:
+    """How many tasks the capture's task list holds for `(tasks, n_prompts)` (seed 0), cached."""
+    key = (tasks, n_prompts)
+    with _TASK_COUNT_LOCK:
+        if key not in _TASK_COUNTS:
+            from rollout_dataset.tasks import load_tasks
+
+            _TASK_COUNTS[key] = len(load_tasks(source=tasks, n_prompts=n_prompts, seed=0))
+        return _TASK_COUNTS[key]
+
+
+class _TraceWatch:
+    """Polls a session's trace file; says stop when the first generation call failed or the context is full."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.size = -1
+        self.failed: dict[str, Any] | None = None
+
+    def __call__(self) -> str | None:
+        from rollout_dataset.capture.upstream import first_call_failure
+        from rollout_dataset.proxy import read_trace
+        from rollout_dataset.proxy.context_fit import CONTEXT_EXHAUSTED, exhausted_call
+
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return None
+        if size == self.size:
+            return None
+        self.size = size
+        records = read_trace(self.path)
+        self.failed = first_call_failure(records)
+        if self.failed:
+            return "upstream_error"
+        return CONTEXT_EXHAUSTED if exhausted_call(records) is not None else None
+
+
+class CodingEpisode:
+    """One coding rollout: its task chosen, its harness resolved (see `CodingEnvironment.prepare`)."""
+
+    session = None  # the proxy session is named by the rollout id
+
+    def __init__(self, config: CaptureConfig, task: Any, preset: Any, isolation: str) -> None:
+        self.config = config
+        self.task_ = task
+        self.preset = preset
+        self.isolation = isolation
+        self.harness = config.harness
+        self.statement = harness_statement(task.instruction)
+        self.box: Any = None
+        self.exit_code: int | None = None
+        self.model: str | None = None
+
+    def run(self, agent: AgentContext) -> AgentOutcome:
+        """The harness in the allow-list sandbox, against the proxy's session URL."""
+        from rollout_dataset.capture.hiding import capture_hidden_paths
+        from rollout_dataset.harness import BuiltinAgent, ToolBox, resolve_harness, run_external_harness
+        from rollout_dataset.harness.presets import CONTEXT_AWARE_PRESETS
+        from rollout_dataset.harness.tools import sandbox_runner
+        from rollout_dataset.sandbox import Sandbox
+
+        config, task, preset = self.config, self.task_, self.preset
+        self.model = agent.model
+        if preset is not None and preset.name in CONTEXT_AWARE_PRESETS and config.fit_context:
+            preset = resolve_harness(config.harness, context_tokens=agent.context_length(),
+                                     output_tokens=config.max_tokens_cap) or preset
+        # held-out isolation: the agent's code runs in the allow-list root (none of the task files, this
+        # rollout's folder, its siblings or the trace are in it); these paths are masked as a second line
+        hidden = capture_hidden_paths(task, agent.out_dir, config.hide_paths)
+        box = self.box = agent.stack.enter_context(Sandbox(hide_paths=hidden, unsafe=config.unsafe_sandbox))
+        if preset is None:
+            toolbox = ToolBox(box.workdir, [(t.input, t.output) for t in task.visible_tests], sandbox_runner(box))
+            builtin = BuiltinAgent(agent.base_url, agent.model, toolbox, api_key=agent.api_key,
+                                   max_turns=config.max_turns, timeout_s=config.timeout_s,
+                                   seed=config.effective_rollout_seed, temperature=config.temperature,
+                                   max_tokens=config.max_tokens, report_url=agent.report_url)
+            result = builtin.run(self.statement)
+            errors = [{"kind": "upstream_error", "message": result.error}] if result.error else []
+            return AgentOutcome(result.stop_reason, result.timed_out, errors, result.decisions)
+        watch = _TraceWatch(agent.trace_path)
+        ext = run_external_harness(preset.command, base_url=agent.base_url, model=agent.model, workdir=box.workdir,
+                                   instruction=self.statement, api_key=agent.api_key,
+                                   timeout_s=config.timeout_s, env=preset.env, should_stop=watch,
+                                   hide_paths=hidden, ro_paths=[*preset.ro_paths, *config.sandbox_ro_paths],
+                                   unsafe=config.unsafe_sandbox)
+        stop_reason, self.exit_code = ext.stop_reason, ext.exit_code
+        watch()  # the last calls' records
+        if ext.stop_reason == "upstream_error" or watch.failed:
+            from rollout_dataset.capture.upstream import first_call_failure
+            from rollout_dataset.proxy import read_trace
+
+            agent.raise_first_call(watch.failed or first_call_failure(read_trace(agent.trace_path)) or {})
+        errors = []
+        if ext.stop_reason == "harness_exit" and ext.exit_code not in (0, None):
+            errors.append({"kind": "harness_error", "message":
+                           f"{preset.name} exited with status {ext.exit_code}: {ext.stderr_tail[-600:]}"})
+            stop_reason = "harness_error"
+        return AgentOutcome(stop_reason, ext.timed_out, errors, [])
+
+    def score(self, records: list[dict[str, Any]], turns: dict[str, Any], outcome: AgentOutcome,
+              agent: AgentContext) -> Score:
+        """`solution.py` on the held-out tests, penalties, the leakage scan (and `--keep-workdir`)."""
+        from rollout_dataset.capture.documents import agent_tool_counts
+        from rollout_dataset.capture.leakage import scan_for_leaks
+        from rollout_dataset.capture.workdir import copy_workdir
+        from rollout_dataset.rewards.penalties import compute_penalties, reward_after_penalties
+        from rollout_dataset.sandbox import verify_solution
+
+        config, task = self.config, self.task_
+        verdict = verify_solution(task, self.box.workdir, unsafe=config.unsafe_sandbox)
+        hits = scan_for_leaks(self.statement, task.held_out_tests, records, self.box.workdir)
+        if config.keep_workdir:
+            copy_workdir(self.box.workdir, agent.out_dir, agent.secrets)
+        by_name = agent_tool_counts(turns)
+        ran_code = None if self.preset is not None else any(d.get("ran_code") for d in outcome.decisions)
+        penalties = compute_penalties(by_name, ran_code, config.penalties)
+        env_reward = verdict.env_reward
+        passed = verdict.passed if env_reward is not None else None
+        return Score(env_reward=env_reward, reward_after_penalties=reward_after_penalties(env_reward, penalties),
+                     penalties=penalties, held_out_tests=len(task.held_out_tests), held_out_passed=passed,
+                     verifier=True, unscored_reason=verdict.unscored_reason,
+                     leakage_hits=[h.to_dict() for h in hits],
+                     samples_header={"task": task.task_id, "reward": env_reward,
+                                     "passed": f"{passed}/{len(task.held_out_tests)}" if passed is not None else None})
+
+    def task(self, outcome: AgentOutcome) -> TaskInfo:
+        """The coding task as `task.json` records it."""
+        from rollout_dataset.tasks.model import visible_tests_text
+
+        config, task = self.config, self.task_
+        return TaskInfo(env="coding", task_id=task.task_id, task_index=config.task_index, title=task.title,
+                        instruction=task.instruction, source=task.source, dataset_seed=config.seed,
+                        rollout_seed=config.effective_rollout_seed, n_prompts=config.n_prompts,
+                        config={**config.public_dict(), "model": self.model, "statement_suffix": SOLUTION_NOTE},
+                        held_out_tests=[{"input": t.input, "output": t.output} for t in task.held_out_tests],
+                        visible_tests=visible_tests_text(task))
+
+    def rollout_metadata(self, rollout_id: str, model: str, outcome: AgentOutcome) -> dict[str, Any]:
+        """`rollout.json` metadata."""
+        return {"rollout_id": rollout_id, "task_id": self.task_.task_id, "model": model, "harness": self.harness,
+                "env": "coding", "rollout_seed": self.config.effective_rollout_seed}
+
+    def summary_fields(self, facts: Mapping[str, Any], outcome: AgentOutcome) -> dict[str, Any]:
+        """The harness's exit code, the sandbox's isolation, provenance, continuity, context fitting."""
+        return {"harness_exit_code": self.exit_code, "isolation": self.isolation, "provenance": facts["provenance"],
+                "continuity": facts["continuity"], "context_fit": facts["context_fit"]}
+
+    def extra_files(self, outcome: AgentOutcome) -> dict[str, Any]:
+        """None: the batch replays the trace for the timeline when it needs one."""
+        return {}
+
+
+class CodingEnvironment(EnvironmentBase):
+    """The built-in coding environment (`--env coding`, the default)."""
+
+    name = "coding"
+    description = "coding tasks (stdin -> stdout) solved by a harness in the sandbox, scored on held-out tests"
+    default_policy = "oracle"
+
+    def config_class(self) -> type:
+        """`CaptureConfig`."""
+        return CaptureConfig
+
+    def capture_settings(self, config: CaptureConfig) -> CaptureSettings:
+        """The pipeline's settings of a `CaptureConfig`."""
+        options: dict[str, Any] = {"script": str(config.script)} if config.policy == "script" and config.script else {}
+        return CaptureSettings(
+            out_dir=Path(config.out_dir), base_url=config.base_url, model=config.model,
+            api_key=config.upstream_api_key, rollout_id=config.rollout_id, tokenizer=config.tokenizer,
+            backend_policy=config.policy, policy_options=options, served_model_name=config.served_model_name,
+            local_max_model_len=config.local_max_model_len, on_policy=config.on_policy,
+            max_tokens_cap=config.max_tokens_cap, fit_context=config.fit_context,
+            push_repo=config.push_repo, push_private=config.push_private)
+
+    def prepare(self, config: CaptureConfig) -> CodingEpisode:
+        """Resolve the harness, require the sandbox, pick the task.
+
+        Raises:
+            ValueError: an unknown harness, or a `sandbox_ro_paths` entry exposing task data.
+            SandboxUnavailableError: no allow-list sandbox here and `unsafe_sandbox` is off.
+            TaskIndexError / TaskSourceError: the task cannot be picked (the valid range is named).
+        """
+        from rollout_dataset.harness import resolve_harness
+        from rollout_dataset.sandbox.isolation import check_sandbox_ro_paths, require_isolation
+        from rollout_dataset.tasks import load_tasks, select_task
+
+        if config.policy == "script" and not config.script and not config.base_url:
+            raise ValueError("--policy script needs --script FILE")
+        preset = resolve_harness(config.harness)  # bad --harness fails before anything starts
+        isolation = require_isolation(config.unsafe_sandbox)  # no sandbox, no untrusted code (unless opted out)
+        check_sandbox_ro_paths(config.sandbox_ro_paths, [config.out_dir])
+        tasks = load_tasks(config.tasks, n_prompts=config.n_prompts, seed=config.seed)
+        task = select_task(tasks, config.task_index)
+        logger.info("task index=%d id=%s held_out=%d dataset_seed=%d rollout_seed=%d", config.task_index,
+                    task.task_id, len(task.held_out_tests), config.seed, config.effective_rollout_seed)
+        return CodingEpisode(config, task, preset, isolation)
+
+    def batch_options(self, config: Any) -> dict[str, Any]:
+        """No options; the sandbox must be buildable (unless `unsafe_sandbox`).
+
+        Raises:
+            ConfigError: env options were given (coding has none).
+            SandboxUnavailableError: the allow-list sandbox cannot be built and `unsafe_sandbox` is off.
+        """
+        from rollout_dataset.errors import ConfigError
+        from rollout_dataset.sandbox.isolation import require_isolation
+
+        if config.env_options:
+            names = ", ".join(sorted(config.env_options))
+            raise ConfigError(f"--env-option: the coding environment takes no options (got {names})")
+        require_isolation(config.unsafe_sandbox)  # agents' code runs only in the allow-list sandbox unless opted out
+        return {}
+
+    def batch_config(self, config: Any, job: Any, options: Mapping[str, Any]) -> CaptureConfig:
+        """Seed `s` runs task index `s mod (number of tasks)` of the list drawn with dataset seed 0;
+        rollout `i` of it uses rollout seed `s * 1000 + i`. Each sandbox hides the batch's `rollouts/`."""
+        settings = job.settings
+        n_tasks = coding_task_count(settings["tasks"], settings["n_prompts"])
+        return CaptureConfig(
+            out_dir=job.artifact_dir, base_url=settings.get("base_url"), model=settings.get("model"),
+            task_index=job.seed % n_tasks, seed=0, rollout_seed=job.seed * 1000 + job.rollout_idx,
+            n_prompts=settings["n_prompts"], tasks=settings["tasks"], timeout_s=settings["timeout_s"],
+            max_turns=settings["max_turns"], rollout_id=job.rollout_id,
+            tokenizer="builtin" if settings.get("local_backend") else None,
+            hide_paths=tuple(settings.get("hide_paths") or ()), on_policy=bool(settings.get("on_policy")),
+            max_tokens_cap=settings.get("max_tokens_cap"), fit_context=settings.get("fit_context", True),
+            unsafe_sandbox=bool(settings.get("unsafe_sandbox")))
+
+    def achievements(self, folder: Path) -> Any:
+        """The timeline from `achievements.json`, else replayed from `trace.json` (`envs.coding.replay`)."""
+        from rollout_dataset.envs.coding.replay import timeline_for_artifacts
+
+        return timeline_for_artifacts(folder)

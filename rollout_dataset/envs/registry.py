@@ -1,0 +1,136 @@
+"""The one registry of environments: built-ins, `register_environment`, and installed plugins.
+
+Names resolve in this order: environments registered in this process, the built-ins (`coding`,
+`crafter`, imported on first use), then the entry points of the group `rollout_dataset.environments`
+of the installed distributions (importlib.metadata), loaded lazily — only when the name is asked
+for, or when every name is listed. A plugin declares, in its packaging metadata:
+
+    [project.entry-points."rollout_dataset.environments"]
+    guess = "my_package.env:GuessEnvironment"
+
+The object named is an `Environment` (`rollout_dataset.envs.base`), or a class or function that
+returns one when called without arguments. A plugin that fails to import or to build is a
+`ConfigError` naming the entry point and the reason, never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import logging
+import threading
+from typing import Any
+
+from rollout_dataset.errors import ConfigError
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "available_environments",
+    "get_environment",
+    "register_environment",
+]
+
+logger = logging.getLogger(__name__)
+
+#: the entry-point group third-party packages extend.
+ENTRY_POINT_GROUP = "rollout_dataset.environments"
+
+#: the built-in environments, by `module:attribute` (imported on first use).
+_BUILTIN: dict[str, str] = {
+    "coding": "rollout_dataset.envs.coding.env:CodingEnvironment",
+    "crafter": "rollout_dataset.envs.crafter.env:CrafterEnvironment",
+}
+
+_REGISTERED: dict[str, Any] = {}
+_LOCK = threading.RLock()
+
+
+def register_environment(environment: Any, name: str | None = None) -> None:
+    """Register (or replace) an environment in this process.
+
+    Args:
+        environment: an `Environment` (an object with `name`, `prepare`, `capture_settings`, ...).
+        name: the `--env` name (default `environment.name`).
+
+    Raises:
+        ConfigError: no name.
+    """
+    key = name or getattr(environment, "name", None)
+    if not key:
+        raise ConfigError("register_environment: the environment has no name")
+    with _LOCK:
+        _REGISTERED[str(key)] = environment
+
+
+def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    found: dict[str, importlib.metadata.EntryPoint] = {}
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(entry.name, entry)  # the first on sys.path wins, as for imports
+    return found
+
+
+def _instantiate(obj: Any) -> Any:
+    return obj() if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "prepare")) else obj
+
+
+def _load_builtin(name: str) -> Any:
+    module, _, attr = _BUILTIN[name].partition(":")
+    try:
+        return _instantiate(getattr(importlib.import_module(module), attr))
+    except ImportError as exc:
+        raise ConfigError(f"environment {name!r} is unavailable: {exc}") from None
+
+
+def _load_entry_point(entry: importlib.metadata.EntryPoint) -> Any:
+    where = f"entry point {entry.name!r} = {entry.value!r} (group {ENTRY_POINT_GROUP})"
+    try:
+        environment = _instantiate(entry.load())
+    except Exception as exc:  # a broken plugin is named, never a traceback
+        raise ConfigError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
+    for attribute in ("prepare", "capture_settings", "config_class"):
+        if not callable(getattr(environment, attribute, None)):
+            raise ConfigError(f"{where} is not an environment: it has no {attribute}() "
+                              "(see rollout_dataset.envs.base.Environment)")
+    return environment
+
+
+def get_environment(name: str) -> Any:
+    """The environment registered under `name`.
+
+    Args:
+        name: e.g. `coding`, `crafter`, or a plugin's name.
+
+    Returns:
+        The `Environment`.
+
+    Raises:
+        ConfigError: no environment of that name (the message lists the known ones), or its code
+            cannot be imported (the message names the module or the entry point).
+    """
+    with _LOCK:
+        if name in _REGISTERED:
+            return _REGISTERED[name]
+        if name in _BUILTIN:
+            environment = _load_builtin(name)
+        else:
+            entry = _entry_points().get(name)
+            if entry is None:
+                raise ConfigError(f"unknown environment {name!r}; known: {', '.join(available_environments())}")
+            environment = _load_entry_point(entry)
+        _REGISTERED[name] = environment
+        return environment
+
+
+def available_environments() -> list[str]:
+    """Every environment name: registered, built-in and installed plugins (none is imported).
+
+    Returns:
+        The names, sorted.
+    """
+    with _LOCK:
+        names = set(_REGISTERED) | set(_BUILTIN)
+    try:
+        names |= set(_entry_points())
+    except Exception as exc:  # unreadable packaging metadata must not hide the built-ins
+        logger.warning("entry points of %s unreadable: %s", ENTRY_POINT_GROUP, exc)
+    return sorted(names)
