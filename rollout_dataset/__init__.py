@@ -1,7 +1,10 @@
 """rollout-dataset: capture LLM-agent rollouts token-exact and publish them as a Hugging Face dataset.
 
 The public API is re-exported here lazily, so `import rollout_dataset` stays cheap and a command
-only pays for the modules it uses: one rollout (`capture_rollout(CaptureConfig) -> CaptureResult`),
+only pays for the modules it uses: one rollout of any environment (`capture_rollout(config) ->
+CaptureResult`, `CaptureConfig` for coding, `CrafterRolloutConfig`, a plugin's), the environments
+(`Environment`, `EnvironmentBase`, `get_environment`, `register_environment`,
+`available_environments`; plugins through the entry-point group `rollout_dataset.environments`),
 a batch (`run_batch(BatchConfig) -> BatchResult`), the dataset (`build(...) -> BuildResult`,
 `push(...) -> PushResult`), their configuration and result types, and every deliberate error
 (`rollout_dataset.errors`). Type checkers and IDEs see the same names through the static imports
@@ -41,6 +44,13 @@ _EXPORTS: dict[str, str] = {
     "StepRewardConfig": "rollout_dataset.rewards.config",
     "RolloutResult": "rollout_dataset.rewards.results",
     "run_crafter_rollout": "rollout_dataset.envs.crafter",
+    "CrafterRolloutConfig": "rollout_dataset.envs.crafter",
+    "run_capture": "rollout_dataset.capture",
+    "Environment": "rollout_dataset.envs",
+    "EnvironmentBase": "rollout_dataset.envs",
+    "get_environment": "rollout_dataset.envs",
+    "register_environment": "rollout_dataset.envs",
+    "available_environments": "rollout_dataset.envs",
     "validate_path": "rollout_dataset.schema.check",
     "RolloutDatasetError": "rollout_dataset.errors",
     "UpstreamError": "rollout_dataset.errors",
@@ -76,7 +86,15 @@ if TYPE_CHECKING:  # static imports for type checkers; never executed
     from rollout_dataset.batch import run_batch, BatchConfig, BatchResult
     from rollout_dataset.rewards.config import StepRewardConfig
     from rollout_dataset.rewards.results import RolloutResult
-    from rollout_dataset.envs.crafter import run_crafter_rollout
+    from rollout_dataset.envs.crafter import run_crafter_rollout, CrafterRolloutConfig
+    from rollout_dataset.capture import run_capture
+    from rollout_dataset.envs import (
+        Environment,
+        EnvironmentBase,
+        get_environment,
+        register_environment,
+        available_environments,
+    )
     from rollout_dataset.schema.check import validate_path
     from rollout_dataset.errors import (
         RolloutDatasetError,

@@ -29,10 +29,36 @@ RULES = [
         id="trainer-facing",
     ),
     pytest.param(
-        "environments do not import the batch evaluator",
+        "environments do not import the batch evaluator, nor the command line",
         ("envs/",),
-        ("rollout_dataset.batch",),
+        ("rollout_dataset.batch", "rollout_dataset.cli"),
         id="envs",
+    ),
+    pytest.param(
+        "the environment seam and the registry know no concrete environment and no pipeline",
+        ("envs/base.py", "envs/registry.py", "envs/__init__.py"),
+        ("rollout_dataset.envs.coding", "rollout_dataset.envs.crafter", "rollout_dataset.capture",
+         "rollout_dataset.batch", "rollout_dataset.tasks", "rollout_dataset.harness", "rollout_dataset.sandbox"),
+        id="seam",
+    ),
+    pytest.param(
+        "the capture pipeline and the batch runner get environments from the registry, never by import",
+        ("capture/pipeline.py", "capture/upstream.py", "capture/documents.py", "batch/envs.py", "batch/runner.py"),
+        ("rollout_dataset.envs.coding", "rollout_dataset.envs.crafter", "rollout_dataset.tasks",
+         "rollout_dataset.harness", "rollout_dataset.sandbox"),
+        id="pipeline",
+    ),
+    pytest.param(
+        "the coding environment does not import Crafter",
+        ("envs/coding/",),
+        ("rollout_dataset.envs.crafter",),
+        id="coding-env",
+    ),
+    pytest.param(
+        "Crafter does not import the coding environment",
+        ("envs/crafter/",),
+        ("rollout_dataset.envs.coding",),
+        id="crafter-env",
     ),
 ]
 

@@ -38,3 +38,10 @@ def test_the_errors_and_config_types_are_public():
     for name in ("ConfigError", "ArtifactError", "CaptureConfig", "CaptureResult", "BatchConfig", "BatchResult",
                  "RolloutResult", "capture_rollout", "build", "push", "run_batch"):
         assert name in rollout_dataset.__all__, name
+
+
+def test_the_environment_seam_and_its_registry_are_public():
+    for name in ("Environment", "EnvironmentBase", "get_environment", "register_environment", "available_environments",
+                 "run_capture", "CrafterRolloutConfig"):
+        assert name in rollout_dataset.__all__, name
+    assert rollout_dataset.get_environment("coding").config_class() is rollout_dataset.CaptureConfig

@@ -21,8 +21,6 @@ from typing import Any, Callable, ContextManager, Iterator
 
 from rollout_dataset.batch.config import BatchConfig
 from rollout_dataset.batch.executor import RolloutJob, RunOne
-from rollout_dataset.envs.coding.env import coding_task_count
-from rollout_dataset.envs.coding.replay import timeline_for_artifacts
 from rollout_dataset.errors import ConfigError
 from rollout_dataset.rewards.results import RolloutResult, read_rollout_result
 
@@ -31,7 +29,6 @@ __all__ = [
     "register_env",
     "env_runner",
     "result_from_artifacts",
-    "coding_task_count",
 ]
 
 log = logging.getLogger(__name__)
@@ -107,12 +104,6 @@ def env_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunOne]
         return environment.batch_runner(config)
     options = environment.batch_options(config)  # refused before any rollout starts
 
-    def timeline(folder: Path) -> tuple[list[Any], frozenset[str]]:
-        from rollout_dataset.rewards.achievements import read_achievements
-
-        found = environment.achievements(Path(folder)) or read_achievements(folder)
-        return found if found is not None else ([], frozenset())
-
     def run_one(job: RolloutJob) -> RolloutResult:
         from rollout_dataset.capture.pipeline import run_capture
 
@@ -121,7 +112,7 @@ def env_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunOne]
             log.warning("%s rollout %s (seed %d, #%d) has capture errors: %s", config.env, job.rollout_id, job.seed,
                         job.rollout_idx, "; ".join(e.get("message", "") for e in captured.errors)
                         or captured.validation_failures[:3])
-        result = read_rollout_result(job.artifact_dir, replay_timeline=timeline)
+        result = result_from_artifacts(job.artifact_dir, environment=environment)
         result = environment.batch_result(result, captured)
         result.extra["capture_errors"] = [e.get("kind") for e in captured.errors]
         return result
@@ -129,12 +120,39 @@ def env_runner(config: BatchConfig) -> tuple[ContextManager[str | None], RunOne]
     return _shared_server(config, environment, options), run_one
 
 
-def result_from_artifacts(folder: str | Path, *, replay: bool = True) -> RolloutResult:
+def _timeline_of(environment: Any) -> Callable[[Path], tuple[list[Any], frozenset[str]]]:
+    """The environment's timeline of a folder (`achievements`), else its `achievements.json`, else none."""
+
+    def timeline(folder: Path) -> tuple[list[Any], frozenset[str]]:
+        from rollout_dataset.rewards.achievements import read_achievements
+
+        found = environment.achievements(Path(folder)) or read_achievements(folder)
+        return found if found is not None else ([], frozenset())
+
+    return timeline
+
+
+def _environment_named_in(folder: Path) -> Any:
+    """The registered environment `summary.json` names (coding when it names none); None when unknown."""
+    import json
+
+    from rollout_dataset.envs.registry import get_environment
+
+    try:
+        name = json.loads((folder / "summary.json").read_text(encoding="utf-8")).get("env") or "coding"
+        return get_environment(str(name))
+    except (OSError, ValueError, AttributeError):  # ConfigError is a ValueError; read_rollout_result names the file
+        return None
+
+
+def result_from_artifacts(folder: str | Path, *, replay: bool = True, environment: Any = None) -> RolloutResult:
     """Read what the batch needs from one artifact folder.
 
     Args:
         folder: the artifact folder (`summary.json`, and `achievements.json` or `trace.json`).
-        replay: rebuild a coding timeline from `trace.json` when `achievements.json` is missing.
+        replay: let the environment rebuild the timeline when the folder has no `achievements.json`
+            (coding replays `trace.json` in a fresh sandbox); False reads `achievements.json` only.
+        environment: the rollout's environment (default: the one `summary.json` names, from the registry).
 
     Returns:
         The rollout's result; `final_return` is `reward_after_penalties` (None when unscorable).
@@ -142,4 +160,9 @@ def result_from_artifacts(folder: str | Path, *, replay: bool = True) -> Rollout
     Raises:
         ArtifactError: summary.json is missing or unreadable.
     """
-    return read_rollout_result(folder, replay_timeline=timeline_for_artifacts if replay else None)
+    folder = Path(folder)
+    if replay and environment is None:
+        environment = _environment_named_in(folder)
+    if not replay or environment is None or not callable(getattr(environment, "achievements", None)):
+        return read_rollout_result(folder)
+    return read_rollout_result(folder, replay_timeline=_timeline_of(environment))

@@ -144,6 +144,7 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
         failed = first_call_failure(records)
         if failed is not None:
             raise_first_call(failed, target)
+        provenance = rollout_provenance(target, model, episode.harness)  # asks the server while it runs
         errors = list(outcome.errors)
         exhausted = exhausted_call(records)
         if exhausted is not None:  # the harness's failure is a consequence: the context is full
@@ -168,7 +169,7 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
         errors.append({"kind": "leakage", "message": f"held-out test text found in {len(hits)} place(s), first "
                                                       f"{hits[0]['where']} (test {hits[0]['test_index']} {hits[0]['field']})"})
     task = episode.task(outcome)
-    facts = {"provenance": rollout_provenance(target, model, episode.harness), "continuity": document.get("continuity"),
+    facts = {"provenance": provenance, "continuity": document.get("continuity"),
              "context_fit": summarize_fitting(records, context)}
     timings["total_s"] = time.monotonic() - t_start
     summary = summary_document(
