@@ -43,7 +43,7 @@ RULES = [
     ),
     pytest.param(
         "the capture pipeline and the batch runner get environments from the registry, never by import",
-        ("capture/pipeline.py", "capture/upstream.py", "capture/documents.py", "batch/envs.py", "batch/runner.py"),
+        ("capture/pipeline.py", "capture/upstream.py", "documents.py", "batch/envs.py", "batch/runner.py"),
         ("rollout_dataset.envs.coding", "rollout_dataset.envs.crafter", "rollout_dataset.tasks",
          "rollout_dataset.harness", "rollout_dataset.sandbox"),
         id="pipeline",

@@ -8,7 +8,8 @@ retry. Token ids come from a seeded generator; message text is a deterministic w
 text and ids have the same information content as a real capture (``text="random"``, fast, for
 tests), or ids are real code (Python standard-library sources) encoded with the project's built-in
 tokenizer and text is their decoding (``text="code"``, for storage measurements that need realistic
-compressibility).
+compressibility). `summary.json`, `task.json` and `held_out_tests.json` come from the one place that
+builds them for every capture (`rollout_dataset.documents`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from rollout_dataset.documents import RolloutCounts, held_out_document, summary_document, task_document
+from rollout_dataset.envs.base import Score, TaskInfo
 from rollout_dataset.trace_integrity import reseal
 
 __all__ = ["write_synthetic_rollout", "write_synthetic_dataset"]
@@ -227,26 +230,26 @@ def write_synthetic_rollout(folder: str | Path, *, n_turns: int = 5, context_tok
     tests = ([{"input": f"{k}\n", "output": f"{k * 2}\n"} for k in range(4)] if with_tests else [])
     passed = int(rng.integers(0, len(tests) + 1)) if tests else None
     reward = (passed / len(tests)) if tests else None
-    task_id = f"task-{task_index}"
-    summary = {
-        "schema_version": 1, "rollout_id": rid,
-        "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "env": "coding" if with_tests else "crafter", "model": model, "harness": "builtin", "task_id": task_id,
-        "task_index": task_index, "dataset_seed": 0, "rollout_seed": seed, "captured_calls": len(calls),
-        "agent_turns": n_turns, "trained_turns": n_turns, "tool_calls_by_name": {"run": n_turns - 1},
-        "tool_calls_total": n_turns - 1, "held_out_tests": len(tests), "held_out_passed": passed,
-        "env_reward": reward, "reward_after_penalties": reward, "penalties": [], "timed_out": False,
-        "stop_reason": "final_answer", "capture_level": "tokens", "trainable": True,
-        "trainable_tokens": int(sum(mask)), "findings_count": 0, "leakage": {"checked": True, "hits": []},
-        "timings": {"total": 1.0}, "errors": [],
-    }
+    env = "coding" if with_tests else "crafter"
+    task = TaskInfo(env=env, task_id=f"task-{task_index}", task_index=task_index, title=f"Double {task_index}",
+                    instruction="Read n, print 2n.\n\nExample: 1 -> 2", source="builtin", dataset_seed=0,
+                    rollout_seed=seed, n_prompts=64, config={"harness": "builtin", "model": model, "tokenizer": "builtin"},
+                    held_out_tests=tests, visible_tests="1 -> 2\n" if with_tests else "")
+    task_id = task.task_id
+    extra: dict[str, Any] = {}
     if not with_tests:  # a Crafter-like environment reports its own outcome figures
-        summary["env_metrics"] = {"achievements_unlocked": int(rng.integers(0, 23)),
-                                  "crafter_return": round(float(rng.normal(2.0, 1.0)), 2), "env_steps": 10 * n_turns}
-    task = {"schema_version": 1, "env": summary["env"], "task_id": task_id, "task_index": task_index,
-            "title": f"Double {task_index}", "instruction": "Read n, print 2n.\n\nExample: 1 -> 2",
-            "source": "builtin", "dataset_seed": 0, "rollout_seed": seed, "n_prompts": 64,
-            "config": {"harness": "builtin", "model": model, "tokenizer": "builtin"}}
+        extra["env_metrics"] = {"achievements_unlocked": int(rng.integers(0, 23)),
+                                "crafter_return": round(float(rng.normal(2.0, 1.0)), 2), "env_steps": 10 * n_turns}
+    summary = summary_document(
+        rollout_id=rid, created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), task=task, model=model,
+        harness="builtin",
+        counts=RolloutCounts(captured_calls=len(calls), agent_turns=n_turns, trained_turns=n_turns,
+                             tool_calls_by_name={"run": n_turns - 1}, trainable=True,
+                             trainable_tokens=int(sum(mask)), findings_count=0),
+        score=Score(env_reward=reward, reward_after_penalties=reward, held_out_tests=len(tests),
+                    held_out_passed=passed, leakage_hits=[]),
+        timed_out=False, stop_reason="final_answer", capture_level="tokens", timings={"total": 1.0}, errors=[],
+        extra=extra)
     n_trainable = sum(x["n_trainable"] for x in sequences if x["trainable"])
     stats = {"n_turns": len(calls), "n_roots": 1 + int(with_aux), "n_forks": int(with_retry),
              "n_discarded": int(with_retry), "n_leaves": 1 + int(with_aux) + int(with_retry), "max_depth": n_turns,
@@ -256,14 +259,14 @@ def write_synthetic_rollout(folder: str | Path, *, n_turns: int = 5, context_tok
                "capture_level": "tokens", "rollout_type": "train", "trainable": True, "stats": stats,
                "calls": graph_calls, "sequences": sequences, "findings": []}
     docs = {
-        "summary.json": summary, "task.json": task, "rollout.json": rollout,
+        "summary.json": summary, "task.json": task_document(task), "rollout.json": rollout,
         "trace.json": reseal({"schema_version": 1, "session": session, "calls": calls}),
         "turns.json": {"schema_version": 1, "mask_is_derived": True, "turns": turns},
-        "held_out_tests.json": {"schema_version": 1, "task_id": task_id, "tests": tests},
+        "held_out_tests.json": held_out_document(task),
     }
     for name, doc in docs.items():
         (folder / name).write_text(json.dumps(doc), encoding="utf-8")
-    (folder / "visible_tests.txt").write_text("1 -> 2\n" if with_tests else "", encoding="utf-8")
+    (folder / "visible_tests.txt").write_text(task.visible_tests, encoding="utf-8")
     (folder / "samples.md").write_text(f"# rollout {rid}\n\n```\n{words(prompt)}\n```\n", encoding="utf-8")
     return rid
 

@@ -4,7 +4,7 @@ Public API:
 
 - `capture_rollout(config) -> CaptureResult` — ONE pipeline for every environment
   (`capture.pipeline`): local backend (unless a base URL is given), recording proxy, the
-  environment's agent, trace, export, documents (`capture.documents`), artifacts, validation, push;
+  environment's agent, trace, export, documents (`rollout_dataset.documents`), artifacts, validation, push;
   `config` is a `CaptureConfig` (coding) or another environment's configuration;
 - `run_capture(environment, config)` — the same with an explicit environment;
 - `CaptureConfig`, `CaptureResult`;

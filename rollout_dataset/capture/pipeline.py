@@ -14,7 +14,7 @@ documents -> write -> validate -> push.
 4. the session's trace is read back checked against the proxy's seal;
 5. export (`rollout_dataset.export`), then `episode.score(...)` while the episode's resources
    (sandboxes) are still open;
-6. documents (`capture.documents`) -> artifacts written with
+6. documents (`rollout_dataset.documents`) -> artifacts written with
    secrets redacted (`capture.artifacts`) -> validated (`schema.check.check_artifact_dir`) ->
    pushed to `settings.push_repo` when given and clean.
 
@@ -35,7 +35,7 @@ from typing import Any
 
 from rollout_dataset.capture.artifacts import utc_now, write_artifacts
 from rollout_dataset.capture.config import CaptureResult
-from rollout_dataset.capture.documents import (
+from rollout_dataset.documents import (
     RolloutCounts,
     held_out_document,
     samples_text,

@@ -136,7 +136,7 @@ class CodingEpisode:
     def score(self, records: list[dict[str, Any]], turns: dict[str, Any], outcome: AgentOutcome,
               agent: AgentContext) -> Score:
         """`solution.py` on the held-out tests, penalties, the leakage scan (and `--keep-workdir`)."""
-        from rollout_dataset.capture.documents import agent_tool_counts
+        from rollout_dataset.documents import agent_tool_counts
         from rollout_dataset.capture.leakage import scan_for_leaks
         from rollout_dataset.capture.workdir import copy_workdir
         from rollout_dataset.rewards.penalties import compute_penalties, reward_after_penalties
