@@ -12,7 +12,7 @@ Public API:
   and reward rules, usable on their own;
 - `capture_hidden_paths` — what the agent's sandbox masks besides its allow-list root;
 - `push_artifacts` — build one artifact folder into a dataset and push it to an explicit repo
-  (every capture calls it at the end with its ``push_repo``, Crafter's too);
+  (the pipeline calls it at the end with the configuration's ``push_repo``, for every environment);
 - `harness_statement` — the statement every harness is given (instruction + where solution.py goes).
 """
 

@@ -1,6 +1,6 @@
 """Push one rollout's artifact folder to an explicit Hub dataset repo.
 
-Shared by every capture (`capture_rollout` for coding, `run_crafter_rollout` for Crafter): the
+Called by the one capture pipeline for every environment (`rollout_dataset.capture.pipeline`): the
 artifact folder is built into a dataset in a temporary folder (`rollout_dataset.builder.build`)
 and handed to `rollout_dataset.publish.push`. The destination is explicit (the config's
 ``push_repo``); reading ``PUSH_TO_DATASET`` is the CLI's job (`rollout_dataset.cli.push_env`).

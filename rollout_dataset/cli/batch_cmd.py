@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="batch folder (the same folder resumes)")
     parser.add_argument("--base-url", help="OpenAI-compatible inference URL ending in /v1 (default: start the local backend)")
     parser.add_argument("--model", help="model name (default: the server's)")
-    parser.add_argument("--env", default="coding", help="environment family: coding (default) or crafter")
+    parser.add_argument("--env", default="coding", help="environment: coding (default), crafter, or an installed plugin's "
+                        "(entry-point group rollout_dataset.environments)")
     parser.add_argument("--env-option", action="append", default=[], metavar="KEY=VALUE",
                         help="environment setting, repeatable; VALUE is parsed as JSON when it can be "
                              "(crafter: max_steps=40, max_actions=8, area=16 or area=[16,16], view=[9,7])")

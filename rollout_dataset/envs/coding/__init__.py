@@ -1,3 +1,6 @@
-"""The built-in coding environment's pieces that live with the environment rather than in a layer
-that must not know it: for now, its scripted player (`rollout_dataset.envs.coding.policy`, which
-registers the local backend's `oracle` policy with the built-in task lookup injected)."""
+"""The built-in coding environment (`CodingEnvironment` in `env.py`): a task of a task set
+(`rollout_dataset.tasks`), a harness (`rollout_dataset.harness`) in the allow-list sandbox and the
+verifier (`rollout_dataset.sandbox`), behind the `Environment` seam. Also here: the statement every
+harness gets (`statement.py`), the examples as achievements and the trace replay for stepwise
+rewards (`replay.py`), and the local backend's `oracle` player (`policy.py`, registered on import).
+"""

@@ -9,14 +9,12 @@ explores differently and rollouts of one world differ). The episode is shaped by
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from rollout_dataset.envs.crafter.harness import MAX_ACTIONS_PER_CALL
 
 __all__ = ["rollout_seed_for", "episode_options"]
 
-logger = logging.getLogger(__name__)
 
 _OPTION_KEYS = {"max_steps", "max_actions", "area", "view"}
 

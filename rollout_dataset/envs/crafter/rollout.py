@@ -18,7 +18,6 @@ the configured strategy under `metadata.stepwise` (totals also in `summary.json`
 from __future__ import annotations
 
 import importlib.metadata
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,7 +29,6 @@ from rollout_dataset.proxy.redact import redact_url
 
 __all__ = ["ENV_NAME", "HARNESS_NAME", "SESSION", "CrafterRolloutConfig", "run_crafter_rollout", "task_id_for"]
 
-logger = logging.getLogger(__name__)
 
 ENV_NAME = "crafter"
 HARNESS_NAME = "crafter"
