@@ -70,6 +70,10 @@ DURATION_OBJECTS = {"timings"}
 # Digests over records that hold masked fields (call ids, times): they change whenever those do.
 DIGEST_KEYS = {"prev_sha256": "digest", "head_sha256": "digest"}
 
+# HTTP headers that name the client library and its version (python-httpx/0.28.1, Python-urllib/3.x):
+# they change when the venv's httpx or Python changes, not with this project's code.
+HEADER_KEYS = {"user-agent": "user-agent"}
+
 # The git commit of the package that wrote the artifact: differs on every branch and commit.
 GIT_SHA_KEY = "git_sha"
 
@@ -138,14 +142,32 @@ class GoldenCapture:
         return GOLDEN_DIR / f"{self.name}.files.txt"
 
 
+# An external `cmd:` harness in one line of Python: one chat call to the proxy (the dummy key, the
+# statement as the user message), then a wrong solution.py. Deterministic with the `echo` policy.
+CMD_HARNESS = (
+    "cmd:python3 -c 'import json, os, sys, urllib.request as u; "
+    "body = {\"model\": \"local\", \"max_tokens\": 16, \"seed\": 0, "
+    "\"messages\": [{\"role\": \"user\", \"content\": open(sys.argv[1]).read()}]}; "
+    "req = u.Request(os.environ[\"OPENAI_BASE_URL\"] + \"/chat/completions\", json.dumps(body).encode(), "
+    "{\"Content-Type\": \"application/json\", \"Authorization\": \"Bearer \" + os.environ[\"OPENAI_API_KEY\"]}); "
+    "json.load(u.urlopen(req)); open(\"solution.py\", \"w\").write(\"print(0)\")' {task_file}"
+)
+
 CAPTURES: dict[str, GoldenCapture] = {
     c.name: c
     for c in [
         GoldenCapture(
             "coding_oracle",
-            ("capture", "--task-index", "8", "--seed", "0", "--out-dir", "{out}", "--no-push"),
-            "coding, local backend, oracle policy, built-in harness; task 8 of seed 0 (reverse-words): "
-            "a wrong first attempt, then the fix (5 calls)",
+            ("capture", "--task-index", "5", "--seed", "0", "--out-dir", "{out}", "--no-push"),
+            "coding, local backend, oracle policy, built-in harness; task 5 of seed 0 (max-subarray-sum): "
+            "a wrong attempt the verifier scores 3 of 6 (3 calls)",
+        ),
+        GoldenCapture(
+            "coding_cmd_harness",
+            ("capture", "--harness", CMD_HARNESS, "--policy", "echo", "--task-index", "2", "--seed", "0",
+             "--out-dir", "{out}", "--no-push"),
+            "coding, local backend, echo policy, an external cmd: harness (one urllib chat call through the "
+            "sandbox), task 2 of seed 0: the never_ran_code penalty, stop harness_exit",
         ),
         GoldenCapture(
             "crafter_scripted",
@@ -214,6 +236,8 @@ class _Masker:
             return f"{PLACEHOLDER}{TIME_KEYS[key]}"
         if key in DIGEST_KEYS and isinstance(value, str):
             return f"{PLACEHOLDER}{DIGEST_KEYS[key]}"
+        if key in HEADER_KEYS and isinstance(value, str):
+            return f"{PLACEHOLDER}{HEADER_KEYS[key]}"
         if in_durations and is_number:
             return f"{PLACEHOLDER}duration"
         return self.mask_json(value, key, in_durations)
