@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -75,6 +76,8 @@ DIGEST_KEYS = {"prev_sha256": "digest", "head_sha256": "digest"}
 HEADER_KEYS = {"user-agent": "user-agent"}
 
 # The git commit of the package that wrote the artifact: differs on every branch and commit.
+# JSON: always masked (null outside a git checkout). Text (report.md, the card) prints its first 12
+# characters only in a checkout: the batch fixture assumes one, as CI's clean clone is.
 GIT_SHA_KEY = "git_sha"
 
 # In any string or text file: the loopback ports of the local backend and the proxy (port 0).
@@ -212,8 +215,8 @@ class _Masker:
                     if k in ID_KEYS and (k == "harness_session_id" or RANDOM_ID_RE.match(v)):
                         self.register(v, ID_KEYS[k])
                     elif k == GIT_SHA_KEY:
-                        self.register(v, "git_sha")
-                        self.register(v[:12], "git_sha_short")  # report.md prints "git <12 chars>"
+                        self.register(v, "git_sha")  # in case a text quotes it whole
+                        self.register(v[:12], "git_sha_short")  # report.md and the card print 12 chars
                 else:
                     self.collect(v, k)
         elif isinstance(node, list):
@@ -236,6 +239,8 @@ class _Masker:
             return f"{PLACEHOLDER}{TIME_KEYS[key]}"
         if key in DIGEST_KEYS and isinstance(value, str):
             return f"{PLACEHOLDER}{DIGEST_KEYS[key]}"
+        if key == GIT_SHA_KEY:  # a string in a git checkout, null outside one
+            return f"{PLACEHOLDER}git_sha"
         if key in HEADER_KEYS and isinstance(value, str):
             return f"{PLACEHOLDER}{HEADER_KEYS[key]}"
         if in_durations and is_number:
@@ -372,9 +377,15 @@ def mask_run(root: Path) -> tuple[dict[str, str], list[str]]:
 
 
 def write_fixture(capture: GoldenCapture, produced: Path) -> None:
-    """Replace `capture`'s fixture with the masked output in `produced`."""
-    import shutil
+    """Replace `capture`'s fixture with the masked output in `produced`.
 
+    Args:
+        capture: which fixture to write.
+        produced: the folder the capture wrote.
+
+    Raises:
+        LayoutError: a JSON file in an unknown layout.
+    """
     compared, names = mask_run(produced)
     if capture.fixture_dir.exists():
         shutil.rmtree(capture.fixture_dir)
@@ -475,8 +486,14 @@ def _differences(label: str, expected: tuple[dict[str, str], list[str]],
         if expected_texts[rel] != texts[rel]:
             problems.append(f"{label}/{rel}: {describe_difference(rel, expected_texts[rel], texts[rel])}")
     for rel in sorted(set(expected_texts) ^ set(texts)):
-        if rel not in missing and rel not in extra:
-            problems.append(f"{label}/{rel}: compared by content in one run, by name only in the other")
+        if rel in missing or rel in extra:
+            continue
+        if rel not in expected_names:
+            problems.append(f"{label}/{rel}: in the fixture folder but not in its .files.txt listing (stale fixture)")
+        elif rel in expected_texts:
+            problems.append(f"{label}/{rel}: compared by content in the fixture, by name only now")
+        else:
+            problems.append(f"{label}/{rel}: compared by content now, by name only in the fixture")
     return problems
 
 
