@@ -7,9 +7,10 @@ what lies behind them is checked against what today's code wrote.
 
 Masking (`mask_run`): every value that legitimately differs between two runs with the same seeds
 is replaced by a stable placeholder ``MASKED-<kind>`` (ids: ``MASKED-<kind>-<n>``, numbered in
-order of first appearance, so "this tool_call_id is that tool call's id" still compares). Each rule
-below was found by generating twice and diffing; nothing else is masked, so token ids, logprobs,
-masks, rewards, findings, stop reasons, counts and file lists compare exactly. A JSON file is
+order of first appearance, so "this tool_call_id is that tool call's id" still compares). The rules
+below were found by generating twice and diffing (plus the git sha and the HTTP client's version,
+which differ between branches and venvs); nothing else is masked, so token ids, logprobs, masks,
+rewards, findings, stop reasons, counts and file lists compare exactly. A JSON file is
 parsed, masked and written back in the layout it was written in (indent, ensure_ascii, trailing
 newline: detected, and the unmasked text must round-trip exactly), so the masked text still pins
 the writer's byte layout and key order.
@@ -33,7 +34,10 @@ GOLDEN_DIR = Path(__file__).parent / "data" / "golden"
 PLACEHOLDER = "MASKED-"
 
 # ---------------------------------------------------------------------------------------------
-# What is masked, and why (every rule was seen to differ between two runs with the same seeds)
+# What is masked, and why. Each rule was seen to differ between two runs with the same seeds,
+# except git_sha and user-agent (branch / venv) and ttft_ms, tokenize_ms, harness_session_id:
+# null or absent in these captures, masked only when they hold a value (a null that becomes a
+# value still fails the comparison).
 # ---------------------------------------------------------------------------------------------
 
 # Keys whose string value is a fresh random id (uuid4 hex, chatcmpl-<hex>, ...). The value is
@@ -91,7 +95,9 @@ CARD_SIZE_RE = re.compile(r"(?m)^(?P<lead>\s*(?:download_size|dataset_size|num_b
 # Parquet shard names: <UTC time>-<uuid4 hex>.parquet.
 SHARD_NAME_RE = re.compile(r"\b\d{8}T\d{6,12}Z-[0-9a-f]{32}\b")
 
-# Files compared by name only: binary, or copies of shipped data that depend on library versions.
+# Files compared by name only: parquet shards (binary; their schema and row counts are in the card,
+# which is compared), plots (PNG bytes depend on the matplotlib/freetype version) and the dataset's
+# copy of the shipped tokenizer (written by transformers, not by this project's capture code).
 NAME_ONLY_SUFFIXES = (".png", ".parquet")
 NAME_ONLY_PREFIXES = ("dataset/tokenizer/",)
 
