@@ -7,9 +7,10 @@ what lies behind them is checked against what today's code wrote.
 
 Masking (`mask_run`): every value that legitimately differs between two runs with the same seeds
 is replaced by a stable placeholder ``MASKED-<kind>`` (ids: ``MASKED-<kind>-<n>``, numbered in
-order of first appearance, so "this tool_call_id is that tool call's id" still compares). Each rule
-below was found by generating twice and diffing; nothing else is masked, so token ids, logprobs,
-masks, rewards, findings, stop reasons, counts and file lists compare exactly. A JSON file is
+order of first appearance, so "this tool_call_id is that tool call's id" still compares). The rules
+below were found by generating twice and diffing (plus the git sha and the HTTP client's version,
+which differ between branches and venvs); nothing else is masked, so token ids, logprobs, masks,
+rewards, findings, stop reasons, counts and file lists compare exactly. A JSON file is
 parsed, masked and written back in the layout it was written in (indent, ensure_ascii, trailing
 newline: detected, and the unmasked text must round-trip exactly), so the masked text still pins
 the writer's byte layout and key order.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,7 +34,10 @@ GOLDEN_DIR = Path(__file__).parent / "data" / "golden"
 PLACEHOLDER = "MASKED-"
 
 # ---------------------------------------------------------------------------------------------
-# What is masked, and why (every rule was seen to differ between two runs with the same seeds)
+# What is masked, and why. Each rule was seen to differ between two runs with the same seeds,
+# except git_sha and user-agent (branch / venv) and ttft_ms, tokenize_ms, harness_session_id:
+# null or absent in these captures, masked only when they hold a value (a null that becomes a
+# value still fails the comparison).
 # ---------------------------------------------------------------------------------------------
 
 # Keys whose string value is a fresh random id (uuid4 hex, chatcmpl-<hex>, ...). The value is
@@ -70,7 +75,13 @@ DURATION_OBJECTS = {"timings"}
 # Digests over records that hold masked fields (call ids, times): they change whenever those do.
 DIGEST_KEYS = {"prev_sha256": "digest", "head_sha256": "digest"}
 
+# HTTP headers that name the client library and its version (python-httpx/0.28.1, Python-urllib/3.x):
+# they change when the venv's httpx or Python changes, not with this project's code.
+HEADER_KEYS = {"user-agent": "user-agent"}
+
 # The git commit of the package that wrote the artifact: differs on every branch and commit.
+# JSON: always masked (null outside a git checkout). Text (report.md, the card) prints its first 12
+# characters only in a checkout: the batch fixture assumes one, as CI's clean clone is.
 GIT_SHA_KEY = "git_sha"
 
 # In any string or text file: the loopback ports of the local backend and the proxy (port 0).
@@ -84,7 +95,9 @@ CARD_SIZE_RE = re.compile(r"(?m)^(?P<lead>\s*(?:download_size|dataset_size|num_b
 # Parquet shard names: <UTC time>-<uuid4 hex>.parquet.
 SHARD_NAME_RE = re.compile(r"\b\d{8}T\d{6,12}Z-[0-9a-f]{32}\b")
 
-# Files compared by name only: binary, or copies of shipped data that depend on library versions.
+# Files compared by name only: parquet shards (binary; their schema and row counts are in the card,
+# which is compared), plots (PNG bytes depend on the matplotlib/freetype version) and the dataset's
+# copy of the shipped tokenizer (written by transformers, not by this project's capture code).
 NAME_ONLY_SUFFIXES = (".png", ".parquet")
 NAME_ONLY_PREFIXES = ("dataset/tokenizer/",)
 
@@ -138,14 +151,32 @@ class GoldenCapture:
         return GOLDEN_DIR / f"{self.name}.files.txt"
 
 
+# An external `cmd:` harness in one line of Python: one chat call to the proxy (the dummy key, the
+# statement as the user message), then a wrong solution.py. Deterministic with the `echo` policy.
+CMD_HARNESS = (
+    "cmd:python3 -c 'import json, os, sys, urllib.request as u; "
+    "body = {\"model\": \"local\", \"max_tokens\": 16, \"seed\": 0, "
+    "\"messages\": [{\"role\": \"user\", \"content\": open(sys.argv[1]).read()}]}; "
+    "req = u.Request(os.environ[\"OPENAI_BASE_URL\"] + \"/chat/completions\", json.dumps(body).encode(), "
+    "{\"Content-Type\": \"application/json\", \"Authorization\": \"Bearer \" + os.environ[\"OPENAI_API_KEY\"]}); "
+    "json.load(u.urlopen(req)); open(\"solution.py\", \"w\").write(\"print(0)\")' {task_file}"
+)
+
 CAPTURES: dict[str, GoldenCapture] = {
     c.name: c
     for c in [
         GoldenCapture(
             "coding_oracle",
-            ("capture", "--task-index", "8", "--seed", "0", "--out-dir", "{out}", "--no-push"),
-            "coding, local backend, oracle policy, built-in harness; task 8 of seed 0 (reverse-words): "
-            "a wrong first attempt, then the fix (5 calls)",
+            ("capture", "--task-index", "5", "--seed", "0", "--out-dir", "{out}", "--no-push"),
+            "coding, local backend, oracle policy, built-in harness; task 5 of seed 0 (max-subarray-sum): "
+            "a wrong attempt the verifier scores 3 of 6 (3 calls)",
+        ),
+        GoldenCapture(
+            "coding_cmd_harness",
+            ("capture", "--harness", CMD_HARNESS, "--policy", "echo", "--task-index", "2", "--seed", "0",
+             "--out-dir", "{out}", "--no-push"),
+            "coding, local backend, echo policy, an external cmd: harness (one urllib chat call through the "
+            "sandbox), task 2 of seed 0: the never_ran_code penalty, stop harness_exit",
         ),
         GoldenCapture(
             "crafter_scripted",
@@ -190,8 +221,8 @@ class _Masker:
                     if k in ID_KEYS and (k == "harness_session_id" or RANDOM_ID_RE.match(v)):
                         self.register(v, ID_KEYS[k])
                     elif k == GIT_SHA_KEY:
-                        self.register(v, "git_sha")
-                        self.register(v[:12], "git_sha_short")  # report.md prints "git <12 chars>"
+                        self.register(v, "git_sha")  # in case a text quotes it whole
+                        self.register(v[:12], "git_sha_short")  # report.md and the card print 12 chars
                 else:
                     self.collect(v, k)
         elif isinstance(node, list):
@@ -214,6 +245,10 @@ class _Masker:
             return f"{PLACEHOLDER}{TIME_KEYS[key]}"
         if key in DIGEST_KEYS and isinstance(value, str):
             return f"{PLACEHOLDER}{DIGEST_KEYS[key]}"
+        if key == GIT_SHA_KEY:  # a string in a git checkout, null outside one
+            return f"{PLACEHOLDER}git_sha"
+        if key in HEADER_KEYS and isinstance(value, str):
+            return f"{PLACEHOLDER}{HEADER_KEYS[key]}"
         if in_durations and is_number:
             return f"{PLACEHOLDER}duration"
         return self.mask_json(value, key, in_durations)
@@ -348,9 +383,15 @@ def mask_run(root: Path) -> tuple[dict[str, str], list[str]]:
 
 
 def write_fixture(capture: GoldenCapture, produced: Path) -> None:
-    """Replace `capture`'s fixture with the masked output in `produced`."""
-    import shutil
+    """Replace `capture`'s fixture with the masked output in `produced`.
 
+    Args:
+        capture: which fixture to write.
+        produced: the folder the capture wrote.
+
+    Raises:
+        LayoutError: a JSON file in an unknown layout.
+    """
     compared, names = mask_run(produced)
     if capture.fixture_dir.exists():
         shutil.rmtree(capture.fixture_dir)
@@ -451,8 +492,14 @@ def _differences(label: str, expected: tuple[dict[str, str], list[str]],
         if expected_texts[rel] != texts[rel]:
             problems.append(f"{label}/{rel}: {describe_difference(rel, expected_texts[rel], texts[rel])}")
     for rel in sorted(set(expected_texts) ^ set(texts)):
-        if rel not in missing and rel not in extra:
-            problems.append(f"{label}/{rel}: compared by content in one run, by name only in the other")
+        if rel in missing or rel in extra:
+            continue
+        if rel not in expected_names:
+            problems.append(f"{label}/{rel}: in the fixture folder but not in its .files.txt listing (stale fixture)")
+        elif rel in expected_texts:
+            problems.append(f"{label}/{rel}: compared by content in the fixture, by name only now")
+        else:
+            problems.append(f"{label}/{rel}: compared by content now, by name only in the fixture")
     return problems
 
 

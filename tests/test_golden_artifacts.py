@@ -31,6 +31,10 @@ def test_coding_oracle_capture_writes_the_same_artifacts_as_before(tmp_path, mon
     _assert_reproduces_fixture("coding_oracle", tmp_path, monkeypatch)
 
 
+def test_coding_capture_with_an_external_cmd_harness_writes_the_same_artifacts_as_before(tmp_path, monkeypatch):
+    _assert_reproduces_fixture("coding_cmd_harness", tmp_path, monkeypatch)
+
+
 def test_crafter_scripted_capture_writes_the_same_artifacts_as_before(tmp_path, monkeypatch):
     _assert_reproduces_fixture("crafter_scripted", tmp_path, monkeypatch)
 
@@ -40,7 +44,7 @@ def test_smoke_batch_writes_the_same_rollouts_and_batch_documents_as_before(tmp_
 
 
 def test_every_golden_capture_has_a_test():
-    assert set(CAPTURES) == {"coding_oracle", "crafter_scripted", "batch_smoke"}, (
+    assert set(CAPTURES) == {"coding_oracle", "coding_cmd_harness", "crafter_scripted", "batch_smoke"}, (
         "a new golden capture needs its own test above"
     )
 
