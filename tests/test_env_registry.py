@@ -72,3 +72,23 @@ def test_an_environment_registered_in_process_is_captured_by_the_one_pipeline(tm
     assert result.ok, (result.errors, result.validation_failures)
     summary = json.loads((tmp_path / "p" / "summary.json").read_text())
     assert summary["env"] == "parrot" and summary["env_reward"] == 1.0 and summary["task_id"] == "parrot-apple"
+
+
+@pytest.mark.parametrize("name", ["trace.json", "summary.json", "../escape.txt", ".hidden"])
+def test_an_environments_extra_file_may_not_replace_a_core_artifact_or_leave_the_folder(tmp_path, monkeypatch, name):
+    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
+    from parrot_env import ParrotConfig, ParrotEnvironment, ParrotEpisode
+
+    from rollout_dataset.capture import run_capture
+
+    class Overwriting(ParrotEpisode):
+        def extra_files(self, outcome):
+            return {name: "forged"}
+
+    class Environment(ParrotEnvironment):
+        def prepare(self, config):
+            return Overwriting(config)
+
+    with pytest.raises(ConfigError, match="must be a plain file name other than"):
+        run_capture(Environment(), ParrotConfig(out_dir=tmp_path / "art", max_turns=1))
+    assert not (tmp_path / "escape.txt").exists() and not (tmp_path / "art").exists()

@@ -101,6 +101,22 @@ def capture_rollout(config: Any, environment: Environment | None = None) -> Capt
     return run_capture(environment or environment_of(config), config)
 
 
+def _checked_extra_files(extra: dict[str, Any], core: dict[str, Any]) -> dict[str, Any]:
+    """An environment's extra artifact files: plain names beside the core files, never replacing one.
+
+    Raises:
+        ConfigError: a name with a path separator, a hidden or empty name, or a core file's name.
+    """
+    from rollout_dataset.errors import ConfigError
+
+    for name in extra:
+        if (not isinstance(name, str) or not name or name.startswith(".") or "/" in name or "\\" in name
+                or name in core or name == "summary.json"):
+            raise ConfigError(f"extra artifact file {name!r}: must be a plain file name other than "
+                              f"{', '.join(sorted([*core, 'summary.json']))}")
+    return extra
+
+
 def run_capture(environment: Environment, config: Any) -> CaptureResult:
     """The pipeline itself (see the module docstring); `capture_rollout` documents what it raises."""
     from rollout_dataset.capture.provenance import rollout_provenance
@@ -188,8 +204,8 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
         "visible_tests.txt": task.visible_tests,
         "held_out_tests.json": held_out_document(task),
         "samples.md": samples_text(document, records, tokenizer, header, (target, model) if settings.base_url else None),
-        **episode.extra_files(outcome),
     }
+    files.update(_checked_extra_files(episode.extra_files(outcome), files))
     redacted = write_artifacts(out_dir, files, secrets)
     if redacted:
         errors.append({"kind": "secret_redacted", "message": f"{redacted} secret occurrence(s) were redacted from "

@@ -28,7 +28,6 @@ logger = logging.getLogger(__name__)
 
 #: transformers' lazy imports are not thread-safe (concurrent captures load tokenizers under it).
 IMPORT_LOCK = threading.Lock()
-_IMPORT_LOCK = IMPORT_LOCK
 
 
 def first_call_failure(records: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -189,7 +188,7 @@ def load_offline_tokenizer(name: str, *, allow_download: bool = True) -> Any:
                        "without the token stream", name)
         return None
     try:
-        with _IMPORT_LOCK:
+        with IMPORT_LOCK:
             return load_tokenizer(name)
     except Exception as exc:  # a missing tokenizer only costs the cross-check and the samples
         logger.warning("tokenizer %r not available (%s): samples.md is written without the token stream", name, exc)
