@@ -314,3 +314,8 @@ def test_cli_unknown_env_exits_two_listing_the_known_ones(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "unknown environment 'nope'; known: coding, crafter" in err
+
+
+def test_capture_refuses_a_batch_only_environment_naming_it(tmp_path, capsys):
+    assert main(["capture", "--env", "test-standin", "--out-dir", str(tmp_path / "x")]) == 2
+    assert "--env test-standin: this environment only runs in a batch" in capsys.readouterr().err

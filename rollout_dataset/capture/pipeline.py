@@ -123,6 +123,12 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
     from rollout_dataset.export import capture_level_of, export_rollout, turns_document
     from rollout_dataset.proxy import CaptureProxy
 
+    for attribute in ("capture_settings", "prepare"):
+        if not callable(getattr(environment, attribute, None)):
+            from rollout_dataset.errors import ConfigError
+
+            raise ConfigError(f"environment {getattr(environment, 'name', environment)!r} cannot capture a rollout: "
+                              f"it has no {attribute}() (see rollout_dataset.envs.base.Environment)")
     t_start = time.monotonic()
     created_at = utc_now()
     settings = environment.capture_settings(config)

@@ -136,6 +136,8 @@ def env_config_from_args(args: argparse.Namespace) -> Any:
     if wrong:
         flags = ", ".join("--" + n.replace("_", "-") for n in wrong)
         raise ConfigError(f"--env {args.env}: {flags} only appl{'ies' if len(wrong) == 1 else 'y'} to --env coding")
+    if not callable(getattr(environment, "config_class", None)):
+        raise ConfigError(f"--env {args.env}: this environment only runs in a batch (it has no config_class())")
     config_class = environment.config_class()
     fields = {f.name for f in dataclasses.fields(config_class)}
     given = {"out_dir": args.out_dir, "seed": args.seed, "rollout_seed": args.rollout_seed, "base_url": args.base_url,
