@@ -79,10 +79,12 @@ DIGEST_KEYS = {"prev_sha256": "digest", "head_sha256": "digest"}
 # they change when the venv's httpx or Python changes, not with this project's code.
 HEADER_KEYS = {"user-agent": "user-agent"}
 
-# The git commit of the package that wrote the artifact: differs on every branch and commit.
-# JSON: always masked (null outside a git checkout). Text (report.md, the card) prints its first 12
-# characters only in a checkout: the batch fixture assumes one, as CI's clean clone is.
+# The git commit of the package that wrote the artifact: differs on every branch and commit, and
+# is null outside a git checkout (a `git archive` copy, an installed wheel). JSON: always masked,
+# null or not. Text: report.md (", git <12 chars>") and the card (" (<12 chars>)") print it only
+# when known, so those two forms are removed: the masked text reads as written outside a checkout.
 GIT_SHA_KEY = "git_sha"
+GIT_SHA_TEXT_FORMS = (", git {short}", " ({short})")
 
 # In any string or text file: the loopback ports of the local backend and the proxy (port 0).
 LOOPBACK_PORT_RE = re.compile(r"(?P<host>(?:127\.0\.0\.1|localhost|\[::1\])):\d+")
@@ -204,6 +206,7 @@ class _Masker:
     out_root: str
     ids: dict[str, str] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
+    git_shorts: set[str] = field(default_factory=set)
 
     def register(self, value: str, kind: str) -> str:
         if value not in self.ids:
@@ -222,7 +225,7 @@ class _Masker:
                         self.register(v, ID_KEYS[k])
                     elif k == GIT_SHA_KEY:
                         self.register(v, "git_sha")  # in case a text quotes it whole
-                        self.register(v[:12], "git_sha_short")  # report.md and the card print 12 chars
+                        self.git_shorts.add(v[:12])
                 else:
                     self.collect(v, k)
         elif isinstance(node, list):
@@ -259,6 +262,9 @@ class _Masker:
         """Registered ids and git shas, the output folder and loopback ports, inside any string."""
         if self.out_root in text:
             text = text.replace(self.out_root, f"{PLACEHOLDER}out")
+        for short in self.git_shorts:
+            for form in GIT_SHA_TEXT_FORMS:
+                text = text.replace(form.format(short=short), "")
         for value in sorted(self.ids, key=len, reverse=True):  # a full sha before its 12-char prefix
             if value in text:
                 text = text.replace(value, self.ids[value])
