@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from proxy_fakes import FakeVLLM, serve
 from rollout_dataset.proxy import CaptureProxy, read_trace
-from rollout_dataset.proxy.jsoncodec import encode_record, loads
+from rollout_dataset.proxy.jsoncodec import dumps_event, encode_record, loads, loads_event
 from rollout_dataset.schema import schema_errors
 
 
@@ -43,6 +43,19 @@ def test_loads_raises_the_standard_librarys_error(text: bytes | str):
     with pytest.raises(ValueError) as theirs:
         json.loads(text)
     assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("text", ['{"seed": 123456789012345678901234567890}', '[-9223372036854775809]',
+                                  '[18446744073709551616]', '{"lp": -0.00012345678901234567}', "[1e400]",
+                                  '"\\ud800"', '{"a": 1, "a": 2}', "-0", '{"x": 2.5e-07, "ids": [1, 2]}',
+                                  '{"t": "\u00e9\u2028"}', "[NaN]"])
+def test_loads_event_gives_the_standard_librarys_value(text: str):
+    assert repr(loads_event(text)) == repr(loads(text))
+
+
+@pytest.mark.parametrize("value", [{"seed": 2 ** 80}, {"t": "a\udcffb"}, {"x": [1e-05, 1e16, -0.0]}, {"n": None}])
+def test_dumps_event_reads_back_as_the_same_value(value):
+    assert repr(json.loads(dumps_event(value))) == repr(value)
 
 
 def test_encoded_records_read_back_as_the_same_values():
