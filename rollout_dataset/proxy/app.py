@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 from typing import Any, Awaitable, Callable
@@ -37,7 +38,7 @@ from rollout_dataset.proxy.tokens import (
     token_fields,
 )
 
-__all__ = ["ProxyApp", "SESSION_HEADER", "DEFAULT_SESSION", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_INFLIGHT_BYTES"]
+__all__ = ["ProxyApp", "SESSION_HEADER", "WORKER_HEADER", "DEFAULT_SESSION", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_INFLIGHT_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,8 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 SESSION_HEADER = "x-rollout-session"
+#: the response header naming the worker process that answered (`proxy --workers N`).
+WORKER_HEADER = "x-rollout-proxy-worker"
 DEFAULT_SESSION = "default"
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 # Request bodies plus buffered response bytes held by all calls at once; past it calls get 503.
@@ -136,13 +139,16 @@ class ProxyApp:
         on_policy: build multi-turn chat prompts from the sampled ids (see `rollout_dataset.proxy.on_policy`).
         context: how to fit output limits to the model's context (`rollout_dataset.proxy.context_fit`);
             None changes no limit.
+        worker_header: add ``x-rollout-proxy-worker: <pid>`` to every response (multi-worker proxies:
+            which process answered).
     """
 
     def __init__(self, upstream_root: str, recorder: TraceRecorder, transport: httpx.AsyncBaseTransport,
                  timeout: httpx.Timeout | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES, on_policy: bool = False,
-                 context: ContextPolicy | None = None) -> None:
+                 context: ContextPolicy | None = None, worker_header: bool = False) -> None:
         self.upstream_root = upstream_root.rstrip("/")
+        self._worker = (WORKER_HEADER.encode(), str(os.getpid()).encode()) if worker_header else None
         self.recorder = recorder
         self.transport = transport
         timeout = timeout or httpx.Timeout(600.0, connect=10.0)
@@ -172,6 +178,8 @@ class ProxyApp:
                     return
         if scope["type"] != "http":
             return
+        if self._worker is not None:
+            send = _with_header(send, self._worker)
         try:
             await self._handle(scope, receive, send)
         except Exception:  # never crash the server: the record is already written by _handle's paths
@@ -835,6 +843,15 @@ def _frame_json(event: ServerSentEvent, value: Any, nonfinite: bool) -> bytes:
     if not event.id and (not event.event or event.event == "message"):
         return b"data: " + data + b"\n\n"
     return _frame(event, data.decode("utf-8"))
+
+
+def _with_header(send: Send, header: tuple[bytes, bytes]) -> Send:
+    """`send` with one more header on the response start."""
+    async def sender(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), header]}
+        await send(message)
+    return sender
 
 
 async def _cancel_on_disconnect(receive: Receive, call: _Call, task: asyncio.Task[Any] | None) -> None:
