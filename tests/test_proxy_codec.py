@@ -3,6 +3,7 @@ same, bodies decoded as httpx decodes them."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import math
@@ -134,3 +135,22 @@ async def test_a_stream_in_another_charset_is_recorded_as_that_charset_decodes(t
     assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
     first = response.text.split("\n\n")[0].removeprefix("data: ")
     assert json.loads(first)["choices"][0]["delta"]["content"] == "café"
+
+
+@pytest.mark.parametrize("cut", [None, 3, 17])  # whole, or cut after that many of the integer's 25 digits
+async def test_a_stream_event_holding_an_integer_beyond_64_bits_is_recorded_and_forwarded_exactly(tmp_path, cut):
+    big = 2 ** 80 + 1
+    event = f"data: {json.dumps({**CHUNK, 'created': big})}\n\n".encode()
+    split = None if cut is None else event.index(str(big).encode()) + cut
+
+    async def chat(request: Request) -> Response:
+        async def events():
+            for piece in ([event] if split is None else [event[:split], event[split:]]):
+                yield piece
+                await asyncio.sleep(0.05)  # a read of its own
+            yield b"data: [DONE]\n\n"
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    response, record = await _one_call(tmp_path, _upstream(chat), stream=True)
+    assert record["response"]["created"] == big
+    assert json.loads(response.text.split("\n\n")[0].removeprefix("data: "))["created"] == big

@@ -23,7 +23,7 @@ from httpx_sse import ServerSentEvent
 
 from rollout_dataset.errors import RecordWriteError
 from rollout_dataset.proxy.context_fit import CONTEXT_EXHAUSTED, ContextFitter, ContextPolicy
-from rollout_dataset.proxy.jsoncodec import dumps_event, loads, loads_event
+from rollout_dataset.proxy.jsoncodec import dumps_event, has_digit_run, loads, loads_event
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode, Prepared
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import harness_session_id, recorded_headers, redact_body, redact_url, valid_session_id
@@ -530,8 +530,17 @@ class ProxyApp:
         strip = token_req.needs_strip
         events = EventBatches(encoding)
         identity = response.headers.get("content-encoding", "identity").strip().lower() == "identity"
+        # Long integers (which orjson cannot parse exactly) are looked for once per read, over the read
+        # and the 18 bytes before it: from the first read with 19 digits in a row on, each event is
+        # looked at on its own. Only for UTF-8, where digits are single bytes.
+        careful = encoding != "utf-8"
+        before = b""
         try:
             async for raw in (response.aiter_raw() if identity else response.aiter_bytes()):
+                if not careful:
+                    window = before + raw
+                    careful = has_digit_run(window)
+                    before = window[-18:]
                 # One send per upstream read: every complete event it held, each parsed once.
                 out: list[bytes] = []
                 overloaded = False
@@ -550,7 +559,7 @@ class ProxyApp:
                         raw_events.append(data)
                         kept += len(data)
                     try:
-                        chunk, nonfinite = loads_event(data)
+                        chunk, nonfinite = loads_event(data, digits_checked=not careful)
                         call.nonfinite = call.nonfinite or nonfinite
                     except ValueError:
                         chunk = None

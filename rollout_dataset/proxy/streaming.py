@@ -92,6 +92,8 @@ class StreamAssembler:
         self.errors: list[Any] = []
         self.chunks = 0
         self._choices: dict[int, _Choice] = {}
+        self._missing_top: tuple[str, ...] = _TOP_KEYS  # top-level keys not seen yet (the first one seen wins)
+        self._top_seen = 0
 
     def add(self, chunk: Any) -> None:
         """Fold one parsed chunk in (non-dict chunks are ignored).
@@ -104,9 +106,13 @@ class StreamAssembler:
         self.chunks += 1
         if "error" in chunk and chunk["error"]:
             self.errors.append(chunk["error"])
-        for key in _TOP_KEYS:
-            if key in chunk and key not in self.top:
-                self.top[key] = chunk[key]
+        if self._missing_top:
+            for key in self._missing_top:
+                if key in chunk:
+                    self.top[key] = chunk[key]
+            if len(self.top) != self._top_seen:
+                self._top_seen = len(self.top)
+                self._missing_top = tuple(key for key in _TOP_KEYS if key not in self.top)
         if isinstance(chunk.get("prompt_token_ids"), list):
             self.prompt_token_ids = chunk["prompt_token_ids"]
         if isinstance(chunk.get("usage"), dict):
