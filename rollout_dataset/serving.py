@@ -51,13 +51,15 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def bind_socket(host: str = "127.0.0.1", port: int = 0, backlog: int = DEFAULT_BACKLOG) -> socket.socket:
+def bind_socket(host: str = "127.0.0.1", port: int = 0, backlog: int = DEFAULT_BACKLOG,
+                what: str = "the server") -> socket.socket:
     """A listening, non-blocking TCP socket on `host:port`.
 
     Args:
         host: the interface (an IPv6 address binds an IPv6 socket).
         port: the port; 0 picks a free one (read it with ``sock.getsockname()[1]``).
         backlog: the listen queue length.
+        what: what is being bound, for the error message.
 
     Returns:
         The socket (SO_REUSEADDR; TCP_NODELAY, which accepted connections inherit: without it a small
@@ -76,7 +78,7 @@ def bind_socket(host: str = "127.0.0.1", port: int = 0, backlog: int = DEFAULT_B
         sock.setblocking(False)
     except OSError as exc:
         sock.close()
-        raise OSError(exc.errno, f"cannot bind {host}:{port}: {exc.strerror}") from exc
+        raise OSError(exc.errno, f"cannot bind {what} to {host}:{port}: {exc.strerror}") from exc
     return sock
 
 

@@ -103,7 +103,7 @@ class LocalBackend:
             OSError: the address cannot be bound.
             RuntimeError: the server did not start within 30 s.
         """
-        sock = bind_socket(self.host, self.port)
+        sock = bind_socket(self.host, self.port, what="the local backend")
         self.port = sock.getsockname()[1]
         server = UvicornServer(self.app, sock, keep_alive_s=30, graceful_s=2, server_header=True)
         try:

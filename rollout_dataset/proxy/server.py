@@ -96,7 +96,8 @@ class CaptureProxy:
             session keeps one file, one gap-free arrival order and one chain whichever worker
             takes its calls; `max_inflight_bytes`, `max_connections` and `max_open_files` hold
             per worker. A worker that dies is replaced. With 1 (default) the proxy runs in this
-            process.
+            process. Workers are spawned processes: a script that starts such a proxy needs the
+            usual ``if __name__ == "__main__":`` guard.
 
     Raises:
         ValueError: `upstream` is not an http(s) URL, or it has userinfo and `api_key` is given, or
@@ -240,10 +241,7 @@ class CaptureProxy:
         """
         if self._server is not None or self._pool is not None:
             raise RuntimeError("the proxy is already running")
-        try:
-            sock = bind_socket(self.host, self.port)
-        except OSError as exc:
-            raise OSError(exc.errno, f"cannot bind the proxy to {self.host}:{self.port}: {exc.strerror}") from exc
+        sock = bind_socket(self.host, self.port, what="the proxy")
         self.port = sock.getsockname()[1]
         if self.workers > 1:
             await self._start_workers(sock)

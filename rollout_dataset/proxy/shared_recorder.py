@@ -114,6 +114,8 @@ class SharedTraceRecorder(TraceRecorder):
         Raises:
             OSError: the session's files could not be read.
         """
+        if not self.path(session).exists():  # no call yet: nothing written (and no file created to say so)
+            return TraceSeal(0, None)
         with self._locked(session) as state:
             return TraceSeal(state.records, state.head)
 
