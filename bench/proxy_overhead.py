@@ -20,7 +20,7 @@ the clients received, the proxies each in their own process so the figure is the
 Prints a markdown table and saves bench/results/proxy_overhead.json (`--quick`: fewer calls, a
 rough figure in a minute; saved as proxy_overhead_quick.json).
 
-    .venv/bin/python bench/proxy_overhead.py [--calls 300] [--streams 256] [--skip-litellm] [--quick]
+    .venv/bin/python bench/proxy_overhead.py [--calls 300] [--streams 256] [--skip-litellm] [--quick] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -89,9 +89,14 @@ def start_backend(port: int) -> subprocess.Popen:
     return proc
 
 
-def start_proxy(upstream: str, trace_dir: str, workers: int = 1) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", "proxy", "--upstream", upstream,
-                             "--trace-dir", trace_dir, "--workers", str(workers)], stdout=subprocess.PIPE, text=True)
+def start_proxy(upstream: str, trace_dir: str, workers: int = 1, source: str | None = None) -> tuple[subprocess.Popen, str]:
+    """The recording proxy in its own process; `source`: the package from another checkout (PYTHONPATH)."""
+    args = [sys.executable, "-m", "rollout_dataset.cli", "proxy", "--upstream", upstream, "--trace-dir", trace_dir]
+    if workers != 1:
+        args += ["--workers", str(workers)]
+    env = {**os.environ, "PYTHONPATH": source} if source else None
+    # `python -m` puts the working directory first on sys.path: run another checkout from its own
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env, cwd=source)
     base = proc.stdout.readline().strip()
     if not base.startswith("http"):
         raise RuntimeError("the recording proxy did not print its base URL")
@@ -324,6 +329,9 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=256, help="streams per target in the streaming phase")
     parser.add_argument("--stream-tokens", type=int, default=256, help="tokens (chunks) per stream")
     parser.add_argument("--workers", type=int, default=2, help="workers of the multi-worker proxy target")
+    parser.add_argument("--baseline", metavar="DIR", default=None,
+                        help="a checkout of another version (e.g. `git worktree add /tmp/main main`): its proxy is "
+                             "streamed through side by side with this one (CPU per chunk before/after)")
     parser.add_argument("--quick", action="store_true", help="fewer calls and streams: a rough figure in a minute")
     parser.add_argument("--out", default=None, help="where to save the figures (default bench/results/"
                                                     "proxy_overhead.json, or proxy_overhead_quick.json with --quick)")
@@ -358,6 +366,12 @@ def main() -> int:
         # Each phase interleaves its own direct baseline; "added" is relative to that baseline.
         phases = [asyncio.run(measure(bases, model, args.calls, args.max_tokens))]
         stream_bases = {"direct": upstream, "rollout-dataset proxy": proxy_base, multi: multi_base}
+        if args.baseline:  # another version's proxy, side by side in the streaming phase
+            base_proc, base_url = start_proxy(upstream, os.path.join(workdir, "traces-baseline"),
+                                              source=args.baseline)
+            procs.append(base_proc)
+            stream_bases["baseline proxy"] = base_url
+            proxy_pids["baseline proxy"] = base_proc.pid
         streaming = asyncio.run(measure_streams(stream_bases, proxy_pids, model, args.streams, args.stream_tokens))
         if not args.skip_litellm:
             litellm_proc, litellm_base = start_litellm(upstream, model, workdir)
