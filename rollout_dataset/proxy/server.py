@@ -253,6 +253,7 @@ class CaptureProxy:
             await server.start()
         except BaseException:
             self._server = None
+            sock.close()
             await self._close_client()
             self._recorder.close()
             self._recorder = None
