@@ -2,16 +2,25 @@
 
 Runs, on loopback, in one go:
   * the local backend (`rollout-dataset serve`), or `--upstream URL` for a server you already run;
-  * the recording proxy (`rollout-dataset proxy`, its own process, writing traces to a temp dir);
+  * the recording proxy (`rollout-dataset proxy`, its own process, writing traces to a temp dir), and
+    the same with `--workers 2`;
   * a LiteLLM proxy (`litellm[proxy]`, installed by this script into its own venv, never a project
     dependency; `--skip-litellm` leaves it out).
 Then measures, per target, non-streaming latency at concurrency 1 and 32, time to first token when
 streaming (concurrency 1), and throughput at concurrency 32; "added" figures are target minus
 direct, measured in the same phase with calls interleaved (LiteLLM gets its own phase, started
 only then, so its idle background work does not tax the others). The client is aiohttp, the
-cheapest here, so that the 2 cores go to the servers. Prints a markdown table and saves bench/results/proxy_overhead.json.
+cheapest here, so that the 2 cores go to the servers.
 
-    .venv/bin/python bench/proxy_overhead.py [--calls 300] [--skip-litellm]
+Streaming (`--stream-tokens` per stream, 256 by default, at concurrency 32): streamed chunks per
+second through each target, and for the proxies the CPU they spent per chunk forwarded: the CPU
+time of the proxy's processes (psutil: the parent and its workers, user + system) over the chunks
+the clients received, the proxies each in their own process so the figure is theirs alone.
+
+Prints a markdown table and saves bench/results/proxy_overhead.json (`--quick`: fewer calls, a
+rough figure in a minute; saved as proxy_overhead_quick.json).
+
+    .venv/bin/python bench/proxy_overhead.py [--calls 300] [--streams 256] [--skip-litellm] [--quick] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from pathlib import Path
 
 import aiohttp
 import httpx
+import psutil
 
 from rollout_dataset.proxy.redact import redact_url
 
@@ -79,9 +89,14 @@ def start_backend(port: int) -> subprocess.Popen:
     return proc
 
 
-def start_proxy(upstream: str, trace_dir: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", "proxy", "--upstream", upstream,
-                             "--trace-dir", trace_dir], stdout=subprocess.PIPE, text=True)
+def start_proxy(upstream: str, trace_dir: str, workers: int = 1, source: str | None = None) -> tuple[subprocess.Popen, str]:
+    """The recording proxy in its own process; `source`: the package from another checkout (PYTHONPATH)."""
+    args = [sys.executable, "-m", "rollout_dataset.cli", "proxy", "--upstream", upstream, "--trace-dir", trace_dir]
+    if workers != 1:
+        args += ["--workers", str(workers)]
+    env = {**os.environ, "PYTHONPATH": source} if source else None
+    # `python -m` puts the working directory first on sys.path: run another checkout from its own
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env, cwd=source)
     base = proc.stdout.readline().strip()
     if not base.startswith("http"):
         raise RuntimeError("the recording proxy did not print its base URL")
@@ -182,6 +197,73 @@ async def measure(bases: dict[str, str], model: str, calls: int, max_tokens: int
     return out
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its children (a multi-worker proxy's workers)."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+async def one_stream(session: aiohttp.ClientSession, base: str, model: str, tokens: int) -> int:
+    """One streamed chat call of `tokens` tokens (the echo policy repeats the long prompt); returns the
+    number of data chunks received (without the final [DONE])."""
+    body = {"model": model, "messages": [{"role": "user", "content": " ".join(["hello"] * (tokens + 16))}],
+            "max_tokens": tokens, "temperature": 0, "stream": True}
+    chunks = 0
+    async with session.post(base + "/chat/completions", json=body) as resp:
+        resp.raise_for_status()
+        async for line in resp.content:
+            if line.startswith(b"data:") and not line.startswith(b"data: [DONE]"):
+                chunks += 1
+    return chunks
+
+
+async def measure_streams(bases: dict[str, str], pids: dict[str, int], model: str, streams: int, tokens: int,
+                          concurrency: int = 32, rounds: int = 4) -> dict[str, dict]:
+    """Streamed chunks/s per target and, for targets with a pid, its CPU microseconds per chunk.
+
+    Rounds interleave the targets, so the load other processes put on the machine hits each alike."""
+    headers = {"authorization": f"Bearer {BENCH_KEY}"}
+    connector = aiohttp.TCPConnector(limit=concurrency * 2, keepalive_timeout=3)
+    chunks = {n: 0 for n in bases}
+    wall = {n: 0.0 for n in bases}
+    cpu = {n: 0.0 for n in bases}
+    async with aiohttp.ClientSession(connector=connector, headers=headers,
+                                     timeout=aiohttp.ClientTimeout(total=600)) as session:
+        for base in bases.values():  # warm-up
+            await asyncio.gather(*(one_stream(session, base, model, 16) for _ in range(concurrency)))
+        per_round = max(concurrency, streams // rounds)
+        for _ in range(rounds):
+            for name, base in bases.items():
+                queue = list(range(per_round))
+
+                async def worker() -> int:
+                    got = 0
+                    while queue:
+                        queue.pop()
+                        got += await one_stream(session, base, model, tokens)
+                    return got
+
+                cpu0 = process_cpu_s(pids[name]) if name in pids else 0.0
+                t0 = time.perf_counter()
+                chunks[name] += sum(await asyncio.gather(*(worker() for _ in range(concurrency))))
+                wall[name] += time.perf_counter() - t0
+                if name in pids:
+                    cpu[name] += process_cpu_s(pids[name]) - cpu0
+    out = {}
+    for name in bases:
+        out[name] = {"streams": per_round * rounds, "chunks": chunks[name], "chunks_per_s": chunks[name] / wall[name]}
+        if name in pids:
+            out[name]["cpu_us_per_chunk"] = cpu[name] / chunks[name] * 1e6
+    return out
+
+
 def added(results: dict[str, dict]) -> dict[str, dict]:
     direct = results["direct"]
     table = {}
@@ -208,7 +290,7 @@ def markdown(results: dict[str, dict], table: dict[str, dict]) -> str:
         ("added TTFT p50, streaming, c=1 (ms)", "added_ttft_p50_ms", "{:+.2f}"),
         ("throughput vs direct, c=32", "throughput_vs_direct_c32", "{:.2f}x"),
     ]
-    names = [n for n in table if n != "direct, asking ids+logprobs"] + (
+    names = [n for n in table if n != "direct, asking ids+logprobs" and not n.startswith("_")] + (
         ["direct, asking ids+logprobs"] if "direct, asking ids+logprobs" in table else [])
     lines = ["| metric | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
     for label, key, fmt in rows:
@@ -221,6 +303,13 @@ def markdown(results: dict[str, dict], table: dict[str, dict]) -> str:
         lines.append(f"the proxy alone, against direct calls asking the same ids+logprobs: "
                      f"{ours['proxy_only_c1_p50_ms']:+.2f} ms p50 at c=1, {ours['proxy_only_ttft_p50_ms']:+.2f} ms TTFT, "
                      f"{ours['throughput_vs_direct_asking_ids_c32']:.2f}x throughput at c=32")
+    streaming = results.get("_streaming")
+    if streaming:
+        lines.append("\n| streaming, c=32 | chunks/s | proxy CPU µs per chunk |\n| --- | --- | --- |")
+        for name, figures in streaming.items():
+            cpu = figures.get("cpu_us_per_chunk")
+            lines.append(f"| {name} | {figures['chunks_per_s']:.0f} | " + (f"{cpu:.1f}" if cpu is not None else "—")
+                         + " |")
     ratio = ours.get("litellm_added_p50_ratio")
     if ratio:
         lines.append(f"LiteLLM adds {ratio:.1f}x the latency the recording proxy adds (p50, c=1).")
@@ -237,8 +326,19 @@ def main() -> int:
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument("--also", action="append", default=[], metavar="NAME=URL",
                         help="measure another OpenAI-compatible base URL too (e.g. a bare pass-through proxy)")
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--streams", type=int, default=256, help="streams per target in the streaming phase")
+    parser.add_argument("--stream-tokens", type=int, default=256, help="tokens (chunks) per stream")
+    parser.add_argument("--workers", type=int, default=2, help="workers of the multi-worker proxy target")
+    parser.add_argument("--baseline", metavar="DIR", default=None,
+                        help="a checkout of another version (e.g. `git worktree add /tmp/main main`): its proxy is "
+                             "streamed through side by side with this one (CPU per chunk before/after)")
+    parser.add_argument("--quick", action="store_true", help="fewer calls and streams: a rough figure in a minute")
+    parser.add_argument("--out", default=None, help="where to save the figures (default bench/results/"
+                                                    "proxy_overhead.json, or proxy_overhead_quick.json with --quick)")
     args = parser.parse_args()
+    if args.quick:
+        args.calls, args.streams = min(args.calls, 60), min(args.streams, 64)
+    args.out = args.out or str(RESULTS.with_name("proxy_overhead_quick.json") if args.quick else RESULTS)
 
     procs: list[subprocess.Popen] = []
     workdir = tempfile.mkdtemp(prefix="proxy-bench-")
@@ -252,8 +352,12 @@ def main() -> int:
         model = args.model or httpx.get(upstream + "/models", timeout=10).json()["data"][0]["id"]
         proxy_proc, proxy_base = start_proxy(upstream, os.path.join(workdir, "traces"))
         procs.append(proxy_proc)
+        multi = f"rollout-dataset proxy, {args.workers} workers"
+        multi_proc, multi_base = start_proxy(upstream, os.path.join(workdir, "traces-workers"), args.workers)
+        procs.append(multi_proc)
         bases = {"direct": upstream, "direct, asking ids+logprobs": upstream + CAPTURE,
-                 "rollout-dataset proxy": proxy_base}
+                 "rollout-dataset proxy": proxy_base, multi: multi_base}
+        proxy_pids = {"rollout-dataset proxy": proxy_proc.pid, multi: multi_proc.pid}
         for extra in args.also:
             name, _, url = extra.partition("=")
             bases[name] = url.rstrip("/")
@@ -261,11 +365,24 @@ def main() -> int:
         # only then (its idle background work would otherwise tax phase 1): direct vs LiteLLM.
         # Each phase interleaves its own direct baseline; "added" is relative to that baseline.
         phases = [asyncio.run(measure(bases, model, args.calls, args.max_tokens))]
+        stream_bases = {"direct": upstream, "rollout-dataset proxy": proxy_base, multi: multi_base}
+        if args.baseline:  # another version's proxy, side by side in the streaming phase
+            base_proc, base_url = start_proxy(upstream, os.path.join(workdir, "traces-baseline"),
+                                              source=args.baseline)
+            procs.append(base_proc)
+            stream_bases["baseline proxy"] = base_url
+            proxy_pids["baseline proxy"] = base_proc.pid
+        streaming = asyncio.run(measure_streams(stream_bases, proxy_pids, model, args.streams, args.stream_tokens))
         if not args.skip_litellm:
             litellm_proc, litellm_base = start_litellm(upstream, model, workdir)
             procs.append(litellm_proc)
             phases.append(asyncio.run(measure({"direct": upstream, "LiteLLM proxy": litellm_base}, model,
                                               args.calls, args.max_tokens)))
+            # LiteLLM streams far slower: a quarter of the streams, measured against direct again
+            litellm_streams = asyncio.run(measure_streams(
+                {"direct (LiteLLM phase)": upstream, "LiteLLM proxy": litellm_base}, {"LiteLLM proxy": litellm_proc.pid},
+                model, max(32, args.streams // 4), args.stream_tokens))
+            streaming.update(litellm_streams)
         table: dict[str, dict] = {}
         results: dict[str, dict] = {}
         for number, phase in enumerate(phases, start=1):
@@ -281,14 +398,17 @@ def main() -> int:
             ours, theirs = table["rollout-dataset proxy"], table["LiteLLM proxy"]
             table["rollout-dataset proxy"]["litellm_added_p50_ratio"] = (
                 theirs["added_c1_p50_ms"] / ours["added_c1_p50_ms"] if ours["added_c1_p50_ms"] > 0 else None)
-        trace_files = list(Path(workdir, "traces").glob("*.jsonl"))
+        results["_streaming"] = streaming
+        trace_files = list(Path(workdir, "traces").glob("*.jsonl")) + list(Path(workdir, "traces-workers").glob("*.jsonl"))
         recorded = sum(sum(1 for _ in open(f)) for f in trace_files)
         doc = {
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
             "upstream": "local backend" if not args.upstream else redact_url(args.upstream),  # never its credentials
-            "model": model, "max_tokens": args.max_tokens, "calls_c1": args.calls,
-            "targets": results, "added": table, "proxy_records_written": recorded,
+            "model": model, "max_tokens": args.max_tokens, "calls_c1": args.calls, "quick": args.quick,
+            "load_average_at_end": os.getloadavg(), "stream_tokens": args.stream_tokens,
+            "targets": {k: v for k, v in results.items() if k != "_streaming"}, "added": table,
+            "streaming_c32": streaming, "proxy_records_written": recorded,
         }
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")

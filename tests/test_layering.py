@@ -29,6 +29,12 @@ RULES = [
         id="trainer-facing",
     ),
     pytest.param(
+        "the server runner knows no server: it imports neither the proxy nor the backend",
+        ("serving.py",),
+        ("rollout_dataset.proxy", "rollout_dataset.backend", "rollout_dataset.capture"),
+        id="serving",
+    ),
+    pytest.param(
         "environments do not import the batch evaluator, nor the command line",
         ("envs/",),
         ("rollout_dataset.batch", "rollout_dataset.cli"),

@@ -3,6 +3,7 @@ same, bodies decoded as httpx decodes them."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import math
@@ -18,7 +19,7 @@ from starlette.routing import Route
 
 from proxy_fakes import FakeVLLM, serve
 from rollout_dataset.proxy import CaptureProxy, read_trace
-from rollout_dataset.proxy.jsoncodec import encode_record, loads
+from rollout_dataset.proxy.jsoncodec import dumps_event, encode_record, loads, loads_event
 from rollout_dataset.schema import schema_errors
 
 
@@ -43,6 +44,19 @@ def test_loads_raises_the_standard_librarys_error(text: bytes | str):
     with pytest.raises(ValueError) as theirs:
         json.loads(text)
     assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("text", ['{"seed": 123456789012345678901234567890}', '[-9223372036854775809]',
+                                  '[18446744073709551616]', '{"lp": -0.00012345678901234567}', "[1e400]",
+                                  '"\\ud800"', '{"a": 1, "a": 2}', "-0", '{"x": 2.5e-07, "ids": [1, 2]}',
+                                  '{"t": "\u00e9\u2028"}', "[NaN]"])
+def test_loads_event_gives_the_standard_librarys_value(text: str):
+    assert repr(loads_event(text)) == repr(loads(text))
+
+
+@pytest.mark.parametrize("value", [{"seed": 2 ** 80}, {"t": "a\udcffb"}, {"x": [1e-05, 1e16, -0.0]}, {"n": None}])
+def test_dumps_event_reads_back_as_the_same_value(value):
+    assert repr(json.loads(dumps_event(value))) == repr(value)
 
 
 def test_encoded_records_read_back_as_the_same_values():
@@ -121,3 +135,22 @@ async def test_a_stream_in_another_charset_is_recorded_as_that_charset_decodes(t
     assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
     first = response.text.split("\n\n")[0].removeprefix("data: ")
     assert json.loads(first)["choices"][0]["delta"]["content"] == "café"
+
+
+@pytest.mark.parametrize("cut", [None, 3, 17])  # whole, or cut after that many of the integer's 25 digits
+async def test_a_stream_event_holding_an_integer_beyond_64_bits_is_recorded_and_forwarded_exactly(tmp_path, cut):
+    big = 2 ** 80 + 1
+    event = f"data: {json.dumps({**CHUNK, 'created': big})}\n\n".encode()
+    split = None if cut is None else event.index(str(big).encode()) + cut
+
+    async def chat(request: Request) -> Response:
+        async def events():
+            for piece in ([event] if split is None else [event[:split], event[split:]]):
+                yield piece
+                await asyncio.sleep(0.05)  # a read of its own
+            yield b"data: [DONE]\n\n"
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    response, record = await _one_call(tmp_path, _upstream(chat), stream=True)
+    assert record["response"]["created"] == big
+    assert json.loads(response.text.split("\n\n")[0].removeprefix("data: "))["created"] == big

@@ -11,17 +11,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
-import socket
-import threading
 from typing import Any, Iterator
 
-import uvicorn
-
 from rollout_dataset.backend.app import create_backend_app
+from rollout_dataset.serving import UvicornServer, bind_socket, serve_in_thread
 
 __all__ = ["LocalBackend", "run_backend_in_thread"]
 
@@ -72,11 +68,7 @@ class LocalBackend:
         self.host = host
         self.port = port
         self.served_model_name = served_model_name
-        self._server: uvicorn.Server | None = None
-        self._task: asyncio.Task | None = None
-        self._sock: socket.socket | None = None
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: UvicornServer | None = None
 
     # -- addresses --------------------------------------------------------------------------
     @property
@@ -95,6 +87,11 @@ class LocalBackend:
         """Returns: the serving tokenizer."""
         return self.app.state.backend.tokenizer
 
+    @property
+    def _sock(self) -> Any:
+        """The listening socket while serving (None otherwise)."""
+        return self._server.sock if self._server is not None else None
+
     # -- async lifecycle ----------------------------------------------------------------------
     async def start(self) -> "LocalBackend":
         """Bind and start serving; returns once the server accepts connections.
@@ -106,48 +103,23 @@ class LocalBackend:
             OSError: the address cannot be bound.
             RuntimeError: the server did not start within 30 s.
         """
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # accepted connections inherit this: without it, small responses on a kept-alive
-        # connection wait ~40 ms for the client's delayed ACK (Nagle)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind((self.host, self.port))
-        sock.listen(2048)
-        sock.setblocking(False)
-        self._sock = sock
+        sock = bind_socket(self.host, self.port, what="the local backend")
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
-                                timeout_keep_alive=30, timeout_graceful_shutdown=2)
-        self._server = uvicorn.Server(config)
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # (uvicorn < 0.29)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _START_TIMEOUT_S
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()
-                raise RuntimeError(f"local backend on {self.root_url} stopped while starting")
-            if loop.time() > deadline:
-                raise RuntimeError(f"local backend on {self.root_url} did not start within {_START_TIMEOUT_S} s")
-            await asyncio.sleep(0.01)
+        server = UvicornServer(self.app, sock, keep_alive_s=30, graceful_s=2, server_header=True)
+        try:
+            await server.start(_START_TIMEOUT_S)
+        except BaseException:
+            sock.close()
+            raise
+        self._server = server
         logger.info("local backend listening on %s", self.base_url)
         return self
 
     async def stop(self) -> None:
         """Stop serving and close the socket (idempotent)."""
-        if self._server is not None and self._task is not None:
-            self._server.should_exit = True
-            try:
-                await asyncio.wait_for(self._task, timeout=10)
-            except asyncio.TimeoutError:
-                self._server.force_exit = True
-                self._task.cancel()
-                with contextlib.suppress(BaseException):
-                    await self._task
-        if self._sock is not None:
-            self._sock.close()
-        self._server = self._task = self._sock = None
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(timeout=10)
 
     async def __aenter__(self) -> "LocalBackend":
         return await self.start()
@@ -170,43 +142,9 @@ class LocalBackend:
         Raises:
             RuntimeError / OSError: the server failed to start.
         """
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as exc:  # reported to the caller below
-                failure.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            try:
-                loop.run_until_complete(self._task)
-            except BaseException:  # noqa: BLE001 - stopping
-                pass
-            finally:
-                loop.run_until_complete(self.stop())
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="rollout-dataset-backend", daemon=True)
-        self._thread.start()
-        ready.wait(_START_TIMEOUT_S + 5)
-        if failure:
-            raise failure[0]
-        if not ready.is_set():
-            raise RuntimeError("local backend thread did not start")
-        try:
+        with serve_in_thread(lambda: self, name="rollout-dataset-backend", start_timeout_s=_START_TIMEOUT_S + 5,
+                             stop_timeout_s=15):
             yield self
-        finally:
-            server = self._server
-            if server is not None:
-                server.should_exit = True
-            self._thread.join(timeout=15)
-            self._thread = None
 
 
 @contextlib.contextmanager

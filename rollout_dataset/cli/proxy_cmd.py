@@ -38,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(past it calls get 503, recorded)")
     parser.add_argument("--max-open-files", type=int, default=32,
                         help="trace files kept open at once (least recently used closed first)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="processes serving the port (default 1); each session still gets one trace file, one "
+                             "gap-free arrival order and one chain; --max-inflight-mb and --max-open-files hold per "
+                             "worker; a worker that dies is replaced")
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see README 'On-policy mode')")
     add_context_arguments(parser, fit_default=False)
 
@@ -97,7 +101,7 @@ async def _serve(args: argparse.Namespace) -> None:
                          upstream_timeout=args.upstream_timeout, max_body_bytes=int(args.max_body_mb * 1024 * 1024),
                          max_inflight_bytes=int(args.max_inflight_mb * 1024 * 1024),
                          max_open_files=args.max_open_files, api_key=_api_key(args.api_key_env),
-                         on_policy=args.on_policy, context=context_policy(args))
+                         on_policy=args.on_policy, context=context_policy(args), workers=args.workers)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     async with proxy:

@@ -13,21 +13,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
 from typing import Any, Awaitable, Callable
 
 import httpx
-from httpx_sse import EventSource, ServerSentEvent
+from httpx_sse import ServerSentEvent
 
 from rollout_dataset.errors import RecordWriteError
 from rollout_dataset.proxy.context_fit import CONTEXT_EXHAUSTED, ContextFitter, ContextPolicy
-from rollout_dataset.proxy.jsoncodec import loads
+from rollout_dataset.proxy.jsoncodec import dumps_event, has_digit_run, loads, loads_event
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode, Prepared
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import harness_session_id, recorded_headers, redact_body, redact_url, valid_session_id
 from rollout_dataset.proxy.responses import ResponsesAssembler
-from rollout_dataset.proxy.streaming import StreamAssembler
+from rollout_dataset.proxy.streaming import EventBatches, StreamAssembler
 from rollout_dataset.proxy.tokens import (
     GENERATION_ENDPOINTS,
     TokenRequest,
@@ -37,7 +38,7 @@ from rollout_dataset.proxy.tokens import (
     token_fields,
 )
 
-__all__ = ["ProxyApp", "SESSION_HEADER", "DEFAULT_SESSION", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_INFLIGHT_BYTES"]
+__all__ = ["ProxyApp", "SESSION_HEADER", "WORKER_HEADER", "DEFAULT_SESSION", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_INFLIGHT_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,8 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 SESSION_HEADER = "x-rollout-session"
+#: the response header naming the worker process that answered (`proxy --workers N`).
+WORKER_HEADER = "x-rollout-proxy-worker"
 DEFAULT_SESSION = "default"
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 # Request bodies plus buffered response bytes held by all calls at once; past it calls get 503.
@@ -136,13 +139,16 @@ class ProxyApp:
         on_policy: build multi-turn chat prompts from the sampled ids (see `rollout_dataset.proxy.on_policy`).
         context: how to fit output limits to the model's context (`rollout_dataset.proxy.context_fit`);
             None changes no limit.
+        worker_header: add ``x-rollout-proxy-worker: <pid>`` to every response (multi-worker proxies:
+            which process answered).
     """
 
     def __init__(self, upstream_root: str, recorder: TraceRecorder, transport: httpx.AsyncBaseTransport,
                  timeout: httpx.Timeout | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES, on_policy: bool = False,
-                 context: ContextPolicy | None = None) -> None:
+                 context: ContextPolicy | None = None, worker_header: bool = False) -> None:
         self.upstream_root = upstream_root.rstrip("/")
+        self._worker = (WORKER_HEADER.encode(), str(os.getpid()).encode()) if worker_header else None
         self.recorder = recorder
         self.transport = transport
         timeout = timeout or httpx.Timeout(600.0, connect=10.0)
@@ -172,6 +178,8 @@ class ProxyApp:
                     return
         if scope["type"] != "http":
             return
+        if self._worker is not None:
+            send = _with_header(send, self._worker)
         try:
             await self._handle(scope, receive, send)
         except Exception:  # never crash the server: the record is already written by _handle's paths
@@ -508,8 +516,10 @@ class ProxyApp:
         call.status = response.status_code
         headers = _response_headers(response)
         if _plain_utf8(response.headers.get("content-type", "")):
-            response.encoding = "utf-8"  # what httpx would pick anyway, without its per-call charset parsing
-        else:  # events are decoded with the upstream's charset and re-framed as UTF-8: say so
+            encoding = "utf-8"  # what httpx would pick anyway, without its per-call charset parsing
+        else:
+            # events are decoded with the upstream's charset and re-framed as UTF-8: say so
+            encoding = response.encoding or "utf-8"
             headers = [(k, b"text/event-stream; charset=utf-8" if k == b"content-type" else v) for k, v in headers]
         call.started = True
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
@@ -517,39 +527,61 @@ class ProxyApp:
         raw_events: list[str] = []  # the events as they came, for the record if they cannot be assembled
         kept = 0
         tail = b""
+        strip = token_req.needs_strip
+        events = EventBatches(encoding)
+        identity = response.headers.get("content-encoding", "identity").strip().lower() == "identity"
+        # Long integers (which orjson cannot parse exactly) are looked for once per read, over the read
+        # and the 18 bytes before it: from the first read with 19 digits in a row on, each event is
+        # looked at on its own. Only for UTF-8, where digits are single bytes.
+        careful = encoding != "utf-8"
+        before = b""
         try:
-            async for event in EventSource(response).aiter_sse():
-                data = event.data
-                if data == "[DONE]":
-                    tail = _frame(event, data)
-                    continue
-                if not self._reserve_nowait(call, len(data)):
-                    message = self._overload_message(call, len(data))
-                    call.fail("proxy_overloaded", message)
-                    tail = _error_event(503, message, "proxy_overloaded")
-                    break
-                if kept < _RAW_RECORD_CAP:
-                    raw_events.append(data)
-                    kept += len(data)
-                try:
-                    chunk, nonfinite = loads(data)
-                    call.nonfinite = call.nonfinite or nonfinite
-                except ValueError:
-                    chunk = None
-                    call.notes.append("a stream event's data is not JSON; forwarded as is")
-                if chunk is not None:
+            async for raw in (response.aiter_raw() if identity else response.aiter_bytes()):
+                if not careful:
+                    window = before + raw
+                    careful = has_digit_run(window)
+                    before = window[-18:]
+                # One send per upstream read: every complete event it held, each parsed once.
+                out: list[bytes] = []
+                overloaded = False
+                for event in events.feed(raw):
+                    data = event.data
+                    if data == "[DONE]":
+                        tail = _frame(event, data)
+                        continue
+                    if not self._reserve_nowait(call, len(data)):
+                        message = self._overload_message(call, len(data))
+                        call.fail("proxy_overloaded", message)
+                        tail = _error_event(503, message, "proxy_overloaded")
+                        overloaded = True
+                        break
+                    if kept < _RAW_RECORD_CAP:
+                        raw_events.append(data)
+                        kept += len(data)
                     try:
-                        assembler.add(chunk)
-                        edited = strip_response(chunk, token_req)
-                    except Exception as exc:  # unexpected types: forwarded as is, kept raw for the record
-                        edited = None
-                        call.notes.append(f"stream event {len(raw_events) - 1} has an unexpected shape "
-                                          f"({type(exc).__name__}: {exc}); forwarded as is")
-                    if edited is not None:
-                        data = _dumps(edited).decode("utf-8")
-                if call.ttft_ms is None:
-                    call.ttft_ms = (time.perf_counter() - call.t0) * 1000.0
-                await send({"type": "http.response.body", "body": _frame(event, data), "more_body": True})
+                        chunk, nonfinite = loads_event(data, digits_checked=not careful)
+                        call.nonfinite = call.nonfinite or nonfinite
+                    except ValueError:
+                        chunk = None
+                        call.notes.append("a stream event's data is not JSON; forwarded as is")
+                    if chunk is not None:
+                        try:
+                            assembler.add(chunk)
+                            edited = strip_response(chunk, token_req) if strip else None
+                        except Exception as exc:  # unexpected types: forwarded as is, kept raw for the record
+                            edited = None
+                            call.notes.append(f"stream event {len(raw_events) - 1} has an unexpected shape "
+                                              f"({type(exc).__name__}: {exc}); forwarded as is")
+                        if edited is not None:
+                            out.append(_frame_json(event, edited, nonfinite))
+                            continue
+                    out.append(_frame(event, data))
+                if out:
+                    if call.ttft_ms is None:
+                        call.ttft_ms = (time.perf_counter() - call.t0) * 1000.0
+                    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                if overloaded:
+                    break
         except httpx.TimeoutException:
             message = f"the model server at {url} stopped streaming (timeout; see upstream_timeout)"
             call.fail("upstream_timeout", message)
@@ -799,6 +831,9 @@ def _assembled(call: _Call, assembler: StreamAssembler, raw_events: list[str]) -
 
 
 def _frame(event: ServerSentEvent, data: str) -> bytes:
+    """One event re-framed for the harness, its data unchanged (single-line data: no copy but the encode)."""
+    if not event.id and (not event.event or event.event == "message") and "\n" not in data:
+        return b"data: " + data.encode("utf-8") + b"\n\n"
     head = ""
     if event.event and event.event != "message":
         head += f"event: {event.event}\n"
@@ -809,6 +844,23 @@ def _frame(event: ServerSentEvent, data: str) -> bytes:
     else:
         body = f"data: {data}\n"
     return (head + body + "\n").encode("utf-8")
+
+
+def _frame_json(event: ServerSentEvent, value: Any, nonfinite: bool) -> bytes:
+    """An edited (stripped) event, its data encoded once (see `rollout_dataset.proxy.jsoncodec.dumps_event`)."""
+    data = dumps_event(value, nonfinite)
+    if not event.id and (not event.event or event.event == "message"):
+        return b"data: " + data + b"\n\n"
+    return _frame(event, data.decode("utf-8"))
+
+
+def _with_header(send: Send, header: tuple[bytes, bytes]) -> Send:
+    """`send` with one more header on the response start."""
+    async def sender(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), header]}
+        await send(message)
+    return sender
 
 
 async def _cancel_on_disconnect(receive: Receive, call: _Call, task: asyncio.Task[Any] | None) -> None:

@@ -7,16 +7,21 @@ lists; a parsed line holds exactly the same values (both encoders write the shor
 round-trips). The one thing orjson cannot write is a non-finite float (it writes ``null``, where
 the standard encoder writes ``NaN``/``Infinity``), so `loads` reports whether a body held such a
 constant, and a call that saw one has its record encoded by the standard library, as before.
+
+Stream events (small, one per token, from the model server) take a faster road, `loads_event` and
+`dumps_event`: orjson where it gives exactly what the standard library gives, the standard library
+where it might not (integers of 19 digits or more, NaN/Infinity, lone surrogates, invalid UTF-8).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
 
-__all__ = ["loads", "encode_record"]
+__all__ = ["loads", "loads_event", "dumps_event", "encode_record", "has_digit_run"]
 
 
 class _NonFinite(Exception):
@@ -87,3 +92,78 @@ def encode_record(record: dict[str, Any], nonfinite: bool = False) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: written as a \uXXXX escape, which JSON allows
         return json.dumps(record, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+# Integers of 19 digits or more may lie beyond 64 bits, which orjson would turn into floats. A cheap
+# first look (digits map to "1", every other byte to "0": is there a run of 19?) clears nearly every
+# event; the rare run is looked at again, where digits after a decimal point do not count.
+_DIGITS = bytes(0x31 if 0x30 <= i <= 0x39 else 0x30 for i in range(256))
+_RUN = b"1" * 19
+_LONG_INTEGER = re.compile(r"(?<![.0-9])[0-9]{19}")
+
+
+def has_digit_run(data: bytes) -> bool:
+    """Whether bytes hold 19 or more ASCII digits in a row (a first, cheap look for long integers).
+
+    Args:
+        data: any bytes (e.g. one network read of a stream).
+
+    Returns:
+        False when no JSON text within them can hold an integer of 19+ digits.
+    """
+    return _RUN in data.translate(_DIGITS)
+
+
+def _may_hold_long_integer(data: str) -> bool:
+    """Whether JSON text may hold an integer of 19+ digits (fraction digits after a '.' do not count)."""
+    return has_digit_run(data.encode("utf-8", "surrogatepass")) and _LONG_INTEGER.search(data) is not None
+
+
+def loads_event(data: str, digits_checked: bool = False) -> tuple[Any, bool]:
+    """Parse one stream event's data to exactly what `loads` gives, at a third of its CPU.
+
+    orjson parses when the text holds no integer of 19 or more digits (possibly beyond 64 bits,
+    which orjson would turn into a float); whatever orjson refuses (NaN/Infinity, lone surrogates, numbers out of range) goes to
+    `loads`. The one difference: orjson parses nesting up to 1024 levels where the standard library
+    may stop a little earlier (the record then holds the value rather than the text).
+
+    Args:
+        data: the event's data (text).
+        digits_checked: the caller knows the text holds no 19 digits in a row (`has_digit_run` was
+            False for the bytes it came from): the look for long integers is skipped.
+
+    Returns:
+        ``(value, nonfinite)`` as `loads` returns them.
+
+    Raises:
+        ValueError: the text is not valid JSON (the message of `json.loads`).
+    """
+    if digits_checked or not _may_hold_long_integer(data):
+        try:
+            return orjson.loads(data), False
+        except orjson.JSONDecodeError:
+            pass
+    return loads(data)
+
+
+def dumps_event(value: Any, nonfinite: bool = False) -> bytes:
+    """Compact UTF-8 JSON of an edited stream event (orjson; the standard library for what orjson cannot write).
+
+    Args:
+        value: the event's parsed (and edited) data.
+        nonfinite: the value may hold NaN/Infinity (written ``NaN``/``Infinity`` as the standard
+            library writes them, not ``null``).
+
+    Returns:
+        The encoded data; a lone surrogate is written as its ``\\uXXXX`` escape.
+    """
+    if not nonfinite:
+        try:
+            return orjson.dumps(value)
+        except TypeError:  # integers beyond 64 bits, lone surrogates
+            pass
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode("ascii")

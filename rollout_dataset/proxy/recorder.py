@@ -229,23 +229,7 @@ class TraceRecorder:
             RecordWriteError: the line could not be written (the file is left without it).
         """
         state = self._session(session)
-        raw = dict(raw or {})
-        if state.notes:
-            record["notes"] = list(record.get("notes") or []) + state.notes
-        record[CHAIN_FIELD] = state.head
-        try:
-            digest_bytes = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)  # canonical_bytes' fast path
-        except TypeError:  # big ints, lone surrogates or deep nesting: see what it is
-            _flatten_too_deep(record, raw)
-            digest_bytes = canonical_bytes(record)
-        line = encode_record({k: v for k, v in record.items() if k not in raw}, nonfinite)
-        if raw:
-            parts = [line[:-1]]
-            for key, value in raw.items():
-                parts.append(b"," + json.dumps(key).encode() + b":" + value)
-            parts.append(b"}")
-            line = b"".join(parts)
-        data = line + b"\n"
+        data, digest = chained_line(record, raw, nonfinite, state.head, state.notes)
         path = self.path(session)
         borrowed = False
         try:
@@ -265,7 +249,7 @@ class TraceRecorder:
                 if fd is not None:
                     os.close(fd)
                 self._spare = _open_spare()
-        state.head = hashlib.sha256(digest_bytes).hexdigest()
+        state.head = digest
         state.records += 1
         state.size += len(data)
         state.notes = []
@@ -295,6 +279,42 @@ class TraceRecorder:
         """Close every open trace file (and the spare descriptor)."""
         self._close_cached()
         self._drop_spare()
+
+
+def chained_line(record: dict[str, Any], raw: dict[str, bytes] | None, nonfinite: bool, head: str | None,
+                 notes: list[str]) -> tuple[bytes, str]:
+    """A record as its trace line, chained after `head`, and the record's digest.
+
+    Args:
+        record: the record (``prev_sha256`` and `notes` are added to it here).
+        raw: fields whose value is already one line of JSON, spliced in verbatim (see `TraceRecorder.write`).
+        nonfinite: the record may hold NaN or infinite floats.
+        head: the digest of the session's last record (None for the first).
+        notes: pending notes of the session, appended to the record's.
+
+    Returns:
+        ``(line with its newline, sha256 hex digest of the record's canonical form)``.
+
+    Raises:
+        TypeError: a value no encoder takes.
+    """
+    raw = dict(raw or {})
+    if notes:
+        record["notes"] = list(record.get("notes") or []) + notes
+    record[CHAIN_FIELD] = head
+    try:
+        digest_bytes = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)  # canonical_bytes' fast path
+    except TypeError:  # big ints, lone surrogates or deep nesting: see what it is
+        _flatten_too_deep(record, raw)
+        digest_bytes = canonical_bytes(record)
+    line = encode_record({k: v for k, v in record.items() if k not in raw}, nonfinite)
+    if raw:
+        parts = [line[:-1]]
+        for key, value in raw.items():
+            parts.append(b"," + json.dumps(key).encode() + b":" + value)
+        parts.append(b"}")
+        line = b"".join(parts)
+    return line + b"\n", hashlib.sha256(digest_bytes).hexdigest()
 
 
 def _open_spare() -> int | None:

@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 
 from rollout_dataset.proxy.app import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_SESSION, ProxyApp
 from rollout_dataset.proxy.recorder import DEFAULT_MAX_OPEN_FILES, TraceRecorder
+from rollout_dataset.proxy.shared_recorder import SharedTraceRecorder
 from rollout_dataset.proxy.context_fit import ContextPolicy
 from rollout_dataset.proxy.redact import valid_session_id
 from rollout_dataset.proxy.transport import UpstreamTransport
 from rollout_dataset.proxy.upstream import AuthenticatingTransport, UpstreamTarget, parse_upstream
+from rollout_dataset.serving import LoopThread, UvicornServer, WorkerPool, bind_socket, new_event_loop
 from rollout_dataset.trace_integrity import TraceSeal
 
 __all__ = ["CaptureProxy", "new_event_loop", "upstream_root"]
@@ -39,19 +40,8 @@ UPSTREAM_KEEPALIVE_S = 3.0
 # The proxy keeps idle harness connections longer than common client pools do (httpx/openai: 5 s),
 # so a harness never sends a request on a connection the proxy is closing.
 CLIENT_KEEPALIVE_S = 75
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """A fresh event loop: uvloop's when it is installed (it comes with uvicorn[standard]).
-
-    Returns:
-        A new, not yet running event loop.
-    """
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is optional
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
+#: seconds between checks for a dead worker process (`workers` > 1), which is then replaced.
+WORKER_CHECK_S = 0.5
 
 
 def upstream_root(upstream: str) -> str:
@@ -102,9 +92,16 @@ class CaptureProxy:
         on_policy: on-policy mode: multi-turn chat prompts built from the ids the model sampled
             (`rollout_dataset.proxy.on_policy`; needs vLLM >= 0.32 or the local backend).
         context: output-limit fitting (`ContextPolicy(max_tokens_cap=..., fit_context=...)`); None: none.
+        workers: processes serving the port (see `rollout_dataset.proxy.shared_recorder`): each
+            session keeps one file, one gap-free arrival order and one chain whichever worker
+            takes its calls; `max_inflight_bytes`, `max_connections` and `max_open_files` hold
+            per worker. A worker that dies is replaced. With 1 (default) the proxy runs in this
+            process. Workers are spawned processes: a script that starts such a proxy needs the
+            usual ``if __name__ == "__main__":`` guard.
 
     Raises:
-        ValueError: `upstream` is not an http(s) URL, or it has userinfo and `api_key` is given.
+        ValueError: `upstream` is not an http(s) URL, or it has userinfo and `api_key` is given, or
+            `workers` is below 1, or `workers` > 1 with a `transport` (an in-process test seam).
     """
 
     def __init__(self, upstream: str, trace_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 0,
@@ -113,8 +110,20 @@ class CaptureProxy:
                  max_connections: int = 512, max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
                  max_open_files: int = DEFAULT_MAX_OPEN_FILES, api_key: str | None = None,
                  forward_client_auth: bool = True, on_policy: bool = False,
-                 context: ContextPolicy | None = None) -> None:
+                 context: ContextPolicy | None = None, workers: int = 1) -> None:
         self._target: UpstreamTarget = parse_upstream(upstream, api_key)
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        if workers > 1 and transport is not None:
+            raise ValueError("a transport is an in-process test seam: it cannot be used with workers > 1")
+        self.workers = workers
+        # What a worker process needs to build its own proxy (credentials travel through the spawn
+        # pipe, never on a command line).
+        self._settings = _WorkerSettings(
+            upstream=upstream, trace_dir=str(trace_dir), host=host, upstream_timeout=upstream_timeout,
+            connect_timeout=connect_timeout, max_body_bytes=max_body_bytes, max_connections=max_connections,
+            max_inflight_bytes=max_inflight_bytes, max_open_files=max_open_files, api_key=api_key,
+            forward_client_auth=forward_client_auth, on_policy=on_policy, context=context)
         self.upstream = self._target.display
         self.upstream_root = self._target.root
         self.forward_client_auth = forward_client_auth
@@ -130,12 +139,13 @@ class CaptureProxy:
         self.max_open_files = max_open_files
         self.on_policy = on_policy
         self.context = context
-        self._server: uvicorn.Server | None = None
-        self._serve_task: asyncio.Task[Any] | None = None
+        self._server: UvicornServer | None = None
         self._own_transport: httpx.AsyncBaseTransport | None = None
         self._recorder: TraceRecorder | None = None
-        self._thread: threading.Thread | None = None
-        self._thread_loop: asyncio.AbstractEventLoop | None = None
+        self._pool: WorkerPool | None = None
+        self._pool_sock: socket.socket | None = None
+        self._watch: asyncio.Task[Any] | None = None
+        self._runner: LoopThread | None = None
         self._thread_stop: asyncio.Event | None = None
         self._thread_error: BaseException | None = None
 
@@ -148,7 +158,7 @@ class CaptureProxy:
         Raises:
             RuntimeError: the proxy is not running.
         """
-        if self._server is None:
+        if self._server is None and self._pool is None:
             raise RuntimeError("the proxy is not running: use `async with CaptureProxy(...)` or `with ...`")
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
@@ -196,7 +206,8 @@ class CaptureProxy:
             session: the session id.
 
         Returns:
-            The number of records written and the last one's digest.
+            The number of records written and the last one's digest (with workers: as the
+            session's state file says, read under the file's lock).
 
         Raises:
             RuntimeError: the proxy is not running.
@@ -204,28 +215,54 @@ class CaptureProxy:
         recorder = self._recorder
         if recorder is None:
             raise RuntimeError("the proxy is not running: the seal is read while it runs")
-        loop = self._thread_loop
-        if (loop is not None and self._thread is not None and not loop.is_closed()
-                and threading.current_thread() is not self._thread):
+        runner = self._runner
+        if runner is not None and runner.running and not runner.on_thread():
             async def read() -> TraceSeal:
                 return recorder.seal(session)
-            return asyncio.run_coroutine_threadsafe(read(), loop).result(30)
+            return runner.call(read(), 30)
         return recorder.seal(session)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The process ids of the live worker processes (empty when the proxy runs in this process)."""
+        return self._pool.pids if self._pool is not None else []
 
     # ---- async lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> "CaptureProxy":
-        """Bind, start serving in the running loop, and return once the port accepts connections.
+        """Bind, start serving (here, or in `workers` processes), and return once the port accepts connections.
 
         Returns:
             self.
 
         Raises:
             OSError: the address cannot be bound.
+            RuntimeError: already running, or a worker process did not start.
         """
-        if self._server is not None:
+        if self._server is not None or self._pool is not None:
             raise RuntimeError("the proxy is already running")
+        sock = bind_socket(self.host, self.port, what="the proxy")
+        self.port = sock.getsockname()[1]
+        if self.workers > 1:
+            await self._start_workers(sock)
+            return self
         self._recorder = TraceRecorder(self.trace_dir, self.max_open_files)
+        server = UvicornServer(self._build_app(self._recorder), sock, keep_alive_s=CLIENT_KEEPALIVE_S)
+        self._server = server
+        try:
+            await server.start()
+        except BaseException:
+            self._server = None
+            sock.close()
+            await self._close_client()
+            self._recorder.close()
+            self._recorder = None
+            raise
+        log.info("recording proxy on %s -> %s, traces in %s", self.base_url, self.upstream, self.trace_dir)
+        return self
+
+    def _build_app(self, recorder: TraceRecorder, worker_header: bool = False) -> ProxyApp:
+        """The ASGI app with its upstream transport (one connection pool per process)."""
         limits = httpx.Limits(max_connections=self.max_connections,
                               max_keepalive_connections=min(self.max_connections, 256),
                               keepalive_expiry=UPSTREAM_KEEPALIVE_S)
@@ -236,47 +273,47 @@ class CaptureProxy:
             verify = self.upstream_root.startswith("https:")  # no certificate loading for plain http
             transport = self._own_transport = UpstreamTransport(limits, verify=verify)
         transport = AuthenticatingTransport(transport, self._target, forward_client_auth=self.forward_client_auth)
-        app = ProxyApp(self.upstream_root, self._recorder, transport, timeout, self.max_body_bytes,
-                       self.max_inflight_bytes, on_policy=self.on_policy, context=self.context)
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Without it, replies on kept-alive connections wait for the client's delayed ACK (~40 ms).
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return ProxyApp(self.upstream_root, recorder, transport, timeout, self.max_body_bytes,
+                        self.max_inflight_bytes, on_policy=self.on_policy, context=self.context,
+                        worker_header=worker_header)
+
+    async def _start_workers(self, sock: socket.socket) -> None:
+        """Serve `sock` from `workers` processes; this process keeps the seal reader and replaces dead workers."""
+        self._recorder = SharedTraceRecorder(self.trace_dir, self.max_open_files)
+        pool = WorkerPool(_serve_worker, sock, self.workers, args=(self._settings,), name="rollout-dataset-proxy")
+        loop = asyncio.get_running_loop()
         try:
-            sock.bind((self.host, self.port))
-        except OSError as exc:
+            await loop.run_in_executor(None, pool.start)
+        except BaseException:
             sock.close()
-            await self._close_client()
-            raise OSError(exc.errno, f"cannot bind the proxy to {self.host}:{self.port}: {exc.strerror}") from exc
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, server_header=False,
-                                date_header=False, timeout_graceful_shutdown=5, backlog=2048,
-                                timeout_keep_alive=CLIENT_KEEPALIVE_S)
-        server = uvicorn.Server(config)
-        self._server = server
-        self._serve_task = asyncio.ensure_future(server.serve(sockets=[sock]))
-        while not server.started:
-            if self._serve_task.done():
-                self._server = None
-                await self._close_client()
-                self._serve_task.result()
-                raise RuntimeError(f"the proxy on {self.host}:{self.port} stopped while starting")
-            await asyncio.sleep(0.005)
-        log.info("recording proxy on %s -> %s, traces in %s", self.base_url, self.upstream, self.trace_dir)
-        return self
+            self._recorder.close()
+            self._recorder = None
+            raise
+        self._pool, self._pool_sock = pool, sock
+        self._watch = asyncio.ensure_future(self._replace_dead_workers())
+        log.info("recording proxy on %s (%d workers, pids %s) -> %s, traces in %s", self.base_url, self.workers,
+                 pool.pids, self.upstream, self.trace_dir)
+
+    async def _replace_dead_workers(self) -> None:
+        while self._pool is not None:
+            await asyncio.sleep(WORKER_CHECK_S)
+            if self._pool is not None:
+                self._pool.replace_dead()
 
     async def stop(self) -> None:
         """Stop serving (in-flight calls finish and are recorded) and close the trace files."""
-        server, task = self._server, self._serve_task
-        if server is not None and task is not None:
-            server.should_exit = True
-            try:
-                await task
-            except (Exception, SystemExit):  # pragma: no cover - uvicorn errors at shutdown
-                log.exception("the proxy server stopped with an error")
-        self._server = None
-        self._serve_task = None
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop()
+        pool, self._pool = self._pool, None
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        if pool is not None:
+            await asyncio.get_running_loop().run_in_executor(None, pool.stop)
+        if self._pool_sock is not None:
+            self._pool_sock.close()
+            self._pool_sock = None
         await self._close_client()
         if self._recorder is not None:
             self._recorder.close()
@@ -308,30 +345,25 @@ class CaptureProxy:
             OSError: the address cannot be bound.
             TimeoutError: the proxy did not start in time.
         """
-        if self._thread is not None:
+        if self._runner is not None:
             raise RuntimeError("the proxy thread is already running")
         ready = threading.Event()
         self._thread_error = None
+        runner = self._runner = LoopThread("rollout-dataset-proxy")
 
-        def main() -> None:
-            loop = new_event_loop()
-            self._thread_loop = loop
-            asyncio.set_event_loop(loop)
+        async def main() -> None:
             try:
-                loop.run_until_complete(self._thread_main(ready))
+                await self._thread_main(ready)
             except BaseException as exc:  # reported to the starting thread
                 self._thread_error = exc
                 ready.set()
-            finally:
-                loop.close()
 
-        self._thread = threading.Thread(target=main, name="rollout-dataset-proxy", daemon=True)
-        self._thread.start()
+        runner.start(main)
         if not ready.wait(timeout):
             raise TimeoutError(f"the proxy did not start listening on {self.host}:{self.port} within {timeout}s")
         if self._thread_error is not None:
-            self._thread.join()
-            self._thread = None
+            runner.join()
+            self._runner = None
             raise self._thread_error
         return self
 
@@ -350,14 +382,13 @@ class CaptureProxy:
         Args:
             timeout: seconds to wait for the thread to end.
         """
-        thread, loop, stop = self._thread, self._thread_loop, self._thread_stop
-        if thread is None:
+        runner, stop = self._runner, self._thread_stop
+        if runner is None:
             return
-        if loop is not None and stop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout)
-        self._thread = None
-        self._thread_loop = None
+        if stop is not None:
+            runner.call_soon(stop.set)
+        runner.join(timeout)
+        self._runner = None
         self._thread_stop = None
 
     def __enter__(self) -> "CaptureProxy":
@@ -365,3 +396,45 @@ class CaptureProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop_thread()
+
+
+class _WorkerSettings(dict):
+    """`CaptureProxy` arguments for a worker process; shown redacted (they hold the upstream's credentials)."""
+
+    def __repr__(self) -> str:
+        return f"_WorkerSettings(<{len(self)} arguments, redacted>)"
+
+
+def _serve_worker(sock: socket.socket, ready: Any, settings: dict[str, Any]) -> None:
+    """One worker process of a multi-worker proxy: serve `sock` until SIGTERM/SIGINT.
+
+    Args:
+        sock: the listening socket shared by every worker.
+        ready: set once this worker accepts connections.
+        settings: `CaptureProxy` arguments (the worker's own proxy runs in this process).
+    """
+    import signal
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    proxy = CaptureProxy(**settings)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        proxy.port = sock.getsockname()[1]
+        proxy._recorder = SharedTraceRecorder(proxy.trace_dir, proxy.max_open_files)
+        server = proxy._server = UvicornServer(proxy._build_app(proxy._recorder, worker_header=True), sock,
+                                               keep_alive_s=CLIENT_KEEPALIVE_S, own_socket=False)
+        await server.start()
+        ready.set()
+        await stop.wait()
+        await proxy.stop()
+
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()

@@ -1,15 +1,59 @@
 """Reassemble a streamed chat/completions response into the object a non-streamed call returns.
 
-SSE parsing itself is httpx-sse's (`EventSource.aiter_sse`); this module only folds the parsed
-chunks: content and reasoning text, tool-call deltas merged by index, finish and stop reasons,
-usage, prompt ids (first chunk), completion ids and logprobs concatenated over chunks.
+SSE parsing itself is httpx-sse's (its line and event decoders, fed one network read at a time by
+`EventBatches`); this module only folds the parsed chunks: content and reasoning text, tool-call
+deltas merged by index, finish and stop reasons, usage, prompt ids (first chunk), completion ids
+and logprobs concatenated over chunks.
 """
 
 from __future__ import annotations
 
+import codecs
 from typing import Any
 
-__all__ = ["StreamAssembler"]
+from httpx_sse import ServerSentEvent
+# The decoders behind httpx-sse's `EventSource.aiter_sse`, used directly so that the events of one
+# network read come out together (one send to the harness per read, not one per event) and
+# without httpx's text and line iterator layers per chunk.
+from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+
+__all__ = ["EventBatches", "StreamAssembler"]
+
+
+class EventBatches:
+    """Server-sent events out of raw body bytes, one network read at a time (httpx-sse's decoders).
+
+    Events come out exactly as `httpx_sse.EventSource.aiter_sse` yields them: an event is complete
+    at its blank line; a last event without one is not an event.
+
+    Args:
+        encoding: the body's charset (undecodable bytes become U+FFFD, as httpx's text decoding does).
+    """
+
+    def __init__(self, encoding: str = "utf-8") -> None:
+        self._text = codecs.getincrementaldecoder(encoding)(errors="replace")
+        self._lines = SSELineDecoder()
+        self._events = SSEDecoder()
+
+    def feed(self, raw: bytes) -> list[ServerSentEvent]:
+        """The events completed by one read of the body.
+
+        Args:
+            raw: the bytes of the read.
+
+        Returns:
+            The complete events, in order (often empty or one; several when the upstream is ahead).
+        """
+        text = self._text.decode(raw)
+        if not text:
+            return []
+        decode = self._events.decode
+        out = []
+        for line in self._lines.decode(text):
+            event = decode(line)
+            if event is not None:
+                out.append(event)
+        return out
 
 _TOP_KEYS = ("id", "created", "model", "system_fingerprint", "service_tier")
 
@@ -48,6 +92,8 @@ class StreamAssembler:
         self.errors: list[Any] = []
         self.chunks = 0
         self._choices: dict[int, _Choice] = {}
+        self._missing_top: tuple[str, ...] = _TOP_KEYS  # top-level keys not seen yet (the first one seen wins)
+        self._top_seen = 0
 
     def add(self, chunk: Any) -> None:
         """Fold one parsed chunk in (non-dict chunks are ignored).
@@ -60,9 +106,13 @@ class StreamAssembler:
         self.chunks += 1
         if "error" in chunk and chunk["error"]:
             self.errors.append(chunk["error"])
-        for key in _TOP_KEYS:
-            if key in chunk and key not in self.top:
-                self.top[key] = chunk[key]
+        if self._missing_top:
+            for key in self._missing_top:
+                if key in chunk:
+                    self.top[key] = chunk[key]
+            if len(self.top) != self._top_seen:
+                self._top_seen = len(self.top)
+                self._missing_top = tuple(key for key in _TOP_KEYS if key not in self.top)
         if isinstance(chunk.get("prompt_token_ids"), list):
             self.prompt_token_ids = chunk["prompt_token_ids"]
         if isinstance(chunk.get("usage"), dict):
