@@ -49,6 +49,7 @@ from rollout_dataset.builder.card_info import arrow_num_bytes, load_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.writer import ConfigWriter, shard_name
 from rollout_dataset.errors import ArtifactError, PublishError
+from rollout_dataset.files import write_text_atomic
 
 __all__ = ["DEFAULT_TARGET_BYTES", "AUTO_COMPACT_SHARDS", "CompactResult", "plan_merges", "compact_local",
            "compact_repo"]
@@ -386,9 +387,7 @@ def _compact_local_locked(dataset_dir: Path, target_bytes: int, configs: Sequenc
                                   for c in CONFIG_NAMES}
         text = render_card(read_summary_rows(dataset_dir), template=template, config_bytes=config_bytes,
                            options=load_card_options(dataset_dir), **context)
-        tmp = readme.with_name(".README.md.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, readme)
+        write_text_atomic(readme, text)
     return result
 
 
