@@ -232,7 +232,10 @@ def _build(ray: Any, affinity: Any, plan: list[BuildPart], out: Path, given: Pat
                                                     f"failed: {type(exc).__name__}: {exc}") from None
                     if "error" in reply:
                         raise _part_error(i, plan[i], reply)
-                    write_folder_files(stage / PARTS_DIR / str(i), reply.pop("files"))
+                    try:
+                        write_folder_files(stage / PARTS_DIR / str(i), reply.pop("files"))
+                    except ValueError as exc:  # a path leaving the part's folder: never written
+                        raise DistributedBuildError(f"part {i} from node {reply.get('node')}: {exc}") from None
                     replies[i] = reply
                     if progress:
                         log.info("part %d/%d built on node %s: %d rollout(s)", len(replies), len(plan),
