@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from rollout_dataset.files import write_text_atomic
 from rollout_dataset.rewards.stepwise import AchievementSnapshot, timeline_from_json, timeline_to_json
 
 __all__ = ["ACHIEVEMENTS_FILE", "write_achievements", "read_achievements"]
@@ -49,7 +50,7 @@ def write_achievements(
         "initial": sorted(initial),
         "timeline": timeline_to_json(timeline),
     }
-    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(doc, indent=2) + "\n")  # a batch resume never reads half of it
     return path
 
 
