@@ -83,6 +83,10 @@ def test_a_ray_build_equals_the_local_build_row_for_row(folders, tmp_path, local
     assert (tmp_path / "ray" / "tokenizer" / "tokenizer.json").read_bytes() == \
         (tmp_path / "local" / "tokenizer" / "tokenizer.json").read_bytes()
     assert "**5 rollouts**" in (tmp_path / "ray" / "README.md").read_text()
+    listing = {str(p): p.stat().st_mtime_ns for p in (tmp_path / "ray").rglob("*")}
+    again = build_on_ray([folders / "arts"], tmp_path / "ray", parts=2)  # a rerun: nothing built, nothing touched
+    assert again.added == [] and sorted(again.skipped) == sorted(local.added)
+    assert {str(p): p.stat().st_mtime_ns for p in (tmp_path / "ray").rglob("*")} == listing
 
 
 def test_parts_pinned_to_a_node_that_overlap_keep_each_rollout_once(folders, tmp_path, local_ray):

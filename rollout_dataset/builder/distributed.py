@@ -22,6 +22,9 @@ Where the folders are:
 - ``node_dirs={node_id: [paths...]}``: folders that only a given node holds; one task per node,
   pinned there (`NodeAffinitySchedulingStrategy`, not soft), which finds the artifact folders itself.
 
+Folders the driver sees whose ``summary.json`` names a rollout the dataset already holds are not
+built again (as `build --append` skips them); a rerun of the same build changes nothing.
+
 Ray is the optional extra ``rollout-dataset[ray]``. The driver connects to ``RAY_ADDRESS`` when set
 (ray.init reads it), else starts a local instance with `num_cpus` CPUs (default: the number of
 parts) and shuts it down at the end, as the batch's executor does.
@@ -39,6 +42,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rollout_dataset import errors
 from rollout_dataset.builder import staging
+from rollout_dataset.builder.append import artifact_rollout_id
 from rollout_dataset.builder.build import BuildResult, build, check_shards, dataset_rollout_ids
 from rollout_dataset.builder.card_info import CardOptions
 from rollout_dataset.builder.configs import CONFIG_NAMES
@@ -49,7 +53,7 @@ from rollout_dataset.builder.writer import ROW_GROUP_BYTES
 from rollout_dataset.errors import ConfigError, DistributedBuildError, SchemaValidationError
 from rollout_dataset.files import folder_files, write_folder_files
 
-__all__ = ["BuildPart", "plan_parts", "build_part", "build_on_ray"]
+__all__ = ["BuildPart", "plan_parts", "split_folders", "build_part", "build_on_ray"]
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +85,26 @@ def plan_parts(artifact_dirs: Iterable[str | Path], parts: int) -> list[BuildPar
         ArtifactError: an input is not a folder or holds no artifact folder.
         ConfigError: `parts` < 1.
     """
+    return split_folders([str(f.absolute()) for f in find_artifact_dirs(artifact_dirs)], parts)
+
+
+def split_folders(folders: Sequence[str], parts: int) -> list[BuildPart]:
+    """Split artifact folders, in order, into at most `parts` contiguous parts (see `plan_parts`).
+
+    Args:
+        folders: artifact folders (absolute paths: the workers run in another folder).
+        parts: how many parts.
+
+    Returns:
+        The parts (none when there is no folder).
+
+    Raises:
+        ConfigError: `parts` < 1.
+    """
     if parts < 1:
         raise ConfigError(f"parts={parts}: must be >= 1")
-    folders = [str(f.absolute()) for f in find_artifact_dirs(artifact_dirs)]  # workers have another cwd
+    if not folders:
+        return []
     parts = min(parts, len(folders))
     size, extra = divmod(len(folders), parts)
     out, start = [], 0
@@ -185,6 +206,9 @@ def build_on_ray(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, pa
     pinned = [BuildPart(tuple(str(p) for p in paths), node) for node, paths in (node_dirs or {}).items() if paths]
     if not artifact_dirs and not pinned:
         raise ConfigError("nothing to build: give artifact folders or node_dirs")
+    if parts is not None and parts < 1:
+        raise ConfigError(f"parts={parts}: must be >= 1")
+    folders = [str(f.absolute()) for f in find_artifact_dirs(artifact_dirs)] if artifact_dirs else []
     out = Path(out_dir).absolute()
     staging.check_out_dir(out)
     settings = {"samples": samples, "preview_chars": preview_chars, "row_group_bytes": row_group_bytes}
@@ -197,22 +221,34 @@ def build_on_ray(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, pa
         started = True
     try:
         n = parts or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        plan = (plan_parts(artifact_dirs, n) if artifact_dirs else []) + pinned
-        return _build(ray, NodeAffinitySchedulingStrategy, plan, out, Path(out_dir), settings, template,
-                      options or CardOptions(), progress)
+        return _build(ray, NodeAffinitySchedulingStrategy, folders, n, pinned, out, Path(out_dir), settings,
+                      template, options or CardOptions(), progress)
     finally:
         if started:
             ray.shutdown()
 
 
-def _build(ray: Any, affinity: Any, plan: list[BuildPart], out: Path, given: Path, settings: dict[str, Any],
-           template: str | Path | None, options: CardOptions, progress: bool) -> BuildResult:
+def _build(ray: Any, affinity: Any, folders: list[str], n: int, pinned: list[BuildPart], out: Path, given: Path,
+           settings: dict[str, Any], template: str | Path | None, options: CardOptions,
+           progress: bool) -> BuildResult:
     result = BuildResult(out_dir=given, rows={c: 0 for c in CONFIG_NAMES})
     remote = ray.remote(num_cpus=1, max_retries=0)(build_part)
     with staging.terminate_raises(), staging.locked_out_dir(out):
         staging.check_out_dir(out)  # again, under the lock
         check_shards(out)
         present = dataset_rollout_ids(out)
+        todo = []
+        for folder in folders:  # what the driver sees: rollouts already there are not built again
+            rid = artifact_rollout_id(folder)
+            if rid is not None and rid in present:
+                result.skipped.append(rid)
+            else:
+                todo.append(folder)
+        plan = split_folders(todo, n) + pinned
+        if not plan:
+            result.total_rollouts = len(present)
+            log.info("%s: every rollout given is already there; nothing built", out)
+            return result
         with staging.staging_folder(out) as stage:
             identity = tokenizer_identity(stage, str(out))
             refs = {}
