@@ -259,7 +259,9 @@ def _build(ray: Any, affinity: Any, folders: list[str], n: int, pinned: list[Bui
             pending = list(refs)
             try:
                 while pending:
-                    done, pending = ray.wait(pending, num_returns=1)
+                    done, pending = ray.wait(pending, num_returns=1, timeout=1.0)  # SIGTERM is handled between waits
+                    if not done:
+                        continue
                     i = refs[done[0]]
                     try:
                         reply = ray.get(done[0])
