@@ -5,6 +5,9 @@ with one line (``error: file: json.path: reason``) and exit 1, and `--out` is le
 dataset is staged beside it and swapped in whole). `--out` must be new, empty, or a dataset this
 tool built. There is no option to skip invalid folders: run `validate` and move them out.
 
+``--append`` adds to an existing dataset as new shards (`builder.append`); ``--executor ray`` builds
+parts as Ray tasks and merges them (`builder.distributed`); both options live in `cli/build_extend.py`.
+
 With ``PUSH_TO_DATASET=org/name`` set (and ``HF_TOKEN``; ``PUSH_PRIVATE=1`` for a new private
 repo), the dataset is pushed (append-safe) when the build finishes.
 """
