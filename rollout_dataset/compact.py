@@ -41,12 +41,13 @@ import pyarrow.parquet as pq
 import yaml
 
 from rollout_dataset.builder.build import read_summary_rows
+from rollout_dataset.builder import staging
 from rollout_dataset.builder.staging import exchange_folders, link_or_copy
 from rollout_dataset.builder.card import read_card_metadata, render_card
 from rollout_dataset.builder.card_info import arrow_num_bytes, load_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.writer import ConfigWriter, shard_name
-from rollout_dataset.errors import ArtifactError, PublishError
+from rollout_dataset.errors import ArtifactError, DatasetDirError, PublishError
 from rollout_dataset.files import write_text_atomic
 
 __all__ = ["DEFAULT_TARGET_BYTES", "AUTO_COMPACT_SHARDS", "CompactResult", "plan_merges", "compact_local",
@@ -302,7 +303,8 @@ def compact_local(dataset_dir: str | Path, *, target_bytes: int = DEFAULT_TARGET
     Raises:
         ArtifactError: `dataset_dir` holds no built dataset, a shard is unreadable, or a config's
             shards changed while it was being compacted (that config is left untouched; configs
-            already compacted stay compacted), or another compaction holds ``DIR/.compact.lock``.
+            already compacted stay compacted), or another compaction holds ``DIR/.compact.lock``,
+            or a build or append is writing to the folder (it holds the build lock).
         ValueError: `target_bytes` is not positive or a config name is unknown.
     """
     dataset_dir = Path(dataset_dir)
@@ -313,7 +315,14 @@ def compact_local(dataset_dir: str | Path, *, target_bytes: int = DEFAULT_TARGET
         raise ValueError(f"unknown config(s) {', '.join(unknown)}; valid: {', '.join(CONFIG_NAMES)}")
     lock = _lock(dataset_dir)
     try:
-        return _compact_local_locked(dataset_dir, target_bytes, configs, template)
+        try:
+            # the build's lock too: a build or `build --append` swaps the whole folder, which would
+            # silently undo a compaction running inside it (and a compaction would race its staging)
+            with staging.locked_out_dir(dataset_dir.absolute()):
+                return _compact_local_locked(dataset_dir, target_bytes, configs, template)
+        except DatasetDirError:
+            raise ArtifactError(f"{dataset_dir}: a build or append is writing to it; compact it when that has "
+                                "finished") from None
     finally:
         os.close(lock)
 

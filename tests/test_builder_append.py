@@ -148,6 +148,19 @@ def test_a_second_append_while_one_holds_the_dataset_is_refused(corpus, tmp_path
     assert len(append_to_dataset([corpus / "new"], out, progress=False).added) == 3
 
 
+def test_a_compaction_waits_for_no_append_and_an_append_for_no_compaction(corpus, tmp_path):
+    from rollout_dataset.compact import compact_local
+
+    out = _copy_earlier(corpus, tmp_path)
+    append_to_dataset([corpus / "new"], out, progress=False)  # two shards per config: work for compact
+    with staging.locked_out_dir(out):  # an append (or build) running: its swap would undo a compaction
+        with pytest.raises(FileNotFoundError, match="a build or append is writing to it; compact it when"):
+            compact_local(out)
+    assert len(list((out / "data" / "summary").glob("*.parquet"))) == 2
+    assert compact_local(out).shards_after["summary"] == 1
+    assert sorted(_ids(out, "summary")) == sorted(_summary_ids(corpus / "old") + _summary_ids(corpus / "new"))
+
+
 def test_the_cli_appends_and_refuses_a_folder_that_is_not_a_dataset(corpus, tmp_path):
     out = _copy_earlier(corpus, tmp_path)
     cli = [sys.executable, "-m", "rollout_dataset.cli", "build", str(corpus / "new"), "--out"]
