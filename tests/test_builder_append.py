@@ -109,6 +109,22 @@ def test_merging_a_part_drops_the_rows_of_rollouts_the_dataset_already_holds(cor
         assert per_rollout[old_r1] == _ids(corpus / "earlier", config).count(old_r1), config  # not doubled
 
 
+def test_a_part_with_other_columns_is_refused_before_anything_is_merged(corpus, tmp_path):
+    import pyarrow as pa
+
+    out = _copy_earlier(corpus, tmp_path)
+    part = tmp_path / "part"
+    build([corpus / "new" / "r0"], part, progress=False)
+    shard = next((part / "data" / "turns").glob("*.parquet"))
+    pq.write_table(pq.read_table(shard).append_column("extra", pa.array([1] * pq.read_metadata(shard).num_rows)),
+                   shard)  # as an older or newer rollout-dataset on another node might write it
+    before = _files(out)
+    with pytest.raises(FileNotFoundError, match=r"part: turns shard .* does not have the turns config's columns"):
+        merge_part(part, out, set(_ids(out, "summary")), tokenizer_identity(out), BuildResult(out_dir=out),
+                   ordered_shard_names(), label="part")
+    assert _files(out) == before
+
+
 def test_append_refuses_a_folder_that_is_not_a_rollout_dataset(corpus, tmp_path):
     other = tmp_path / "photos"
     other.mkdir()

@@ -37,11 +37,11 @@ import pyarrow.parquet as pq
 from rollout_dataset.builder.build import BuildResult, check_shards, dataset_rollout_ids, read_summary_rows
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.card_info import CardOptions, arrow_num_bytes, save_card_options
-from rollout_dataset.builder.configs import CONFIG_NAMES
+from rollout_dataset.builder.configs import CONFIG_NAMES, arrow_schema
 from rollout_dataset.builder.tokenizer_files import TOKENIZER_DIR, TokenizerRegistry, stored_tokenizer_sha256
 from rollout_dataset.builder.traces import SESSIONS_DIR, TRACES_DIR
 from rollout_dataset.builder.writer import copy_filtered
-from rollout_dataset.errors import TokenizerMismatchError
+from rollout_dataset.errors import ArtifactError, TokenizerMismatchError
 from rollout_dataset.files import write_text_atomic
 
 __all__ = ["PARTS_DIR", "TokenizerIdentity", "tokenizer_identity", "ordered_shard_names", "merge_part",
@@ -139,7 +139,8 @@ def merge_part(part: str | Path, stage: str | Path, present: set[str], dataset: 
 
     Raises:
         TokenizerMismatchError: the part's tokenizer differs from the dataset's (a ValueError).
-        ArtifactError: a shard of the part is not complete parquet (named).
+        ArtifactError: a shard of the part is not complete parquet, or its columns differ from its
+            config's (a part built by another version; named).
     """
     part, stage = Path(part), Path(stage)
     label = label or str(part)
@@ -149,6 +150,11 @@ def merge_part(part: str | Path, stage: str | Path, present: set[str], dataset: 
         raise TokenizerMismatchError(f"{label}: tokenizer {theirs.describe()} differs from {dataset.describe()} of "
                                      f"{dataset.origin}; one dataset holds captures of one tokenizer (build the "
                                      "others into another dataset)")
+    for config in CONFIG_NAMES:  # a part written by another version of the schema would break load_dataset
+        for shard in sorted((part / "data" / config).glob("*.parquet")):
+            if not pq.read_schema(shard).equals(arrow_schema(config), check_metadata=False):
+                raise ArtifactError(f"{label}: {config} shard {shard.name} does not have the {config} config's "
+                                    "columns and types (built by another rollout-dataset version?); nothing was merged")
     ids = dataset_rollout_ids(part)
     drop = ids & present
     written: list[Path] = []
