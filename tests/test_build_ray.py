@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,44 @@ def test_the_cli_builds_on_ray_and_publishes_in_one_commit(folders, tmp_path):
                              for r in pq.read_table(io.BytesIO(data), columns=["rollout_id"])["rollout_id"].to_pylist())
             assert hub_ids == sorted(r["rollout_id"] for r in _rows(tmp_path / "ds", config)), config
         assert "**5 rollouts**" in files["README.md"].decode()
+
+
+_CHILD = """
+import sys, time
+from rollout_dataset.builder import staging
+from rollout_dataset.builder.distributed import build_on_ray
+
+def pause(name):
+    if name == "part":  # the first part has landed in the staging folder
+        print("PAUSED", flush=True)
+        for _ in range(100):
+            time.sleep(0.05)
+
+staging.checkpoint = pause
+build_on_ray([sys.argv[1]], sys.argv[2], parts=2)
+"""
+
+
+def test_a_ray_build_stopped_by_sigterm_leaves_the_dataset_as_it_was_and_no_staging(folders, tmp_path):
+    arts = sorted((folders / "arts").iterdir())
+    build([arts[0]], tmp_path / "ds", progress=False)
+    before = {str(p): p.read_bytes() for p in (tmp_path / "ds").rglob("*") if p.is_file()}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(folders / "arts"), str(tmp_path / "ds")], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline()
+        assert line.strip() == "PAUSED", (line, child.stderr.read() if child.poll() is not None else "")
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=60) == 143
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stdout.close()
+        child.stderr.close()
+    assert {str(p): p.read_bytes() for p in (tmp_path / "ds").rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
 
 
 def test_plan_splits_the_folders_in_order_into_contiguous_parts(folders):

@@ -35,7 +35,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -217,8 +219,11 @@ def build_on_ray(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, pa
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
         if not os.environ.get("RAY_ADDRESS"):
             kwargs["num_cpus"] = num_cpus or parts or os.cpu_count() or 1
+        previous = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
         ray.init(**kwargs)
         started = True
+        if previous is not None:  # Ray's driver handler exits with 15; ours (staging.terminate_raises) cleans
+            signal.signal(signal.SIGTERM, previous)  # up and exits 143 as `build` does; Ray is shut down below
     try:
         n = parts or max(1, int(ray.cluster_resources().get("CPU", 1)))
         return _build(ray, NodeAffinitySchedulingStrategy, folders, n, pinned, out, Path(out_dir), settings,
