@@ -69,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "RecordWriteError": "rollout_dataset.errors",
     "DatasetDirError": "rollout_dataset.errors",
     "TokenizerMismatchError": "rollout_dataset.errors",
+    "DistributedBuildError": "rollout_dataset.errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -114,6 +115,7 @@ if TYPE_CHECKING:  # static imports for type checkers; never executed
         RecordWriteError,
         DatasetDirError,
         TokenizerMismatchError,
+        DistributedBuildError,
     )
 
 

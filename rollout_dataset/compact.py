@@ -24,9 +24,6 @@ pusher loses nothing.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import errno
 import logging
 import os
 import re
@@ -44,11 +41,14 @@ import pyarrow.parquet as pq
 import yaml
 
 from rollout_dataset.builder.build import read_summary_rows
+from rollout_dataset.builder import staging
+from rollout_dataset.builder.staging import exchange_folders, link_or_copy
 from rollout_dataset.builder.card import read_card_metadata, render_card
 from rollout_dataset.builder.card_info import arrow_num_bytes, load_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.writer import ConfigWriter, shard_name
-from rollout_dataset.errors import ArtifactError, PublishError
+from rollout_dataset.errors import ArtifactError, DatasetDirError, PublishError
+from rollout_dataset.files import write_text_atomic
 
 __all__ = ["DEFAULT_TARGET_BYTES", "AUTO_COMPACT_SHARDS", "CompactResult", "plan_merges", "compact_local",
            "compact_repo"]
@@ -174,29 +174,9 @@ def _merge(config: str, sources: Sequence[Path], drops: Sequence[set[str]], dst:
 
 # --- local --------------------------------------------------------------------------------------
 
-_RENAME_EXCHANGE = 2
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two directories (Linux renameat2 RENAME_EXCHANGE). False when unsupported."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_fdcwd = -100
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
-        return False
-    raise OSError(err, f"cannot swap {a} and {b}: {os.strerror(err)}")
-
-
 def _swap_in(staged: Path, live: Path, old: Path) -> None:
     """Put `staged` at `live`; the previous `live` ends at `staged` (exchange) or `old` (fallback)."""
-    if _exchange(staged, live):
+    if exchange_folders(staged, live):
         return
     # fallback (no renameat2): two renames; `_recover` finishes a kill between them
     old.parent.mkdir(parents=True, exist_ok=True)
@@ -222,13 +202,6 @@ def _recover(dataset_dir: Path) -> None:
                     os.replace(staged, live)
         shutil.rmtree(run, ignore_errors=True)
     shutil.rmtree(root, ignore_errors=True)
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 def _listing(folder: Path) -> set[tuple[str, int, int]]:
@@ -286,11 +259,11 @@ def _compact_config(dataset_dir: Path, config: str, run_dir: Path, target_bytes:
     staged.mkdir(parents=True)
     for other in sorted(set(live.iterdir()) - set(shards)):  # keep anything else the folder holds
         if other.is_file():
-            _link_or_copy(other, staged / other.name)
+            link_or_copy(other, staged / other.name)
     rows = dropped = 0
     for group in groups:
         if len(group) == 1 and not drops[group[0]]:
-            _link_or_copy(shards[group[0]], staged / shards[group[0]].name)
+            link_or_copy(shards[group[0]], staged / shards[group[0]].name)
             rows += len(ids[group[0]])
             continue
         out = staged / _merged_name(shards[group[0]].name)
@@ -330,7 +303,8 @@ def compact_local(dataset_dir: str | Path, *, target_bytes: int = DEFAULT_TARGET
     Raises:
         ArtifactError: `dataset_dir` holds no built dataset, a shard is unreadable, or a config's
             shards changed while it was being compacted (that config is left untouched; configs
-            already compacted stay compacted), or another compaction holds ``DIR/.compact.lock``.
+            already compacted stay compacted), or another compaction holds ``DIR/.compact.lock``,
+            or a build or append is writing to the folder (it holds the build lock).
         ValueError: `target_bytes` is not positive or a config name is unknown.
     """
     dataset_dir = Path(dataset_dir)
@@ -341,7 +315,14 @@ def compact_local(dataset_dir: str | Path, *, target_bytes: int = DEFAULT_TARGET
         raise ValueError(f"unknown config(s) {', '.join(unknown)}; valid: {', '.join(CONFIG_NAMES)}")
     lock = _lock(dataset_dir)
     try:
-        return _compact_local_locked(dataset_dir, target_bytes, configs, template)
+        try:
+            # the build's lock too: a build or `build --append` swaps the whole folder, which would
+            # silently undo a compaction running inside it (and a compaction would race its staging)
+            with staging.locked_out_dir(dataset_dir.absolute()):
+                return _compact_local_locked(dataset_dir, target_bytes, configs, template)
+        except DatasetDirError:
+            raise ArtifactError(f"{dataset_dir}: a build or append is writing to it; compact it when that has "
+                                "finished") from None
     finally:
         os.close(lock)
 
@@ -386,9 +367,7 @@ def _compact_local_locked(dataset_dir: Path, target_bytes: int, configs: Sequenc
                                   for c in CONFIG_NAMES}
         text = render_card(read_summary_rows(dataset_dir), template=template, config_bytes=config_bytes,
                            options=load_card_options(dataset_dir), **context)
-        tmp = readme.with_name(".README.md.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, readme)
+        write_text_atomic(readme, text)
     return result
 
 

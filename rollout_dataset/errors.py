@@ -25,6 +25,7 @@ __all__ = [
     "RecordWriteError",
     "DatasetDirError",
     "TokenizerMismatchError",
+    "DistributedBuildError",
 ]
 
 
@@ -139,3 +140,8 @@ class DatasetDirError(RolloutDatasetError, FileExistsError):
 
 class TokenizerMismatchError(RolloutDatasetError, ValueError):
     """Rollouts captured with different tokenizers were put into one dataset (the message names both)."""
+
+
+class DistributedBuildError(RolloutDatasetError, RuntimeError):
+    """A part of a Ray build failed on its worker, or its task died (the message names the part, its
+    folders and the node); the dataset folder is left as it was."""

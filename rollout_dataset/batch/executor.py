@@ -25,6 +25,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 from rollout_dataset.rewards.results import RolloutResult
 from rollout_dataset.errors import ConfigError
+from rollout_dataset.files import folder_files
+from rollout_dataset.files import write_folder_files as write_files  # the one definition; kept under this name
 
 __all__ = [
     "RolloutJob",
@@ -166,14 +168,6 @@ class LocalExecutor:
         pool.shutdown(wait=True)
 
 
-def _collect_files(folder: Path) -> dict[str, bytes]:
-    files = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            files[path.relative_to(folder).as_posix()] = path.read_bytes()
-    return files
-
-
 def _ray_job(run_one: RunOne, job: RolloutJob) -> JobOutcome:
     """Body of one Ray task: run into a scratch folder, return the outcome and the files' bytes."""
     scratch = Path(tempfile.mkdtemp(prefix=f"rollout-{job.rollout_id}-"))
@@ -181,21 +175,10 @@ def _ray_job(run_one: RunOne, job: RolloutJob) -> JobOutcome:
         local_job = RolloutJob(job.seed, job.rollout_idx, job.rollout_id, str(scratch), dict(job.settings))
         outcome = execute_job(run_one, local_job)
         outcome.job = job
-        outcome.files = _collect_files(scratch)
+        outcome.files = folder_files(scratch)
         return outcome
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def write_files(folder: Path, files: dict[str, bytes]) -> None:
-    """Write the files a Ray task returned under `folder` (paths stay inside it)."""
-    root = folder.resolve()
-    for rel, data in files.items():
-        target = (root / rel).resolve()
-        if root not in target.parents:
-            raise ValueError(f"artifact path {rel!r} escapes {root}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
 
 
 class RayExecutor:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import shutil
 import subprocess
 import uuid
@@ -44,7 +43,8 @@ from rollout_dataset.batch.config import BatchConfig
 from rollout_dataset.batch.executor import Executor, JobOutcome, RolloutJob, RolloutResult, RunOne, make_executor
 from rollout_dataset.batch.plots import write_plots
 from rollout_dataset.rewards.stepwise import stepwise_for_rollout, timeline_to_json
-from rollout_dataset.capture.artifacts import utc_now, write_text_atomic
+from rollout_dataset.capture.artifacts import utc_now
+from rollout_dataset.files import write_text_atomic
 from rollout_dataset.errors import GuardrailError, UpstreamError, UpstreamStatusError
 from rollout_dataset.proxy.redact import redact_url, redact_urls_in_text
 from rollout_dataset.schema import validate
@@ -476,9 +476,7 @@ def _write_outputs(
     for strategy, records in runs.items():
         for record in records:
             validate(record, "run_record")
-        tmp = runs_dir / f".{strategy}.jsonl.tmp"
-        tmp.write_text("".join(json.dumps(r, sort_keys=False) + "\n" for r in records), encoding="utf-8")
-        os.replace(tmp, runs_dir / f"{strategy}.jsonl")
+        write_text_atomic(runs_dir / f"{strategy}.jsonl", "".join(json.dumps(r, sort_keys=False) + "\n" for r in records))
 
     models = sorted({d.get("model") for d in finished if d.get("model")} | ({config.model} if config.model else set()))
     turns = [d["num_steps"] for d in finished]
@@ -518,9 +516,7 @@ def _write_outputs(
     _write_json(out / "summary" / "config_snapshot.json", snapshot)
     plots = write_plots(runs, out / "plots")
     text = _report.render_report(summary=summary, stats_by_seed=by_seed, snapshot=snapshot, plots=plots, out_dir=out)
-    tmp = out / ".report.md.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, out / "report.md")
+    write_text_atomic(out / "report.md", text)
     result.runs = runs
     result.summary = summary
 

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 import pyarrow.parquet as pq
 
 from rollout_dataset.errors import ConfigError
+from rollout_dataset.files import write_text_atomic
 
 __all__ = ["CARD_OPTIONS_FILE", "CardOptions", "save_card_options", "load_card_options", "arrow_num_bytes",
            "default_citation"]
@@ -68,7 +69,7 @@ def save_card_options(options: CardOptions, dataset_dir: str | Path) -> Path:
     path = Path(dataset_dir) / CARD_OPTIONS_FILE
     data = asdict(options)
     data["language"] = list(options.language)
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     return path
 
 

@@ -44,7 +44,8 @@ import yaml
 from rollout_dataset.errors import DatasetDirError
 
 __all__ = ["DATASET_TAG", "is_built_dataset", "check_out_dir", "restore_aside", "clean_stale", "locked_out_dir",
-           "staging_folder", "fsync_tree", "commit", "terminate_raises", "checkpoint"]
+           "staging_folder", "fsync_tree", "commit", "terminate_raises", "checkpoint", "exchange_folders",
+           "link_or_copy"]
 
 log = logging.getLogger(__name__)
 
@@ -288,6 +289,34 @@ def fsync_tree(paths: list[Path]) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def exchange_folders(a: str | Path, b: str | Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``): the one definition, used by
+    builds, appends and compaction.
+
+    Args:
+        a: a path.
+        b: another path on the same file system.
+
+    Returns:
+        True when swapped; False where the kernel, C library or file system cannot exchange (the
+        caller falls back to two renames).
+
+    Raises:
+        OSError: the exchange failed for another reason (a path missing, permissions).
+    """
+    return _exchange(Path(a), Path(b))
+
+
+def link_or_copy(src: str | Path, dst: str | Path) -> None:
+    """Hard-link `src` at `dst` (shards are immutable, so sharing is safe); copy where linking fails.
+
+    Args:
+        src: the existing file (a symlink is linked/copied as a link).
+        dst: the new path.
+    """
+    _link_or_copy(str(src), str(dst))
 
 
 def _exchange(a: Path, b: Path) -> bool:

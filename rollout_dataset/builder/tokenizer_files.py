@@ -14,13 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rollout_dataset.errors import TokenizerMismatchError
+from rollout_dataset.files import write_bytes_atomic
 
 __all__ = ["TOKENIZER_DIR", "TOKENIZER_FILES", "TokenizerFiles", "TokenizerRegistry", "resolve_tokenizer_files",
            "stored_tokenizer_sha256", "tokenizer_uploads", "write_tokenizer_files"]
@@ -138,10 +137,7 @@ def write_tokenizer_files(tokenizer: TokenizerFiles, dataset_dir: str | Path) ->
                                      "captures of different tokenizers into different datasets")
     folder.mkdir(parents=True, exist_ok=True)
     for name, data in tokenizer.files.items():
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, folder / name)
+        write_bytes_atomic(folder / name, data)
     return folder
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout_dataset.builder.rows import chat_message, response_message
+from rollout_dataset.files import write_text_atomic
 
 __all__ = ["TRACES_DIR", "SESSIONS_DIR", "final_agent_call", "session_lines", "session_messages",
            "validate_session", "write_session", "traces_repo_card"]
@@ -172,9 +173,7 @@ def write_session(art: dict[str, Any], dataset_dir: str | Path, group_id: str | 
     path = Path(dataset_dir) / TRACES_DIR / SESSIONS_DIR / f"{art['summary']['rollout_id']}.jsonl"
     validate_session(lines, str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
     return path
 
 

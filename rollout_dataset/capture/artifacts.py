@@ -10,11 +10,11 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from rollout_dataset.capture.secrets import redact_text
+from rollout_dataset.files import write_text_atomic  # the one atomic write (re-exported here)
 from rollout_dataset.trace_integrity import reseal
 
 __all__ = ["write_artifacts", "write_text_atomic"]
@@ -32,20 +32,6 @@ def utc_now() -> str:
         e.g. ``"2026-01-02T03:04:05Z"``.
     """
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write text to `path` through a temporary file and a rename.
-
-    Args:
-        path: the destination.
-        text: the content (UTF-8; lone surrogates are written as ``\\uXXXX`` escapes).
-    """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    # A lone surrogate (e.g. undecodable tool output) has no UTF-8 form: it is written as the escape
-    # \udcff, which is exactly its JSON escape inside a JSON string, and readable text elsewhere.
-    tmp.write_bytes(text.encode("utf-8", "backslashreplace"))
-    os.replace(tmp, path)
 
 
 def write_artifacts(out_dir: str | Path, files: Mapping[str, Any], secrets: Iterable[str]) -> int:

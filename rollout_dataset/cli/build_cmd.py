@@ -5,6 +5,9 @@ with one line (``error: file: json.path: reason``) and exit 1, and `--out` is le
 dataset is staged beside it and swapped in whole). `--out` must be new, empty, or a dataset this
 tool built. There is no option to skip invalid folders: run `validate` and move them out.
 
+``--append`` adds to an existing dataset as new shards (`builder.append`); ``--executor ray`` builds
+parts as Ray tasks and merges them (`builder.distributed`); both options live in `cli/build_extend.py`.
+
 With ``PUSH_TO_DATASET=org/name`` set (and ``HF_TOKEN``; ``PUSH_PRIVATE=1`` for a new private
 repo), the dataset is pushed (append-safe) when the build finishes.
 """
@@ -23,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: the sub-command's parser.
     """
-    parser.add_argument("artifacts", nargs="+", metavar="ARTIFACT_DIR",
-                        help="artifact folders, or folders holding artifact folders")
+    parser.add_argument("artifacts", nargs="*", metavar="ARTIFACT_DIR",
+                        help="artifact folders, or folders holding artifact folders (at least one, unless --node-dir)")
     parser.add_argument("--out", required=True, metavar="DATASET_DIR",
                         help="dataset folder to create (or extend: rollouts already in it are skipped); must be new, "
                              "empty, or a dataset built by rollout-dataset (anything else is refused)")
@@ -41,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="samples config: 'preview' (default; one viewer-sized row per rollout) or 'full' "
                              "(the whole samples.md, split into parts, lossless)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from rollout_dataset.cli.build_extend import add_extended_arguments
+
+    add_extended_arguments(parser)  # --append, --executor ray, --parts, --node-dir
 
 
 def _citation(path: str | None) -> str | None:
@@ -71,11 +77,19 @@ def run(args: argparse.Namespace) -> int:
     from rollout_dataset.errors import RolloutDatasetError, SchemaValidationError
     from rollout_dataset.cli.push_env import maybe_push_from_env
 
+    from rollout_dataset.cli.build_extend import run_extended, wants_extended
+
+    if not args.artifacts and not args.node_dir:
+        print("error: give at least one artifact folder (or --node-dir with --executor ray)")
+        return 2
     try:
-        result = build(args.artifacts, args.out, template=args.template, progress=not args.no_progress,
-                       pretty_name=args.pretty_name, license=args.license, samples=args.samples,
-                       language=args.language or ("en",), homepage=args.homepage, repository=args.repository,
-                       citation=_citation(args.citation_file))
+        card = dict(pretty_name=args.pretty_name, license=args.license, language=args.language or ("en",),
+                    homepage=args.homepage, repository=args.repository, citation=_citation(args.citation_file))
+        if wants_extended(args):
+            result = run_extended(args, **card)
+        else:
+            result = build(args.artifacts, args.out, template=args.template, progress=not args.no_progress,
+                           samples=args.samples, **card)
     except SchemaValidationError as exc:
         folder = Path(exc.failures[0][0]).parent if exc.failures else None
         print(f"error: {first_failure_line(exc, folder)}; {args.out} left as it was")

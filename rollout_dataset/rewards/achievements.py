@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from rollout_dataset.files import write_text_atomic
 from rollout_dataset.rewards.stepwise import AchievementSnapshot, timeline_from_json, timeline_to_json
 
 __all__ = ["ACHIEVEMENTS_FILE", "achievements_text", "write_achievements", "read_achievements"]
@@ -73,8 +74,8 @@ def write_achievements(
         The file written.
     """
     path = Path(folder) / ACHIEVEMENTS_FILE
-    path.write_text(achievements_text(env=env, catalogue=catalogue, timeline=timeline, initial=initial, source=source),
-                    encoding="utf-8")
+    write_text_atomic(path, achievements_text(env=env, catalogue=catalogue, timeline=timeline, initial=initial,
+                                              source=source))  # a batch resume never reads half of it
     return path
 
 

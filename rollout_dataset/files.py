@@ -1,0 +1,110 @@
+"""File helpers every layer shares: the one atomic write, and a folder shipped as bytes.
+
+Atomic writes (`write_bytes_atomic`, `write_text_atomic`) go through a fresh temporary file in the
+destination's folder (unique per call, so two threads or processes never share one) and one
+`os.replace`: a reader sees the whole old file or the whole new one, never half of either; a
+destination that is a hard link to another dataset's file is replaced, never written through. A
+failed write removes its temporary file.
+
+`folder_files` / `write_folder_files` carry a folder across a process or machine boundary (a Ray
+task returns the bytes, the driver writes them): paths are relative and must stay inside the
+destination.
+
+This module imports nothing of the package, so capture, builder, compact and batch can all use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["write_bytes_atomic", "write_text_atomic", "folder_files", "write_folder_files"]
+
+
+def write_bytes_atomic(path: str | Path, data: bytes, *, fsync: bool = False) -> None:
+    """Write bytes to `path` through a temporary file in the same folder and a rename.
+
+    Args:
+        path: the destination (its folder must exist).
+        data: the content.
+        fsync: flush the file to disk before the rename (for files that must survive a power loss).
+
+    Raises:
+        OSError: the folder is missing or not writable, the disk is full (the destination is then
+            left as it was, and the temporary file removed).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str, *, fsync: bool = False) -> None:
+    """Write text (UTF-8) to `path` atomically (see `write_bytes_atomic`).
+
+    A lone surrogate (e.g. undecodable tool output) has no UTF-8 form: it is written as the escape
+    ``\\udcff``, which is exactly its JSON escape inside a JSON string, and readable text elsewhere.
+
+    Args:
+        path: the destination.
+        text: the content.
+        fsync: flush the file to disk before the rename.
+
+    Raises:
+        OSError: as `write_bytes_atomic`.
+    """
+    write_bytes_atomic(path, text.encode("utf-8", "backslashreplace"), fsync=fsync)
+
+
+def folder_files(folder: str | Path) -> dict[str, bytes]:
+    """Every regular file under `folder`, by relative POSIX path (symlinks are not followed).
+
+    Args:
+        folder: the folder.
+
+    Returns:
+        ``{relative path: bytes}``, sorted by path.
+    """
+    folder = Path(folder)
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            files[path.relative_to(folder).as_posix()] = path.read_bytes()
+    return files
+
+
+def write_folder_files(folder: str | Path, files: dict[str, bytes]) -> list[Path]:
+    """Write files returned by `folder_files` (e.g. from another machine) under `folder`.
+
+    Args:
+        folder: the destination folder (created if missing).
+        files: ``{relative path: bytes}``.
+
+    Returns:
+        The files written.
+
+    Raises:
+        ValueError: a path is absolute or leaves `folder` (``..``, a symlink inside it); nothing
+            is written outside `folder`.
+    """
+    root = Path(folder).resolve()
+    written = []
+    for rel, data in files.items():
+        target = (root / rel).resolve()
+        if root not in target.parents:
+            raise ValueError(f"file path {rel!r} escapes {root}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        written.append(target)
+    return written
