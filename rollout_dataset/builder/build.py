@@ -364,7 +364,7 @@ def _run_parts(specs: list[PartSpec], common: dict, *, workers: int, progress: b
         failed = sorted((futures[f].part, f) for f in done if f.exception() is not None)
         if not failed:
             return [f.result() for f in futures]
-        _stop_workers(executor)
+        _stop_workers(executor)  # a failed build does not wait for the other parts
         part, future = failed[0]
         exc = future.exception()
         if isinstance(exc, concurrent.futures.process.BrokenProcessPool):
@@ -373,8 +373,10 @@ def _run_parts(specs: list[PartSpec], common: dict, *, workers: int, progress: b
             raise exc
         raise ArtifactError(f"{_folder_at(specs[part], marks)}: build part {part} failed: "
                             f"{type(exc).__name__}: {exc}") from exc
-    finally:
+    except BaseException:  # SIGTERM (SystemExit), Ctrl-C: stop the workers before the staging folder goes
         _stop_workers(executor)
+        raise
+    finally:
         executor.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(marks, ignore_errors=True)
 
