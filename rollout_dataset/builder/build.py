@@ -28,6 +28,7 @@ import concurrent.futures
 import logging
 import multiprocessing
 import shutil
+import signal
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -360,6 +361,7 @@ def _run_parts(specs: list[PartSpec], common: dict, *, workers: int, progress: b
     try:
         futures = {executor.submit(run_part, dict(common, spec=spec, progress_file=str(marks / f"{spec.part}.at"))):
                    spec for spec in specs}
+        processes = list((getattr(executor, "_processes", None) or {}).values())  # to tell which one died
         done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
         failed = sorted((futures[f].part, f) for f in done if f.exception() is not None)
         if not failed:
@@ -368,7 +370,7 @@ def _run_parts(specs: list[PartSpec], common: dict, *, workers: int, progress: b
         part, future = failed[0]
         exc = future.exception()
         if isinstance(exc, concurrent.futures.process.BrokenProcessPool):
-            raise ArtifactError(_crash_message(specs, futures, marks)) from None
+            raise ArtifactError(_crash_message(futures, marks, processes)) from None
         if isinstance(exc, (RolloutDatasetError, OSError)):
             raise exc
         raise ArtifactError(f"{_folder_at(specs[part], marks)}: build part {part} failed: "
@@ -387,18 +389,25 @@ def _folder_at(spec: PartSpec, marks: Path) -> str:
     return spec.folders[at[1]] if at and 0 <= at[1] < len(spec.folders) else f"(part {spec.part}: not started)"
 
 
-def _crash_message(specs: list[PartSpec], futures: dict, marks: Path) -> str:
-    """Name the folder each unfinished part was on when a worker process died."""
-    lines = []
+def _crash_message(futures: dict, marks: Path, processes: list) -> str:
+    """Name the folder the dead worker process was on (and where the parts stopped with it were)."""
+    exits = {p.pid: p.exitcode for p in processes}
+    died, stopped = [], []
     for future, spec in futures.items():
         if future.done() and future.exception() is None:
             continue
         at = read_progress(marks / f"{spec.part}.at")
-        where = _folder_at(spec, marks)
-        lines.append(f"{where} (part {spec.part}, pid {at[0] if at else '?'})")
-    return ("a build worker process died (killed, out of memory, or crashed) while building: " + "; ".join(lines)
-            + ". Nothing was written to the dataset folder; check those folders (rollout-dataset validate) and "
-            "the machine's memory, then build again")
+        code = exits.get(at[0]) if at else None
+        if code not in (None, 0, -signal.SIGTERM):
+            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            died.append(f"{_folder_at(spec, marks)} (part {spec.part}, pid {at[0]}, {how})")
+        else:
+            stopped.append(f"{_folder_at(spec, marks)} (part {spec.part})")
+    where = "; ".join(died or stopped)
+    also = f"; the other parts were stopped at {'; '.join(stopped)}" if died and stopped else ""
+    return (f"a build worker process died (killed, out of memory, or crashed) while building {where}{also}. "
+            "Nothing was written to the dataset folder; check that folder (rollout-dataset validate) and the "
+            "machine's memory, then build again")
 
 
 def _stop_workers(executor: concurrent.futures.ProcessPoolExecutor) -> None:
