@@ -123,3 +123,17 @@ def test_a_killed_worker_names_the_folder_it_was_on(inputs, tmp_path):
     after = {p.name: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
     assert after == before and earlier.total_rollouts == 1
     assert not list(tmp_path.glob("out.*"))
+
+
+def test_the_cli_passes_workers_and_refuses_zero(inputs, tmp_path, capsys, monkeypatch):
+    from rollout_dataset import builder
+    from rollout_dataset.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["build", str(inputs), "--out", str(tmp_path / "zero"), "--workers", "0", "--no-progress"])
+    assert exit_.value.code == 2 and "--workers: 0 is below 1" in capsys.readouterr().err
+    seen = {}
+    real = builder.build
+    monkeypatch.setattr(builder, "build", lambda *a, **kw: seen.update(kw) or real(*a, **dict(kw, workers=1)))
+    assert main(["build", str(inputs / "r0"), "--out", str(tmp_path / "two"), "--workers", "2", "--no-progress"]) == 0
+    assert seen["workers"] == 2
