@@ -359,8 +359,9 @@ def _run_parts(specs: list[PartSpec], common: dict, *, workers: int, progress: b
     executor = concurrent.futures.ProcessPoolExecutor(max_workers=len(specs),
                                                       mp_context=multiprocessing.get_context("spawn"))
     try:
-        futures = {executor.submit(run_part, dict(common, spec=spec, progress_file=str(marks / f"{spec.part}.at"))):
-                   spec for spec in specs}
+        futures = {executor.submit(run_part, dict(common, spec=spec, progress=progress,
+                                                  progress_file=str(marks / f"{spec.part}.at"))): spec
+                   for spec in specs}
         processes = list((getattr(executor, "_processes", None) or {}).values())  # to tell which one died
         done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
         failed = sorted((futures[f].part, f) for f in done if f.exception() is not None)

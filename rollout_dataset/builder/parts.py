@@ -191,7 +191,7 @@ def build_part(spec: PartSpec, stage: str | Path, prefix: str, *, tokenizer_iden
     marker = os.open(progress_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) if progress_file else None
     try:
         for i, folder in enumerate(tqdm(spec.folders, desc=f"build part {spec.part}", unit="rollout",
-                                        disable=not progress)):
+                                        disable=not progress, position=spec.part)):
             if marker is not None:
                 os.pwrite(marker, f"{os.getpid()} {i}\n".ljust(32).encode(), 0)
             _build_one(Path(folder), spec.expected_ids[i], spec.skip[i], stage, writer, tokenizers, result, names,
