@@ -393,10 +393,10 @@ def _scale(args: argparse.Namespace) -> None:
 
     sizes = [100, 200, 400] if args.quick else [int(s) for s in args.scale_sizes.split(",")]
     unique = min(args.scale_unique, 50) if args.quick else args.scale_unique
+    name = RESULTS.with_name("dataset_build_scale_quick.json" if args.quick else "dataset_build_scale.json")
     out = run_scale(sizes, unique=unique, scratch=Path(args.scratch), baseline_ref=args.baseline_ref or None,
                     baseline_pythonpath=Path(args.baseline_pythonpath) if args.baseline_pythonpath else None,
-                    quick=args.quick)
-    name = RESULTS.with_name("dataset_build_scale_quick.json" if args.quick else "dataset_build_scale.json")
+                    quick=args.quick, partial=name)
     name.write_text(json.dumps(out, indent=2) + "\n")
     print_table(out)
     print(f"saved {name}")

@@ -133,23 +133,29 @@ def _run(folders: list[Path], out: Path, workers: int, pythonpath: Path) -> dict
 
 
 def run_scale(sizes: list[int], *, unique: int, scratch: Path, baseline_ref: str | None,
-              baseline_pythonpath: Path | None, quick: bool) -> dict:
-    """Run the series; returns the results (also saved and printed by `main`)."""
+              baseline_pythonpath: Path | None, quick: bool, partial: Path | None = None) -> dict:
+    """Run the series; returns the results (also saved and printed by `main`).
+
+    `partial`: a file rewritten after each build with the builds so far (a stopped run keeps its figures).
+    """
     scratch.mkdir(parents=True, exist_ok=True)
     free_gb = shutil.disk_usage(scratch).free / 1e9
     pool, gen_s = _pool(scratch, unique, max(1, os.cpu_count() or 1))
     folders, rep_s = _replicas(scratch, pool, max(sizes))
-    builds = []
+    baseline = None
+    tree = baseline_pythonpath or (_baseline_tree(scratch, baseline_ref) if baseline_ref else None)
+    if tree is not None:  # first: the figure every ratio of the speed goal needs
+        baseline = _run(folders[:sizes[0]], scratch / "out-baseline", 0, tree)
+        baseline["code"] = str(baseline_pythonpath or baseline_ref)
+        print(f"  baseline ({baseline['code']}), {sizes[0]} rollouts: {baseline}", flush=True)
+    builds: list[dict] = []
     for n in sizes:
         for workers in (1, 2):
             builds.append(_run(folders[:n], scratch / f"out-{n}-w{workers}", workers, REPO))
             print(f"  {n:>6} rollouts, {workers} worker(s): {builds[-1]}", flush=True)
-    baseline = None
-    tree = baseline_pythonpath or (_baseline_tree(scratch, baseline_ref) if baseline_ref else None)
-    if tree is not None:
-        baseline = _run(folders[:sizes[0]], scratch / "out-baseline", 0, tree)
-        baseline["code"] = str(baseline_pythonpath or baseline_ref)
-        print(f"  baseline ({baseline['code']}), {sizes[0]} rollouts: {baseline}", flush=True)
+            if partial is not None:
+                partial.write_text(json.dumps({"partial": True, "baseline": baseline, "builds": builds}, indent=2)
+                                   + "\n")
     one = {b["rollouts"]: b for b in builds if b["workers"] == 1}
     two = {b["rollouts"]: b for b in builds if b["workers"] == 2}
     small, large = min(sizes), max(sizes)
