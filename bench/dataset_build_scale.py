@@ -36,7 +36,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # One build in a fresh process. argv: list file of folders, out dir, workers (0: the baseline's
 # signature, no workers argument). Prints one JSON line.
 _CHILD = """
-import json, resource, sys, time
+import json, pathlib, resource, sys, time
+import rollout_dataset
 from rollout_dataset.builder import build
 folders = open(sys.argv[1]).read().split()
 workers = int(sys.argv[3])
@@ -47,7 +48,8 @@ if __name__ == "__main__":
     wall = time.perf_counter() - t
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM")][0]
-    print(json.dumps({"added": len(r.added), "wall_s": wall, "cpu_s": me.ru_utime + me.ru_stime,
+    print(json.dumps({"package": str(pathlib.Path(rollout_dataset.__file__).parent), "added": len(r.added),
+                      "wall_s": wall, "cpu_s": me.ru_utime + me.ru_stime,
                       "workers_cpu_s": kids.ru_utime + kids.ru_stime, "peak_rss_mb": int(hwm) / 1024,
                       "worker_peak_rss_mb": kids.ru_maxrss / 1024}))
 """
@@ -117,13 +119,17 @@ def _run(folders: list[Path], out: Path, workers: int, pythonpath: Path) -> dict
     listing.write_text("\n".join(map(str, folders)))
     shutil.rmtree(out, ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=str(pythonpath))
+    # cwd: the scratch folder, since `python -c` puts the working folder first on sys.path (before
+    # PYTHONPATH): run from the repository, the baseline would import the current package
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(listing), str(out), str(workers)], env=env,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, cwd=str(out.parent))
     shutil.rmtree(out, ignore_errors=True)
     listing.unlink()
     if proc.returncode:
         raise SystemExit(f"build of {len(folders)} rollouts (workers={workers}) failed:\n{proc.stderr[-3000:]}")
     r = json.loads(proc.stdout.strip().splitlines()[-1])
+    if r.pop("package") != str(pythonpath / "rollout_dataset"):
+        raise SystemExit(f"the build imported the package from {r['package']}, not {pythonpath}")
     cpu = r["cpu_s"] + r["workers_cpu_s"]
     r.update(rollouts=len(folders), workers=workers, rollouts_per_s=round(len(folders) / r["wall_s"], 2),
              rollouts_per_cpu_s=round(len(folders) / cpu, 2))
