@@ -114,8 +114,17 @@ def part_shard_name(prefix: str, part: int, roll: int) -> str:
     return f"{prefix}-p{part:05d}-{roll:04d}.parquet"
 
 
+#: small tables buffered before they are combined into one: a one-row table of a wide config holds tens
+#: of kilobytes of per-array overhead for a few hundred bytes of data, so thousands of them would hold
+#: far more memory than their `nbytes` says (the summary config's buffer grew with the rollout count).
+COMBINE_TABLES = 256
+
+
 class ConfigWriter:
     """Appends rows of one config to one parquet shard, buffering at most `row_group_bytes`.
+
+    Every `COMBINE_TABLES` added tables are combined into one contiguous table, so the buffer's
+    memory is its data's, whatever the size of each addition.
 
     Args:
         config: the config name (decides the schema).
@@ -131,6 +140,7 @@ class ConfigWriter:
         self.rows = 0
         self._buffer: list[pa.Table] = []
         self._buffered = 0
+        self._uncombined = 0  # tables at the end of the buffer not yet combined
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._writer = pq.ParquetWriter(str(self.path), self.schema, **column_options(self.schema), **_WRITE_OPTIONS)
 
@@ -154,9 +164,14 @@ class ConfigWriter:
             return
         self._buffer.append(table)
         self._buffered += max(table.nbytes, 1)
+        self._uncombined += 1
         self.rows += len(table)
         if self._buffered >= self.row_group_bytes:
             self.flush()
+        elif self._uncombined >= COMBINE_TABLES:
+            tail = pa.concat_tables(self._buffer[-self._uncombined:]).combine_chunks()
+            self._buffer[-self._uncombined:] = [tail]
+            self._uncombined = 0
 
     @property
     def buffered(self) -> int:
@@ -168,7 +183,7 @@ class ConfigWriter:
         if self._buffer:
             table = pa.concat_tables(self._buffer).combine_chunks()
             self._writer.write_table(table, row_group_size=len(table))
-            self._buffer, self._buffered = [], 0
+            self._buffer, self._buffered, self._uncombined = [], 0, 0
 
     def close(self) -> None:
         """Flush and close the file (a config with no rows still gets a valid, empty shard)."""
