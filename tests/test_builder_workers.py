@@ -98,12 +98,11 @@ def test_a_killed_worker_names_the_folder_it_was_on(inputs, tmp_path):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not killed:
             if sessions.is_dir() and len(list(sessions.iterdir())) > 1:  # the earlier dataset's session + one new
-                for child in psutil.Process().children(recursive=True):
+                for child in psutil.Process().children(recursive=True):  # every worker: one may be done already
                     try:
                         if "spawn_main" in " ".join(child.cmdline()):  # a worker, not the resource tracker
                             child.kill()
                             killed.append(child.pid)
-                            break
                     except psutil.Error:
                         continue
             time.sleep(0.005)
@@ -117,7 +116,7 @@ def test_a_killed_worker_names_the_folder_it_was_on(inputs, tmp_path):
         killer.join()
     assert killed
     message = str(err.value)
-    assert "worker process died" in message and f"pid {killed[0]}, killed by signal 9" in message
+    assert "worker process died" in message and any(f"pid {pid}, killed by signal 9" in message for pid in killed)
     dead_folder = message.split("while building ")[1].split(" (part")[0]
     assert Path(dead_folder).parent == many
     after = {p.name: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}

@@ -371,6 +371,7 @@ def _run_parts(specs: list[PartSpec], common: dict, *, workers: int, progress: b
         part, future = failed[0]
         exc = future.exception()
         if isinstance(exc, concurrent.futures.process.BrokenProcessPool):
+            executor.shutdown(wait=True)  # every process joined: their exit codes are final
             raise ArtifactError(_crash_message(futures, marks, processes)) from None
         if isinstance(exc, (RolloutDatasetError, OSError)):
             raise exc
