@@ -146,7 +146,14 @@ def split_parts(folders: Sequence[Path], expected_ids: Sequence[str | None], ski
 
 
 def read_progress(path: str | Path) -> tuple[int, int] | None:
-    """``(pid, folder index)`` a part last wrote to its progress file, or None."""
+    """What a part last wrote to its progress file (see `build_part`'s `progress_file`).
+
+    Args:
+        path: the progress file.
+
+    Returns:
+        ``(pid, index of the folder it was building)``, or None when the file is missing or unreadable.
+    """
     try:
         pid, index = Path(path).read_text().split()
         return int(pid), int(index)
