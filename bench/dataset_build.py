@@ -16,6 +16,10 @@ Measures, on synthetic schema-faithful rollouts (default: 50 turns, 8k-token con
 - the trace-viewer sessions (companion repo, not in the whole) and the stored tokenizer (a fixed cost).
 
 Usage: python bench/dataset_build.py [--turns 50] [--context 8192] [--sizes 10,40,160] [--quick]
+
+With --scale (issue 14): build throughput and peak RSS at 1k / 5k / 20k rollouts with 1 and 2 workers,
+side by side with the code of --baseline-ref (see bench/dataset_build_scale.py); saved to
+bench/results/dataset_build_scale.json (--quick: small sizes, dataset_build_scale_quick.json).
 """
 
 from __future__ import annotations
@@ -172,7 +176,21 @@ def main() -> None:
     parser.add_argument("--text", choices=["code", "random"], default="code",
                         help="synthetic content: real code through the built-in tokenizer, or random ids")
     parser.add_argument("--quick", action="store_true", help="small run (5 turns, 1k context, sizes 4,8)")
+    parser.add_argument("--scale", action="store_true",
+                        help="issue 14: throughput and peak RSS at --scale-sizes rollouts, 1 and 2 workers, vs a baseline")
+    parser.add_argument("--scale-sizes", default="1000,5000,20000", help="rollout counts of --scale")
+    parser.add_argument("--scale-unique", type=int, default=500,
+                        help="distinct rollouts generated for --scale (replicated by hard links up to the largest size)")
+    parser.add_argument("--scratch", default="/tmp/rollout-dataset-bench-scale",
+                        help="--scale's scratch folder (generated rollouts are kept there and reused)")
+    parser.add_argument("--baseline-ref", default="b7a7924",
+                        help="git ref whose code is --scale's baseline ('' for none)")
+    parser.add_argument("--baseline-pythonpath", default=None, metavar="DIR",
+                        help="a folder holding the baseline's rollout_dataset package (instead of --baseline-ref)")
     args = parser.parse_args()
+    if args.scale:
+        _scale(args)
+        return
     if args.quick:
         args.turns, args.context, args.unique, args.sizes, args.unique_large = 5, 1024, 4, "4,8", 8
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -365,6 +383,22 @@ def main() -> None:
               f"first in a process {ld['load_dataset_first_in_process_seconds']}s ({ld['first_in_process_ratio']}x), "
               f"cold cache {ld['load_dataset_cold_seconds']}s ({ld['cold_ratio']}x), "
               f"warm {ld['load_dataset_warm_seconds']}s ({ld['warm_ratio']}x) (target <= 2x)")
+    print(f"saved {name}")
+
+
+def _scale(args: argparse.Namespace) -> None:
+    """--scale: see bench/dataset_build_scale.py."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from dataset_build_scale import print_table, run_scale
+
+    sizes = [100, 200, 400] if args.quick else [int(s) for s in args.scale_sizes.split(",")]
+    unique = min(args.scale_unique, 50) if args.quick else args.scale_unique
+    name = RESULTS.with_name("dataset_build_scale_quick.json" if args.quick else "dataset_build_scale.json")
+    out = run_scale(sizes, unique=unique, scratch=Path(args.scratch), baseline_ref=args.baseline_ref or None,
+                    baseline_pythonpath=Path(args.baseline_pythonpath) if args.baseline_pythonpath else None,
+                    quick=args.quick, partial=name)
+    name.write_text(json.dumps(out, indent=2) + "\n")
+    print_table(out)
     print(f"saved {name}")
 
 

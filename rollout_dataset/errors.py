@@ -82,6 +82,9 @@ class SchemaValidationError(RolloutDatasetError, ValueError):
         lines = [f"{f}: {p}: {r}" for f, p, r in self.failures]
         super().__init__("\n".join(lines) if lines else "validation failed")
 
+    def __reduce__(self):  # picklable (a build part in another process raises it)
+        return type(self), (self.failures,)
+
 
 class LeakageError(RolloutDatasetError, RuntimeError):
     """Held-out test text reached something the agent could read."""

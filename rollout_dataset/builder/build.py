@@ -4,36 +4,55 @@ Each rollout is also written as a session of the Hub's agent-trace viewer in `tr
 (see `traces`; pushed to a companion repo). The captures' tokenizer is stored in `tokenizer/` (see
 `tokenizer_files`); one dataset holds one.
 
-Streams: one rollout is read, checked (the rules of `validate`), turned into rows and appended to
-the config shards before the next is read, so memory stays flat as the number of rollouts grows.
+Streams, in two public steps that any executor can drive:
+
+1. `parts.build_part`: a slice of the folders -> its own shard files + the card's running
+   aggregates (`aggregates.CardAggregates`). Rollouts flow one at a time from folder to bounded
+   row groups; nothing per rollout is kept but its id and what the card's statistics need, so
+   memory stays flat as the number of rollouts grows. `build(..., workers=N)` runs N parts in N
+   processes (contiguous slices of the sorted inputs; shards named by part, so the dataset's rows
+   come in the same order whatever N).
+2. `finish_dataset`: the merged part results -> the finished dataset folder (an empty shard for a
+   config without rows, the tokenizer files, card options and the card rendered from the merged
+   aggregates, fsynced).
+
 Building into a folder that already holds a dataset adds new shards and skips rollouts already there
 (no duplicates, nothing deleted). The whole dataset folder is staged beside `--out` and swapped in
-when complete (`staging`): a failed or killed build leaves the earlier dataset as it was.
+when complete (`staging`): a failed or killed build (a crashed worker process included) leaves the
+earlier dataset as it was.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import multiprocessing
+import shutil
+import signal
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm.auto import tqdm
 
 from rollout_dataset.builder import staging
+from rollout_dataset.builder.aggregates import CardAggregates
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.card_info import CARD_OPTIONS_FILE, CardOptions, arrow_num_bytes, save_card_options
-from rollout_dataset.builder.inputs import find_artifact_dirs, load_checked_artifact
-from rollout_dataset.builder.rows import PREVIEW_CHARS, SAMPLES_MODES, rollout_rows, tokenizer_name
-from rollout_dataset.builder.tokenizer_files import TokenizerRegistry, stored_tokenizer_sha256, write_tokenizer_files
-from rollout_dataset.builder.traces import write_session
-from rollout_dataset.builder.writer import ROW_GROUP_BYTES, DatasetWriter
-from rollout_dataset.errors import ArtifactError, ConfigError
+from rollout_dataset.builder.inputs import find_artifact_dirs
+from rollout_dataset.builder.parts import PartResult, PartSpec, build_part, plan_inputs, read_progress, run_part, \
+    split_parts
+from rollout_dataset.builder.rows import PREVIEW_CHARS, SAMPLES_MODES
+from rollout_dataset.builder.tokenizer_files import TokenizerFiles, TokenizerRegistry, stored_tokenizer_sha256, \
+    write_tokenizer_files
+from rollout_dataset.builder.writer import ROW_GROUP_BYTES, SHARD_BYTES, ConfigWriter, build_prefix, part_shard_name
+from rollout_dataset.errors import ArtifactError, ConfigError, RolloutDatasetError
 
-__all__ = ["BuildResult", "build", "find_artifact_dirs", "read_summary_rows", "dataset_rollout_ids", "check_shards"]
+__all__ = ["BuildResult", "build", "finish_dataset", "find_artifact_dirs", "read_summary_rows", "iter_summary_rows",
+           "dataset_rollout_ids", "check_shards"]
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +125,30 @@ def read_summary_rows(dataset_dir: str | Path) -> list[dict]:
     return rows
 
 
+def iter_summary_rows(shards: Iterable[str | Path], columns: list[str] | None = None) -> Iterator[dict]:
+    """The summary rows of some shards, one row group at a time (memory: one row group).
+
+    Args:
+        shards: summary shards, in the order wanted.
+        columns: only these columns (default: all).
+
+    Yields:
+        The rows.
+
+    Raises:
+        ArtifactError: a shard cannot be read (named).
+    """
+    for shard in shards:
+        try:
+            pf = pq.ParquetFile(str(shard))
+            groups = range(pf.num_row_groups)
+            for i in groups:
+                yield from pf.read_row_group(i, columns=columns).to_pylist()
+        except (pa.ArrowException, OSError) as exc:
+            raise ArtifactError(f"{shard}: not a readable parquet shard ({exc}); a dataset folder holds only "
+                                "complete shards, so move this file away and build again") from None
+
+
 def dataset_rollout_ids(dataset_dir: str | Path) -> set[str]:
     """The rollout ids a dataset folder already holds (read from its summary shards).
 
@@ -122,14 +165,15 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
           progress: bool = True, pretty_name: str = "Agent rollouts (rollout-dataset)",
           license: str = "apache-2.0", row_group_bytes: int = ROW_GROUP_BYTES, samples: str = "preview",
           preview_chars: int = PREVIEW_CHARS, language: Iterable[str] = ("en",), homepage: str | None = None,
-          repository: str | None = None, citation: str | None = None) -> BuildResult:
-    """Build (or extend) a multi-config parquet dataset with its card, atomically.
+          repository: str | None = None, citation: str | None = None, workers: int = 1,
+          shard_bytes: int = SHARD_BYTES) -> BuildResult:
+    """Build (or extend) a multi-config parquet dataset with its card, atomically, streaming.
 
     Every artifact folder is checked with the rules of `rollout-dataset validate`
     (`schema.check.check_artifact_dir`) before any of it becomes rows; the first invalid folder stops
     the build. The dataset is written in ``<out_dir>.staging-<pid>`` and swapped into place whole
     when complete (see `builder.staging`): a failed, interrupted or killed build leaves `out_dir`
-    as it was.
+    as it was. Memory stays flat in the number of rollouts (see the module docstring).
 
     Args:
         artifact_dirs: artifact folders, or folders holding them.
@@ -139,8 +183,8 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
         progress: show a progress bar.
         pretty_name: the card's display name.
         license: the card's license id.
-        row_group_bytes: Arrow bytes buffered per config before a row group is written; with one
-            rollout in memory at a time, this bounds the build's memory.
+        row_group_bytes: Arrow bytes buffered per config (and per worker) before a row group is
+            written; with one rollout in memory at a time, this bounds the build's memory.
         samples: the `samples` config's mode: ``"preview"`` (default; one viewer-sized row per rollout:
             header + head + tail of samples.md, `truncated`/`full_chars` say what was cut) or ``"full"``
             (samples.md split into parts, lossless). Same columns either way, so shards of both modes
@@ -151,6 +195,11 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
         repository: the capture setup's source repository URL for the card.
         citation: a BibTeX entry for the card (default: one generated from the title and repo).
             The card options are kept in ``card_options.json`` so that `push` renders the same card.
+        workers: processes that build parts in parallel (1: in this process). Each takes one
+            contiguous slice of the inputs and writes its own shards; the rows of the dataset are
+            the same, in the same order, whatever the number. Processes are started with "spawn"
+            (a script calling this with workers > 1 needs the ``if __name__ == "__main__":`` guard).
+        shard_bytes: a shard is closed and the next one started past this many parquet bytes.
 
     Returns:
         A `BuildResult`.
@@ -160,17 +209,21 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             unreadable, not UTF-8, not JSON, off its schema, inconsistent, or a symlink leaving the
             folder); one `(file, json_path, reason)` per failure of that folder.
         ArtifactError: an input path is not a folder or holds no artifact folder, a value does not
-            fit its column, or a shard of the existing dataset is not complete parquet (named).
+            fit its column, a shard of the existing dataset is not complete parquet, or a worker
+            process died (each named: the folder it was on).
         DatasetDirError: `out_dir` holds something other than a dataset built by this tool, or
             another build is writing to it.
         TokenizerMismatchError: the rollouts (or the dataset and the rollouts) used different tokenizers;
             nothing of this build is kept (a ValueError).
-        ConfigError: `samples` is not "preview" or "full", or `preview_chars` is below 100 (a ValueError).
+        ConfigError: `samples` is not "preview" or "full", `preview_chars` is below 100, or
+            `workers` is below 1 (a ValueError).
     """
     if samples not in SAMPLES_MODES:
         raise ConfigError(f"samples={samples!r}: valid modes are {', '.join(SAMPLES_MODES)}")
     if preview_chars < 100:
         raise ConfigError(f"preview_chars={preview_chars}: must be >= 100")
+    if not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"workers={workers!r}: give a whole number >= 1")
     options = CardOptions(pretty_name=pretty_name, license=license, language=tuple(language), homepage=homepage,
                           repository=repository, citation=citation)
     folders = find_artifact_dirs(artifact_dirs)
@@ -181,79 +234,186 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
         staging.check_out_dir(out)  # again, under the lock
         check_shards(out)
         present = dataset_rollout_ids(out)
-        tokenizers = TokenizerRegistry(read_summary_rows(out), stored_tokenizer_sha256(out))
+        existing_summaries = sorted((out / "data" / DEFAULT_CONFIG).glob("*.parquet"))
+        tokenizers = TokenizerRegistry(iter_summary_rows(existing_summaries, ["rollout_id", "tokenizer",
+                                                                              "tokenizer_sha256"]),
+                                       stored_tokenizer_sha256(out))
         with staging.staging_folder(out) as stage:
-            written = _write_rollouts(folders, stage, present, tokenizers, result, row_group_bytes=row_group_bytes,
-                                      samples=samples, preview_chars=preview_chars, progress=progress)
-            if tokenizers.tokenizer is not None:
-                written.extend(sorted(write_tokenizer_files(tokenizers.tokenizer, stage).iterdir()))
-            summary_rows = read_summary_rows(stage)
-            result.bytes_per_config = {c: sum(p.stat().st_size for p in (stage / "data" / c).glob("*.parquet"))
-                                       for c in CONFIG_NAMES}
-            arrow = {c: arrow_num_bytes(sorted((stage / "data" / c).glob("*.parquet"))) for c in CONFIG_NAMES}
-            readme = stage / "README.md"
-            for rewritten in (readme, stage / CARD_OPTIONS_FILE):
-                rewritten.unlink(missing_ok=True)  # hard links to the earlier dataset: never write through them
-            written.append(save_card_options(options, stage))
-            readme.write_text(render_card(summary_rows, template=template, options=options,
-                                          config_bytes=result.bytes_per_config, arrow_bytes=arrow), encoding="utf-8")
-            staging.fsync_tree(written + [readme])
+            expected, skip = plan_inputs(folders, present)
+            present.clear()
+            specs = split_parts(folders, expected, skip, workers) if folders else []
+            prefix = build_prefix()
+            common = dict(stage=str(stage), prefix=prefix, tokenizer_identity=(tokenizers.identity, tokenizers.origin),
+                          samples=samples, preview_chars=preview_chars, row_group_bytes=row_group_bytes,
+                          shard_bytes=shard_bytes)
+            parts = _run_parts(specs, common, workers=workers, progress=progress)
+            for part in parts:  # one tokenizer over all parts (each part checked its own rollouts)
+                for name, where in part.tokenizers:
+                    tokenizers.check(name, where)
+                result.added.extend(part.added)
+                result.skipped.extend(part.skipped)
+                result.cut_cells += part.cut_cells
+            result.rows = {c: sum(p.rows.get(c, 0) for p in parts) for c in CONFIG_NAMES}
+            finished = finish_dataset(stage, parts, prefix=prefix, tokenizer=tokenizers.tokenizer, options=options,
+                                      template=template)
+            result.bytes_per_config = finished.bytes_per_config
+            result.total_rollouts = finished.total_rollouts
             staging.checkpoint("staged")
             staging.commit(stage, out)
     result.readme = Path(out_dir) / "README.md"
-    result.total_rollouts = len(summary_rows)
     log.info("built %s: %d rollouts added, %d skipped, %d in total", out, len(result.added),
              len(result.skipped), result.total_rollouts)
     return result
 
 
-def _write_rollouts(folders: list[Path], stage: Path, present: set[str], tokenizers: TokenizerRegistry,
-                    result: BuildResult, *, row_group_bytes: int, samples: str, preview_chars: int,
-                    progress: bool) -> list[Path]:
-    """Check each folder and append its rows to new shards in `stage`; fills `result`.
+@dataclass
+class FinishedDataset:
+    """What `finish_dataset` wrote.
+
+    Attributes:
+        readme: the README.md (the card).
+        total_rollouts: rollouts in the whole dataset.
+        bytes_per_config: parquet bytes per config over all shards.
+        arrow_bytes: Arrow bytes per config over all shards.
+        written: every file written (fsynced).
+    """
+
+    readme: Path
+    total_rollouts: int
+    bytes_per_config: dict[str, int]
+    arrow_bytes: dict[str, int]
+    written: list[Path]
+
+
+def finish_dataset(stage: str | Path, parts: Sequence[PartResult], *, prefix: str,
+                   tokenizer: TokenizerFiles | None = None, options: CardOptions | None = None,
+                   template: str | Path | None = None) -> FinishedDataset:
+    """Finish a dataset folder from the results of its build parts: everything but the swap.
+
+    The card's statistics are the parts' aggregates merged in part order, with those of the
+    summary shards the folder already held (read one row group at a time) placed where their
+    names sort (before or after this build's `prefix`): the card is the one a single pass over
+    every summary row in shard order would give. Arrow sizes: the parts' own, plus the existing
+    shards' (decoded one row group at a time).
 
     Args:
-        present: rollout ids already in the dataset (skipped; grows as rollouts are added).
-        tokenizers: the dataset's tokenizer so far (a rollout with another one is refused).
+        stage: the dataset (staging) folder the parts wrote into (it may hold an earlier dataset's shards).
+        parts: every part's result (any order; merged by part index).
+        prefix: the build's shard-name prefix (`writer.build_prefix`) the parts used.
+        tokenizer: the captures' tokenizer files to store (None: none found).
+        options: the card options (default: `CardOptions()`).
+        template: the card template.
 
     Returns:
-        The files written: shards (a config without rows keeps no empty shard beside others) and
-        trace-viewer sessions.
+        A `FinishedDataset`.
+
+    Raises:
+        TokenizerMismatchError: the folder already stores another tokenizer.
+        ArtifactError: an existing summary shard cannot be read.
     """
-    writer = DatasetWriter(stage, row_group_bytes=row_group_bytes)
-    sessions: list[Path] = []  # this build's trace-viewer sessions (traces/sessions/<rollout_id>.jsonl)
+    stage = Path(stage)
+    parts = sorted(parts, key=lambda p: p.part)
+    options = options or CardOptions()
+    written: list[Path] = [Path(f) for p in parts for f in p.sessions]
+    new_shards = {c: [Path(f) for p in parts for f in p.shards.get(c, [])] for c in CONFIG_NAMES}
+    arrow: dict[str, int] = {}
+    for config in CONFIG_NAMES:
+        folder = stage / "data" / config
+        existing = sorted(set(folder.glob("*.parquet")) - set(new_shards[config]))
+        if not existing and not new_shards[config]:  # every config keeps one (empty) shard: load_dataset needs it
+            empty = folder / part_shard_name(prefix, 0, 0)
+            ConfigWriter(config, empty).close()
+            new_shards[config].append(empty)
+        written.extend(new_shards[config])
+        arrow[config] = arrow_num_bytes(existing) + sum(p.arrow_bytes.get(config, 0) for p in parts)
+    aggregates = CardAggregates()
+    old = sorted(set((stage / "data" / DEFAULT_CONFIG).glob("*.parquet")) - set(new_shards[DEFAULT_CONFIG]))
+    aggregates.merge(CardAggregates.from_rows(iter_summary_rows([s for s in old if s.name < prefix])))
+    for part in parts:
+        aggregates.merge(part.aggregates)
+    aggregates.merge(CardAggregates.from_rows(iter_summary_rows([s for s in old if s.name > prefix])))
+    if tokenizer is not None:
+        written.extend(sorted(write_tokenizer_files(tokenizer, stage).iterdir()))
+    config_bytes = {c: sum(p.stat().st_size for p in (stage / "data" / c).glob("*.parquet")) for c in CONFIG_NAMES}
+    readme = stage / "README.md"
+    for rewritten in (readme, stage / CARD_OPTIONS_FILE):
+        rewritten.unlink(missing_ok=True)  # hard links to the earlier dataset: never write through them
+    written.append(save_card_options(options, stage))
+    readme.write_text(render_card(aggregates, template=template, options=options, config_bytes=config_bytes,
+                                  arrow_bytes=arrow), encoding="utf-8")
+    staging.fsync_tree(written + [readme])
+    return FinishedDataset(readme=readme, total_rollouts=aggregates.n, bytes_per_config=config_bytes,
+                           arrow_bytes=arrow, written=written)
+
+
+def _run_parts(specs: list[PartSpec], common: dict, *, workers: int, progress: bool) -> list[PartResult]:
+    """Build the parts: in this process when there is one, else one process per part (spawned).
+
+    Raises:
+        Whatever a part raises (the earliest failed part's); `ArtifactError` naming the folder a
+        worker process was on when it died.
+    """
+    if len(specs) <= 1 or workers <= 1:
+        return [build_part(spec, progress=progress, **common) for spec in specs]
+    marks = Path(tempfile.mkdtemp(prefix="rollout-dataset-build-"))
+    executor = concurrent.futures.ProcessPoolExecutor(max_workers=len(specs),
+                                                      mp_context=multiprocessing.get_context("spawn"))
     try:
-        for folder in tqdm(folders, desc="build", unit="rollout", disable=not progress):
-            art = load_checked_artifact(folder)
-            rid = art["summary"]["rollout_id"]
-            if rid in present:
-                log.info("%s: rollout %s already in the dataset; skipped", folder, rid)
-                result.skipped.append(rid)
-                continue
-            tok = tokenizers.check(tokenizer_name(art), str(folder))
-            art.update(tokenizer_sha256=tok.sha256 if tok else None, tokenizer_revision=tok.revision if tok else None)
-            try:
-                rows, stats = rollout_rows(art, samples, preview_chars=preview_chars)
-            except (TypeError, ValueError, KeyError, IndexError, OverflowError, AttributeError) as exc:
-                # validated documents always make rows; a failure here is a gap in the checks
-                raise ArtifactError(f"{folder}: passes validate but cannot be turned into rows "
-                                    f"({type(exc).__name__}: {exc}); please report it") from None
-            try:
-                writer.add(rows)
-            except ValueError as exc:
-                raise ArtifactError(f"{folder}: a value does not fit the dataset schema: {exc}") from None
-            sessions.append(write_session(art, stage, rows["summary"][0]["group_id"]))
-            art = rows = None  # keep one rollout in memory at a time
-            present.add(rid)
-            result.added.append(rid)
-            result.cut_cells += stats["cut_cells"]
-            staging.checkpoint("rollout")
+        futures = {executor.submit(run_part, dict(common, spec=spec, progress=progress,
+                                                  progress_file=str(marks / f"{spec.part}.at"))): spec
+                   for spec in specs}
+        processes = list((getattr(executor, "_processes", None) or {}).values())  # to tell which one died
+        done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+        failed = sorted((futures[f].part, f) for f in done if f.exception() is not None)
+        if not failed:
+            return [f.result() for f in futures]
+        _stop_workers(executor)  # a failed build does not wait for the other parts
+        part, future = failed[0]
+        exc = future.exception()
+        if isinstance(exc, concurrent.futures.process.BrokenProcessPool):
+            executor.shutdown(wait=True)  # every process joined: their exit codes are final
+            raise ArtifactError(_crash_message(futures, marks, processes)) from None
+        if isinstance(exc, (RolloutDatasetError, OSError)):
+            raise exc
+        raise ArtifactError(f"{_folder_at(specs[part], marks)}: build part {part} failed: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    except BaseException:  # SIGTERM (SystemExit), Ctrl-C: stop the workers before the staging folder goes
+        _stop_workers(executor)
+        raise
     finally:
-        result.rows = writer.close()
-    written = list(sessions)
-    for w in writer.writers.values():
-        if w.rows == 0 and any(p != w.path for p in w.path.parent.glob("*.parquet")):
-            w.path.unlink()  # an empty shard beside others adds nothing
+        executor.shutdown(wait=True, cancel_futures=True)
+        shutil.rmtree(marks, ignore_errors=True)
+
+
+def _folder_at(spec: PartSpec, marks: Path) -> str:
+    """The folder a part was building when it stopped (from its progress file)."""
+    at = read_progress(marks / f"{spec.part}.at")
+    return spec.folders[at[1]] if at and 0 <= at[1] < len(spec.folders) else f"(part {spec.part}: not started)"
+
+
+def _crash_message(futures: dict, marks: Path, processes: list) -> str:
+    """Name the folder the dead worker process was on (and where the parts stopped with it were)."""
+    exits = {p.pid: p.exitcode for p in processes}
+    died, stopped = [], []
+    for future, spec in futures.items():
+        if future.done() and future.exception() is None:
+            continue
+        at = read_progress(marks / f"{spec.part}.at")
+        code = exits.get(at[0]) if at else None
+        if code not in (None, 0, -signal.SIGTERM):
+            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            died.append(f"{_folder_at(spec, marks)} (part {spec.part}, pid {at[0]}, {how})")
         else:
-            written.append(w.path)
-    return written
+            stopped.append(f"{_folder_at(spec, marks)} (part {spec.part})")
+    where = "; ".join(died or stopped)
+    also = f"; the other parts were stopped at {'; '.join(stopped)}" if died and stopped else ""
+    return (f"a build worker process died (killed, out of memory, or crashed) while building {where}{also}. "
+            "Nothing was written to the dataset folder; check that folder (rollout-dataset validate) and the "
+            "machine's memory, then build again")
+
+
+def _stop_workers(executor: concurrent.futures.ProcessPoolExecutor) -> None:
+    """Terminate the worker processes (a failed build does not wait for the other parts to finish)."""
+    for process in list((getattr(executor, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import statistics
-from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -19,11 +17,10 @@ import jinja2
 import yaml
 
 from rollout_dataset.builder import contracts
+from rollout_dataset.builder.aggregates import ROW_COUNT_COLUMN, CardAggregates
 from rollout_dataset.builder.card_info import CardOptions, default_citation
 from rollout_dataset.builder.configs import CONFIGS, DEFAULT_CONFIG, features_yaml, resolved_columns
-from rollout_dataset.builder.rows import PREVIEW_CHARS as _PREVIEW_CHARS
 from rollout_dataset.errors import ArtifactError
-from rollout_dataset.export.continuity import merge_continuity
 
 __all__ = ["TEMPLATE_PATH", "contracts_source", "card_stats", "card_metadata", "render_card", "read_card_metadata"]
 
@@ -31,19 +28,7 @@ __all__ = ["TEMPLATE_PATH", "contracts_source", "card_stats", "card_metadata", "
 TEMPLATE_PATH = Path(__file__).parent / "dataset_card.md"
 
 # config -> summary column holding that config's rows per rollout (None: one row per rollout)
-_ROW_COUNT_COLUMN = {"summary": None, "task": None, "visible_tests": None, "held_out_tests": "n_held_out_rows",
-                     "trace": "n_trace_rows", "turns": "n_turn_rows", "sequences": "n_sequences",
-                     "conversations": "n_conversations",
-                     "samples": "n_sample_rows"}
-
-
-def _describe(values: list[float]) -> dict[str, Any]:
-    if not values:
-        return {"n": 0, "mean": None, "median": None, "std": None, "min": None, "max": None}
-    return {"n": len(values), "mean": round(statistics.fmean(values), 4),
-            "median": round(statistics.median(values), 4),
-            "std": round(statistics.pstdev(values), 4) if len(values) > 1 else 0.0,
-            "min": round(min(values), 4), "max": round(max(values), 4)}
+_ROW_COUNT_COLUMN = ROW_COUNT_COLUMN
 
 
 def _size_category(n: int) -> str:
@@ -73,75 +58,7 @@ def card_stats(summary_rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
         ``tokenizer_dir`` (True when every rollout names the one tokenizer stored in the dataset's
         `tokenizer/` folder).
     """
-    rows = list(summary_rows)
-    counters = {k: Counter() for k in ("envs", "models", "harnesses", "tokenizers", "stop_reasons", "capture_levels",
-                                        "samples_modes")}
-    fields = {"envs": "env", "models": "model", "harnesses": "harness", "tokenizers": "tokenizer",
-              "stop_reasons": "stop_reason", "capture_levels": "capture_level", "samples_modes": "samples_mode"}
-    params: list[str] = []
-    rewards, penalised, stepwise = [], [], []
-    per_config = {c.name: 0 for c in CONFIGS}
-    for r in rows:
-        for key, field in fields.items():
-            if r.get(field) is not None:
-                counters[key][str(r[field])] += 1
-        for p in json.loads(r.get("sampling_params") or "[]"):
-            text = json.dumps(p, sort_keys=True)
-            if text not in params:
-                params.append(text)
-        if r.get("env_reward") is not None:
-            rewards.append(float(r["env_reward"]))
-        if r.get("reward_after_penalties") is not None:
-            penalised.append(float(r["reward_after_penalties"]))
-        step = json.loads(r["stepwise"]) if r.get("stepwise") else None
-        if isinstance(step, dict) and step.get("reward_sum") is not None:
-            stepwise.append(float(step["reward_sum"]))
-        for config, column in _ROW_COUNT_COLUMN.items():
-            per_config[config] += 1 if column is None else int(r.get(column) or 0)
-    groups = Counter(str(r.get("group_id")) for r in rows)
-    lengths = {"tokens per rollout (distinct positions)": "n_unique_tokens",
-               "longest sequence per rollout (tokens)": "longest_sequence_tokens",
-               "trainable tokens per rollout": "trainable_tokens", "agent turns per rollout": "agent_turns",
-               "tool calls per rollout": "tool_calls_total"}
-    years = [int(str(r["created_at"])[:4]) for r in rows if str(r.get("created_at") or "")[:4].isdigit()]
-    scripted = Counter(str(r.get("policy") or r.get("server_kind")) for r in rows if r.get("scripted"))
-    shas = Counter(str(r["tokenizer_sha256"]) for r in rows if r.get("tokenizer_sha256"))
-    return {
-        "n_rollouts": len(rows),
-        "n_groups": len(groups),
-        "lengths": {label: _describe([float(r[col]) for r in rows if r.get(col) is not None])
-                    for label, col in lengths.items()},
-        "year": max(years) if years else None,
-        "scripted": dict(scripted.most_common()),
-        "n_scripted": sum(scripted.values()),
-        "server_kinds": dict(Counter(f"{r.get('server_kind')} {r.get('server_version') or ''}".strip()
-                                     for r in rows if r.get("server_kind")).most_common()),
-        "harness_versions": dict(Counter(f"{r.get('harness')} {r.get('harness_version') or ''}".strip()
-                                         for r in rows).most_common()),
-        "package_versions": dict(Counter(f"{r.get('package_version')}"
-                                         + (f" ({str(r['package_git_sha'])[:12]})" if r.get("package_git_sha") else "")
-                                         for r in rows if r.get("package_version")).most_common()),
-        "rollouts_per_group": _describe([float(v) for v in groups.values()]),
-        "tokenizer_sha256s": dict(shas.most_common()),
-        "tokenizer_dir": bool(rows) and len(shas) == 1 and sum(shas.values()) == len(rows),
-        "rows": per_config,
-        **{k: dict(v.most_common()) for k, v in counters.items()},
-        "sampling_params": params,
-        "env_reward": _describe(rewards),
-        "unscorable": len(rows) - len(rewards),
-        "reward_after_penalties": _describe(penalised),
-        "stepwise_reward_sum": _describe(stepwise),
-        "trainable": sum(1 for r in rows if r.get("trainable")),
-        "trainable_tokens": sum(int(r.get("trainable_tokens") or 0) for r in rows),
-        "timed_out": sum(1 for r in rows if r.get("timed_out")),
-        "n_tasks": len({(r.get("env"), r.get("task_id")) for r in rows}),
-        "cut_cells": sum(int(r.get("n_cut_cells") or 0) for r in rows),
-        "preview_chars": _PREVIEW_CHARS,
-        "unique_tokens": sum(int(r.get("n_unique_tokens") or 0) for r in rows),
-        "held_out_tests": sum(int(r.get("held_out_tests") or 0) for r in rows),
-        "continuity": merge_continuity(json.loads(r["continuity"]) if isinstance(r.get("continuity"), str)
-                                       else r.get("continuity") for r in rows),
-    }
+    return CardAggregates.from_rows(summary_rows).stats()
 
 
 def card_metadata(stats: dict[str, Any], *, pretty_name: str, license: str,
@@ -197,14 +114,15 @@ def contracts_source() -> str:
     return inspect.getsource(contracts).rstrip()
 
 
-def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path | None = None,
+def render_card(summary_rows: Iterable[dict[str, Any]] | CardAggregates, *, template: str | Path | None = None,
                 repo_id: str | None = None, pretty_name: str | None = None, license: str | None = None,
                 config_bytes: dict[str, int] | None = None, traces_repo_id: str | None = None,
                 arrow_bytes: dict[str, int] | None = None, options: CardOptions | None = None) -> str:
     """Render README.md for a dataset.
 
     Args:
-        summary_rows: every summary row of the dataset.
+        summary_rows: every summary row of the dataset, or their `CardAggregates` (what a streaming
+            build keeps instead of the rows; the card is the same).
         template: a Jinja2 template file (default: the repo's top-level `dataset_card.md`).
         repo_id: the Hub repo id for the loading examples (default: a local path placeholder).
         pretty_name: the dataset's display name (overrides `options.pretty_name`).
@@ -226,7 +144,8 @@ def render_card(summary_rows: Iterable[dict[str, Any]], *, template: str | Path 
     options = options or CardOptions()
     pretty_name = pretty_name or options.pretty_name
     license = license or options.license
-    stats = card_stats(summary_rows)
+    aggregates = summary_rows if isinstance(summary_rows, CardAggregates) else CardAggregates.from_rows(summary_rows)
+    stats = aggregates.stats()
     meta = card_metadata(stats, pretty_name=pretty_name, license=license, config_bytes=config_bytes,
                          arrow_bytes=arrow_bytes, language=options.language)
     citation = options.citation or default_citation(pretty_name, repo_id, stats["year"] or 1970)

@@ -275,13 +275,24 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst, follow_symlinks=False)
 
 
+#: past this many files, one syncfs(2) of the file system replaces one fsync per file and folder.
+SYNCFS_FILES = 64
+
+
 def fsync_tree(paths: list[Path]) -> None:
     """Flush files and their folders to disk, so a swapped-in dataset survives a power loss.
+
+    A build writes one trace-viewer session file per rollout: past `SYNCFS_FILES` files, the whole
+    file system holding them is flushed by one ``syncfs`` call (Linux) instead of one ``fsync`` per
+    file (thousands of disk flushes); the guarantee is the same (every written file and folder
+    entry of that file system is on disk when it returns). Elsewhere, or if it fails, one fsync each.
 
     Args:
         paths: files written by this build.
     """
     folders = {p.parent for p in paths}
+    if len(paths) > SYNCFS_FILES and _syncfs(sorted(folders)):
+        return
     for path in list(paths) + sorted(folders):
         flags = os.O_RDONLY | (os.O_DIRECTORY if path in folders else 0)
         fd = os.open(path, flags)
@@ -317,6 +328,18 @@ def link_or_copy(src: str | Path, dst: str | Path) -> None:
         dst: the new path.
     """
     _link_or_copy(str(src), str(dst))
+
+
+def _syncfs(folders: list[Path]) -> bool:
+    """syncfs(2) the one file system holding every folder; False when not done (several, or no syncfs)."""
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+    if fn is None or not folders or len({os.stat(f).st_dev for f in folders}) != 1:
+        return False
+    fd = os.open(folders[0], os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return fn(fd) == 0
+    finally:
+        os.close(fd)
 
 
 def _exchange(a: Path, b: Path) -> bool:

@@ -16,7 +16,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from rollout_dataset.errors import TokenizerMismatchError
 from rollout_dataset.files import write_bytes_atomic
@@ -172,11 +172,11 @@ class TokenizerRegistry:
 
     Args:
         existing_rows: the dataset's summary rows already written (their `tokenizer` and
-            `tokenizer_sha256`).
+            `tokenizer_sha256`; read only up to the first that names a tokenizer).
         stored_sha256: SHA-256 of the dataset's stored tokenizer.json, if any.
     """
 
-    def __init__(self, existing_rows: list[dict[str, Any]] = (), stored_sha256: str | None = None) -> None:
+    def __init__(self, existing_rows: Iterable[dict[str, Any]] = (), stored_sha256: str | None = None) -> None:
         self._by_name: dict[str, TokenizerFiles | None] = {}
         self.identity: str | None = None  # sha256, or "name:<name>" when the files were not found
         self.origin = ""
@@ -187,6 +187,23 @@ class TokenizerRegistry:
             key = row.get("tokenizer_sha256") or (f"name:{row['tokenizer']}" if row.get("tokenizer") else None)
             if key and self.identity is None:
                 self.identity, self.origin = key, f"rollout {row.get('rollout_id')} already in the dataset"
+            if self.identity is not None:
+                break
+
+    @classmethod
+    def seeded(cls, identity: str | None, origin: str = "") -> "TokenizerRegistry":
+        """A registry that starts from another one's identity (a build part checks against the dataset's).
+
+        Args:
+            identity: the `identity` of the registry to continue (None: no tokenizer yet).
+            origin: where that identity came from (for the error message).
+
+        Returns:
+            The registry.
+        """
+        registry = cls()
+        registry.identity, registry.origin = identity, origin
+        return registry
 
     def check(self, name: str | None, where: str) -> TokenizerFiles | None:
         """The tokenizer of one rollout, refused when it differs from the dataset's.

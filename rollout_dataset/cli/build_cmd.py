@@ -43,10 +43,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", choices=("preview", "full"), default="preview",
                         help="samples config: 'preview' (default; one viewer-sized row per rollout) or 'full' "
                              "(the whole samples.md, split into parts, lossless)")
+    parser.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+                        help="processes that build in parallel, each a contiguous slice of the inputs (default 1); "
+                             "the dataset's rows are the same, in the same order, for any N")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     from rollout_dataset.cli.build_extend import add_extended_arguments
 
     add_extended_arguments(parser)  # --append, --executor ray, --parts, --node-dir
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
 
 
 def _citation(path: str | None) -> str | None:
@@ -89,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
             result = run_extended(args, **card)
         else:
             result = build(args.artifacts, args.out, template=args.template, progress=not args.no_progress,
-                           samples=args.samples, **card)
+                           samples=args.samples, workers=args.workers, **card)
     except SchemaValidationError as exc:
         folder = Path(exc.failures[0][0]).parent if exc.failures else None
         print(f"error: {first_failure_line(exc, folder)}; {args.out} left as it was")

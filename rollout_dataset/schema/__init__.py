@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 from referencing import Registry, Resource
 
-__all__ = ["SCHEMA_NAMES", "load_schema", "schema_errors", "validate"]
+__all__ = ["SCHEMA_NAMES", "load_schema", "schema_errors", "fast_schema_valid", "validate"]
 
 
 def _schema_dir():
@@ -63,6 +63,44 @@ def _validator(name: str) -> jsonschema.protocols.Validator:
     return cls(schema, registry=_registry())
 
 
+@functools.lru_cache(maxsize=None)
+def _fast_validator(name: str) -> Any:
+    """A compiled jsonschema-rs validator of a shipped schema (every schema in its registry), or None."""
+    try:
+        import jsonschema_rs
+    except ImportError:  # the pure-Python validator alone (slower, same verdicts)
+        return None
+    schemas = [load_schema(n) for n in _names()]
+    registry = jsonschema_rs.Registry([(s["$id"], s) for s in schemas if "$id" in s])
+    return jsonschema_rs.validator_for(load_schema(name), registry=registry)
+
+
+def fast_schema_valid(document: Any, name: str) -> bool:
+    """True when a compiled validator (jsonschema-rs, in Rust) finds the document valid.
+
+    A quick yes only: False means "not shown valid here" (invalid, or a value the compiled validator
+    cannot take, such as NaN, an integer beyond 64 bits, a lone surrogate, very deep nesting), and
+    the caller then runs `schema_errors`, whose verdict and messages are the reference. Where the two
+    engines could differ (a regex's ``$`` before a final newline, say) jsonschema-rs is the stricter
+    one, so a document is never accepted that `schema_errors` would reject; tests/test_validate.py
+    runs every rejection through both.
+
+    Args:
+        document: the parsed JSON document.
+        name: the schema's name.
+
+    Returns:
+        True when valid; False when undecided here.
+    """
+    validator = _fast_validator(name)
+    if validator is None:
+        return False
+    try:
+        return bool(validator.is_valid(document))
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        return False
+
+
 def _json_path(error: jsonschema.ValidationError) -> str:
     path = "$"
     for part in error.absolute_path:
@@ -80,6 +118,8 @@ def schema_errors(document: Any, name: str) -> list[tuple[str, str]]:
     Returns:
         `(json_path, reason)` pairs, sorted by path; empty when the document is valid.
     """
+    if fast_schema_valid(document, name):
+        return []
     errors = _validator(name).iter_errors(document)
     return sorted(((_json_path(e), e.message) for e in errors), key=lambda pair: pair[0])
 
