@@ -92,6 +92,25 @@ def test_appending_the_same_folders_again_adds_nothing_and_reports_them_skipped(
     assert len(_ids(out, "summary")) == 5
 
 
+def test_an_append_built_by_two_workers_adds_the_same_rows_in_the_same_order_as_one(corpus, tmp_path):
+    one, two = _copy_earlier(corpus, tmp_path / "one"), _copy_earlier(corpus, tmp_path / "two")
+    append_to_dataset([corpus / "new"], one, progress=False)
+    result = append_to_dataset([corpus / "new"], two, progress=False, workers=2)
+    assert result.added == _summary_ids(corpus / "new")
+    for config in CONFIG_NAMES:
+        rows = [pq.read_table(s).to_pylist() for s in sorted((one / "data" / config).glob("*.parquet"))]
+        rows2 = [pq.read_table(s).to_pylist() for s in sorted((two / "data" / config).glob("*.parquet"))]
+        assert sum(rows, []) == sum(rows2, []), config
+
+
+def test_the_cli_refuses_workers_with_the_ray_executor(corpus, tmp_path):
+    cli = [sys.executable, "-m", "rollout_dataset.cli", "build", str(corpus / "new"), "--out", str(tmp_path / "ds")]
+    refused = subprocess.run([*cli, "--executor", "ray", "--workers", "2"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0
+    assert "--workers goes with a local build" in refused.stdout + refused.stderr
+    assert not (tmp_path / "ds").exists()
+
+
 def test_merging_a_part_drops_the_rows_of_rollouts_the_dataset_already_holds(corpus, tmp_path):
     # the merge primitive (also the Ray build's): a part overlapping the dataset adds only what is new
     out = _copy_earlier(corpus, tmp_path)

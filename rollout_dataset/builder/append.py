@@ -98,7 +98,7 @@ def _shown(folders: list[Path]) -> str:
 def append_to_dataset(artifact_dirs: Iterable[str | Path], dataset_dir: str | Path, *,
                       template: str | Path | None = None, progress: bool = True,
                       row_group_bytes: int = ROW_GROUP_BYTES, samples: str = "preview",
-                      preview_chars: int = PREVIEW_CHARS) -> BuildResult:
+                      preview_chars: int = PREVIEW_CHARS, workers: int = 1) -> BuildResult:
     """Add rollouts to an existing dataset folder as new shards (see the module docstring).
 
     Args:
@@ -108,6 +108,7 @@ def append_to_dataset(artifact_dirs: Iterable[str | Path], dataset_dir: str | Pa
         progress: show a progress bar.
         row_group_bytes: see `build`.
         samples: see `build` (``"preview"`` or ``"full"``; shards of both modes coexist).
+        workers: processes that build the new rollouts (see `build`).
         preview_chars: see `build`.
 
     Returns:
@@ -148,7 +149,7 @@ def append_to_dataset(artifact_dirs: Iterable[str | Path], dataset_dir: str | Pa
             identity = tokenizer_identity(stage, str(out))
             part = stage / PARTS_DIR / "append"
             built = build(todo, part, template=template, progress=progress, row_group_bytes=row_group_bytes,
-                          samples=samples, preview_chars=preview_chars)
+                          samples=samples, preview_chars=preview_chars, workers=workers)
             result.cut_cells = built.cut_cells
             result.skipped.extend(built.skipped)  # given twice among the inputs
             written = merge_part(part, stage, present, identity, result, ordered_shard_names(),

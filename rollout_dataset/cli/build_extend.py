@@ -62,7 +62,8 @@ def run_extended(args: argparse.Namespace, **card: Any) -> Any:
         A `BuildResult`.
 
     Raises:
-        ConfigError: ``--parts``/``--node-dir`` without ``--executor ray``, or a bad ``--node-dir``.
+        ConfigError: ``--parts``/``--node-dir`` without ``--executor ray``, ``--workers`` with it, or a bad
+            ``--node-dir``.
         RolloutDatasetError: whatever the build raises.
     """
     if args.executor != "ray":
@@ -71,7 +72,10 @@ def run_extended(args: argparse.Namespace, **card: Any) -> Any:
         from rollout_dataset.builder.append import append_to_dataset
 
         return append_to_dataset(args.artifacts, args.out, template=args.template, progress=not args.no_progress,
-                                 samples=args.samples)
+                                 samples=args.samples, workers=getattr(args, "workers", 1))
+    if getattr(args, "workers", 1) > 1:
+        raise ConfigError("--workers goes with a local build; with --executor ray the parts run in parallel "
+                          "(--parts N)")
     from rollout_dataset.builder.card_info import CardOptions, load_card_options
     from rollout_dataset.builder.distributed import build_on_ray
 
