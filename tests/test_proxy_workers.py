@@ -112,6 +112,11 @@ async def test_a_worker_killed_under_load_corrupts_no_file_and_the_others_serve_
         stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
         seal = proxy.seal("load")
+        # the pool looks for dead workers every WORKER_CHECK_S; 60 calls can finish before it first looks
+        for _ in range(200):
+            if victim not in proxy.worker_pids and len(proxy.worker_pids) == 2:
+                break
+            await asyncio.sleep(0.05)
         assert victim not in proxy.worker_pids and len(proxy.worker_pids) == 2  # replaced
     records = read_trace(tmp_path / "load.jsonl", seal=seal)  # every line whole, the chain unbroken
     recorded = [r["request"]["user"] for r in records]
