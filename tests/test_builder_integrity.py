@@ -244,3 +244,22 @@ def test_a_corrupt_shard_in_the_existing_dataset_is_named_and_nothing_changes(ar
     code, lines = _build_cli(capsys, tmp_path / "new", tmp_path / "ds")
     assert code == 1 and len(lines) == 1 and lines[0].startswith(f"error: {shard}: not a readable parquet shard")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "new", "rollout"]
+
+
+def test_a_summary_json_that_is_a_fifo_is_refused_by_name_and_never_opened(art, tmp_path):
+    """Planning which rollouts are already there reads summary.json before the folder is checked:
+    a FIFO there must not be opened (a read would block the build forever)."""
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "fifo"
+    shutil.copytree(art, folder)
+    (folder / "summary.json").unlink()
+    os.mkfifo(folder / "summary.json")
+    cli = [sys.executable, "-m", "rollout_dataset.cli", "build", str(folder), "--out", str(tmp_path / "ds"),
+           "--no-progress"]
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{folder / 'summary.json'}: $: not a regular file" in done.stdout
+    assert not (tmp_path / "ds").exists()

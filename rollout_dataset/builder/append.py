@@ -27,7 +27,6 @@ append deletes the leftover staging folder); after it, the new dataset is comple
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from pathlib import Path
@@ -38,12 +37,13 @@ from rollout_dataset.builder.build import BuildResult, build, check_shards, data
 from rollout_dataset.builder.card_info import load_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES
 from rollout_dataset.builder.inputs import find_artifact_dirs
+from rollout_dataset.builder.parts import artifact_rollout_id
 from rollout_dataset.builder.merge import PARTS_DIR, merge_part, ordered_shard_names, tokenizer_identity, write_card
 from rollout_dataset.builder.rows import PREVIEW_CHARS
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES
 from rollout_dataset.errors import DatasetDirError
 
-__all__ = ["append_to_dataset", "require_dataset", "artifact_rollout_id"]
+__all__ = ["append_to_dataset", "require_dataset"]
 
 log = logging.getLogger(__name__)
 
@@ -69,26 +69,6 @@ def require_dataset(folder: str | Path) -> None:
         found = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "") or "nothing"
         raise DatasetDirError(f"{folder}: not a rollout-dataset dataset (it holds {found}; no README.md with the "
                               f"{staging.DATASET_TAG!r} tag); --append adds only to a dataset this tool built")
-
-
-def artifact_rollout_id(folder: str | Path) -> str | None:
-    """The rollout id an artifact folder's ``summary.json`` gives, read without checking the folder.
-
-    Args:
-        folder: an artifact folder.
-
-    Returns:
-        The id, or None when summary.json is not a regular file, not JSON, or has no string id
-        (the folder is then built and checked like any other).
-    """
-    path = Path(folder) / "summary.json"
-    try:
-        if path.is_symlink() or not path.is_file():
-            return None
-        rid = json.loads(path.read_text(encoding="utf-8")).get("rollout_id")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return rid if isinstance(rid, str) else None
 
 
 def _shown(folders: list[Path]) -> str:

@@ -44,7 +44,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rollout_dataset import errors
 from rollout_dataset.builder import staging
-from rollout_dataset.builder.append import artifact_rollout_id
+from rollout_dataset.builder.parts import artifact_rollout_id
 from rollout_dataset.builder.build import BuildResult, build, check_shards, dataset_rollout_ids
 from rollout_dataset.builder.card_info import CardOptions
 from rollout_dataset.builder.configs import CONFIG_NAMES

@@ -92,10 +92,23 @@ class PartResult:
     tokenizers: list[tuple[str | None, str]] = field(default_factory=list)
 
 
-def _summary_id(folder: Path) -> str | None:
-    """The rollout_id of a folder's summary.json, or None when it cannot be read (the check says why)."""
+def artifact_rollout_id(folder: str | Path) -> str | None:
+    """The rollout id an artifact folder's ``summary.json`` gives, read without checking the folder.
+
+    The one reader used to plan builds, appends and Ray builds (which rollouts are already there).
+
+    Args:
+        folder: an artifact folder.
+
+    Returns:
+        The id, or None when summary.json is not a regular file (a symlink, a FIFO or a device is
+        never opened), not JSON, or has no string id (the folder is then built and its check says why).
+    """
+    path = Path(folder) / "summary.json"
     try:
-        doc = orjson.loads((folder / "summary.json").read_bytes())
+        if path.is_symlink() or not path.is_file():
+            return None
+        doc = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return None
     rid = doc.get("rollout_id") if isinstance(doc, dict) else None
@@ -117,7 +130,7 @@ def plan_inputs(folders: Sequence[Path], present: set[str]) -> tuple[list[str | 
     ids: list[str | None] = []
     skip: list[bool] = []
     for folder in folders:
-        rid = _summary_id(folder)
+        rid = artifact_rollout_id(folder)
         ids.append(rid)
         skip.append(rid is not None and rid in seen)
         if rid is not None:
