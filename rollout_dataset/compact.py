@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
-from rollout_dataset.builder.build import read_summary_rows
+from rollout_dataset.builder.merge import card_inputs
 from rollout_dataset.builder import staging
 from rollout_dataset.builder.staging import exchange_folders, link_or_copy
 from rollout_dataset.builder.card import read_card_metadata, render_card
@@ -360,12 +360,10 @@ def _compact_local_locked(dataset_dir: Path, target_bytes: int, configs: Sequenc
         shutil.rmtree(dataset_dir / STAGING_DIR, ignore_errors=True)
     readme = dataset_dir / "README.md"
     if result.changed and readme.is_file():
-        config_bytes = {c: sum(p.stat().st_size for p in (dataset_dir / "data" / c).glob("*.parquet"))
-                        for c in CONFIG_NAMES}
+        aggregates, config_bytes, arrow_bytes = card_inputs(dataset_dir)
         context = _card_context(readme.read_text(encoding="utf-8"))
-        context["arrow_bytes"] = {c: arrow_num_bytes(sorted((dataset_dir / "data" / c).glob("*.parquet")))
-                                  for c in CONFIG_NAMES}
-        text = render_card(read_summary_rows(dataset_dir), template=template, config_bytes=config_bytes,
+        context["arrow_bytes"] = arrow_bytes
+        text = render_card(aggregates, template=template, config_bytes=config_bytes,
                            options=load_card_options(dataset_dir), **context)
         write_text_atomic(readme, text)
     return result

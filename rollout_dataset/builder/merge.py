@@ -34,10 +34,11 @@ from typing import Iterator
 
 import pyarrow.parquet as pq
 
-from rollout_dataset.builder.build import BuildResult, check_shards, dataset_rollout_ids, read_summary_rows
+from rollout_dataset.builder.aggregates import CardAggregates
+from rollout_dataset.builder.build import BuildResult, check_shards, dataset_rollout_ids, iter_summary_rows
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.card_info import CardOptions, arrow_num_bytes, save_card_options
-from rollout_dataset.builder.configs import CONFIG_NAMES, arrow_schema
+from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG, arrow_schema
 from rollout_dataset.builder.tokenizer_files import TOKENIZER_DIR, TokenizerRegistry, stored_tokenizer_sha256
 from rollout_dataset.builder.traces import SESSIONS_DIR, TRACES_DIR
 from rollout_dataset.builder.writer import copy_filtered
@@ -45,7 +46,7 @@ from rollout_dataset.errors import ArtifactError, TokenizerMismatchError
 from rollout_dataset.files import write_text_atomic
 
 __all__ = ["PARTS_DIR", "TokenizerIdentity", "tokenizer_identity", "ordered_shard_names", "merge_part",
-           "write_card"]
+           "card_inputs", "write_card"]
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def tokenizer_identity(dataset_dir: str | Path, label: str | None = None) -> Tok
     Raises:
         ArtifactError: a summary shard cannot be read (named).
     """
-    rows = read_summary_rows(dataset_dir)
+    rows = list(iter_summary_rows(_summary_shards(dataset_dir), ["rollout_id", "tokenizer", "tokenizer_sha256"]))
     registry = TokenizerRegistry(rows, stored_tokenizer_sha256(dataset_dir))
     names = frozenset(r["tokenizer"] for r in rows if r.get("tokenizer"))
     return TokenizerIdentity(registry.identity, names, f"{registry.origin} of {label or dataset_dir}")
@@ -219,14 +220,37 @@ def write_card(dataset_dir: str | Path, options: CardOptions, *, template: str |
         ArtifactError: a summary shard cannot be read (named).
     """
     folder = Path(dataset_dir)
-    summary_rows = read_summary_rows(folder)
-    config_bytes = {c: sum(p.stat().st_size for p in (folder / "data" / c).glob("*.parquet")) for c in CONFIG_NAMES}
-    arrow = {c: arrow_num_bytes(sorted((folder / "data" / c).glob("*.parquet"))) for c in CONFIG_NAMES}
+    aggregates, config_bytes, arrow = card_inputs(folder)
     options_file = save_card_options(options, folder)
     readme = folder / "README.md"
-    write_text_atomic(readme, render_card(summary_rows, template=template, options=options, config_bytes=config_bytes,
+    write_text_atomic(readme, render_card(aggregates, template=template, options=options, config_bytes=config_bytes,
                                           arrow_bytes=arrow))
     if result is not None:
         result.bytes_per_config = config_bytes
-        result.total_rollouts = len(summary_rows)
+        result.total_rollouts = aggregates.n
     return [readme, options_file]
+
+
+def card_inputs(dataset_dir: str | Path) -> tuple[CardAggregates, dict[str, int], dict[str, int]]:
+    """What a card over a whole dataset folder is rendered from, streamed (memory: one row group).
+
+    Args:
+        dataset_dir: the dataset folder.
+
+    Returns:
+        ``(aggregates, config_bytes, arrow_bytes)``: the summary rows' `CardAggregates`, parquet bytes
+        per config and Arrow bytes per config (see `render_card`).
+
+    Raises:
+        ArtifactError: a summary shard cannot be read (named).
+    """
+    folder = Path(dataset_dir)
+    aggregates = CardAggregates.from_rows(iter_summary_rows(_summary_shards(folder)))
+    shards = {c: sorted((folder / "data" / c).glob("*.parquet")) for c in CONFIG_NAMES}
+    config_bytes = {c: sum(p.stat().st_size for p in shards[c]) for c in CONFIG_NAMES}
+    arrow = {c: arrow_num_bytes(shards[c]) for c in CONFIG_NAMES}
+    return aggregates, config_bytes, arrow
+
+
+def _summary_shards(dataset_dir: str | Path) -> list[Path]:
+    return sorted((Path(dataset_dir) / "data" / DEFAULT_CONFIG).glob("*.parquet"))
