@@ -25,7 +25,10 @@ from rollout_dataset.schema import schema_errors
 
 @pytest.mark.parametrize("text", [b'{"seed": 123456789012345678901234567890}', b"-0", b"-0.0", b"1e2",
                                   b'{"a": 1, "a": 2}', b'"\\ud800"', b"\xef\xbb\xbf{}", b'{"x": 2.5e-07}',
-                                  '{"t": "é"}'.encode("utf-16")])
+                                  '{"t": "é"}'.encode("utf-16"), b"[1e400, -1e400]", b'"\xed\xa0\x80"',
+                                  b"[0.0001234567890123456789, 18446744073709551615, -9223372036854775809]",
+                                  b"[9007199254740993.0, 5e-324, 1.7976931348623157e308]",
+                                  b"[" * 600 + b"]" * 600, b'{"a": [' + b"{}, " * 700 + b"1]}"])
 def test_loads_gives_the_standard_librarys_value(text: bytes):
     value, nonfinite = loads(text)
     assert repr(value) == repr(json.loads(text)) and nonfinite is False
@@ -35,6 +38,11 @@ def test_loads_gives_the_standard_librarys_value(text: bytes):
 def test_loads_reports_nonfinite_constants(text: bytes | str):
     value, nonfinite = loads(text)
     assert nonfinite is True and repr(value) == repr(json.loads(text))
+
+
+def test_loads_refuses_nesting_the_standard_library_refuses_although_orjson_would_parse_it():
+    with pytest.raises(ValueError, match="nested too deep"):
+        loads(b"[" * 1000 + b"]" * 1000)
 
 
 @pytest.mark.parametrize("text", [b'{"a": ', b"\xff{}", "\ufeff{}"])

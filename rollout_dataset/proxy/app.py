@@ -85,7 +85,7 @@ class _Call:
     __slots__ = ("session", "index", "call_id", "started_at", "t0", "method", "endpoint", "stream", "status",
                  "headers", "request", "upstream_changes", "requested", "effective", "response", "ttft_ms",
                  "notes", "error", "kind", "recorded", "client_gone", "raw_request", "raw_response",
-                 "nonfinite", "reserved", "started", "ended", "on_policy")
+                 "nonfinite", "reserved", "started", "ended", "on_policy", "upstream_headers")
 
     def __init__(self, session: str, method: str, endpoint: str, headers: dict[str, str]) -> None:
         self.session = session
@@ -116,6 +116,7 @@ class _Call:
         self.started = False  # response headers sent to the harness
         self.ended = False  # the response's last byte sent
         self.on_policy: Prepared | None = None  # on-policy mode's decision for a chat call
+        self.upstream_headers: dict[str, str] = {}  # the upstream's response headers (lower-case names)
 
     def fail(self, kind: str, message: str) -> None:
         """Record the call's first error (later ones are consequences of it)."""
@@ -153,7 +154,7 @@ class ProxyApp:
         self.transport = transport
         timeout = timeout or httpx.Timeout(600.0, connect=10.0)
         self._extensions = {"timeout": timeout.as_dict()}
-        self._urls: dict[tuple[str, bytes], httpx.URL] = {}
+        self._urls: dict[tuple[str, bytes], tuple[httpx.URL, bytes]] = {}
         self.max_body_bytes = max_body_bytes
         self.max_inflight_bytes = max_inflight_bytes
         self.inflight_bytes = 0
@@ -185,16 +186,17 @@ class ProxyApp:
         except Exception:  # never crash the server: the record is already written by _handle's paths
             log.exception("proxy failed on %s %s", scope.get("method"), scope.get("path"))
 
-    def _url(self, endpoint: str, query: bytes) -> httpx.URL:
-        """The upstream URL, parsed once per (endpoint, query) (URL parsing is a visible per-call cost)."""
+    def _url(self, endpoint: str, query: bytes) -> tuple[httpx.URL, bytes]:
+        """The upstream URL and its Host header, parsed once per (endpoint, query) (a visible per-call cost)."""
         key = (endpoint, query)
-        url = self._urls.get(key)
-        if url is None:
+        known = self._urls.get(key)
+        if known is None:
             text = self.upstream_root + endpoint + ("?" + query.decode("latin-1") if query else "")
             url = httpx.URL(text)
+            known = (url, url.netloc)
             if len(self._urls) < 1024:
-                self._urls[key] = url
-        return url
+                self._urls[key] = known
+        return known
 
     # ---- request side -------------------------------------------------------------------------
 
@@ -282,8 +284,14 @@ class ProxyApp:
         up_headers.append((b"accept-encoding", b"identity"))
         if kind == "chat" and self.on_policy is not None:
             body = await self._on_policy_body(call, parsed, body, up_headers)
-        request = httpx.Request(call.method, self._url(endpoint, scope.get("query_string") or b""),
-                                content=body or None, headers=up_headers, extensions=self._extensions)
+        url, host = self._url(endpoint, scope.get("query_string") or b"")
+        up_headers.append((b"host", host))
+        if body:
+            up_headers.append((b"content-length", str(len(body)).encode()))
+        # the stream given whole: httpx skips re-deriving Host and Content-Length, set just above
+        request = httpx.Request(call.method, url, stream=httpx.ByteStream(body or b""), headers=up_headers,
+                                extensions=self._extensions)
+        request.read()  # the body as `request.content`, as httpx does for bytes content
         await self._run_with_disconnect_watch(call, request, token_req, receive, send)
 
     async def _on_policy_body(self, call: _Call, parsed: dict[str, Any], body: bytes,
@@ -407,7 +415,8 @@ class ProxyApp:
                                         f"could not reach the model server at {url}: {type(exc).__name__}: {exc}")
                 return
             try:
-                ctype = response.headers.get("content-type", "")
+                call.upstream_headers = _header_map(response)
+                ctype = call.upstream_headers.get("content-type", "")
                 if response.status_code >= 400:
                     call.fail("upstream_status", f"the model server at {url} answered HTTP {response.status_code}")
                 if "text/event-stream" in ctype:
@@ -449,7 +458,7 @@ class ProxyApp:
                                     f"the model server at {url} dropped the connection: {exc}")
             return
         body = data
-        ctype = response.headers.get("content-type", "")
+        ctype = call.upstream_headers.get("content-type", "")
         parsed: Any = None
         if data and "json" in ctype:
             try:
@@ -470,8 +479,8 @@ class ProxyApp:
                 call.notes.append(f"the answer has an unexpected shape ({type(exc).__name__}: {exc}); "
                                   "forwarded unchanged")
             if edited is not None:
-                body = _dumps(edited)
-        headers = _response_headers(response)
+                body = dumps_event(edited, call.nonfinite)
+        headers = _response_headers(response, call.upstream_headers)
         call.status = response.status_code
         failure = self._finish(call)
         if failure is not None:
@@ -488,7 +497,7 @@ class ProxyApp:
         call.status = response.status_code
         call.started = True
         await send({"type": "http.response.start", "status": response.status_code,
-                    "headers": _response_headers(response, raw=True)})
+                    "headers": _response_headers(response, call.upstream_headers, raw=True)})
         kept = bytearray()
         try:
             async for chunk in response.aiter_raw():
@@ -514,8 +523,8 @@ class ProxyApp:
                                        token_req: TokenRequest, send: Send) -> None:
         """A streamed chat/completions/responses answer: forward each chunk (stripped), reassemble, record."""
         call.status = response.status_code
-        headers = _response_headers(response)
-        if _plain_utf8(response.headers.get("content-type", "")):
+        headers = _response_headers(response, call.upstream_headers)
+        if _plain_utf8(call.upstream_headers.get("content-type", "")):
             encoding = "utf-8"  # what httpx would pick anyway, without its per-call charset parsing
         else:
             # events are decoded with the upstream's charset and re-framed as UTF-8: say so
@@ -529,7 +538,7 @@ class ProxyApp:
         tail = b""
         strip = token_req.needs_strip
         events = EventBatches(encoding)
-        identity = response.headers.get("content-encoding", "identity").strip().lower() == "identity"
+        identity = call.upstream_headers.get("content-encoding", "identity").strip().lower() == "identity"
         # Long integers (which orjson cannot parse exactly) are looked for once per read, over the read
         # and the 18 bytes before it: from the first read with 19 digits in a row on, each event is
         # looked at on its own. Only for UTF-8, where digits are single bytes.
@@ -676,15 +685,15 @@ class ProxyApp:
 
     async def _read_counted(self, call: _Call, response: httpx.Response, send: Send) -> bytes | None:
         """The whole upstream body, counted against the in-flight limit (None: refused with 503)."""
-        declared = response.headers.get("content-length")
+        declared = call.upstream_headers.get("content-length")
         if declared is not None and declared.strip().isdigit():
             if not await self._reserve(call, int(declared), send):
                 return None
-            data = await _read_whole(response)
+            data = await _read_whole(response, call.upstream_headers)
             if len(data) > int(declared):
                 self._reserve_nowait(call, len(data) - int(declared))  # counted even when over: it is here
             return data
-        if response.headers.get("content-encoding", "identity").strip().lower() != "identity":
+        if call.upstream_headers.get("content-encoding", "identity").strip().lower() != "identity":
             data = await response.aread()  # decoded by httpx; counted once here
             if not await self._reserve(call, len(data), send):
                 return None
@@ -766,9 +775,22 @@ class ProxyApp:
         return None
 
 
-def _response_headers(response: httpx.Response, raw: bool = False) -> list[tuple[bytes, bytes]]:
-    """Upstream response headers to copy back; `raw` keeps content-encoding (bytes not decoded)."""
-    decoded = not raw and response.headers.get("content-encoding", "identity").lower() != "identity"
+def _header_map(response: httpx.Response) -> dict[str, str]:
+    """The response's headers by lower-case name, repeated ones joined with ``", "`` (as httpx's ``get``)."""
+    out: dict[str, str] = {}
+    encoding = response.headers.encoding  # httpx works it out anew on every access
+    for name, value in response.headers.raw:
+        key = name.decode("latin-1").lower()
+        text = value.decode(encoding)
+        out[key] = f"{out[key]}, {text}" if key in out else text
+    return out
+
+
+def _response_headers(response: httpx.Response, names: dict[str, str], raw: bool = False) -> list[tuple[bytes, bytes]]:
+    """Upstream response headers to copy back; `raw` keeps content-encoding (bytes not decoded).
+
+    `names` is `_header_map` of the response."""
+    decoded = not raw and names.get("content-encoding", "identity").lower() != "identity"
     out = []
     for name, value in response.headers.raw:
         low = name.lower()
@@ -780,10 +802,10 @@ def _response_headers(response: httpx.Response, raw: bool = False) -> list[tuple
     return out
 
 
-async def _read_whole(response: httpx.Response) -> bytes:
+async def _read_whole(response: httpx.Response, names: dict[str, str]) -> bytes:
     """The whole response body; one read from the default transport when nothing needs decoding."""
     read_all = getattr(response.stream, "read_all", None)
-    if read_all is not None and response.headers.get("content-encoding", "identity").strip().lower() == "identity":
+    if read_all is not None and names.get("content-encoding", "identity").strip().lower() == "identity":
         return await read_all()
     return await response.aread()
 

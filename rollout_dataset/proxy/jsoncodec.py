@@ -1,16 +1,20 @@
 """JSON in and out of the proxy's hot path: parse as the standard library does, encode records fast.
 
-Bodies are parsed with the standard library's C scanner (orjson would be faster, but it turns
-integers beyond 64 bits into floats, which would change what is forwarded and recorded). Trace
+Bodies and stream events are parsed to exactly what `json.loads` gives: by orjson (a fifth of the
+standard scanner's CPU on token id and logprob lists) where it gives the same value, by the
+standard library where it might not: integers of 19 digits or more (possibly beyond 64 bits,
+which orjson turns into floats), NaN/Infinity, lone surrogates, out-of-range floats, a byte-order
+mark, and any encoding but UTF-8 are all refused by orjson or caught by a cheap first look, and
+then parsed by the standard library. Trace
 lines are encoded with orjson, a tenth of the standard encoder's CPU on token id and logprob
 lists; a parsed line holds exactly the same values (both encoders write the shortest float that
 round-trips). The one thing orjson cannot write is a non-finite float (it writes ``null``, where
 the standard encoder writes ``NaN``/``Infinity``), so `loads` reports whether a body held such a
 constant, and a call that saw one has its record encoded by the standard library, as before.
 
-Stream events (small, one per token, from the model server) take a faster road, `loads_event` and
-`dumps_event`: orjson where it gives exactly what the standard library gives, the standard library
-where it might not (integers of 19 digits or more, NaN/Infinity, lone surrogates, invalid UTF-8).
+Stream events (small, one per token, from the model server) are parsed by `loads_event`, which can
+skip the look for long integers when the caller made it once for the whole network read; edited
+events and bodies are encoded by `dumps_event`.
 """
 
 from __future__ import annotations
@@ -55,7 +59,37 @@ def loads(data: bytes | str) -> tuple[Any, bool]:
         raise ValueError("JSON nested too deep to parse (more than about 900 levels)") from None
 
 
+#: nesting every parser here takes (the standard library's limit is the recursion limit, near 900).
+_SHALLOW = 512
+
+
+def _depth_at_most(value: Any, limit: int) -> bool:
+    """Whether a parsed JSON value nests at most `limit` levels of arrays and objects."""
+    if type(value) is not dict and type(value) is not list:
+        return True
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return False
+        for child in (item.values() if type(item) is dict else item):
+            kind = type(child)
+            if kind is dict or kind is list:
+                stack.append((child, depth + 1))
+    return True
+
+
 def _loads(data: bytes | str) -> tuple[Any, bool]:
+    if isinstance(data, bytes) and not _may_hold_long_integer_bytes(data):
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:  # NaN, lone surrogates, a BOM, UTF-16, invalid JSON: as json.loads does
+            pass
+        else:
+            # orjson nests up to 1024 levels, the standard library stops near 900 (ValueError below):
+            # a body with few brackets cannot be that deep; one with many is measured.
+            if data.count(b"[") + data.count(b"{") <= _SHALLOW or _depth_at_most(value, _SHALLOW):
+                return value, False
     if isinstance(data, str):
         if data.startswith("\ufeff"):
             return json.loads(data), False  # raises json's own "Unexpected UTF-8 BOM" error
@@ -100,6 +134,7 @@ def encode_record(record: dict[str, Any], nonfinite: bool = False) -> bytes:
 _DIGITS = bytes(0x31 if 0x30 <= i <= 0x39 else 0x30 for i in range(256))
 _RUN = b"1" * 19
 _LONG_INTEGER = re.compile(r"(?<![.0-9])[0-9]{19}")
+_LONG_INTEGER_BYTES = re.compile(rb"(?<![.0-9])[0-9]{19}")
 
 
 def has_digit_run(data: bytes) -> bool:
@@ -117,6 +152,11 @@ def has_digit_run(data: bytes) -> bool:
 def _may_hold_long_integer(data: str) -> bool:
     """Whether JSON text may hold an integer of 19+ digits (fraction digits after a '.' do not count)."""
     return has_digit_run(data.encode("utf-8", "surrogatepass")) and _LONG_INTEGER.search(data) is not None
+
+
+def _may_hold_long_integer_bytes(data: bytes) -> bool:
+    """Whether JSON bytes may hold an integer of 19+ digits (as `_may_hold_long_integer`, on bytes)."""
+    return has_digit_run(data) and _LONG_INTEGER_BYTES.search(data) is not None
 
 
 def loads_event(data: str, digits_checked: bool = False) -> tuple[Any, bool]:

@@ -20,6 +20,7 @@ record), and the arrival index and the chain continue after the last complete re
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import logging
@@ -311,10 +312,16 @@ def chained_line(record: dict[str, Any], raw: dict[str, bytes] | None, nonfinite
     if raw:
         parts = [line[:-1]]
         for key, value in raw.items():
-            parts.append(b"," + json.dumps(key).encode() + b":" + value)
+            parts.append(_raw_key(key) + value)
         parts.append(b"}")
         line = b"".join(parts)
     return line + b"\n", hashlib.sha256(digest_bytes).hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _raw_key(key: str) -> bytes:
+    """``,"key":`` for a field spliced into a line (a handful of names, encoded once)."""
+    return b"," + json.dumps(key).encode() + b":"
 
 
 def _open_spare() -> int | None:

@@ -277,6 +277,11 @@ def redact_url(url: str | None) -> str | None:
     """
     if not url:
         return url
+    return _redact_url(url)
+
+
+@functools.lru_cache(maxsize=512)  # the proxy redacts the same few upstream URLs on every call
+def _redact_url(url: str) -> str:
     try:
         parts = urlsplit(url)
     except ValueError:  # e.g. an unbalanced IPv6 bracket: show nothing of the authority

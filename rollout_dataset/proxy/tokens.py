@@ -167,9 +167,13 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+_INT = {int}
+_NUMBER = {int, float}
+
+
 def _int_list(value: Any) -> bool:
-    """Whether a value is a list of integers (token ids of the right type)."""
-    return isinstance(value, list) and all(_is_int(v) for v in value)
+    """Whether a value is a list of integers (token ids of the right type; parsed JSON: exact types)."""
+    return isinstance(value, list) and set(map(type, value)) <= _INT
 
 
 def _ids_from_token_strings(tokens: list[Any]) -> list[int] | None:
@@ -216,7 +220,7 @@ def _choice_fields(choice: dict[str, Any], notes: list[str]) -> dict[str, Any]:
                 source = "token_id_strings"
     logps = None
     if values is not None:
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        if set(map(type, values)) <= _NUMBER:  # parsed JSON: exact types (a bool is not a number here)
             logps = [float(v) for v in values]
         else:
             notes.append(f"choice {idx}: some logprobs are not numbers; per_token_logps left null")
