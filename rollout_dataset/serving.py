@@ -9,7 +9,6 @@ One runner for the recording proxy and the local backend (and any test server):
   `serve_in_thread(factory)` enters an async context manager there and exits it when the block ends.
 * `WorkerPool` — N processes serving one pre-bound socket (the kernel hands each new connection to
   one of them, as uvicorn's `workers` does); a worker that dies is replaced.
-* `tune_gc_for_serving` — a cheaper garbage collector for a process that does nothing but serve.
 
 This module knows no app: it imports neither the proxy nor the backend.
 """
@@ -18,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import multiprocessing
 import os
@@ -30,8 +28,7 @@ from typing import Any, AsyncContextManager, Awaitable, Callable, Iterator, Type
 
 import uvicorn
 
-__all__ = ["bind_socket", "new_event_loop", "UvicornServer", "LoopThread", "serve_in_thread", "WorkerPool",
-           "tune_gc_for_serving", "SERVING_GC_THRESHOLDS"]
+__all__ = ["bind_socket", "new_event_loop", "UvicornServer", "LoopThread", "serve_in_thread", "WorkerPool"]
 
 log = logging.getLogger(__name__)
 
@@ -39,27 +36,6 @@ T = TypeVar("T")
 
 #: pending connections the kernel queues before the server accepts them.
 DEFAULT_BACKLOG = 2048
-#: the cyclic collector's thresholds in a dedicated server process (CPython's default: 700, 10, 10).
-SERVING_GC_THRESHOLDS = (50_000, 20, 100)
-
-
-def tune_gc_for_serving() -> None:
-    """Make the cyclic garbage collector cheap in a process that does nothing but serve requests.
-
-    A proxied call allocates thousands of containers (a parsed response with its logprobs), most
-    of them alive while the call runs, so CPython's default thresholds run a young collection
-    several times per call over the same live objects: a third of the recording proxy's CPU per
-    non-streamed call (`bench/proxy_overhead.py`). Everything loaded so far (modules, the app) is
-    moved out of the collector's sight (`gc.freeze`), and young collections run after 50,000
-    allocations instead of 700. Reference counting still frees a call's objects as soon as it
-    ends; only garbage held in reference cycles waits longer, a bounded amount.
-
-    Only for processes the tool owns (the `proxy` command and its workers): the thresholds are
-    process-wide, so a library call never changes them in a researcher's process.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*SERVING_GC_THRESHOLDS)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

@@ -96,7 +96,6 @@ def context_policy(args: argparse.Namespace):
 
 async def _serve(args: argparse.Namespace) -> None:
     from rollout_dataset.proxy import CaptureProxy
-    from rollout_dataset.serving import tune_gc_for_serving
 
     proxy = CaptureProxy(upstream=args.upstream, trace_dir=args.trace_dir, host=args.host, port=args.port,
                          upstream_timeout=args.upstream_timeout, max_body_bytes=int(args.max_body_mb * 1024 * 1024),
@@ -109,7 +108,6 @@ async def _serve(args: argparse.Namespace) -> None:
         # uvicorn installs its own handlers while serving; route them to our stop event too.
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
-        tune_gc_for_serving()  # this process only serves from here on
         print(proxy.base_url, flush=True)
         print(f"recording to {proxy.trace_dir} (one <session>.jsonl per session); Ctrl-C stops",
               file=sys.stderr, flush=True)

@@ -26,7 +26,7 @@ from rollout_dataset.proxy.context_fit import ContextPolicy
 from rollout_dataset.proxy.redact import valid_session_id
 from rollout_dataset.proxy.transport import UpstreamTransport
 from rollout_dataset.proxy.upstream import AuthenticatingTransport, UpstreamTarget, parse_upstream
-from rollout_dataset.serving import LoopThread, UvicornServer, WorkerPool, bind_socket, new_event_loop, tune_gc_for_serving
+from rollout_dataset.serving import LoopThread, UvicornServer, WorkerPool, bind_socket, new_event_loop
 from rollout_dataset.trace_integrity import TraceSeal
 
 __all__ = ["CaptureProxy", "new_event_loop", "upstream_root"]
@@ -428,7 +428,6 @@ def _serve_worker(sock: socket.socket, ready: Any, settings: dict[str, Any]) -> 
         server = proxy._server = UvicornServer(proxy._build_app(proxy._recorder, worker_header=True), sock,
                                                keep_alive_s=CLIENT_KEEPALIVE_S, own_socket=False)
         await server.start()
-        tune_gc_for_serving()  # this process only serves
         ready.set()
         await stop.wait()
         await proxy.stop()
