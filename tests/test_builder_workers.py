@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -14,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rollout_dataset.builder import CONFIG_NAMES, build
+from rollout_dataset.builder.parts import PartStopped, build_part, plan_inputs, read_progress, split_parts
 from rollout_dataset.builder.synthetic import write_synthetic_rollout
 from rollout_dataset.errors import ArtifactError, SchemaValidationError
 
@@ -85,29 +89,42 @@ def test_a_failing_worker_names_its_folder_and_leaves_no_out(inputs, tmp_path):
     assert not list(tmp_path.glob("out.*"))  # no staging folder left
 
 
-def test_a_killed_worker_names_the_folder_it_was_on(inputs, tmp_path):
+def test_a_failure_in_the_part_this_process_builds_is_named_and_stops_the_workers(inputs, tmp_path):
+    bad = _broken_copy(inputs, tmp_path / "in", 1)  # in the first part, built by the calling process
+    with pytest.raises(SchemaValidationError) as err:
+        build([tmp_path / "in"], tmp_path / "out", progress=False, workers=2)
+    assert str(bad / "summary.json") in str(err.value)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob("out.*"))
+    assert not [c for c in psutil.Process().children(recursive=True) if "spawn_main" in " ".join(c.cmdline())]
+
+
+def test_a_part_told_to_stop_stops_before_its_next_folder(inputs, tmp_path):
+    spec = split_parts(sorted(inputs.iterdir()), *plan_inputs(sorted(inputs.iterdir()), set()), 1)[0]
+    asked: list[int] = []
+    with pytest.raises(PartStopped, match="stopped before"):
+        build_part(spec, tmp_path, "p", stop=lambda: asked.append(1) or len(asked) > 2)
+    assert len(asked) == 3  # two folders built, the third never started
+
+
+def test_a_killed_worker_names_the_folder_it_was_on(inputs, tmp_path, monkeypatch):
     earlier = build([inputs / "r0"], tmp_path / "out", progress=False)
     before = {p.name: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
     many = tmp_path / "many"
     for i in range(24):
         write_synthetic_rollout(many / f"m{i:02d}", seed=100 + i, n_turns=8, context_tokens=2048)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the build keeps its parts' progress files
     killed: list[int] = []
 
-    def kill_a_worker_once_it_builds():
-        sessions = tmp_path / f"out.staging-{psutil.Process().pid}" / "traces" / "sessions"
+    def kill_the_worker_once_it_builds():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not killed:
-            if sessions.is_dir() and len(list(sessions.iterdir())) > 1:  # the earlier dataset's session + one new
-                for child in psutil.Process().children(recursive=True):  # every worker: one may be done already
-                    try:
-                        if "spawn_main" in " ".join(child.cmdline()):  # a worker, not the resource tracker
-                            child.kill()
-                            killed.append(child.pid)
-                    except psutil.Error:
-                        continue
+            marks = [read_progress(p) for p in tmp_path.glob("rollout-dataset-build-*/1.at")]
+            if marks and marks[0] is not None and marks[0][1] >= 1:  # part 1's process is on its second folder
+                psutil.Process(marks[0][0]).kill()
+                killed.append(marks[0][0])
             time.sleep(0.005)
 
-    killer = threading.Thread(target=kill_a_worker_once_it_builds)
+    killer = threading.Thread(target=kill_the_worker_once_it_builds)
     killer.start()
     try:
         with pytest.raises(ArtifactError) as err:
@@ -136,3 +153,27 @@ def test_the_cli_passes_workers_and_refuses_zero(inputs, tmp_path, capsys, monke
     monkeypatch.setattr(builder, "build", lambda *a, **kw: seen.update(kw) or real(*a, **dict(kw, workers=1)))
     assert main(["build", str(inputs / "r0"), "--out", str(tmp_path / "two"), "--workers", "2", "--no-progress"]) == 0
     assert seen["workers"] == 2
+
+
+def test_a_worker_whose_build_process_was_killed_stops_instead_of_writing_on(tmp_path):
+    many = tmp_path / "many"
+    for i in range(24):
+        write_synthetic_rollout(many / f"m{i:02d}", seed=300 + i, n_turns=8, context_tokens=2048)
+    script = ("import sys\nfrom rollout_dataset.builder import build\n"
+              "build([sys.argv[1]], sys.argv[2], progress=False, workers=2)\n")
+    builder = subprocess.Popen([sys.executable, "-c", script, str(many), str(tmp_path / "out")])
+    sessions = tmp_path / f"out.staging-{builder.pid}" / "traces" / "sessions"
+    deadline = time.monotonic() + 120
+    workers: list[psutil.Process] = []
+    while time.monotonic() < deadline and not (workers and sessions.is_dir() and len(list(sessions.iterdir())) > 2):
+        workers = [c for c in psutil.Process(builder.pid).children(recursive=True)
+                   if "spawn_main" in " ".join(c.cmdline())]
+        time.sleep(0.01)
+    assert workers, "the build never started its worker"
+    builder.kill()
+    builder.wait()
+    _, alive = psutil.wait_procs(workers, timeout=60)
+    for process in alive:
+        process.kill()
+    assert not alive, "a worker kept building after its build process was killed"
+    assert len(list(sessions.iterdir())) < 24  # it stopped early rather than finishing its part

@@ -27,9 +27,11 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import multiprocessing
+import os
 import shutil
 import signal
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -43,8 +45,8 @@ from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.card_info import CARD_OPTIONS_FILE, CardOptions, arrow_num_bytes, save_card_options
 from rollout_dataset.builder.inputs import find_artifact_dirs
-from rollout_dataset.builder.parts import PartResult, PartSpec, build_part, plan_inputs, read_progress, run_part, \
-    split_parts
+from rollout_dataset.builder.parts import PartResult, PartSpec, PartStopped, build_part, exit_with_parent, plan_inputs, \
+    read_progress, run_part, split_parts
 from rollout_dataset.builder.rows import PREVIEW_CHARS, SAMPLES_MODES
 from rollout_dataset.builder.tokenizer_files import TokenizerFiles, TokenizerRegistry, stored_tokenizer_sha256, \
     write_tokenizer_files
@@ -347,7 +349,10 @@ def finish_dataset(stage: str | Path, parts: Sequence[PartResult], *, prefix: st
 
 
 def _run_parts(specs: list[PartSpec], common: dict, *, workers: int, progress: bool) -> list[PartResult]:
-    """Build the parts: in this process when there is one, else one process per part (spawned).
+    """Build the parts: in this process when there is one, else part 0 here and one spawned process per other part.
+
+    This process builds a part itself rather than wait: a spawned process first pays seconds of
+    imports (pyarrow, the schemas, the tokenizer), which this one has paid already.
 
     Raises:
         Whatever a part raises (the earliest failed part's); `ArtifactError` naming the folder a
@@ -356,17 +361,25 @@ def _run_parts(specs: list[PartSpec], common: dict, *, workers: int, progress: b
     if len(specs) <= 1 or workers <= 1:
         return [build_part(spec, progress=progress, **common) for spec in specs]
     marks = Path(tempfile.mkdtemp(prefix="rollout-dataset-build-"))
-    executor = concurrent.futures.ProcessPoolExecutor(max_workers=len(specs),
-                                                      mp_context=multiprocessing.get_context("spawn"))
+    executor = concurrent.futures.ProcessPoolExecutor(max_workers=len(specs) - 1,
+                                                      mp_context=multiprocessing.get_context("spawn"),
+                                                      initializer=exit_with_parent, initargs=(os.getpid(),))
     try:
         futures = {executor.submit(run_part, dict(common, spec=spec, progress=progress,
                                                   progress_file=str(marks / f"{spec.part}.at"))): spec
-                   for spec in specs}
+                   for spec in specs[1:]}
         processes = list((getattr(executor, "_processes", None) or {}).values())  # to tell which one died
+        a_worker_failed = threading.Event()
+        for future in futures:
+            future.add_done_callback(lambda f: a_worker_failed.set() if f.exception() is not None else None)
+        try:
+            here = build_part(specs[0], progress=progress, stop=a_worker_failed.is_set, **common)
+        except PartStopped:  # a worker failed: its failure is the one to report, below
+            here = None
         done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
         failed = sorted((futures[f].part, f) for f in done if f.exception() is not None)
-        if not failed:
-            return [f.result() for f in futures]
+        if not failed and here is not None:
+            return [here, *(f.result() for f in futures)]
         _stop_workers(executor)  # a failed build does not wait for the other parts
         part, future = failed[0]
         exc = future.exception()
@@ -377,7 +390,7 @@ def _run_parts(specs: list[PartSpec], common: dict, *, workers: int, progress: b
             raise exc
         raise ArtifactError(f"{_folder_at(specs[part], marks)}: build part {part} failed: "
                             f"{type(exc).__name__}: {exc}") from exc
-    except BaseException:  # SIGTERM (SystemExit), Ctrl-C: stop the workers before the staging folder goes
+    except BaseException:  # this part failed, SIGTERM (SystemExit), Ctrl-C: stop the workers first
         _stop_workers(executor)
         raise
     finally:

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import orjson
 from tqdm.auto import tqdm
@@ -39,7 +41,7 @@ from rollout_dataset.builder.traces import write_session
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES, SHARD_BYTES, PartWriter
 from rollout_dataset.errors import ArtifactError
 
-__all__ = ["PartSpec", "PartResult", "plan_inputs", "split_parts", "build_part", "run_part", "read_progress"]
+__all__ = ["PartSpec", "PartResult", "PartStopped", "exit_with_parent", "plan_inputs", "split_parts", "build_part", "run_part", "read_progress"]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,14 @@ class PartResult:
     aggregates: CardAggregates = field(default_factory=CardAggregates)
     arrow_bytes: dict[str, int] = field(default_factory=dict)
     tokenizers: list[tuple[str | None, str]] = field(default_factory=list)
+
+
+#: seconds between a build worker's checks that its build process still runs (`exit_with_parent`).
+PARENT_CHECK_S = 0.2
+
+
+class PartStopped(Exception):
+    """A part was told to stop early (`build_part`'s `stop`): another part of the build failed."""
 
 
 def artifact_rollout_id(folder: str | Path) -> str | None:
@@ -177,7 +187,7 @@ def read_progress(path: str | Path) -> tuple[int, int] | None:
 def build_part(spec: PartSpec, stage: str | Path, prefix: str, *, tokenizer_identity: tuple[str | None, str] = (None, ""),
                samples: str = "preview", preview_chars: int = PREVIEW_CHARS, row_group_bytes: int = ROW_GROUP_BYTES,
                shard_bytes: int = SHARD_BYTES, progress: bool = False,
-               progress_file: str | Path | None = None) -> PartResult:
+               progress_file: str | Path | None = None, stop: Callable[[], bool] | None = None) -> PartResult:
     """Build one part: check each folder, write its rows to the part's shards, aggregate its summary.
 
     Args:
@@ -193,6 +203,8 @@ def build_part(spec: PartSpec, stage: str | Path, prefix: str, *, tokenizer_iden
         progress: show a progress bar.
         progress_file: when given, ``"<pid> <folder index>"`` is written there before each folder,
             so that the parent can name the folder a crashed process was on.
+        stop: asked before each folder; True ends the part early with `PartStopped` (another
+            part failed, so this one's rows will not be used).
 
     Returns:
         A `PartResult`.
@@ -202,6 +214,7 @@ def build_part(spec: PartSpec, stage: str | Path, prefix: str, *, tokenizer_iden
         ArtifactError: a value does not fit its column, a folder passes the checks but cannot be
             turned into rows, or a folder's rollout id changed since the build planned (named).
         TokenizerMismatchError: a rollout's tokenizer differs from the dataset's.
+        PartStopped: `stop` said so.
     """
     stage = Path(stage)
     tokenizers = TokenizerRegistry.seeded(*tokenizer_identity)
@@ -212,6 +225,8 @@ def build_part(spec: PartSpec, stage: str | Path, prefix: str, *, tokenizer_iden
     try:
         for i, folder in enumerate(tqdm(spec.folders, desc=f"build part {spec.part}", unit="rollout",
                                         disable=not progress, position=spec.part)):
+            if stop is not None and stop():
+                raise PartStopped(f"build part {spec.part} stopped before {folder}")
             if marker is not None:
                 os.pwrite(marker, f"{os.getpid()} {i}\n".ljust(32).encode(), 0)
             _build_one(Path(folder), spec.expected_ids[i], spec.skip[i], stage, writer, tokenizers, result, names,
@@ -259,6 +274,24 @@ def _build_one(folder: Path, expected: str | None, skip: bool, stage: Path, writ
     result.aggregates.add(summary)
     result.added.append(rid)
     result.cut_cells += stats["cut_cells"]
+
+
+def exit_with_parent(parent: int) -> None:
+    """Start a watch that ends this (worker) process as soon as the process `parent` is gone.
+
+    The initializer of build worker processes: when the build process is killed (``kill -9``),
+    its workers stop at once instead of writing on into a staging folder nobody will use, or
+    waiting forever for their next part.
+
+    Args:
+        parent: the build process's pid.
+    """
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def run_part(kwargs: dict[str, Any]) -> PartResult:
