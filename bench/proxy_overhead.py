@@ -155,9 +155,12 @@ async def one_call(session: aiohttp.ClientSession, base: str, model: str, stream
     return first if first is not None else float("nan")
 
 
-async def measure(bases: dict[str, str], model: str, calls: int, max_tokens: int, rounds: int = 4) -> dict[str, dict]:
+async def measure(bases: dict[str, str], model: str, calls: int, max_tokens: int, rounds: int = 4,
+                  pids: dict[str, int] | None = None) -> dict[str, dict]:
     """Every phase interleaves the targets (call by call at c=1, round by round at c=32), so the load
-    other processes put on the machine hits every target alike."""
+    other processes put on the machine hits every target alike. Targets with a pid in `pids` also
+    get the CPU their processes spent per call at c=32."""
+    pids = pids or {}
     out: dict[str, dict] = {name: {} for name in bases}
     headers = {"authorization": f"Bearer {BENCH_KEY}"}
     connector = aiohttp.TCPConnector(limit=64, keepalive_timeout=3)  # aiohttp: the cheapest client here
@@ -175,6 +178,7 @@ async def measure(bases: dict[str, str], model: str, calls: int, max_tokens: int
                 ttft[name].append(await one_call(session, base, model, True, max_tokens))
         lat: dict[str, list[float]] = {n: [] for n in bases}
         wall: dict[str, float] = {n: 0.0 for n in bases}
+        cpu: dict[str, float] = {n: 0.0 for n in bases}
         per_worker = max(2, calls // (8 * rounds))
         for _ in range(rounds):
             for name, base in bases.items():
@@ -183,9 +187,12 @@ async def measure(bases: dict[str, str], model: str, calls: int, max_tokens: int
                     for _ in range(per_worker):
                         lat[name].append(await one_call(session, base, model, False, max_tokens))
 
+                cpu0 = process_cpu_s(pids[name]) if name in pids else 0.0
                 t0 = time.perf_counter()
                 await asyncio.gather(*(worker() for _ in range(32)))
                 wall[name] += time.perf_counter() - t0
+                if name in pids:
+                    cpu[name] += process_cpu_s(pids[name]) - cpu0
         for name in bases:
             out[name] = {
                 "c1_p50_ms": statistics.median(seq[name]), "c1_p99_ms": pct(seq[name], 99),
@@ -194,6 +201,8 @@ async def measure(bases: dict[str, str], model: str, calls: int, max_tokens: int
                 "c32_throughput_rps": len(lat[name]) / wall[name], "c32_calls": len(lat[name]),
                 "c1_calls": len(seq[name]),
             }
+            if name in pids:
+                out[name]["c32_cpu_ms_per_call"] = cpu[name] / len(lat[name]) * 1000
     return out
 
 
@@ -303,6 +312,10 @@ def markdown(results: dict[str, dict], table: dict[str, dict]) -> str:
         lines.append(f"the proxy alone, against direct calls asking the same ids+logprobs: "
                      f"{ours['proxy_only_c1_p50_ms']:+.2f} ms p50 at c=1, {ours['proxy_only_ttft_p50_ms']:+.2f} ms TTFT, "
                      f"{ours['throughput_vs_direct_asking_ids_c32']:.2f}x throughput at c=32")
+    per_call = {n: r["c32_cpu_ms_per_call"] for n, r in results.items() if "c32_cpu_ms_per_call" in r}
+    if per_call:
+        lines.append("CPU per non-streamed call at c=32 (the proxy's processes): "
+                     + ", ".join(f"{n} {ms:.3f} ms" for n, ms in per_call.items()))
     streaming = results.get("_streaming")
     if streaming:
         lines.append("\n| streaming, c=32 | chunks/s | proxy CPU µs per chunk |\n| --- | --- | --- |")
@@ -331,7 +344,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="workers of the multi-worker proxy target")
     parser.add_argument("--baseline", metavar="DIR", default=None,
                         help="a checkout of another version (e.g. `git worktree add /tmp/main main`): its proxy is "
-                             "streamed through side by side with this one (CPU per chunk before/after)")
+                             "measured side by side with this one in every phase (c=32 ratio, CPU per chunk)")
     parser.add_argument("--quick", action="store_true", help="fewer calls and streams: a rough figure in a minute")
     parser.add_argument("--out", default=None, help="where to save the figures (default bench/results/"
                                                     "proxy_overhead.json, or proxy_overhead_quick.json with --quick)")
@@ -361,23 +374,26 @@ def main() -> int:
         for extra in args.also:
             name, _, url = extra.partition("=")
             bases[name] = url.rstrip("/")
-        # Phase 1: direct vs the recording proxy (and --also targets). Phase 2, with LiteLLM started
-        # only then (its idle background work would otherwise tax phase 1): direct vs LiteLLM.
-        # Each phase interleaves its own direct baseline; "added" is relative to that baseline.
-        phases = [asyncio.run(measure(bases, model, args.calls, args.max_tokens))]
-        stream_bases = {"direct": upstream, "rollout-dataset proxy": proxy_base, multi: multi_base}
-        if args.baseline:  # another version's proxy, side by side in the streaming phase
+        if args.baseline:  # another version's proxy, side by side in every phase
             base_proc, base_url = start_proxy(upstream, os.path.join(workdir, "traces-baseline"),
                                               source=args.baseline)
             procs.append(base_proc)
-            stream_bases["baseline proxy"] = base_url
+            bases["baseline proxy"] = base_url
+        # Phase 1: direct vs the recording proxy (and --also targets). Phase 2, with LiteLLM started
+        # only then (its idle background work would otherwise tax phase 1): direct vs LiteLLM.
+        # Each phase interleaves its own direct baseline; "added" is relative to that baseline.
+        if args.baseline:
             proxy_pids["baseline proxy"] = base_proc.pid
+        phases = [asyncio.run(measure(bases, model, args.calls, args.max_tokens, pids=proxy_pids))]
+        stream_bases = {"direct": upstream, "rollout-dataset proxy": proxy_base, multi: multi_base}
+        if args.baseline:
+            stream_bases["baseline proxy"] = bases["baseline proxy"]
         streaming = asyncio.run(measure_streams(stream_bases, proxy_pids, model, args.streams, args.stream_tokens))
         if not args.skip_litellm:
             litellm_proc, litellm_base = start_litellm(upstream, model, workdir)
             procs.append(litellm_proc)
             phases.append(asyncio.run(measure({"direct": upstream, "LiteLLM proxy": litellm_base}, model,
-                                              args.calls, args.max_tokens)))
+                                              args.calls, args.max_tokens, pids={"LiteLLM proxy": litellm_proc.pid})))
             # LiteLLM streams far slower: a quarter of the streams, measured against direct again
             litellm_streams = asyncio.run(measure_streams(
                 {"direct (LiteLLM phase)": upstream, "LiteLLM proxy": litellm_base}, {"LiteLLM proxy": litellm_proc.pid},
