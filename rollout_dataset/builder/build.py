@@ -197,10 +197,11 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
         repository: the capture setup's source repository URL for the card.
         citation: a BibTeX entry for the card (default: one generated from the title and repo).
             The card options are kept in ``card_options.json`` so that `push` renders the same card.
-        workers: processes that build parts in parallel (1: in this process). Each takes one
-            contiguous slice of the inputs and writes its own shards; the rows of the dataset are
-            the same, in the same order, whatever the number. Processes are started with "spawn"
-            (a script calling this with workers > 1 needs the ``if __name__ == "__main__":`` guard).
+        workers: processes that build parts in parallel: this one and ``workers - 1`` spawned ones
+            (1: this process only). Each takes one contiguous slice of the inputs and writes its
+            own shards; the rows of the dataset are the same, in the same order, whatever the
+            number. Spawned processes exit when this one dies (a script calling this with
+            workers > 1 needs the ``if __name__ == "__main__":`` guard).
         shard_bytes: a shard is closed and the next one started past this many parquet bytes.
 
     Returns:
