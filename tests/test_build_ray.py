@@ -17,6 +17,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is the optional extra rollout-dataset[ray]")
 
+from checkpoint_support import pausing_child, signal_when_paused  # noqa: E402
 from hub_fixture import FakeHub  # noqa: E402
 from rollout_dataset.builder import CONFIG_NAMES, build  # noqa: E402
 from rollout_dataset.builder.distributed import build_on_ray, plan_parts  # noqa: E402
@@ -66,20 +67,12 @@ def test_the_cli_builds_on_ray_and_publishes_in_one_commit(folders, tmp_path):
         assert "**5 rollouts**" in files["README.md"].decode()
 
 
-_CHILD = """
-import sys, time
-from rollout_dataset.builder import staging
-from rollout_dataset.builder.distributed import build_on_ray
+_CHILD = pausing_child("""
+    from rollout_dataset.builder.distributed import build_on_ray
 
-def pause(name):
-    if name == "part":  # the first part has landed in the staging folder
-        print("PAUSED", flush=True)
-        for _ in range(100):
-            time.sleep(0.05)
-
-staging.checkpoint = pause
-build_on_ray([sys.argv[1]], sys.argv[2], parts=2)
-"""
+    pause_at("part", 1, rounds=100)  # the first part has landed in the staging folder
+    build_on_ray([sys.argv[1]], sys.argv[2], parts=2)
+""")
 
 
 def test_a_ray_build_stopped_by_sigterm_leaves_the_dataset_as_it_was_and_no_staging(folders, tmp_path):
@@ -87,19 +80,9 @@ def test_a_ray_build_stopped_by_sigterm_leaves_the_dataset_as_it_was_and_no_stag
     build([arts[0]], tmp_path / "ds", progress=False)
     before = {str(p): p.read_bytes() for p in (tmp_path / "ds").rglob("*") if p.is_file()}
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(folders / "arts"), str(tmp_path / "ds")], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = child.stdout.readline()
-        assert line.strip() == "PAUSED", (line, child.stderr.read() if child.poll() is not None else "")
-        child.send_signal(signal.SIGTERM)
-        assert child.wait(timeout=60) == 143
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        child.stdout.close()
-        child.stderr.close()
+    code = signal_when_paused(_CHILD, [str(folders / "arts"), str(tmp_path / "ds")], signal.SIGTERM, env=env,
+                              timeout=60)
+    assert code == 143
     assert {str(p): p.read_bytes() for p in (tmp_path / "ds").rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
 

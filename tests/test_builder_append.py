@@ -10,13 +10,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import datasets
 import pyarrow.parquet as pq
 import pytest
 
+from checkpoint_support import pausing_child, signal_when_paused
 from rollout_dataset.builder import CONFIG_NAMES, build, staging
 from rollout_dataset.builder.append import append_to_dataset
 from rollout_dataset.builder.merge import merge_part, ordered_shard_names, tokenizer_identity
@@ -212,24 +212,11 @@ def test_the_cli_appends_and_refuses_a_folder_that_is_not_a_dataset(corpus, tmp_
 
 # the child: append, stopping the `nth` time it reaches `step` (builder.staging.checkpoint); prints
 # PAUSED there and waits to be killed
-CHILD = textwrap.dedent("""
-    import sys, time
-    from rollout_dataset.builder import staging
+CHILD = pausing_child("""
     from rollout_dataset.builder.append import append_to_dataset
 
     step, nth, out, inputs = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
-    seen = 0
-
-    def pause(name):
-        global seen
-        if name == step:
-            seen += 1
-            if seen == nth:
-                print("PAUSED", flush=True)
-                for _ in range(40):
-                    time.sleep(0.05)
-
-    staging.checkpoint = pause
+    pause_at(step, nth)
     append_to_dataset(inputs, out, progress=False)
     print("DONE", flush=True)
 """)
@@ -237,20 +224,7 @@ CHILD = textwrap.dedent("""
 
 def _kill_at(corpus: Path, tmp_path: Path, step: str, nth: int, sig: int) -> tuple[Path, int]:
     out = _copy_earlier(corpus, tmp_path)
-    child = subprocess.Popen([sys.executable, "-c", CHILD, step, str(nth), str(out), str(corpus / "new")],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = child.stdout.readline()
-        assert line.strip() == "PAUSED", (line, child.stderr.read() if child.poll() is not None else "")
-        child.send_signal(sig)
-        code = child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        child.stdout.close()
-        child.stderr.close()
-    return out, code
+    return out, signal_when_paused(CHILD, [step, str(nth), str(out), str(corpus / "new")], sig)
 
 
 def _loaded_ids(out: Path, cache: Path) -> set[str]:

@@ -10,37 +10,24 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import datasets
 import pyarrow.parquet as pq
 import pytest
 
+from checkpoint_support import pausing_child, signal_when_paused
 from rollout_dataset.builder import build
 from rollout_dataset.builder.synthetic import write_synthetic_rollout
 
 # the child: build, stopping at the `nth` time the build reaches `step`; prints PAUSED there and waits
 # (at most a few seconds: inside the swap SIGTERM is held back until the swap is done)
-CHILD = textwrap.dedent("""
-    import os, sys, time
-    from rollout_dataset.builder import build, staging
+CHILD = pausing_child("""
+    import os
+    from rollout_dataset.builder import build
 
     step, nth, out, inputs = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
-    seen = 0
-
-    def pause(name):
-        global seen
-        if name == step:
-            seen += 1
-            if seen == nth:
-                print("PAUSED", flush=True)
-                for _ in range(40):
-                    time.sleep(0.05)
-
-    staging.checkpoint = pause
+    pause_at(step, nth)
     if os.environ.get("NO_EXCHANGE"):
         staging._exchange = lambda a, b: False
     build(inputs, out, progress=False)
@@ -71,21 +58,8 @@ def _kill_at(corpus, tmp_path, step: str, nth: int, sig: int, env: dict | None =
     root, _, _ = corpus
     out = tmp_path / "ds"
     shutil.copytree(root / "earlier", out)
-    child = subprocess.Popen([sys.executable, "-c", CHILD, step, str(nth), str(out), str(root / "new")],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, **(env or {})})
-    try:
-        line = child.stdout.readline()
-        assert line.strip() == "PAUSED", (line, child.stderr.read() if child.poll() is not None else "")
-        child.send_signal(sig)
-        code = child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        child.stdout.close()
-        child.stderr.close()
-    return out, code
+    return out, signal_when_paused(CHILD, [step, str(nth), str(out), str(root / "new")], sig,
+                                   env={**os.environ, **(env or {})})
 
 
 def _siblings(tmp_path: Path) -> list[str]:
