@@ -37,7 +37,7 @@ from rollout_dataset.builder.build import BuildResult, build, check_shards, data
 from rollout_dataset.builder.card_info import load_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES
 from rollout_dataset.builder.inputs import find_artifact_dirs
-from rollout_dataset.builder.parts import artifact_rollout_id
+from rollout_dataset.builder.parts import split_present
 from rollout_dataset.builder.merge import PARTS_DIR, merge_part, ordered_shard_names, tokenizer_identity, write_card
 from rollout_dataset.builder.rows import PREVIEW_CHARS
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES
@@ -113,14 +113,10 @@ def append_to_dataset(artifact_dirs: Iterable[str | Path], dataset_dir: str | Pa
         require_dataset(out)  # again, under the lock
         check_shards(out)
         present = dataset_rollout_ids(out)
-        todo = []
-        for folder in folders:
-            rid = artifact_rollout_id(folder)
-            if rid is not None and rid in present:
-                log.info("%s: rollout %s already in %s; skipped", folder, rid, out)
-                result.skipped.append(rid)
-            else:
-                todo.append(folder)
+        todo, there = split_present(folders, present)
+        for folder, rid in there:
+            log.info("%s: rollout %s already in %s; skipped", folder, rid, out)
+            result.skipped.append(rid)
         if not todo:
             result.total_rollouts = len(present)
             log.info("%s: every rollout given is already there; nothing appended", out)

@@ -44,7 +44,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rollout_dataset import errors
 from rollout_dataset.builder import staging
-from rollout_dataset.builder.parts import artifact_rollout_id
+from rollout_dataset.builder.parts import split_present
 from rollout_dataset.builder.build import BuildResult, build, check_shards, dataset_rollout_ids
 from rollout_dataset.builder.card_info import CardOptions
 from rollout_dataset.builder.configs import CONFIG_NAMES
@@ -242,13 +242,9 @@ def _build(ray: Any, affinity: Any, folders: list[str], n: int, pinned: list[Bui
         staging.check_out_dir(out)  # again, under the lock
         check_shards(out)
         present = dataset_rollout_ids(out)
-        todo = []
-        for folder in folders:  # what the driver sees: rollouts already there are not built again
-            rid = artifact_rollout_id(folder)
-            if rid is not None and rid in present:
-                result.skipped.append(rid)
-            else:
-                todo.append(folder)
+        # what the driver sees: rollouts already there are not built again
+        todo, there = split_present(folders, present)
+        result.skipped.extend(rid for _, rid in there)
         plan = split_folders(todo, n) + pinned
         if not plan:
             result.total_rollouts = len(present)

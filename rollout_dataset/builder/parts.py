@@ -41,7 +41,8 @@ from rollout_dataset.builder.traces import write_session
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES, SHARD_BYTES, PartWriter
 from rollout_dataset.errors import ArtifactError
 
-__all__ = ["PartSpec", "PartResult", "PartStopped", "exit_with_parent", "plan_inputs", "split_parts", "build_part", "run_part", "read_progress"]
+__all__ = ["PartSpec", "PartResult", "PartStopped", "exit_with_parent", "split_present", "plan_inputs", "split_parts",
+           "build_part", "run_part", "read_progress"]
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,28 @@ def artifact_rollout_id(folder: str | Path) -> str | None:
         return None
     rid = doc.get("rollout_id") if isinstance(doc, dict) else None
     return rid if isinstance(rid, str) else None
+
+
+def split_present(folders: Sequence[Path], present: set[str]) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Separate the folders whose rollout a dataset already holds (append and the Ray build skip them).
+
+    Args:
+        folders: the artifact folders, in input order.
+        present: rollout ids already in the dataset.
+
+    Returns:
+        ``(to build, already there)``: the folders to build, and ``(folder, rollout id)`` of the
+        others, both in input order.
+    """
+    todo: list[Path] = []
+    there: list[tuple[Path, str]] = []
+    for folder in folders:
+        rid = artifact_rollout_id(folder)
+        if rid is not None and rid in present:
+            there.append((folder, rid))
+        else:
+            todo.append(folder)
+    return todo, there
 
 
 def plan_inputs(folders: Sequence[Path], present: set[str]) -> tuple[list[str | None], list[bool]]:
