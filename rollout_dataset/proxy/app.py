@@ -11,7 +11,6 @@ errors are passed through as they came, proxy-side failures become OpenAI-style 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
@@ -23,7 +22,7 @@ from httpx_sse import ServerSentEvent
 
 from rollout_dataset.errors import RecordWriteError
 from rollout_dataset.proxy.context_fit import CONTEXT_EXHAUSTED, ContextFitter, ContextPolicy
-from rollout_dataset.proxy.jsoncodec import dumps_event, has_digit_run, loads, loads_event
+from rollout_dataset.proxy.jsoncodec import dumps_event, dumps_standard, has_digit_run, loads, loads_event
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode, Prepared
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import harness_session_id, recorded_headers, redact_body, redact_url, valid_session_id
@@ -64,15 +63,6 @@ _DROP_REQUEST = frozenset(
 _DROP_RESPONSE = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
                             "proxy-connection", "content-length"})
 _JSON = [(b"content-type", b"application/json")]
-
-
-def _dumps(obj: Any) -> bytes:
-    """Compact UTF-8 JSON; a lone surrogate (which UTF-8 cannot hold) is written as its ``\\uXXXX`` escape."""
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def _error_body(status: int, message: str, kind: str) -> dict[str, Any]:
@@ -626,7 +616,7 @@ class ProxyApp:
 
     @staticmethod
     async def _send_json(call: _Call, send: Send, status: int, body: dict[str, Any]) -> None:
-        data = _dumps(body)
+        data = dumps_standard(body)
         call.started = True
         await send({"type": "http.response.start", "status": status,
                     "headers": _JSON + [(b"content-length", str(len(data)).encode())]})
@@ -832,7 +822,7 @@ def _spliceable(data: bytes) -> bool:
 
 def _error_event(status: int, message: str, kind: str) -> bytes:
     """An SSE event carrying an OpenAI-style error: how a stream that cannot finish normally ends."""
-    return b"data: " + _dumps(_error_body(status, message, kind)) + b"\n\n"
+    return b"data: " + dumps_standard(_error_body(status, message, kind)) + b"\n\n"
 
 
 def _unrecorded_message(failure: RecordWriteError) -> str:

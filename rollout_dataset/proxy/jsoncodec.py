@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["loads", "loads_event", "dumps_event", "encode_record", "has_digit_run"]
+__all__ = ["loads", "loads_event", "dumps_event", "dumps_standard", "encode_record", "has_digit_run"]
 
 
 class _NonFinite(Exception):
@@ -80,7 +80,7 @@ def _depth_at_most(value: Any, limit: int) -> bool:
 
 
 def _loads(data: bytes | str) -> tuple[Any, bool]:
-    if isinstance(data, bytes) and not _may_hold_long_integer_bytes(data):
+    if isinstance(data, bytes) and not _may_hold_long_integer(data):
         try:
             value = orjson.loads(data)
         except orjson.JSONDecodeError:  # NaN, lone surrogates, a BOM, UTF-16, invalid JSON: as json.loads does
@@ -121,11 +121,27 @@ def encode_record(record: dict[str, Any], nonfinite: bool = False) -> bytes:
             return orjson.dumps(record)
         except TypeError:  # e.g. an integer beyond 64 bits or a lone surrogate: the standard encoder decides
             pass
-    text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    return dumps_standard(record)
+
+
+def dumps_standard(value: Any) -> bytes:
+    """Compact UTF-8 JSON by the standard library (NaN/Infinity written as such, integers of any size).
+
+    Args:
+        value: JSON values only.
+
+    Returns:
+        The encoded value; a lone surrogate (which UTF-8 cannot hold) is written as its ``\\uXXXX``
+        escape, which JSON allows.
+
+    Raises:
+        TypeError: a value is not JSON-serialisable.
+    """
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     try:
         return text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: written as a \uXXXX escape, which JSON allows
-        return json.dumps(record, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    except UnicodeEncodeError:
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 # Integers of 19 digits or more may lie beyond 64 bits, which orjson would turn into floats. A cheap
@@ -133,8 +149,7 @@ def encode_record(record: dict[str, Any], nonfinite: bool = False) -> bytes:
 # event; the rare run is looked at again, where digits after a decimal point do not count.
 _DIGITS = bytes(0x31 if 0x30 <= i <= 0x39 else 0x30 for i in range(256))
 _RUN = b"1" * 19
-_LONG_INTEGER = re.compile(r"(?<![.0-9])[0-9]{19}")
-_LONG_INTEGER_BYTES = re.compile(rb"(?<![.0-9])[0-9]{19}")
+_LONG_INTEGER = re.compile(rb"(?<![.0-9])[0-9]{19}")
 
 
 def has_digit_run(data: bytes) -> bool:
@@ -149,14 +164,10 @@ def has_digit_run(data: bytes) -> bool:
     return _RUN in data.translate(_DIGITS)
 
 
-def _may_hold_long_integer(data: str) -> bool:
-    """Whether JSON text may hold an integer of 19+ digits (fraction digits after a '.' do not count)."""
-    return has_digit_run(data.encode("utf-8", "surrogatepass")) and _LONG_INTEGER.search(data) is not None
-
-
-def _may_hold_long_integer_bytes(data: bytes) -> bool:
-    """Whether JSON bytes may hold an integer of 19+ digits (as `_may_hold_long_integer`, on bytes)."""
-    return has_digit_run(data) and _LONG_INTEGER_BYTES.search(data) is not None
+def _may_hold_long_integer(data: bytes) -> bool:
+    """Whether JSON bytes (UTF-8: digits and '.' are single bytes) may hold an integer of 19+ digits
+    (fraction digits after a '.' do not count)."""
+    return has_digit_run(data) and _LONG_INTEGER.search(data) is not None
 
 
 def loads_event(data: str, digits_checked: bool = False) -> tuple[Any, bool]:
@@ -178,7 +189,7 @@ def loads_event(data: str, digits_checked: bool = False) -> tuple[Any, bool]:
     Raises:
         ValueError: the text is not valid JSON (the message of `json.loads`).
     """
-    if digits_checked or not _may_hold_long_integer(data):
+    if digits_checked or not _may_hold_long_integer(data.encode("utf-8", "surrogatepass")):
         try:
             return orjson.loads(data), False
         except orjson.JSONDecodeError:
@@ -202,8 +213,4 @@ def dumps_event(value: Any, nonfinite: bool = False) -> bytes:
             return orjson.dumps(value)
         except TypeError:  # integers beyond 64 bits, lone surrogates
             pass
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    return dumps_standard(value)
