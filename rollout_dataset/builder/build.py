@@ -371,8 +371,13 @@ def _run_parts(specs: list[PartSpec], common: dict, *, workers: int, progress: b
                    for spec in specs[1:]}
         processes = list((getattr(executor, "_processes", None) or {}).values())  # to tell which one died
         a_worker_failed = threading.Event()
+
+        def note_failure(future: concurrent.futures.Future) -> None:
+            if not future.cancelled() and future.exception() is not None:  # exception() raises when cancelled
+                a_worker_failed.set()
+
         for future in futures:
-            future.add_done_callback(lambda f: a_worker_failed.set() if f.exception() is not None else None)
+            future.add_done_callback(note_failure)
         try:
             here = build_part(specs[0], progress=progress, stop=a_worker_failed.is_set, **common)
         except PartStopped:  # a worker failed: its failure is the one to report, below
