@@ -89,7 +89,7 @@ def test_a_failing_worker_names_its_folder_and_leaves_no_out(inputs, tmp_path):
     assert not list(tmp_path.glob("out.*"))  # no staging folder left
 
 
-def test_a_failure_in_the_part_this_process_builds_is_named_and_stops_the_workers(inputs, tmp_path):
+def test_a_failure_in_the_part_this_process_builds_is_named_and_leaves_no_worker_behind(inputs, tmp_path):
     bad = _broken_copy(inputs, tmp_path / "in", 1)  # in the first part, built by the calling process
     with pytest.raises(SchemaValidationError) as err:
         build([tmp_path / "in"], tmp_path / "out", progress=False, workers=2)
