@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import socket
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import uvicorn
 from starlette.applications import Starlette
@@ -287,3 +287,42 @@ class FaultyUpstream:
         await send({"type": "http.response.body", "body": f"data: {self.CHUNK}\n\n".encode(), "more_body": True})
         tail = b"" if mode == "no_done" else b"data: [DONE]\n\n"
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+@contextlib.asynccontextmanager
+async def serve_raw(answer: Callable[[bytes], Awaitable[tuple[bytes, bool]]]) -> AsyncIterator[tuple[str, list[int]]]:
+    """A TCP server on 127.0.0.1 port 0 that answers each HTTP request with the bytes a test gives.
+
+    `answer(request_head)` gets the request line and headers of each request read on a connection
+    and returns (the raw bytes to send back, whether to close the connection after them). Yields
+    the root URL and a one-item list counting the connections accepted so far.
+    """
+    accepted = [0]
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted[0] += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                data, close = await answer(head)
+                writer.write(data)
+                await writer.drain()
+                if close:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the proxy closed its side, or the test is over
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", accepted
+    finally:
+        server.close()
+        await server.wait_closed()

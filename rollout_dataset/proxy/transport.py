@@ -44,6 +44,10 @@ _SKIPPED_REQUEST_HEADERS = frozenset({b"host", b"content-length", b"transfer-enc
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
+class _UnaskedAnswer(Exception):
+    """Raised inside the parser when a further answer begins on a connection whose call has its own."""
+
+
 class _Connection(asyncio.Protocol):
     """One upstream connection: parses answers with httptools and buffers body reads for one consumer."""
 
@@ -91,7 +95,10 @@ class _Connection(asyncio.Protocol):
             self._fail(httpx.RemoteProtocolError(f"{self.url} switched protocols, which the proxy does not relay"))
             return
         except httptools.HttpParserError as exc:
-            self._fail(httpx.RemoteProtocolError(f"{self.url} sent a malformed HTTP response: {exc}"))
+            if isinstance(exc.__context__, _UnaskedAnswer):
+                self._close()  # the call's own answer is whole; the connection is not reused
+            else:
+                self._fail(httpx.RemoteProtocolError(f"{self.url} sent a malformed HTTP response: {exc}"))
             return
         if not self.status:  # still in the headers (httptools would buffer them without limit)
             self.head_bytes += len(data)
@@ -121,6 +128,8 @@ class _Connection(asyncio.Protocol):
     # ---- httptools callbacks ------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        if self.complete:  # a second answer in the same read as the first: stop before it touches this call
+            raise _UnaskedAnswer()
         self.headers = []
         self.until_close = True
         self.informational = False
@@ -302,20 +311,23 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._idle_count = 0
         self._open = 0
-        self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._slot_waiters: collections.deque[tuple[tuple[str, str, int], asyncio.Future[_Connection | None]]] = \
+            collections.deque()
         self._all: set[_Connection] = set()
         self._closed = False
 
     # ---- the pool -----------------------------------------------------------------------------
 
     def _put_idle(self, conn: _Connection) -> None:
-        if self._closed or (self._max_idle is not None and self._idle_count >= self._max_idle):
+        if self._closed:
             conn._close()
             return
         conn.idle_since = asyncio.get_running_loop().time()
         self._idle.setdefault(conn.key, []).append(conn)
         self._idle_count += 1
-        self._hand_slot()  # a call waiting for a slot to another host may close this one
+        self._hand_slot()  # a call waiting for a connection to this host takes it
+        if self._max_idle is not None and self._idle_count > self._max_idle:
+            conn._close()
 
     def _take_idle(self, key: tuple[str, str, int]) -> _Connection | None:
         idle = self._idle.get(key)
@@ -343,39 +355,59 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             conn.released = True
             self._all.discard(conn)
             self._open -= 1
-            self._hand_slot()
+            if self._slot_waiters:
+                asyncio.get_running_loop().call_soon(self._hand_slot)  # not from inside the pool's own steps
 
     def _hand_slot(self) -> None:
-        while self._slot_waiters and self._slot_waiters[0].done():
-            self._slot_waiters.popleft()
-        if not self._slot_waiters:
+        """Serve the longest-waiting call: a new slot if one is free, else an idle connection to its host,
+        else close an idle connection to another host (its slot is handed on once it is released)."""
+        waiters = self._slot_waiters
+        while waiters and waiters[0][1].done():
+            waiters.popleft()
+        if not waiters:
             return
+        key, waiter = waiters[0]
         if self._max_open is None or self._open < self._max_open:
+            waiters.popleft()
             self._open += 1
-            self._slot_waiters.popleft().set_result(None)
-        elif self._idle_count:
-            for idle in self._idle.values():  # the pool is full of idle connections: close one
-                if idle:
-                    idle[0]._close()
-                    return
+            waiter.set_result(None)
+            return
+        conn = self._take_idle(key)
+        if conn is not None:
+            waiters.popleft()
+            waiter.set_result(conn)
+            return
+        for idle in self._idle.values():
+            if idle:
+                idle[0]._close()
+                return
 
-    async def _slot(self, url: str, pool_timeout: float | None) -> None:
-        """Count one more open connection, waiting (up to `pool_timeout`) while `max_connections` are open."""
+    async def _wait_for_connection(self, key: tuple[str, str, int], url: str,
+                                   pool_timeout: float | None) -> _Connection | None:
+        """A pooled connection to `key`, or None with one more open connection counted (a new one may be
+        opened); waits up to `pool_timeout` while `max_connections` are open."""
+        conn = self._take_idle(key)
+        if conn is not None:
+            return conn
         if self._max_open is None or self._open < self._max_open:
             self._open += 1
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        self._slot_waiters.append(waiter)
+            return None
+        waiter: asyncio.Future[_Connection | None] = asyncio.get_running_loop().create_future()
+        self._slot_waiters.append((key, waiter))
         self._hand_slot()
         try:
-            await asyncio.wait_for(waiter, pool_timeout)  # a handed slot is already counted
+            return await asyncio.wait_for(waiter, pool_timeout)  # a handed slot is already counted
         except asyncio.TimeoutError:
             raise httpx.PoolTimeout(f"no free connection to {url} within {pool_timeout:g} s "
                                     f"({self._max_open} open; see max_connections)") from None
         except BaseException:
-            if waiter.done() and not waiter.cancelled():  # handed a slot as we were cancelled: pass it on
-                self._open -= 1
-                self._hand_slot()
+            if waiter.done() and not waiter.cancelled():  # served as we were cancelled: pass it on
+                handed = waiter.result()
+                if handed is None:
+                    self._open -= 1
+                    self._hand_slot()
+                else:
+                    self._put_idle(handed)
             raise
 
     def _ssl_context(self) -> ssl.SSLContext:
@@ -388,8 +420,8 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         return self._ssl
 
     async def _connect(self, key: tuple[str, str, int], url: str, timeouts: dict[str, Any]) -> _Connection:
+        """Open a connection in the slot already counted for it (given back if opening fails)."""
         scheme, host, port = key
-        await self._slot(url, timeouts.get("pool"))
         loop = asyncio.get_running_loop()
         context = self._ssl_context() if scheme == "https" else None
         factory: Callable[[], _Connection] = lambda: _Connection(self, key)  # noqa: E731
@@ -397,17 +429,13 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             _, conn = await asyncio.wait_for(
                 loop.create_connection(factory, host, port, ssl=context, server_hostname=host if context else None),
                 timeouts.get("connect"))
-        except asyncio.TimeoutError:
+        except BaseException as exc:
             self._open -= 1
             self._hand_slot()
-            raise httpx.ConnectTimeout(f"connecting to {url} timed out") from None
-        except OSError as exc:
-            self._open -= 1
-            self._hand_slot()
-            raise httpx.ConnectError(redact_urls_in_text(f"cannot connect to {url}: {exc}")) from None
-        except BaseException:
-            self._open -= 1
-            self._hand_slot()
+            if isinstance(exc, asyncio.TimeoutError):
+                raise httpx.ConnectTimeout(f"connecting to {url} timed out") from None
+            if isinstance(exc, OSError):
+                raise httpx.ConnectError(redact_urls_in_text(f"cannot connect to {url}: {exc}")) from None
             raise
         self._all.add(conn)
         return conn
@@ -454,7 +482,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         if message.count(b"\n") != lines + 1 or message.count(b"\r") != lines + 1:
             # a line break inside a header would start a header (or a request) of its own upstream
             raise httpx.LocalProtocolError(f"a header of the request to {shown} holds a line break")
-        conn = self._take_idle(key)
+        conn = await self._wait_for_connection(key, shown, timeouts.get("pool"))
         if conn is None:
             conn = await self._connect(key, shown, timeouts)
         conn.busy = True

@@ -1,0 +1,130 @@
+"""The proxy's upstream connections: reuse, limits, and what a broken or hostile server's bytes can do.
+
+Each upstream here is a raw TCP server on loopback (`proxy_fakes.serve_raw`) that sends exactly the
+bytes a test gives it; the harness side is a plain httpx client of the proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+
+from proxy_fakes import serve_raw
+from rollout_dataset.proxy import CaptureProxy, read_trace
+from rollout_dataset.proxy.transport import MAX_HEADER_BYTES
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+BODY = (b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
+        b'"content":"ok"},"finish_reason":"stop"}]}')
+
+
+def answer(body: bytes = BODY, head: bytes = b"HTTP/1.1 200 OK\r\n") -> bytes:
+    return head + b"content-type: application/json\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+
+
+def replying(*replies: tuple[bytes, bool], delay: float = 0.0):
+    """An upstream's `answer`: the given replies in turn, the last one from then on."""
+    sent = [0]
+
+    async def reply(head: bytes) -> tuple[bytes, bool]:
+        if delay:
+            await asyncio.sleep(delay)
+        sent[0] += 1
+        return replies[min(sent[0], len(replies)) - 1]
+    return reply
+
+
+async def run_calls(tmp_path: Path, reply, calls: int = 1, method: str = "POST", concurrent: bool = False,
+                    **proxy_args) -> tuple[list[httpx.Response], list[dict], int]:
+    """`calls` calls through a proxy in front of a raw upstream: (responses, records, connections accepted)."""
+    async with serve_raw(reply) as (root, accepted):
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces", **proxy_args) as proxy:
+            async with httpx.AsyncClient(timeout=30) as client:
+                async def one() -> httpx.Response:
+                    if method == "POST":
+                        return await client.post(proxy.base_url + "/chat/completions",
+                                                 json={"model": "m", "messages": MESSAGES})
+                    return await client.request(method, proxy.base_url + "/models")
+                if concurrent:
+                    responses = list(await asyncio.gather(*(one() for _ in range(calls))))
+                else:
+                    responses = [await one() for _ in range(calls)]
+            records = read_trace(proxy.trace_path())
+        return responses, records, accepted[0]
+
+
+async def test_sequential_calls_reuse_one_upstream_connection(tmp_path: Path):
+    responses, records, accepted = await run_calls(tmp_path, replying((answer(), False)), calls=3)
+    assert [r.status_code for r in responses] == [200, 200, 200]
+    assert accepted == 1 and len(records) == 3
+
+
+async def test_calls_past_max_connections_wait_for_a_free_connection(tmp_path: Path):
+    reply = replying((answer(), False), delay=0.05)
+    responses, records, accepted = await run_calls(tmp_path, reply, calls=4, concurrent=True, max_connections=1)
+    assert [r.status_code for r in responses] == [200] * 4
+    assert accepted == 1 and len(records) == 4
+
+
+async def test_a_connection_the_upstream_closed_after_its_answer_is_not_reused(tmp_path: Path):
+    responses, records, accepted = await run_calls(tmp_path, replying((answer(), True)), calls=3)
+    assert [r.status_code for r in responses] == [200, 200, 200]
+    assert accepted == 3 and [r["error"] for r in records] == [None] * 3
+
+
+async def test_a_body_ended_by_closing_the_connection_reaches_the_harness_whole(tmp_path: Path):
+    reply = replying((b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n" + BODY, True))
+    responses, records, _ = await run_calls(tmp_path, reply)
+    assert responses[0].status_code == 200 and responses[0].content == BODY
+    assert records[0]["error"] is None and records[0]["response"]["choices"][0]["message"]["content"] == "ok"
+
+
+async def test_a_second_answer_sent_unasked_reaches_no_call(tmp_path: Path):
+    other = BODY.replace(b'"ok"', b'"unasked"')
+    responses, records, accepted = await run_calls(tmp_path, replying((answer() + answer(other), False)), calls=2)
+    assert [r.content for r in responses] == [BODY, BODY]
+    assert accepted == 2  # the connection that carried the extra answer was dropped
+
+
+async def test_an_informational_answer_before_the_answer_is_skipped(tmp_path: Path):
+    responses, _, _ = await run_calls(tmp_path, replying((b"HTTP/1.1 100 Continue\r\n\r\n" + answer(), False)))
+    assert responses[0].status_code == 200 and responses[0].content == BODY
+
+
+async def test_a_head_answer_ends_at_its_headers_whatever_its_content_length_says(tmp_path: Path):
+    reply = replying((b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n", False))
+    responses, records, _ = await run_calls(tmp_path, reply, method="HEAD", upstream_timeout=5)
+    assert responses[0].status_code == 200
+    assert records[0]["status"] == 200 and records[0]["error"] is None
+
+
+async def test_response_headers_past_the_limit_fail_the_call_with_a_502_naming_them(tmp_path: Path):
+    endless = b"HTTP/1.1 200 OK\r\nx-filler: " + b"a" * (MAX_HEADER_BYTES + 1024)
+    responses, records, _ = await run_calls(tmp_path, replying((endless, False)), upstream_timeout=5)
+    assert responses[0].status_code == 502
+    assert f"response headers over {MAX_HEADER_BYTES} bytes" in responses[0].json()["error"]["message"]
+    assert records[0]["error"]["kind"] == "upstream_unreachable"
+
+
+async def test_a_malformed_status_line_fails_the_call_with_a_502_naming_it(tmp_path: Path):
+    responses, records, _ = await run_calls(tmp_path, replying((b"HTXP/1.1 200 OK\r\n\r\n", False)))
+    assert responses[0].status_code == 502
+    assert "malformed HTTP response" in responses[0].json()["error"]["message"]
+    assert records[0]["error"]["kind"] == "upstream_unreachable"
+
+
+async def test_an_upstream_that_closes_without_answering_gets_a_502_naming_it(tmp_path: Path):
+    responses, records, _ = await run_calls(tmp_path, replying((b"", True)))
+    assert responses[0].status_code == 502
+    assert "closed the connection" in responses[0].json()["error"]["message"]
+    assert records[0]["error"]["kind"] == "upstream_unreachable"
+
+
+async def test_a_body_cut_short_is_named_and_its_call_recorded(tmp_path: Path):
+    cut = answer()[:-10]
+    responses, records, _ = await run_calls(tmp_path, replying((cut, True)))
+    assert responses[0].status_code == 502
+    assert "ended the body early" in responses[0].json()["error"]["message"]
+    assert records[0]["error"]["kind"] == "upstream_disconnect"
