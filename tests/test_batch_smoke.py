@@ -110,5 +110,5 @@ def test_unreachable_model_server_fails_the_batch_at_once_naming_the_url(tmp_pat
     err = capsys.readouterr().err
     assert code == 1
     # the recording proxy answers 502 for an upstream it cannot reach; the batch names it and the URL
-    assert "rollout-dataset batch: stopped:" in err and url in err and "Connect call failed" in err
+    assert "rollout-dataset batch: stopped:" in err and url in err and "Connection refused" in err
     assert len(list((tmp_path / "b" / "rollouts").glob("*"))) <= 1
