@@ -290,17 +290,18 @@ class FaultyUpstream:
 
 
 @contextlib.asynccontextmanager
-async def serve_raw(answer: Callable[[bytes], Awaitable[tuple[bytes, bool]]]) -> AsyncIterator[tuple[str, list[int]]]:
+async def serve_raw(answer: Callable[[bytes], Awaitable[tuple[bytes, bool]]]
+                    ) -> AsyncIterator[tuple[str, list[asyncio.StreamWriter]]]:
     """A TCP server on 127.0.0.1 port 0 that answers each HTTP request with the bytes a test gives.
 
     `answer(request_head)` gets the request line and headers of each request read on a connection
     and returns (the raw bytes to send back, whether to close the connection after them). Yields
-    the root URL and a one-item list counting the connections accepted so far.
+    the root URL and the list of connections accepted so far (their writers).
     """
-    accepted = [0]
+    accepted: list[asyncio.StreamWriter] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted[0] += 1
+        accepted.append(writer)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")

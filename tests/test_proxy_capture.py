@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import httpx
@@ -192,6 +193,8 @@ async def test_concurrent_calls_are_each_recorded_once_on_whole_lines(setup):
     records = valid([json.loads(line) for line in lines])
     assert sorted(r["index"] for r in records) == list(range(40))
     assert len({r["call_id"] for r in records}) == 40
+    assert all(uuid.UUID(hex=r["call_id"]).version == 4 and uuid.UUID(hex=r["call_id"]).hex == r["call_id"]
+               for r in records)  # "uuid4 hex", as the trace schema says
 
 
 async def test_pretty_printed_request_still_makes_one_line_per_record(setup):

@@ -13,7 +13,7 @@ import httpx
 
 from proxy_fakes import serve_raw
 from rollout_dataset.proxy import CaptureProxy, read_trace
-from rollout_dataset.proxy.transport import MAX_HEADER_BYTES
+from rollout_dataset.proxy.transport import HIGH_WATER_BYTES, MAX_HEADER_BYTES
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 BODY = (b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
@@ -52,7 +52,7 @@ async def run_calls(tmp_path: Path, reply, calls: int = 1, method: str = "POST",
                 else:
                     responses = [await one() for _ in range(calls)]
             records = read_trace(proxy.trace_path())
-        return responses, records, accepted[0]
+        return responses, records, len(accepted)
 
 
 async def test_sequential_calls_reuse_one_upstream_connection(tmp_path: Path):
@@ -128,3 +128,24 @@ async def test_a_body_cut_short_is_named_and_its_call_recorded(tmp_path: Path):
     assert responses[0].status_code == 502
     assert "ended the body early" in responses[0].json()["error"]["message"]
     assert records[0]["error"]["kind"] == "upstream_disconnect"
+
+
+async def test_a_stream_outrunning_a_harness_that_does_not_read_stops_being_read_from_the_upstream(tmp_path: Path):
+    event = b"data: " + b"x" * 1000 + b"\n\n"
+    body = event * 64_000  # 64 MB: far more than the loopback socket buffers on both sides hold
+    reply = replying((b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: "
+                      + str(len(body)).encode() + b"\r\n\r\n" + body, False))
+    async with serve_raw(reply) as (root, accepted):
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+            async with httpx.AsyncClient(timeout=30) as client:
+                async with client.stream("GET", proxy.base_url + "/models") as response:
+                    chunks = response.aiter_raw()  # kept: a dropped iterator would close the stream
+                    await chunks.__anext__()  # the stream started; the harness reads no more
+                    connections = proxy._own_transport._all  # the proxy's upstream connections
+                    deadline = asyncio.get_running_loop().time() + 30
+                    while not any(conn.paused for conn in connections):  # were it to read on, it never pauses
+                        assert asyncio.get_running_loop().time() < deadline, "the proxy kept reading"
+                        await asyncio.sleep(0.05)
+                    held = sum(conn.buffered for conn in connections)
+                    assert held <= HIGH_WATER_BYTES + 256 * 1024  # at most one more read past the mark
+                    assert accepted[0].transport.get_write_buffer_size() > len(body) // 2  # the rest waits upstream

@@ -14,7 +14,6 @@ import asyncio
 import logging
 import os
 import time
-import uuid
 from typing import Any, Awaitable, Callable
 
 import httpx
@@ -80,7 +79,7 @@ class _Call:
     def __init__(self, session: str, method: str, endpoint: str, headers: dict[str, str]) -> None:
         self.session = session
         self.index = -1
-        self.call_id = uuid.uuid4().hex
+        self.call_id = _uuid4_hex()
         self.started_at = time.time()
         self.t0 = time.perf_counter()
         self.method = method
@@ -763,6 +762,14 @@ class ProxyApp:
             log.exception("could not encode the trace record of call %s", call.call_id)
             return RecordWriteError(str(self.recorder.path(call.session)), OSError(0, f"{type(exc).__name__}: {exc}"))
         return None
+
+
+def _uuid4_hex() -> str:
+    """A random (version 4) UUID as 32 hex digits, as ``uuid.uuid4().hex`` gives, at a quarter of its cost."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return raw.hex()
 
 
 def _header_map(response: httpx.Response) -> dict[str, str]:

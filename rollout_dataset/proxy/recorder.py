@@ -231,7 +231,6 @@ class TraceRecorder:
         """
         state = self._session(session)
         data, digest = chained_line(record, raw, nonfinite, state.head, state.notes)
-        path = self.path(session)
         borrowed = False
         try:
             fd, borrowed = self._fd(session)
@@ -243,7 +242,7 @@ class TraceRecorder:
                 view = view[written:]
         except OSError as exc:
             self._undo_partial(session, state)
-            raise RecordWriteError(str(path), exc) from exc
+            raise RecordWriteError(str(self.path(session)), exc) from exc
         finally:
             if borrowed:
                 fd = self._fds.pop(session, None)

@@ -38,6 +38,7 @@ SAMPLING_PARAMS: tuple[str, ...] = (
     "stream_options", "return_token_ids", "return_tokens_as_token_ids", "tool_choice", "parallel_tool_calls",
     "response_format", "reasoning_effort", "chat_template_kwargs", "include", "enable_response_messages",
 )
+_SAMPLING_ORDER = {key: position for position, key in enumerate(SAMPLING_PARAMS)}
 
 _TOKEN_ID_PREFIX = "token_id:"
 
@@ -322,4 +323,5 @@ def sampling_params(body: Any) -> dict[str, Any]:
     """
     if not isinstance(body, dict):
         return {}
-    return {key: body[key] for key in SAMPLING_PARAMS if key in body}
+    present = sorted((key for key in body if key in _SAMPLING_ORDER), key=_SAMPLING_ORDER.__getitem__)
+    return {key: body[key] for key in present}  # in SAMPLING_PARAMS' order, looking only at the body's keys
