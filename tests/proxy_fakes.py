@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import ssl
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 import uvicorn
@@ -290,13 +291,14 @@ class FaultyUpstream:
 
 
 @contextlib.asynccontextmanager
-async def serve_raw(answer: Callable[[bytes], Awaitable[tuple[bytes, bool]]]
+async def serve_raw(answer: Callable[[bytes], Awaitable[tuple[bytes, bool]]], tls: ssl.SSLContext | None = None
                     ) -> AsyncIterator[tuple[str, list[asyncio.StreamWriter]]]:
     """A TCP server on 127.0.0.1 port 0 that answers each HTTP request with the bytes a test gives.
 
     `answer(request_head)` gets the request line and headers of each request read on a connection
     and returns (the raw bytes to send back, whether to close the connection after them). Yields
-    the root URL and the list of connections accepted so far (their writers).
+    the root URL and the list of connections accepted so far (their writers). With `tls`, the
+    server speaks HTTPS with that context.
     """
     accepted: list[asyncio.StreamWriter] = []
 
@@ -320,10 +322,10 @@ async def serve_raw(answer: Callable[[bytes], Awaitable[tuple[bytes, bool]]]
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=tls)
     port = server.sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}", accepted
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}", accepted
     finally:
         server.close()
         await server.wait_closed()

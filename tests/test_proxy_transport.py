@@ -7,9 +7,12 @@ bytes a test gives it; the harness side is a plain httpx client of the proxy.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from pathlib import Path
 
 import httpx
+import pytest
+import trustme
 
 from proxy_fakes import serve_raw
 from rollout_dataset.proxy import CaptureProxy, read_trace
@@ -149,3 +152,41 @@ async def test_a_stream_outrunning_a_harness_that_does_not_read_stops_being_read
                     held = sum(conn.buffered for conn in connections)
                     assert held <= HIGH_WATER_BYTES + 256 * 1024  # at most one more read past the mark
                     assert accepted[0].transport.get_write_buffer_size() > len(body) // 2  # the rest waits upstream
+
+
+@pytest.fixture
+def tls_server_context() -> tuple[ssl.SSLContext, trustme.CA]:
+    """A server TLS context for 127.0.0.1 signed by a throwaway CA (not trusted unless a test says so)."""
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    return context, ca
+
+
+async def test_an_https_upstream_is_reached_with_its_certificate_verified(tmp_path: Path, tls_server_context,
+                                                                         monkeypatch):
+    context, ca = tls_server_context
+    with ca.cert_pem.tempfile() as ca_file:
+        monkeypatch.setenv("SSL_CERT_FILE", ca_file)  # the proxy's default verify paths now trust the CA
+        async with serve_raw(replying((answer(), False)), tls=context) as (root, _):
+            async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+                async with httpx.AsyncClient(timeout=30) as client:
+                    response = await client.post(proxy.base_url + "/chat/completions",
+                                                 json={"model": "m", "messages": MESSAGES})
+                records = read_trace(proxy.trace_path())
+    assert response.status_code == 200 and response.content == BODY
+    assert records[0]["error"] is None
+
+
+async def test_an_https_upstream_with_an_untrusted_certificate_gets_a_502_naming_it(tmp_path: Path,
+                                                                                     tls_server_context):
+    context, _ = tls_server_context
+    async with serve_raw(replying((answer(), False)), tls=context) as (root, _):
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+            async with httpx.AsyncClient(timeout=30) as client:
+                response = await client.post(proxy.base_url + "/chat/completions",
+                                             json={"model": "m", "messages": MESSAGES})
+            records = read_trace(proxy.trace_path())
+    assert response.status_code == 502
+    assert "CERTIFICATE_VERIFY_FAILED" in response.json()["error"]["message"]
+    assert records[0]["error"]["kind"] == "upstream_unreachable"

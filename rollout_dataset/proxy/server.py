@@ -269,7 +269,7 @@ class CaptureProxy:
         timeout = httpx.Timeout(self.upstream_timeout, connect=self.connect_timeout)
         transport = self.transport
         if transport is None:
-            # aiohttp's C HTTP parser behind httpx's transport API: a third of httpcore's CPU per call.
+            # pooled HTTP/1.1 connections parsed by httptools, behind httpx's transport API (transport.py)
             verify = self.upstream_root.startswith("https:")  # no certificate loading for plain http
             transport = self._own_transport = UpstreamTransport(limits, verify=verify)
         transport = AuthenticatingTransport(transport, self._target, forward_client_auth=self.forward_client_auth)
