@@ -66,7 +66,8 @@ class _Connection(asyncio.Protocol):
         self.head_bytes = 0
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
-        self.until_close = True  # no content-length and not chunked: the body ends when the connection does
+        self.length_known = False  # content-length, chunked, or no body: else the body ends with the connection
+        self.keep_alive = True  # the server lets the connection serve another call after this answer
         self.head_only = False
         self.informational = False
         self.chunks: collections.deque[bytes] = collections.deque()
@@ -109,7 +110,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.owner._forget(self)
         if self.busy and not self.complete and self.error is None:
-            if self.status and self.until_close and not self.informational:
+            if self.status and not self.length_known and not self.informational:
                 self.complete = True  # the end of a body without a length
             elif self.status:
                 self.error = httpx.ReadError(redact_urls_in_text(
@@ -119,26 +120,20 @@ class _Connection(asyncio.Protocol):
                 self.error = httpx.RemoteProtocolError(f"{self.url} closed the connection")
         self._wake()
 
-    def pause_writing(self) -> None:  # request bodies are written whole; the transport buffers them
-        pass
-
-    def resume_writing(self) -> None:
-        pass
-
     # ---- httptools callbacks ------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         if self.complete:  # a second answer in the same read as the first: stop before it touches this call
             raise _UnaskedAnswer()
         self.headers = []
-        self.until_close = True
+        self.length_known = False
         self.informational = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name, value))
         lower = name.lower()
         if lower == b"content-length" or (lower == b"transfer-encoding" and b"chunked" in value.lower()):
-            self.until_close = False
+            self.length_known = True
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -147,10 +142,10 @@ class _Connection(asyncio.Protocol):
             return
         self.status = status
         if status in (204, 304):
-            self.until_close = False
+            self.length_known = True
         if self.head_only:  # a HEAD answer has no body, whatever its headers say; llhttp cannot be told
             self.complete = True
-            self.until_close = True  # and the connection is not reused (llhttp would wait for the body)
+            self.keep_alive = False  # so the connection is not reused (llhttp would wait for that body)
         self._wake()
 
     def on_body(self, body: bytes) -> None:
@@ -169,7 +164,7 @@ class _Connection(asyncio.Protocol):
             return
         self.complete = True
         if not self.parser.should_keep_alive():
-            self.until_close = True  # not reusable
+            self.keep_alive = False
         self._wake()
 
     # ---- the consumer's side ------------------------------------------------------------------
@@ -220,7 +215,7 @@ class _Connection(asyncio.Protocol):
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
         self.buffered = 0
-        if self.paused and self.transport is not None:
+        if self.paused and self.transport is not None and not self.transport.is_closing():
             self.paused = False
             self.transport.resume_reading()
         return data
@@ -230,8 +225,8 @@ class _Connection(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        reusable = (self.complete and self.error is None and not self.until_close and not self.chunks
-                    and self.transport is not None and not self.transport.is_closing())
+        reusable = (self.complete and self.error is None and self.keep_alive and self.length_known
+                    and not self.chunks and self.transport is not None and not self.transport.is_closing())
         if reusable:
             self._reset()
             self.owner._put_idle(self)
