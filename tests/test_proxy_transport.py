@@ -40,9 +40,10 @@ def replying(*replies: tuple[bytes, bool], delay: float = 0.0):
 
 
 async def run_calls(tmp_path: Path, reply, calls: int = 1, method: str = "POST", concurrent: bool = False,
-                    **proxy_args) -> tuple[list[httpx.Response], list[dict], int]:
-    """`calls` calls through a proxy in front of a raw upstream: (responses, records, connections accepted)."""
-    async with serve_raw(reply) as (root, accepted):
+                    tls: ssl.SSLContext | None = None, **proxy_args) -> tuple[list[httpx.Response], list[dict], int]:
+    """`calls` calls through a proxy in front of a raw upstream (HTTPS with `tls`): (responses, records,
+    connections accepted)."""
+    async with serve_raw(reply, tls=tls) as (root, accepted):
         async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces", **proxy_args) as proxy:
             async with httpx.AsyncClient(timeout=30) as client:
                 async def one() -> httpx.Response:
@@ -168,25 +169,15 @@ async def test_an_https_upstream_is_reached_with_its_certificate_verified(tmp_pa
     context, ca = tls_server_context
     with ca.cert_pem.tempfile() as ca_file:
         monkeypatch.setenv("SSL_CERT_FILE", ca_file)  # the proxy's default verify paths now trust the CA
-        async with serve_raw(replying((answer(), False)), tls=context) as (root, _):
-            async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
-                async with httpx.AsyncClient(timeout=30) as client:
-                    response = await client.post(proxy.base_url + "/chat/completions",
-                                                 json={"model": "m", "messages": MESSAGES})
-                records = read_trace(proxy.trace_path())
-    assert response.status_code == 200 and response.content == BODY
+        responses, records, _ = await run_calls(tmp_path, replying((answer(), False)), tls=context)
+    assert responses[0].status_code == 200 and responses[0].content == BODY
     assert records[0]["error"] is None
 
 
 async def test_an_https_upstream_with_an_untrusted_certificate_gets_a_502_naming_it(tmp_path: Path,
                                                                                      tls_server_context):
     context, _ = tls_server_context
-    async with serve_raw(replying((answer(), False)), tls=context) as (root, _):
-        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
-            async with httpx.AsyncClient(timeout=30) as client:
-                response = await client.post(proxy.base_url + "/chat/completions",
-                                             json={"model": "m", "messages": MESSAGES})
-            records = read_trace(proxy.trace_path())
-    assert response.status_code == 502
-    assert "CERTIFICATE_VERIFY_FAILED" in response.json()["error"]["message"]
+    responses, records, _ = await run_calls(tmp_path, replying((answer(), False)), tls=context)
+    assert responses[0].status_code == 502
+    assert "CERTIFICATE_VERIFY_FAILED" in responses[0].json()["error"]["message"]
     assert records[0]["error"]["kind"] == "upstream_unreachable"
