@@ -16,7 +16,7 @@ import trustme
 
 from proxy_fakes import serve_raw
 from rollout_dataset.proxy import CaptureProxy, read_trace
-from rollout_dataset.proxy.transport import HIGH_WATER_BYTES, MAX_HEADER_BYTES
+from rollout_dataset.proxy.transport import HIGH_WATER_BYTES, MAX_HEADER_BYTES, UpstreamTransport
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 BODY = (b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
@@ -181,3 +181,13 @@ async def test_an_https_upstream_with_an_untrusted_certificate_gets_a_502_naming
     assert responses[0].status_code == 502
     assert "CERTIFICATE_VERIFY_FAILED" in responses[0].json()["error"]["message"]
     assert records[0]["error"]["kind"] == "upstream_unreachable"
+
+
+async def test_idle_connections_past_max_keepalive_connections_are_closed():
+    transport = UpstreamTransport(httpx.Limits(max_connections=8, max_keepalive_connections=1))
+    async with serve_raw(replying((answer(), False), delay=0.05)) as (root, accepted):
+        async with httpx.AsyncClient(transport=transport, base_url=root) as client:
+            for _ in range(2):  # three at once need three connections; one of them is kept between rounds
+                responses = await asyncio.gather(*(client.post("/v1/chat/completions", json={}) for _ in range(3)))
+                assert [r.status_code for r in responses] == [200] * 3
+    assert len(accepted) == 5

@@ -42,6 +42,7 @@ MAX_HEADER_BYTES = 64 * 1024
 HIGH_WATER_BYTES = 256 * 1024
 _SKIPPED_REQUEST_HEADERS = frozenset({b"host", b"content-length", b"transfer-encoding", b"connection"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_Key = tuple[str, str, int]  # (scheme, host, port): the connections a call may use
 
 
 class _UnaskedAnswer(Exception):
@@ -51,8 +52,8 @@ class _UnaskedAnswer(Exception):
 class _Connection(asyncio.Protocol):
     """One upstream connection: parses answers with httptools and buffers body reads for one consumer."""
 
-    def __init__(self, transport_owner: "UpstreamTransport", key: tuple[str, str, int]) -> None:
-        self.owner = transport_owner
+    def __init__(self, owner: "UpstreamTransport", key: _Key) -> None:
+        self.owner = owner
         self.key = key
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
@@ -303,11 +304,10 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         self._expiry = limits.keepalive_expiry
         self._verify = verify
         self._ssl: ssl.SSLContext | None = None
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._idle: dict[_Key, list[_Connection]] = {}
         self._idle_count = 0
         self._open = 0
-        self._slot_waiters: collections.deque[tuple[tuple[str, str, int], asyncio.Future[_Connection | None]]] = \
-            collections.deque()
+        self._slot_waiters: collections.deque[tuple[_Key, asyncio.Future[_Connection | None]]] = collections.deque()
         self._all: set[_Connection] = set()
         self._closed = False
 
@@ -322,9 +322,12 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         self._idle_count += 1
         self._hand_slot()  # a call waiting for a connection to this host takes it
         if self._max_idle is not None and self._idle_count > self._max_idle:
-            conn._close()
+            for idle in self._idle.values():  # over the limit: the longest idle one goes
+                if idle:
+                    idle[0]._close()
+                    break
 
-    def _take_idle(self, key: tuple[str, str, int]) -> _Connection | None:
+    def _take_idle(self, key: _Key) -> _Connection | None:
         idle = self._idle.get(key)
         if not idle:
             return None
@@ -377,7 +380,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
                 idle[0]._close()
                 return
 
-    async def _wait_for_connection(self, key: tuple[str, str, int], url: str,
+    async def _wait_for_connection(self, key: _Key, url: str,
                                    pool_timeout: float | None) -> _Connection | None:
         """A pooled connection to `key`, or None with one more open connection counted (a new one may be
         opened); waits up to `pool_timeout` while `max_connections` are open."""
@@ -414,7 +417,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             self._ssl = context
         return self._ssl
 
-    async def _connect(self, key: tuple[str, str, int], url: str, timeouts: dict[str, Any]) -> _Connection:
+    async def _connect(self, key: _Key, url: str, timeouts: dict[str, Any]) -> _Connection:
         """Open a connection in the slot already counted for it (given back if opening fails)."""
         scheme, host, port = key
         loop = asyncio.get_running_loop()
