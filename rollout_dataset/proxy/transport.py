@@ -322,10 +322,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         self._idle_count += 1
         self._hand_slot()  # a call waiting for a connection to this host takes it
         if self._max_idle is not None and self._idle_count > self._max_idle:
-            for idle in self._idle.values():  # over the limit: the longest idle one goes
-                if idle:
-                    idle[0]._close()
-                    break
+            self._close_an_idle()
 
     def _take_idle(self, key: _Key) -> _Connection | None:
         idle = self._idle.get(key)
@@ -375,6 +372,10 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             waiters.popleft()
             waiter.set_result(conn)
             return
+        self._close_an_idle()  # to another host: its slot comes back through `_forget`
+
+    def _close_an_idle(self) -> None:
+        """Close the longest-idle connection of the first host that has any (its slot is given back)."""
         for idle in self._idle.values():
             if idle:
                 idle[0]._close()
