@@ -191,3 +191,30 @@ async def test_idle_connections_past_max_keepalive_connections_are_closed():
                 responses = await asyncio.gather(*(client.post("/v1/chat/completions", json={}) for _ in range(3)))
                 assert [r.status_code for r in responses] == [200] * 3
     assert len(accepted) == 5
+
+
+async def test_an_answer_saying_connection_close_is_not_followed_by_a_call_on_its_connection(tmp_path: Path):
+    # the upstream keeps its side open: only the header says the connection is done
+    reply = replying((answer(head=b"HTTP/1.1 200 OK\r\nconnection: close\r\n"), False))
+    responses, records, accepted = await run_calls(tmp_path, reply, calls=2)
+    assert [r.status_code for r in responses] == [200, 200]
+    assert accepted == 2 and [r["error"] for r in records] == [None, None]
+
+
+async def test_a_credential_holding_a_line_break_is_refused_before_anything_reaches_the_upstream(tmp_path: Path):
+    responses, records, accepted = await run_calls(tmp_path, replying((answer(), False)),
+                                                   api_key="sk-test\r\nx-injected: 1")
+    assert responses[0].status_code == 502
+    assert "holds a line break" in responses[0].json()["error"]["message"]
+    assert accepted == 0 and records[0]["error"]["kind"] == "upstream_unreachable"
+
+
+async def test_a_call_to_another_host_at_max_connections_closes_an_idle_connection_for_its_own():
+    transport = UpstreamTransport(httpx.Limits(max_connections=1, max_keepalive_connections=1))
+    async with serve_raw(replying((answer(), False))) as (first, first_accepted), \
+            serve_raw(replying((answer(), False))) as (second, second_accepted):
+        async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(5.0)) as client:
+            for root in (first, second, first):  # the one slot moves between the hosts
+                response = await client.post(root + "/v1/chat/completions", json={})
+                assert response.status_code == 200 and response.content == BODY
+    assert len(first_accepted) == 2 and len(second_accepted) == 1
