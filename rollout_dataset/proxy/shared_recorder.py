@@ -10,28 +10,34 @@ exclusive lock (``fcntl.flock``) on the session's trace file:
   session, whichever worker takes the call);
 * a record: lock → read state → chain the line after the last digest → save the line's end and
   digest as *pending* → append → save it as written → unlock;
-* the seal (`CaptureProxy.seal`): lock → read state → ``(records, head)``.
+* the seal (`CaptureProxy.seal`): lock → read state → ``(records, head)`` as the proxies wrote them
+  (a file cut or edited since does not change it, so checking the file against it shows the edit).
 
 A worker killed with SIGKILL leaves at worst a pending append: the next locker finds the file at the
 pending length (the append happened: adopted), at the old length (it did not: dropped), or in
 between (a cut line: moved aside to ``<session>.jsonl.cut-<n>`` as the restart repair does, and
 noted in the session's next record). A file whose length matches neither was changed by something
 other than the proxy: it is read again from the start (index and chain continue after its last
-complete record; the next index never goes back) and the next record says so. The state is written
-with one ``pwrite`` of a fixed-size block, so a killed worker never leaves it half written. Calls a
-killed worker had in flight leave no record (their harness sees the connection drop); the indices
-they had reserved stay unused.
+complete record; the next index never goes back) and the next record says so. (The append is saved
+as written, not left pending for the next locker to adopt: otherwise a file cut back by exactly its
+last record would look like an append that never happened, and the seal would follow the cut.) The
+state is written with one ``pwrite`` of a fixed-size block, so a killed worker never leaves it half
+written. Calls a killed worker had in flight leave no record (their harness sees the connection
+drop); the indices they had reserved stay unused. The state files stay open, like the trace files.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
-import json
 import logging
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterator
+
+import orjson
 
 from rollout_dataset.errors import RecordWriteError
 from rollout_dataset.proxy.recorder import DEFAULT_MAX_OPEN_FILES, TraceRecorder, _open_spare, _Session, chained_line
@@ -45,6 +51,7 @@ log = logging.getLogger(__name__)
 STATE_DIR = ".proxy-state"
 _STATE_BLOCK = 4096  # bytes: the state file is always exactly one block, written at once
 _NOTES_ROOM = 3000  # bytes of pending notes kept in the block (older ones are shortened)
+_STATE_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
 
 class _SharedSession(_Session):
@@ -70,6 +77,8 @@ class SharedTraceRecorder(TraceRecorder):
         super().__init__(trace_dir, max_open_files)
         self.state_dir = self.trace_dir / STATE_DIR
         self.state_dir.mkdir(mode=0o700, exist_ok=True)
+        # the state files' descriptors, kept open like the trace files' (least recently used closed first)
+        self._state_fds: OrderedDict[str, int] = OrderedDict()
 
     def state_path(self, session: str) -> Path:
         """The state file of a session (see the module docstring).
@@ -116,8 +125,17 @@ class SharedTraceRecorder(TraceRecorder):
         """
         if not self.path(session).exists():  # no call yet: nothing written (and no file created to say so)
             return TraceSeal(0, None)
-        with self._locked(session) as state:
-            return TraceSeal(state.records, state.head)
+        with self._lock(session) as fd:
+            saved = self._load(session)
+            if saved is None:  # no state (or an unreadable one): the file is all there is to go by
+                state = self._synced(session, fd)
+                return TraceSeal(state.records, state.head)
+            # What the proxies wrote, not re-read from the file: a file cut or edited since must not
+            # match it. Only an append whose worker died before saving it as written is adopted.
+            pending = saved.pending
+            if pending is not None and os.fstat(fd).st_size == pending.get("size"):
+                return TraceSeal(saved.records + 1, pending.get("head"))
+            return TraceSeal(saved.records, saved.head)
 
     def write(self, session: str, record: dict[str, Any], raw: dict[str, bytes] | None = None,
               nonfinite: bool = False) -> None:
@@ -161,13 +179,19 @@ class SharedTraceRecorder(TraceRecorder):
     @contextlib.contextmanager
     def _locked(self, session: str) -> Iterator[_SharedSession]:
         """Hold the session file's exclusive lock; yield its state, brought up to date with the file."""
+        with self._lock(session) as fd:
+            yield self._synced(session, fd)
+
+    @contextlib.contextmanager
+    def _lock(self, session: str) -> Iterator[int]:
+        """Hold the session file's exclusive lock; yield the file's descriptor."""
         fd, borrowed = self._fd(session)
         if borrowed:
             self._fds[session] = fd
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                yield self._synced(session, fd)
+                yield fd
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
@@ -209,18 +233,40 @@ class SharedTraceRecorder(TraceRecorder):
         self._save(session, state)
         return state
 
-    def _load(self, session: str) -> _SharedSession | None:
+    def _state_fd(self, session: str) -> int:
+        """The session's state file, opened (and created empty) once and kept open."""
+        fd = self._state_fds.get(session)
+        if fd is not None:
+            self._state_fds.move_to_end(session)
+            return fd
+        while len(self._state_fds) >= self.max_open_files:
+            os.close(self._state_fds.popitem(last=False)[1])
         try:
-            fd = os.open(self.state_path(session), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
+            fd = os.open(self.state_path(session), _STATE_FLAGS, 0o600)
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            self._close_state_files()  # out of descriptors: give back the cached ones and try again
+            fd = os.open(self.state_path(session), _STATE_FLAGS, 0o600)
+        self._state_fds[session] = fd
+        return fd
+
+    def _close_state_files(self) -> None:
+        while self._state_fds:
+            os.close(self._state_fds.popitem(last=False)[1])
+
+    def close(self) -> None:
+        """Close every open trace and state file (and the spare descriptor)."""
+        self._close_state_files()
+        super().close()
+
+    def _load(self, session: str) -> _SharedSession | None:
+        block = os.pread(self._state_fd(session), _STATE_BLOCK, 0)
+        if not block:  # a new state file: nothing saved yet
             return None
         try:
-            block = os.pread(fd, _STATE_BLOCK, 0)
-        finally:
-            os.close(fd)
-        try:
-            data = json.loads(block.rstrip(b" \n\x00") or b"null")
-        except ValueError:
+            data = orjson.loads(block)  # the JSON, then the padding (blanks, which JSON allows)
+        except orjson.JSONDecodeError:
             data = None
         if not isinstance(data, dict):
             log.error("%s is not a state block; the session is read again from its trace file",
@@ -239,19 +285,17 @@ class SharedTraceRecorder(TraceRecorder):
         return state
 
     def _save(self, session: str, state: _SharedSession) -> None:
-        notes = [note[:300] for note in state.notes]
-        dropped = 0
-        while len(notes) > 1 and len(json.dumps(notes)) > _NOTES_ROOM:  # the state stays one block
-            notes.pop(0)
-            dropped += 1
-        if dropped:
-            notes.insert(0, f"{dropped} earlier notes were dropped (the session's state block is full)")
-        block = json.dumps({"next_index": state.next_index, "records": state.records, "head": state.head,
-                            "size": state.size, "notes": notes, "pending": state.pending}).encode()
+        notes = state.notes
+        if notes:
+            notes = [note[:300] for note in notes]
+            dropped = 0
+            while len(notes) > 1 and len(orjson.dumps(notes)) > _NOTES_ROOM:  # the state stays one block
+                notes.pop(0)
+                dropped += 1
+            if dropped:
+                notes.insert(0, f"{dropped} earlier notes were dropped (the session's state block is full)")
+        block = orjson.dumps({"next_index": state.next_index, "records": state.records, "head": state.head,
+                              "size": state.size, "notes": notes, "pending": state.pending})
         block = block.ljust(_STATE_BLOCK, b" ")
-        fd = os.open(self.state_path(session), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-        try:
-            if os.pwrite(fd, block, 0) != len(block):
-                raise OSError(0, f"short write to {self.state_path(session)}")
-        finally:
-            os.close(fd)
+        if os.pwrite(self._state_fd(session), block, 0) != len(block):
+            raise OSError(0, f"short write to {self.state_path(session)}")
