@@ -343,7 +343,7 @@ def main() -> int:
     parser.add_argument("--stream-tokens", type=int, default=256, help="tokens (chunks) per stream")
     parser.add_argument("--workers", type=int, default=2, help="workers of the multi-worker proxy target")
     parser.add_argument("--baseline", metavar="DIR", default=None,
-                        help="a checkout of another version (e.g. `git worktree add /tmp/main main`): its proxy is "
+                        help="a checkout of another version (e.g. `git worktree add /tmp/main main`): its proxy (one worker, and --workers) is "
                              "measured side by side with this one in every phase (c=32 ratio, CPU per chunk)")
     parser.add_argument("--quick", action="store_true", help="fewer calls and streams: a rough figure in a minute")
     parser.add_argument("--out", default=None, help="where to save the figures (default bench/results/"
@@ -379,15 +379,21 @@ def main() -> int:
                                               source=args.baseline)
             procs.append(base_proc)
             bases["baseline proxy"] = base_url
+            base_multi_proc, base_multi_url = start_proxy(upstream, os.path.join(workdir, "traces-baseline-workers"),
+                                                          args.workers, source=args.baseline)
+            procs.append(base_multi_proc)
+            bases[f"baseline proxy, {args.workers} workers"] = base_multi_url
         # Phase 1: direct vs the recording proxy (and --also targets). Phase 2, with LiteLLM started
         # only then (its idle background work would otherwise tax phase 1): direct vs LiteLLM.
         # Each phase interleaves its own direct baseline; "added" is relative to that baseline.
         if args.baseline:
             proxy_pids["baseline proxy"] = base_proc.pid
+            proxy_pids[f"baseline proxy, {args.workers} workers"] = base_multi_proc.pid
         phases = [asyncio.run(measure(bases, model, args.calls, args.max_tokens, pids=proxy_pids))]
         stream_bases = {"direct": upstream, "rollout-dataset proxy": proxy_base, multi: multi_base}
         if args.baseline:
-            stream_bases["baseline proxy"] = bases["baseline proxy"]
+            for name in ("baseline proxy", f"baseline proxy, {args.workers} workers"):
+                stream_bases[name] = bases[name]
         streaming = asyncio.run(measure_streams(stream_bases, proxy_pids, model, args.streams, args.stream_tokens))
         if not args.skip_litellm:
             litellm_proc, litellm_base = start_litellm(upstream, model, workdir)
