@@ -127,3 +127,21 @@ def test_the_state_block_stays_one_block_however_many_notes_pile_up(tmp_path: Pa
     _write(one, "s", 1)
     last = json.loads(one.path("s").read_bytes().splitlines()[-1])  # (the outside lines break the chain)
     assert last["notes"] == notes
+
+
+def test_a_recorder_keeps_at_most_max_open_files_trace_and_state_files_open(tmp_path: Path):
+    def open_files() -> tuple[int, int]:
+        paths = [os.path.realpath(fd) for fd in Path("/proc/self/fd").iterdir() if fd.exists()]
+        return (sum(p.endswith(".jsonl") and str(tmp_path) in p for p in paths),
+                sum(p.endswith(".json") and str(tmp_path) in p for p in paths))
+
+    recorder = SharedTraceRecorder(tmp_path, max_open_files=2)
+    peak = (0, 0)
+    for n in range(9):
+        _write(recorder, f"s{n % 3}", n)
+        peak = tuple(map(max, peak, open_files()))
+    assert peak == (2, 2)
+    for n in range(3):
+        assert [r["n"] for r in read_trace(recorder.path(f"s{n}"), seal=recorder.seal(f"s{n}"))] == [n, n + 3, n + 6]
+    recorder.close()
+    assert open_files() == (0, 0)

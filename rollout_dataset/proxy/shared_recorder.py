@@ -255,10 +255,10 @@ class SharedTraceRecorder(TraceRecorder):
         while self._state_fds:
             os.close(self._state_fds.popitem(last=False)[1])
 
-    def close(self) -> None:
-        """Close every open trace and state file (and the spare descriptor)."""
+    def _close_cached(self) -> None:
+        """Give back every cached descriptor, trace and state files alike (also what `close` does)."""
         self._close_state_files()
-        super().close()
+        super()._close_cached()
 
     def _load(self, session: str) -> _SharedSession | None:
         block = os.pread(self._state_fd(session), _STATE_BLOCK, 0)
