@@ -4,6 +4,9 @@ Runs, on loopback, in one go:
   * the local backend (`rollout-dataset serve`), or `--upstream URL` for a server you already run;
   * the recording proxy (`rollout-dataset proxy`, its own process, writing traces to a temp dir), and
     the same with `--workers 2`;
+  * the pass-through floor (`bench/passthrough_floor.py`): the proxy's own server and upstream client
+    forwarding bytes and recording nothing, so the proxy's cost above it is what recording costs, and
+    its cost is what moving the bytes costs here (`--no-floor` leaves it out);
   * a LiteLLM proxy (`litellm[proxy]`, installed by this script into its own venv, never a project
     dependency; `--skip-litellm` leaves it out).
 Then measures, per target, non-streaming latency at concurrency 1 and 32, time to first token when
@@ -100,6 +103,16 @@ def start_proxy(upstream: str, trace_dir: str, workers: int = 1, source: str | N
     base = proc.stdout.readline().strip()
     if not base.startswith("http"):
         raise RuntimeError("the recording proxy did not print its base URL")
+    return proc, base
+
+
+def start_floor(upstream: str) -> tuple[subprocess.Popen, str]:
+    """`bench/passthrough_floor.py`: the proxy's own server and upstream client, forwarding, recording nothing."""
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("passthrough_floor.py")), upstream],
+                            stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parents[1]))
+    base = proc.stdout.readline().strip()
+    if not base.startswith("http"):
+        raise RuntimeError("the pass-through floor did not print its base URL")
     return proc, base
 
 
@@ -323,6 +336,15 @@ def markdown(results: dict[str, dict], table: dict[str, dict]) -> str:
             cpu = figures.get("cpu_us_per_chunk")
             lines.append(f"| {name} | {figures['chunks_per_s']:.0f} | " + (f"{cpu:.1f}" if cpu is not None else "—")
                          + " |")
+    floor = results.get("pass-through floor")
+    if floor and "c32_cpu_ms_per_call" in floor and "rollout-dataset proxy" in per_call:
+        line = (f"the proxy over the pass-through floor (same server and client, recording nothing): "
+                f"{per_call['rollout-dataset proxy'] / floor['c32_cpu_ms_per_call']:.2f}x its CPU per call")
+        chunk = (streaming or {}).get("rollout-dataset proxy", {}).get("cpu_us_per_chunk")
+        floor_chunk = (streaming or {}).get("pass-through floor", {}).get("cpu_us_per_chunk")
+        if chunk and floor_chunk:
+            line += f", {chunk / floor_chunk:.2f}x its CPU per streamed chunk"
+        lines.append(line)
     ratio = ours.get("litellm_added_p50_ratio")
     if ratio:
         lines.append(f"LiteLLM adds {ratio:.1f}x the latency the recording proxy adds (p50, c=1).")
@@ -345,6 +367,9 @@ def main() -> int:
     parser.add_argument("--baseline", metavar="DIR", default=None,
                         help="a checkout of another version (e.g. `git worktree add /tmp/main main`): its proxy (one worker, and --workers) is "
                              "measured side by side with this one in every phase (c=32 ratio, CPU per chunk)")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="leave out the pass-through floor (bench/passthrough_floor.py: the proxy's server and "
+                             "upstream client forwarding bytes, recording nothing)")
     parser.add_argument("--quick", action="store_true", help="fewer calls and streams: a rough figure in a minute")
     parser.add_argument("--out", default=None, help="where to save the figures (default bench/results/"
                                                     "proxy_overhead.json, or proxy_overhead_quick.json with --quick)")
@@ -371,6 +396,11 @@ def main() -> int:
         bases = {"direct": upstream, "direct, asking ids+logprobs": upstream + CAPTURE,
                  "rollout-dataset proxy": proxy_base, multi: multi_base}
         proxy_pids = {"rollout-dataset proxy": proxy_proc.pid, multi: multi_proc.pid}
+        if not args.no_floor:  # what moving the bytes costs on this stack: the proxy's cost above it is recording's
+            floor_proc, floor_base = start_floor(upstream)
+            procs.append(floor_proc)
+            bases["pass-through floor"] = floor_base
+            proxy_pids["pass-through floor"] = floor_proc.pid
         for extra in args.also:
             name, _, url = extra.partition("=")
             bases[name] = url.rstrip("/")
@@ -394,6 +424,8 @@ def main() -> int:
         if args.baseline:
             for name in ("baseline proxy", f"baseline proxy, {args.workers} workers"):
                 stream_bases[name] = bases[name]
+        if "pass-through floor" in bases:
+            stream_bases["pass-through floor"] = bases["pass-through floor"]
         streaming = asyncio.run(measure_streams(stream_bases, proxy_pids, model, args.streams, args.stream_tokens))
         if not args.skip_litellm:
             litellm_proc, litellm_base = start_litellm(upstream, model, workdir)
