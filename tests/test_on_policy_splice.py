@@ -3,7 +3,15 @@ server's render, on small id lists that spell out each template shape."""
 
 from __future__ import annotations
 
-from rollout_dataset.proxy.on_policy import PastCall, SessionMemory, drift_of, message_key, plan_splice
+from rollout_dataset.proxy.on_policy import (
+    PastCall,
+    SessionMemory,
+    drift_of,
+    message_key,
+    past_call_from_record,
+    plan_splice,
+    request_context,
+)
 
 # ids: 1 <|im_start|>, 2 <|im_end|>, 5 "assistant", 6 "user", 9 "\n"; 20.. content
 SYS = [1, 6, 9, 20, 2, 9]
@@ -98,3 +106,20 @@ def test_an_on_policy_prompt_that_would_overflow_the_context_where_the_render_fi
     assert context_overflow(95, 80, 100, {}) is None  # room left for the output
     assert context_overflow(95, 80, None, {"max_tokens": 10}) is None  # unknown limit
     assert context_overflow(95, 95, 100, {"max_tokens": 10}) is None  # the render overflows alike
+
+
+def test_a_parent_rebuilt_from_another_workers_record_is_found_like_one_remembered_here():
+    messages = [{"role": "user", "content": "hi"}]
+    record = {"index": 0, "endpoint": "/v1/chat/completions", "status": 200, "error": None,
+              "request": {"model": "m", "messages": messages}, "prompt_token_ids": [1, 2, 3],
+              "completion_token_ids": [4, 5], "finish_reason": "stop"}
+    memory = SessionMemory()
+    memory.remember("s", past_call_from_record(record))
+    memory.remember("s", past_call_from_record(record))  # read twice: kept once
+    follow_up = messages + [{"role": "assistant", "content": "hello"}, {"role": "user", "content": "more"}]
+    lookup = memory.find_parent("s", follow_up, request_context({"model": "m", "messages": follow_up}))
+    assert lookup.parent is not None and lookup.parent.index == 0
+    assert list(lookup.parent.completion_ids) == [4, 5] and memory.n_ids == 5
+    for failed in ({"status": 500}, {"error": {"kind": "upstream_status"}}, {"completion_token_ids": None},
+                   {"endpoint": "/v1/completions"}):
+        assert past_call_from_record({**record, **failed}) is None

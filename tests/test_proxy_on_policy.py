@@ -240,3 +240,25 @@ async def test_a_reply_cut_by_max_tokens_is_closed_with_the_templates_end_of_tur
     assert extends(records[0], records[1])
     end = records[1]["prompt_token_ids"][len(records[0]["prompt_token_ids"]) + 5]
     assert end == builtin_tokenizer.eos_token_id  # the template's <|im_end|> closes the cut turn
+
+
+async def test_a_restarted_proxy_finds_the_parents_its_earlier_run_recorded(tmp_path):
+    messages = [SYSTEM, TASK]
+
+    async def turn(proxy: CaptureProxy) -> None:
+        nonlocal messages
+        async with httpx.AsyncClient(timeout=30) as client:
+            r = await client.post(proxy.session_base_url("s") + "/chat/completions",
+                                  json={"model": "local", "messages": messages, "max_tokens": 6})
+        assert r.status_code == 200, r.text
+        messages = messages + [r.json()["choices"][0]["message"], {"role": "user", "content": "go on"}]
+
+    async with LocalBackend(policy="echo") as backend:
+        for run in range(2):  # the second proxy starts on the first one's trace files
+            async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path, on_policy=True) as proxy:
+                await turn(proxy)
+                await turn(proxy)
+    records = read_trace(tmp_path / "s.jsonl")
+    assert [r["index"] for r in records] == [0, 1, 2, 3]
+    assert [r["continuity"]["parent_index"] for r in records] == [None, 0, 1, 2]  # 2 continues the first run's 1
+    assert all(r["continuity"]["status"] == "exact" for r in records)

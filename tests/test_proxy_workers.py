@@ -143,3 +143,33 @@ def test_an_append_cut_by_a_killed_worker_is_moved_aside_and_the_chain_continues
     assert [r["index"] for r in records] == [0, 1, 2, 3]
     assert any("cut last line" in note for note in records[-1]["notes"])
     assert (tmp_path / "s.jsonl.cut-1").read_bytes() == b'{"index": 3, "n": "cut sh'
+
+
+async def test_on_policy_mode_finds_each_calls_parent_whichever_worker_answered_it(backend_url, tmp_path):
+    sessions, turns = [f"c{n}" for n in range(6)], 4
+    async with CaptureProxy(upstream=backend_url, trace_dir=tmp_path, workers=2, on_policy=True) as proxy, \
+            _client() as http:
+
+        async def conversation(session: str) -> list[str]:
+            messages, pids = [{"role": "user", "content": f"hello from {session}"}], []
+            for turn in range(turns):
+                response = await http.post(proxy.session_base_url(session) + "/chat/completions",
+                                           json={"model": "local", "messages": messages, "max_tokens": 6})
+                response.raise_for_status()
+                pids.append(response.headers[WORKER_HEADER])
+                messages = messages + [response.json()["choices"][0]["message"],
+                                       {"role": "user", "content": f"and then {turn}?"}]
+            return pids
+
+        pids = dict(zip(sessions, await asyncio.gather(*(conversation(s) for s in sessions))))
+        seals = {s: proxy.seal(s) for s in sessions}
+    # the calls did move between workers (else this would test nothing)
+    assert any(p[t] != p[t - 1] for p in pids.values() for t in range(1, turns))
+    for session in sessions:
+        records = sorted(read_trace(tmp_path / f"{session}.jsonl", seal=seals[session]), key=lambda r: r["index"])
+        assert records[0]["continuity"]["reason"] == "new_conversation"
+        for parent, child in zip(records, records[1:]):
+            assert child["continuity"]["status"] == "exact", child["continuity"]
+            assert child["continuity"]["parent_index"] == parent["index"]  # the latest turn, not an older one
+            head = parent["prompt_token_ids"] + parent["completion_token_ids"]
+            assert child["prompt_token_ids"][: len(head)] == head

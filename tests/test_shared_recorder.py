@@ -1,6 +1,7 @@
-"""`SharedTraceRecorder`: the state several proxy processes share per session, and how each locker
-repairs what a killed worker or an outside edit left. Two recorders on one directory stand for two
-worker processes (each has its own descriptors and its own view; only the files are shared).
+"""`SharedTraceRecorder`: the state several proxy processes share per session, how each locker
+repairs what a killed worker or an outside edit left, and `records_by_others` (what a process reads
+back of the others' records). Two recorders on one directory stand for two worker processes (each
+has its own descriptors and its own view; only the files are shared).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 
 from rollout_dataset.errors import TraceIntegrityError
 from rollout_dataset.proxy import read_trace
-from rollout_dataset.proxy.recorder import chained_line
+from rollout_dataset.proxy.recorder import TraceRecorder, chained_line
 from rollout_dataset.proxy.shared_recorder import SharedTraceRecorder
 
 
@@ -145,3 +146,39 @@ def test_a_recorder_keeps_at_most_max_open_files_trace_and_state_files_open(tmp_
         assert [r["n"] for r in read_trace(recorder.path(f"s{n}"), seal=recorder.seal(f"s{n}"))] == [n, n + 3, n + 6]
     recorder.close()
     assert open_files() == (0, 0)
+
+
+def test_records_by_others_gives_each_record_another_recorder_wrote_once(tmp_path: Path):
+    one, other = SharedTraceRecorder(tmp_path), SharedTraceRecorder(tmp_path)
+    assert one.records_by_others("s") == []  # no file yet
+    _write(one, "s", "mine")
+    _write(other, "s", "theirs 1")
+    _write(one, "s", "mine again")
+    _write(other, "s", "theirs 2")
+    assert [r["n"] for r in one.records_by_others("s")] == ["theirs 1", "theirs 2"]
+    assert one.records_by_others("s") == []  # nothing new
+    _write(other, "s", "theirs 3")
+    with open(one.path("s"), "ab") as f:
+        f.write(b'{"index": 9, "n": "half writ')  # a line being written: left for the next look
+    assert [r["n"] for r in one.records_by_others("s")] == ["theirs 3"]
+
+
+def test_records_by_others_reads_a_file_that_shrank_again_from_its_start(tmp_path: Path):
+    one, other = SharedTraceRecorder(tmp_path), SharedTraceRecorder(tmp_path)
+    for n in range(3):
+        _write(other, "s", n)
+    assert len(one.records_by_others("s")) == 3
+    lines = one.path("s").read_bytes().splitlines(keepends=True)
+    one.path("s").write_bytes(b"".join(lines[:1]))
+    assert [r["n"] for r in one.records_by_others("s")] == [0]
+
+
+def test_a_single_process_recorder_reads_back_what_it_found_and_never_its_own_lines(tmp_path: Path):
+    earlier = TraceRecorder(tmp_path)  # the proxy's run before a restart
+    for n in range(2):
+        earlier.write("s", {"index": earlier.next_index("s"), "n": n, "notes": []})
+    earlier.close()
+    again = TraceRecorder(tmp_path)
+    assert [r["n"] for r in again.records_by_others("s")] == [0, 1]
+    again.write("s", {"index": again.next_index("s"), "n": 2, "notes": []})
+    assert again.records_by_others("s") == []

@@ -147,7 +147,10 @@ class ProxyApp:
         self.max_body_bytes = max_body_bytes
         self.max_inflight_bytes = max_inflight_bytes
         self.inflight_bytes = 0
-        self.on_policy = OnPolicyMode(self.upstream_root, transport, self._extensions) if on_policy else None
+        # A session's earlier calls may have been answered by another worker, or by this proxy before a
+        # restart: each parent lookup first reads what those wrote to the session's file.
+        self.on_policy = (OnPolicyMode(self.upstream_root, transport, self._extensions,
+                                       others=recorder.records_by_others) if on_policy else None)
         self.fitter = ContextFitter(self.upstream_root, transport, context) if context and context.active else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "content_mismatch_detail",
     "drift_of",
     "message_key",
+    "past_call_from_record",
     "plan_splice",
     "request_context",
     "text_only",
@@ -206,6 +207,32 @@ class PastCall:
     text_chars: int = 0
 
 
+def past_call_from_record(record: Mapping[str, Any]) -> PastCall | None:
+    """A possible parent rebuilt from a trace record (one another proxy worker wrote).
+
+    What `SessionMemory.remember` gets from a finished call, read back from its record: a
+    successful ``/v1/chat/completions`` call with prompt and sampled ids. The record's request is
+    the harness's (credential fields redacted; messages, tools and template options verbatim), so a
+    message a redaction changed only fails to match, never matches wrongly.
+
+    Args:
+        record: one parsed trace record.
+
+    Returns:
+        The call, or None when the record cannot be a parent.
+    """
+    request = record.get("request")
+    prompt, completion = record.get("prompt_token_ids"), record.get("completion_token_ids")
+    if (record.get("endpoint") != "/v1/chat/completions" or record.get("status") != 200
+            or record.get("error") is not None or not isinstance(record.get("index"), int)
+            or not isinstance(request, Mapping) or not isinstance(request.get("messages"), list)
+            or not isinstance(prompt, list) or not isinstance(completion, list)):
+        return None
+    messages = request["messages"]
+    return PastCall(record["index"], [message_key(m) for m in messages], request_context(request), messages,
+                    prompt, completion, record.get("finish_reason"))
+
+
 @dataclass
 class ParentLookup:
     """The result of `SessionMemory.find_parent`.
@@ -252,11 +279,16 @@ class SessionMemory:
             session: the proxy session.
             call: the call.
         """
+        calls = self._sessions.pop(session, [])
+        if any(c.index == call.index for c in calls):  # known already (another worker's record read twice)
+            self._sessions[session] = calls
+            return
         call.prompt_ids = array("q", call.prompt_ids)  # a third of a list of ints' memory
         call.text_chars = sum(len(_text(m.get("content"))) for m in call.messages if isinstance(m, Mapping))
         call.completion_ids = array("q", call.completion_ids)
-        calls = self._sessions.pop(session, [])
         calls.append(call)
+        if len(calls) > 1 and calls[-2].index > call.index:  # arrival order, whichever worker's record came first
+            calls.sort(key=lambda c: c.index)
         self.n_ids += self._size(call)
         for old in calls[: max(0, len(calls) - self.max_calls)]:
             self.n_ids -= self._size(old)

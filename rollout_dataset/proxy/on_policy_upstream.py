@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -31,6 +31,7 @@ from rollout_dataset.proxy.on_policy import (
     content_mismatch_detail,
     drift_of,
     message_key,
+    past_call_from_record,
     plan_splice,
     request_context,
     text_only,
@@ -112,10 +113,15 @@ class OnPolicyMode:
         transport: the proxy's httpx transport.
         extensions: httpx request extensions (timeouts).
         memory: finished calls per session (a fresh one by default).
+        others: the records others wrote to a session's file since the last look
+            (`TraceRecorder.records_by_others`: other workers with ``proxy --workers N``, this proxy
+            before a restart): read before each parent lookup, so a session's calls find their parent
+            whichever process answered it.
     """
 
     def __init__(self, upstream_root: str, transport: httpx.AsyncBaseTransport, extensions: dict[str, Any],
-                 memory: SessionMemory | None = None) -> None:
+                 memory: SessionMemory | None = None,
+                 others: Callable[[str], list[dict[str, Any]]] | None = None) -> None:
         self.upstream_root = upstream_root.rstrip("/")
         self.transport = transport
         timeout = dict(extensions.get("timeout") or {})
@@ -123,6 +129,7 @@ class OnPolicyMode:
             timeout[key] = min(timeout.get(key) or AUX_TIMEOUT_S, AUX_TIMEOUT_S)
         self.extensions = {**extensions, "timeout": timeout}
         self.memory = memory or SessionMemory()
+        self.others = others
         self.honoured: bool | None = None  # None: not probed yet
         self.off_reason: str | None = None
         self._probe_lock = asyncio.Lock()
@@ -252,6 +259,11 @@ class OnPolicyMode:
 
     async def _decide(self, session: str, parsed: dict[str, Any], messages: list[Any], prepared: Prepared,
                       headers: list[tuple[bytes, bytes]]) -> Continuity:
+        if self.others is not None:
+            for record in self.others(session):
+                past = past_call_from_record(record)
+                if past is not None:
+                    self.memory.remember(session, past)
         lookup = self.memory.find_parent(session, messages, prepared.context)
         parent = lookup.parent
         if parent is None:

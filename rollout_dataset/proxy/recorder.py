@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from rollout_dataset.errors import RecordWriteError, SchemaValidationError
-from rollout_dataset.proxy.jsoncodec import encode_record
+from rollout_dataset.proxy.jsoncodec import encode_record, loads
 from rollout_dataset.trace_integrity import CHAIN_FIELD, TraceSeal, canonical_bytes, record_digest, verify_chain
 
 __all__ = ["TraceRecorder", "read_trace", "DEFAULT_MAX_OPEN_FILES", "MAX_FIELD_DEPTH"]
@@ -56,6 +56,20 @@ class _Session:
         self.notes: list[str] = []  # for the session's next record
 
 
+class _Followed:
+    """How far `TraceRecorder.records_by_others` has read a session's file."""
+
+    __slots__ = ("offset", "own")
+
+    def __init__(self) -> None:
+        self.offset = 0  # bytes read (whole lines)
+        self.own: dict[int, int] = {}  # lines this process wrote past `offset`: start -> length
+
+
+#: sessions whose read position `TraceRecorder.records_by_others` keeps (a forgotten one is read again).
+_MAX_FOLLOWED = 4096
+
+
 class TraceRecorder:
     """Append trace records to `<trace_dir>/<session>.jsonl`.
 
@@ -77,6 +91,7 @@ class TraceRecorder:
         # for the moment a record is written (the event loop cannot accept in between), so a
         # proxy at its descriptor limit still records what it answers.
         self._spare: int | None = _open_spare()
+        self._followed: OrderedDict[str, _Followed] = OrderedDict()  # see `records_by_others`
 
     def path(self, session: str) -> Path:
         """The trace file of a session.
@@ -249,10 +264,72 @@ class TraceRecorder:
                 if fd is not None:
                     os.close(fd)
                 self._spare = _open_spare()
+        self._wrote_line(session, state.size, len(data))
         state.head = digest
         state.records += 1
         state.size += len(data)
         state.notes = []
+
+    def _wrote_line(self, session: str, start: int, length: int) -> None:
+        """Note a line this process wrote, so that `records_by_others` skips it unread."""
+        followed = self._followed.get(session)
+        if followed is not None:
+            followed.own[start] = length
+
+    def records_by_others(self, session: str) -> list[dict[str, Any]]:
+        """The records written to a session's file by others since this recorder last looked.
+
+        "Others" are other proxy workers sharing the file (`SharedTraceRecorder`), and this proxy
+        before a restart: the first look reads the whole file. It serves state a proxy keeps in
+        memory beyond the file's order and chain (on-policy mode's possible parents). Whole lines
+        only (one being written is left for the next look). Lines this recorder wrote after its
+        first look are skipped unread; earlier ones, and every line of a file that shrank (a cut line
+        moved aside, an outside edit: read again from its start), come back too, so a caller must
+        take a record it already holds in its stride.
+
+        Args:
+            session: a validated session id.
+
+        Returns:
+            The parsed records, in file order (none when the file does not exist yet).
+
+        Raises:
+            OSError: the file exists but could not be read.
+        """
+        followed = self._followed.pop(session, None) or _Followed()
+        while len(self._followed) >= _MAX_FOLLOWED:
+            self._followed.popitem(last=False)
+        self._followed[session] = followed
+        try:
+            with open(self.path(session), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < followed.offset:
+                    followed.offset, followed.own = 0, {}
+                while followed.offset in followed.own:  # our own lines: nothing to read
+                    followed.offset += followed.own.pop(followed.offset)
+                if size <= followed.offset:
+                    return []
+                f.seek(followed.offset)
+                data = f.read(size - followed.offset)
+        except FileNotFoundError:
+            return []
+        records: list[dict[str, Any]] = []
+        start, end = 0, data.rfind(b"\n") + 1
+        while start < end:
+            own = followed.own.pop(followed.offset + start, None)
+            stop = start + own if own is not None else data.index(b"\n", start) + 1
+            if own is None and data[start:stop].strip():
+                try:
+                    record = loads(data[start:stop])[0]
+                except ValueError:
+                    record = None
+                if isinstance(record, dict):
+                    records.append(record)
+            start = stop
+        followed.offset += end
+        if followed.own:
+            followed.own = {at: n for at, n in followed.own.items() if at >= followed.offset}
+        return records
 
     def _undo_partial(self, session: str, state: _Session) -> None:
         """Cut a partly written line off again (the file must stay whole lines), and drop the handle."""

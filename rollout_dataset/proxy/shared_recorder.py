@@ -163,6 +163,7 @@ class SharedTraceRecorder(TraceRecorder):
                     state.pending = None
                     self._save(session, state)
                     raise
+                self._wrote_line(session, state.size, len(data))
                 state.head = digest
                 state.records += 1
                 state.size += len(data)
