@@ -150,13 +150,13 @@ def test_a_recorder_keeps_at_most_max_open_files_trace_and_state_files_open(tmp_
 
 def test_records_by_others_gives_each_record_another_recorder_wrote_once(tmp_path: Path):
     one, other = SharedTraceRecorder(tmp_path), SharedTraceRecorder(tmp_path)
-    assert one.records_by_others("s") == []  # no file yet
+    assert list(one.records_by_others("s")) == []  # no file yet
     _write(one, "s", "mine")
     _write(other, "s", "theirs 1")
     _write(one, "s", "mine again")
     _write(other, "s", "theirs 2")
     assert [r["n"] for r in one.records_by_others("s")] == ["theirs 1", "theirs 2"]
-    assert one.records_by_others("s") == []  # nothing new
+    assert list(one.records_by_others("s")) == []  # nothing new
     _write(other, "s", "theirs 3")
     with open(one.path("s"), "ab") as f:
         f.write(b'{"index": 9, "n": "half writ')  # a line being written: left for the next look
@@ -167,7 +167,7 @@ def test_records_by_others_reads_a_file_that_shrank_again_from_its_start(tmp_pat
     one, other = SharedTraceRecorder(tmp_path), SharedTraceRecorder(tmp_path)
     for n in range(3):
         _write(other, "s", n)
-    assert len(one.records_by_others("s")) == 3
+    assert len(list(one.records_by_others("s"))) == 3
     lines = one.path("s").read_bytes().splitlines(keepends=True)
     one.path("s").write_bytes(b"".join(lines[:1]))
     assert [r["n"] for r in one.records_by_others("s")] == [0]
@@ -181,4 +181,4 @@ def test_a_single_process_recorder_reads_back_what_it_found_and_never_its_own_li
     again = TraceRecorder(tmp_path)
     assert [r["n"] for r in again.records_by_others("s")] == [0, 1]
     again.write("s", {"index": again.next_index("s"), "n": 2, "notes": []})
-    assert again.records_by_others("s") == []
+    assert list(again.records_by_others("s")) == []

@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import httpx
 
@@ -121,7 +121,7 @@ class OnPolicyMode:
 
     def __init__(self, upstream_root: str, transport: httpx.AsyncBaseTransport, extensions: dict[str, Any],
                  memory: SessionMemory | None = None,
-                 others: Callable[[str], list[dict[str, Any]]] | None = None) -> None:
+                 others: Callable[[str], Iterable[dict[str, Any]]] | None = None) -> None:
         self.upstream_root = upstream_root.rstrip("/")
         self.transport = transport
         timeout = dict(extensions.get("timeout") or {})

@@ -27,7 +27,7 @@ import logging
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import orjson
 
@@ -276,22 +276,24 @@ class TraceRecorder:
         if followed is not None:
             followed.own[start] = length
 
-    def records_by_others(self, session: str) -> list[dict[str, Any]]:
+    def records_by_others(self, session: str) -> Iterator[dict[str, Any]]:
         """The records written to a session's file by others since this recorder last looked.
 
         "Others" are other proxy workers sharing the file (`SharedTraceRecorder`), and this proxy
         before a restart: the first look reads the whole file. It serves state a proxy keeps in
         memory beyond the file's order and chain (on-policy mode's possible parents). Whole lines
-        only (one being written is left for the next look). Lines this recorder wrote after its
-        first look are skipped unread; earlier ones, and every line of a file that shrank (a cut line
-        moved aside, an outside edit: read again from its start), come back too, so a caller must
-        take a record it already holds in its stride.
+        only (one being written is left for the next look), read one at a time, so memory holds one
+        record however long the file. Lines this recorder wrote after its first look are skipped
+        unread; earlier ones, and every line of a file that shrank (a cut line moved aside, an
+        outside edit: read again from its start), come back too, so a caller must take a record it
+        already holds in its stride.
 
         Args:
             session: a validated session id.
 
-        Returns:
-            The parsed records, in file order (none when the file does not exist yet).
+        Yields:
+            The parsed records, in file order (none when the file does not exist yet); a record
+            counts as read once yielded.
 
         Raises:
             OSError: the file exists but could not be read.
@@ -301,35 +303,34 @@ class TraceRecorder:
             self._followed.popitem(last=False)
         self._followed[session] = followed
         try:
-            with open(self.path(session), "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < followed.offset:
-                    followed.offset, followed.own = 0, {}
-                while followed.offset in followed.own:  # our own lines: nothing to read
-                    followed.offset += followed.own.pop(followed.offset)
-                if size <= followed.offset:
-                    return []
-                f.seek(followed.offset)
-                data = f.read(size - followed.offset)
+            f = open(self.path(session), "rb")
         except FileNotFoundError:
-            return []
-        records: list[dict[str, Any]] = []
-        start, end = 0, data.rfind(b"\n") + 1
-        while start < end:
-            own = followed.own.pop(followed.offset + start, None)
-            stop = start + own if own is not None else data.index(b"\n", start) + 1
-            if own is None and data[start:stop].strip():
+            return
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            if size < followed.offset:
+                followed.offset, followed.own = 0, {}
+            f.seek(followed.offset)
+            while followed.offset < size:
+                own = followed.own.pop(followed.offset, None)
+                if own is not None:  # a line of ours: skipped unread
+                    followed.offset += own
+                    f.seek(followed.offset)
+                    continue
+                line = f.readline()
+                if not line.endswith(b"\n"):
+                    break  # being written: the next look
+                followed.offset += len(line)
+                if not line.strip():
+                    continue
                 try:
-                    record = loads(data[start:stop])[0]
+                    record = loads(line)[0]
                 except ValueError:
-                    record = None
+                    continue
                 if isinstance(record, dict):
-                    records.append(record)
-            start = stop
-        followed.offset += end
+                    yield record
         if followed.own:
             followed.own = {at: n for at, n in followed.own.items() if at >= followed.offset}
-        return records
 
     def _undo_partial(self, session: str, state: _Session) -> None:
         """Cut a partly written line off again (the file must stay whole lines), and drop the handle."""
