@@ -55,6 +55,7 @@ LITELLM_VENV = Path(os.environ.get("LITELLM_VENV", Path(tempfile.gettempdir()) /
 # A target URL ending in this asks the server directly for what the proxy adds (ids + logprobs):
 # the server's own cost of token capture, apart from the proxy's.
 CAPTURE = "#capture"
+FLOOR = "pass-through floor"  # the target name of bench/passthrough_floor.py
 # LiteLLM refuses to start without a master key; every target gets the same bearer header.
 BENCH_KEY = "sk-bench-" + os.urandom(8).hex()
 MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
@@ -92,6 +93,15 @@ def start_backend(port: int) -> subprocess.Popen:
     return proc
 
 
+def _started(command: list[str], what: str, env: dict | None = None, cwd: str | None = None) -> tuple[subprocess.Popen, str]:
+    """A server in its own process, once it has printed its base URL (its first line)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    base = proc.stdout.readline().strip()
+    if not base.startswith("http"):
+        raise RuntimeError(f"{what} did not print its base URL")
+    return proc, base
+
+
 def start_proxy(upstream: str, trace_dir: str, workers: int = 1, source: str | None = None) -> tuple[subprocess.Popen, str]:
     """The recording proxy in its own process; `source`: the package from another checkout (PYTHONPATH)."""
     args = [sys.executable, "-m", "rollout_dataset.cli", "proxy", "--upstream", upstream, "--trace-dir", trace_dir]
@@ -99,21 +109,13 @@ def start_proxy(upstream: str, trace_dir: str, workers: int = 1, source: str | N
         args += ["--workers", str(workers)]
     env = {**os.environ, "PYTHONPATH": source} if source else None
     # `python -m` puts the working directory first on sys.path: run another checkout from its own
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env, cwd=source)
-    base = proc.stdout.readline().strip()
-    if not base.startswith("http"):
-        raise RuntimeError("the recording proxy did not print its base URL")
-    return proc, base
+    return _started(args, "the recording proxy", env=env, cwd=source)
 
 
 def start_floor(upstream: str) -> tuple[subprocess.Popen, str]:
     """`bench/passthrough_floor.py`: the proxy's own server and upstream client, forwarding, recording nothing."""
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("passthrough_floor.py")), upstream],
-                            stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parents[1]))
-    base = proc.stdout.readline().strip()
-    if not base.startswith("http"):
-        raise RuntimeError("the pass-through floor did not print its base URL")
-    return proc, base
+    return _started([sys.executable, str(Path(__file__).with_name("passthrough_floor.py")), upstream],
+                    "the pass-through floor", cwd=str(ROOT))
 
 
 def ensure_litellm() -> Path:
@@ -336,12 +338,12 @@ def markdown(results: dict[str, dict], table: dict[str, dict]) -> str:
             cpu = figures.get("cpu_us_per_chunk")
             lines.append(f"| {name} | {figures['chunks_per_s']:.0f} | " + (f"{cpu:.1f}" if cpu is not None else "—")
                          + " |")
-    floor = results.get("pass-through floor")
+    floor = results.get(FLOOR)
     if floor and "c32_cpu_ms_per_call" in floor and "rollout-dataset proxy" in per_call:
         line = (f"the proxy over the pass-through floor (same server and client, recording nothing): "
                 f"{per_call['rollout-dataset proxy'] / floor['c32_cpu_ms_per_call']:.2f}x its CPU per call")
         chunk = (streaming or {}).get("rollout-dataset proxy", {}).get("cpu_us_per_chunk")
-        floor_chunk = (streaming or {}).get("pass-through floor", {}).get("cpu_us_per_chunk")
+        floor_chunk = (streaming or {}).get(FLOOR, {}).get("cpu_us_per_chunk")
         if chunk and floor_chunk:
             line += f", {chunk / floor_chunk:.2f}x its CPU per streamed chunk"
         lines.append(line)
@@ -388,44 +390,33 @@ def main() -> int:
             procs.append(start_backend(port))
             upstream = f"http://127.0.0.1:{port}/v1"
         model = args.model or httpx.get(upstream + "/models", timeout=10).json()["data"][0]["id"]
-        proxy_proc, proxy_base = start_proxy(upstream, os.path.join(workdir, "traces"))
-        procs.append(proxy_proc)
+        bases = {"direct": upstream, "direct, asking ids+logprobs": upstream + CAPTURE}
+        proxy_pids: dict[str, int] = {}  # the targets whose CPU is measured, and streamed through
+
+        def target(name: str, started: tuple[subprocess.Popen, str]) -> None:
+            procs.append(started[0])
+            bases[name] = started[1]
+            proxy_pids[name] = started[0].pid
+
         multi = f"rollout-dataset proxy, {args.workers} workers"
-        multi_proc, multi_base = start_proxy(upstream, os.path.join(workdir, "traces-workers"), args.workers)
-        procs.append(multi_proc)
-        bases = {"direct": upstream, "direct, asking ids+logprobs": upstream + CAPTURE,
-                 "rollout-dataset proxy": proxy_base, multi: multi_base}
-        proxy_pids = {"rollout-dataset proxy": proxy_proc.pid, multi: multi_proc.pid}
+        target("rollout-dataset proxy", start_proxy(upstream, os.path.join(workdir, "traces")))
+        target(multi, start_proxy(upstream, os.path.join(workdir, "traces-workers"), args.workers))
         if not args.no_floor:  # what moving the bytes costs on this stack: the proxy's cost above it is recording's
-            floor_proc, floor_base = start_floor(upstream)
-            procs.append(floor_proc)
-            bases["pass-through floor"] = floor_base
-            proxy_pids["pass-through floor"] = floor_proc.pid
+            target(FLOOR, start_floor(upstream))
+        if args.baseline:  # another version's proxy, side by side in every phase
+            target("baseline proxy", start_proxy(upstream, os.path.join(workdir, "traces-baseline"),
+                                                 source=args.baseline))
+            target(f"baseline proxy, {args.workers} workers",
+                   start_proxy(upstream, os.path.join(workdir, "traces-baseline-workers"), args.workers,
+                               source=args.baseline))
         for extra in args.also:
             name, _, url = extra.partition("=")
             bases[name] = url.rstrip("/")
-        if args.baseline:  # another version's proxy, side by side in every phase
-            base_proc, base_url = start_proxy(upstream, os.path.join(workdir, "traces-baseline"),
-                                              source=args.baseline)
-            procs.append(base_proc)
-            bases["baseline proxy"] = base_url
-            base_multi_proc, base_multi_url = start_proxy(upstream, os.path.join(workdir, "traces-baseline-workers"),
-                                                          args.workers, source=args.baseline)
-            procs.append(base_multi_proc)
-            bases[f"baseline proxy, {args.workers} workers"] = base_multi_url
         # Phase 1: direct vs the recording proxy (and --also targets). Phase 2, with LiteLLM started
         # only then (its idle background work would otherwise tax phase 1): direct vs LiteLLM.
         # Each phase interleaves its own direct baseline; "added" is relative to that baseline.
-        if args.baseline:
-            proxy_pids["baseline proxy"] = base_proc.pid
-            proxy_pids[f"baseline proxy, {args.workers} workers"] = base_multi_proc.pid
         phases = [asyncio.run(measure(bases, model, args.calls, args.max_tokens, pids=proxy_pids))]
-        stream_bases = {"direct": upstream, "rollout-dataset proxy": proxy_base, multi: multi_base}
-        if args.baseline:
-            for name in ("baseline proxy", f"baseline proxy, {args.workers} workers"):
-                stream_bases[name] = bases[name]
-        if "pass-through floor" in bases:
-            stream_bases["pass-through floor"] = bases["pass-through floor"]
+        stream_bases = {"direct": upstream, **{name: bases[name] for name in proxy_pids}}
         streaming = asyncio.run(measure_streams(stream_bases, proxy_pids, model, args.streams, args.stream_tokens))
         if not args.skip_litellm:
             litellm_proc, litellm_base = start_litellm(upstream, model, workdir)
