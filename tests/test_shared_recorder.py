@@ -182,3 +182,15 @@ def test_a_single_process_recorder_reads_back_what_it_found_and_never_its_own_li
     assert [r["n"] for r in again.records_by_others("s")] == [0, 1]
     again.write("s", {"index": again.next_index("s"), "n": 2, "notes": []})
     assert list(again.records_by_others("s")) == []
+
+
+def test_own_lines_remembered_between_two_looks_stay_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr("rollout_dataset.proxy.recorder._MAX_OWN_LINES", 3)
+    recorder = TraceRecorder(tmp_path)
+    assert list(recorder.records_by_others("s")) == []  # the first look: from now on own lines are noted
+    for n in range(7):  # calls that never look (e.g. non-chat calls in on-policy mode)
+        recorder.write("s", {"index": recorder.next_index("s"), "n": n, "notes": []})
+        assert len(recorder._followed["s"].own) <= 3
+    # the forgotten own lines come back once (a caller takes them in stride); the remembered ones do not
+    assert [r["n"] for r in recorder.records_by_others("s")] == [0, 1, 2, 3, 4, 5]
+    assert list(recorder.records_by_others("s")) == []

@@ -68,6 +68,9 @@ class _Followed:
 
 #: sessions whose read position `TraceRecorder.records_by_others` keeps (a forgotten one is read again).
 _MAX_FOLLOWED = 4096
+#: own lines remembered per session between two looks; past it they are forgotten and read back once
+#: (a session may go on with calls that never look, e.g. non-chat calls in on-policy mode).
+_MAX_OWN_LINES = 1024
 
 
 class TraceRecorder:
@@ -274,6 +277,8 @@ class TraceRecorder:
         """Note a line this process wrote, so that `records_by_others` skips it unread."""
         followed = self._followed.get(session)
         if followed is not None:
+            if len(followed.own) >= _MAX_OWN_LINES:
+                followed.own.clear()  # a skip is only a saving: those lines are read back, and taken in stride
             followed.own[start] = length
 
     def records_by_others(self, session: str) -> Iterator[dict[str, Any]]:
@@ -284,8 +289,9 @@ class TraceRecorder:
         memory beyond the file's order and chain (on-policy mode's possible parents). Whole lines
         only (one being written is left for the next look), read one at a time, so memory holds one
         record however long the file. Lines this recorder wrote after its first look are skipped
-        unread; earlier ones, and every line of a file that shrank (a cut line moved aside, an
-        outside edit: read again from its start), come back too, so a caller must take a record it
+        unread (up to `_MAX_OWN_LINES` between two looks). The others come back too: its lines from
+        before its first look or past that count, and every line of a file that shrank (a cut line
+        moved aside, an outside edit: read again from its start). So a caller must take a record it
         already holds in its stride.
 
         Args:
