@@ -194,3 +194,13 @@ def test_own_lines_remembered_between_two_looks_stay_bounded(tmp_path: Path, mon
     # the forgotten own lines come back once (a caller takes them in stride); the remembered ones do not
     assert [r["n"] for r in recorder.records_by_others("s")] == [0, 1, 2, 3, 4, 5]
     assert list(recorder.records_by_others("s")) == []
+
+
+def test_records_by_others_passes_over_lines_that_are_not_json_objects(tmp_path: Path):
+    one, other = SharedTraceRecorder(tmp_path), SharedTraceRecorder(tmp_path)
+    assert list(one.records_by_others("s")) == []
+    _write(other, "s", "before")
+    with open(one.path("s"), "ab") as f:
+        f.write(b'{"broken\n[1, 2]\n\n')  # a corrupt line, a JSON value that is not a record, a blank one
+    _write(other, "s", "after")  # (noted as an outside change, and chained on)
+    assert [r["n"] for r in one.records_by_others("s")] == ["before", "after"]
