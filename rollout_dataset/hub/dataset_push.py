@@ -4,9 +4,10 @@
 shards tell which rollout ids are there), uploads this folder's rows of NEW rollouts as shards
 under fresh unique names (``data/<config>/<UTC stamp>-<uuid>.parquet``), rewrites README.md from
 the union, adds the stored tokenizer (``tokenizer/``) when the repo has none (and refuses a repo
-holding another tokenizer), and commits with ``parent_commit`` = the revision it read. When another writer
-committed in between, the Hub answers 412 (or 409) and the push starts over from the fresh state,
-so two processes pushing at once both land. (`Dataset.push_to_hub` replaces a config's files on
+holding another tokenizer), and commits with ``parent_commit`` = the revision it read
+(`rollout_dataset.hub.commits.commit_with_retry`). When another writer committed in between, the
+Hub answers 412 (or 409) and the push plans again from the fresh state, so two processes pushing
+at once both land. (`Dataset.push_to_hub` replaces a config's files on
 each push, which is why it is not used here.)
 
 The token goes to huggingface_hub only: it is never written to a file, logged, or put in an error
@@ -17,11 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import random
-import re
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,20 +26,29 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from rollout_dataset.builder.build import dataset_rollout_ids, read_summary_rows
-from rollout_dataset.builder.card import read_card_metadata, render_card
+from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.card_info import arrow_num_bytes, load_card_options
+from rollout_dataset.builder.compaction import card_context
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.tokenizer_files import TOKENIZER_DIR, tokenizer_uploads
 from rollout_dataset.builder.writer import copy_filtered, shard_name
 from rollout_dataset.errors import ArtifactError, PublishError
+from rollout_dataset.hub.commits import CommitPlan, RetryPolicy, check_repo_id, commit_with_retry, hub_errors
+from rollout_dataset.hub.plans import (
+    CARD_PATH,
+    config_bytes,
+    config_shards,
+    default_traces_repo,
+    over_shard_limit,
+    repo_file_sizes,
+    shard_path,
+)
+from rollout_dataset.hub.remote_compaction import AUTO_COMPACT_SHARDS, compact_repo
+from rollout_dataset.hub.trace_sessions import local_sessions, push_traces
 
 __all__ = ["PushResult", "push"]
 
 log = logging.getLogger(__name__)
-
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_CONFLICT = (409, 412)
-
 
 @dataclass
 class PushResult:
@@ -59,7 +65,8 @@ class PushResult:
         url: the repo's URL.
         traces_repo: the companion repo the sessions went to (None: none pushed).
         sessions_added: sessions uploaded to it by this push.
-        compacted: what the automatic compaction after the push did (`rollout_dataset.compact`), if it ran.
+        compacted: what the automatic compaction after the push did (a
+            `rollout_dataset.builder.compaction.CompactResult`), if it ran.
     """
 
     repo_id: str
@@ -73,29 +80,6 @@ class PushResult:
     traces_repo: str | None = None
     sessions_added: int = 0
     compacted: Any = None
-
-
-def _conflict_backoff(exc: Exception, attempt: int, max_attempts: int) -> float | None:
-    """Seconds to wait before trying a commit again after `exc`, or None when it must be raised.
-
-    A 409/412 means the repo moved since the revision read (another writer committed): the caller
-    starts over from fresh state after an exponential, jittered delay, up to `max_attempts`.
-    """
-    if _status(exc) in _CONFLICT and attempt < max_attempts:
-        return min(0.2 * 2 ** (attempt - 1), 5.0) * (0.5 + random.random())
-    return None
-
-
-def _scrub(text: str, token: str | None) -> str:
-    for secret in (token, os.environ.get("HF_TOKEN"), os.environ.get("HUGGING_FACE_HUB_TOKEN")):
-        if secret:
-            text = text.replace(secret, "***")
-    return re.sub(r"hf_[A-Za-z0-9]{8,}", "hf_***", text)
-
-
-def _status(exc: BaseException) -> int | None:
-    response = getattr(exc, "response", None)
-    return getattr(response, "status_code", None)
 
 
 def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, private: bool | None = None,
@@ -115,8 +99,8 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
         traces: push the sessions (``traces/sessions/*.jsonl``) to `traces_repo` first, and link it
             from the card; False pushes the parquet dataset only.
         compact_above: after a push that leaves more than this many shards in a config, compact the
-            repo (`rollout_dataset.compact.compact_repo`, one more commit); default
-            `rollout_dataset.compact.AUTO_COMPACT_SHARDS`; 0 turns it off. A failed compaction is
+            repo (`rollout_dataset.hub.compact_repo`, one more commit); default
+            `rollout_dataset.hub.AUTO_COMPACT_SHARDS`; 0 turns it off. A failed compaction is
             logged, never fails the push (the rollouts have landed).
 
     Returns:
@@ -129,140 +113,116 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
             `max_attempts` conflicts in a row.
         TokenizerMismatchError: the repo stores another tokenizer than the dataset (a ValueError).
     """
-    from huggingface_hub import CommitOperationAdd, HfApi
-    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub import HfApi
 
-    if not _REPO_ID.match(repo_id or ""):
-        raise ValueError(f"repo id {repo_id!r} is not of the form org/name")
+    check_repo_id(repo_id)
     dataset_dir = Path(dataset_dir)
     if not list((dataset_dir / "data" / DEFAULT_CONFIG).glob("*.parquet")):
         raise ArtifactError(f"{dataset_dir}: no data/{DEFAULT_CONFIG}/*.parquet (build the dataset first)")
     api = HfApi(endpoint=endpoint, token=token)
     result = PushResult(repo_id=repo_id)
-    from rollout_dataset.publish_traces import default_traces_repo, local_sessions, push_traces
-
     traces_repo = (traces_repo or default_traces_repo(repo_id)) if traces and local_sessions(dataset_dir) else None
-    if traces_repo and not _REPO_ID.match(traces_repo):
-        raise ValueError(f"traces repo id {traces_repo!r} is not of the form org/name")
+    if traces_repo:
+        check_repo_id(traces_repo, "traces repo id")
     local_ids = dataset_rollout_ids(dataset_dir)
-    try:
-        if traces_repo:  # first, so the card's link points at sessions that exist
-            result.sessions_added, _ = push_traces(api, traces_repo, dataset_dir, dataset_repo=repo_id,
-                                                   private=private, max_attempts=max_attempts)
-            result.traces_repo = traces_repo
-        url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-        result.url = str(url)
-        with tempfile.TemporaryDirectory(prefix="rollout-push-") as tmp:
-            for attempt in range(1, max_attempts + 1):
-                result.attempts = attempt
-                info = api.dataset_info(repo_id, files_metadata=True)
-                sha = info.sha
-                remote_files = [s.rfilename for s in (info.siblings or [])]
-                config_bytes = {c: sum(int(s.size or 0) for s in (info.siblings or [])
-                                       if s.rfilename.startswith(f"data/{c}/") and s.rfilename.endswith(".parquet"))
-                                for c in CONFIG_NAMES}
-                remote_rows = []
-                for path in sorted(f for f in remote_files
-                                   if f.startswith(f"data/{DEFAULT_CONFIG}/") and f.endswith(".parquet")):
-                    local = api.hf_hub_download(repo_id, path, repo_type="dataset", revision=sha)
-                    remote_rows.extend(pq.read_table(local).to_pylist())
-                remote_ids = {r["rollout_id"] for r in remote_rows}
-                new_ids = local_ids - remote_ids
-                result.skipped = sorted(local_ids & remote_ids)
-                if not new_ids:
-                    log.info("%s: every rollout of %s is already in the repo; nothing to push", repo_id, dataset_dir)
-                    result.total_rollouts = len(remote_ids)
-                    return result
-                ops, files = [], []
-                work = Path(tmp) / f"attempt-{attempt}"
-                for config in CONFIG_NAMES:
-                    has_remote = any(f.startswith(f"data/{config}/") and f.endswith(".parquet") for f in remote_files)
-                    for shard in sorted((dataset_dir / "data" / config).glob("*.parquet")):
-                        name = shard_name()
-                        out = work / config / name
-                        n = copy_filtered(shard, out, config, local_ids & remote_ids)
-                        if n == 0 and (has_remote or _files_for(files, config)):
-                            continue
-                        path_in_repo = f"data/{config}/{name}"
-                        ops.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(out)))
-                        files.append(path_in_repo)
-                        config_bytes[config] += out.stat().st_size
-                remote_tok, remote_tok_sha = f"{TOKENIZER_DIR}/tokenizer.json", None
-                if remote_tok in remote_files:
-                    got = Path(api.hf_hub_download(repo_id, remote_tok, repo_type="dataset", revision=sha))
-                    remote_tok_sha = hashlib.sha256(got.read_bytes()).hexdigest()
-                for path_in_repo, local_file in tokenizer_uploads(dataset_dir, remote_tok_sha):
-                    ops.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(local_file)))
-                    files.append(path_in_repo)
-                union = remote_rows + [r for r in read_summary_rows(dataset_dir) if r["rollout_id"] in new_ids]
-                readme = render_card(union, template=template, repo_id=repo_id, config_bytes=config_bytes,
-                                     arrow_bytes=_arrow_bytes(api, repo_id, sha, remote_files, work),
-                                     traces_repo_id=traces_repo, options=load_card_options(dataset_dir)
-                                     ).encode("utf-8")
-                ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme))
-                files.append("README.md")
-                try:
-                    commit = api.create_commit(repo_id, ops, repo_type="dataset", parent_commit=sha,
-                                               commit_message=f"Add {len(new_ids)} rollout(s)")
-                except HfHubHTTPError as exc:
-                    delay = _conflict_backoff(exc, attempt, max_attempts)
-                    if delay is not None:
-                        log.info("%s: the repo moved since revision %s (HTTP %s); retrying in %.2fs with fresh "
-                                 "state (attempt %d/%d)", repo_id, sha[:12], _status(exc), delay, attempt + 1,
-                                 max_attempts)
-                        time.sleep(delay)
-                        continue
-                    raise
-                result.commit = commit.oid
-                result.added = sorted(new_ids)
-                result.files = files
-                result.total_rollouts = len(union)
-                log.info("%s: pushed %d rollout(s) (%d already there) in commit %s", repo_id, len(new_ids),
-                         len(result.skipped), commit.oid[:12])
-                result.compacted = _auto_compact(api, repo_id, remote_files + files, compact_above, token, template)
-                return result
-            raise PublishError(f"push to {repo_id}: {max_attempts} commits in a row conflicted with other writers")
-    except HfHubHTTPError as exc:
-        status = _status(exc)
-        raise PublishError(_scrub(f"push to {repo_id} at {api.endpoint} failed (HTTP {status}): {exc}", token)) \
-            from None
-    except PublishError:
-        raise
-    except OSError as exc:
-        if isinstance(exc, ArtifactError):
-            raise
-        raise PublishError(_scrub(f"push to {repo_id} at {api.endpoint} failed: {exc}", token)) from None
+    if traces_repo:  # first, so the card's link points at sessions that exist
+        result.sessions_added, _ = push_traces(api, traces_repo, dataset_dir, dataset_repo=repo_id,
+                                               private=private, max_attempts=max_attempts)
+        result.traces_repo = traces_repo
+    with hub_errors("push to", repo_id, api):
+        result.url = str(api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True))
+    with tempfile.TemporaryDirectory(prefix="rollout-push-") as tmp:
+        def plan(info: Any, attempt: int) -> CommitPlan:
+            return _plan_push(api, repo_id, info, dataset_dir, local_ids, template=template, traces_repo=traces_repo,
+                              work=Path(tmp) / f"attempt-{attempt}")
+
+        outcome = commit_with_retry(api, repo_id, plan, action="push to", policy=RetryPolicy(max_attempts),
+                                    files_metadata=True)
+    planned: _Planned = outcome.plan.detail
+    result.attempts, result.commit = outcome.attempts, outcome.commit
+    result.skipped, result.total_rollouts = planned.skipped, planned.total_rollouts
+    if outcome.commit is None:
+        log.info("%s: every rollout of %s is already in the repo; nothing to push", repo_id, dataset_dir)
+        return result
+    result.added, result.files = planned.added, planned.files
+    log.info("%s: pushed %d rollout(s) (%d already there) in commit %s", repo_id, len(result.added),
+             len(result.skipped), outcome.commit[:12])
+    result.compacted = _auto_compact(api, repo_id, planned.repo_files, compact_above, template)
+    return result
 
 
-def _arrow_bytes(api: Any, repo_id: str, sha: str, remote_files: list[str], work: Path) -> dict[str, int]:
-    """Arrow bytes per config after this push: the repo card's `num_bytes` + the new shards' (in `work`)."""
-    before: dict[str, int] = {}
-    if "README.md" in remote_files:
-        text = Path(api.hf_hub_download(repo_id, "README.md", repo_type="dataset", revision=sha)).read_text("utf-8")
-        for info in read_card_metadata(text).get("dataset_info") or []:
-            if isinstance(info, dict) and info.get("splits"):
-                before[info.get("config_name")] = int(info["splits"][0].get("num_bytes") or 0)
-    return {c: before.get(c, 0) + arrow_num_bytes(sorted((work / c).glob("*.parquet"))) for c in CONFIG_NAMES}
+@dataclass
+class _Planned:
+    """What one push plan found and chose (the detail of its `CommitPlan`)."""
+
+    added: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    total_rollouts: int = 0
+    repo_files: list[str] = field(default_factory=list)  # the repo's paths once the commit lands
+
+
+def _plan_push(api: Any, repo_id: str, info: Any, dataset_dir: Path, local_ids: set[str], *,
+               template: str | Path | None, traces_repo: str | None, work: Path) -> CommitPlan:
+    """The push commit on the revision `info`: the new rollouts' rows as fresh shards (written under
+    `work`), the tokenizer when the repo has none, and the card of the union."""
+    from huggingface_hub import CommitOperationAdd
+
+    remote_files = repo_file_sizes(info)
+    sizes = config_bytes(remote_files)
+    remote_rows = []
+    for path in config_shards(remote_files, DEFAULT_CONFIG):
+        remote_rows.extend(pq.read_table(_download(api, repo_id, info, path)).to_pylist())
+    remote_ids = {r["rollout_id"] for r in remote_rows}
+    new_ids = local_ids - remote_ids
+    planned = _Planned(skipped=sorted(local_ids & remote_ids), total_rollouts=len(remote_ids))
+    if not new_ids:
+        return CommitPlan(detail=planned)
+    ops = []
+    for config in CONFIG_NAMES:
+        for shard in sorted((dataset_dir / "data" / config).glob("*.parquet")):
+            name = shard_name()
+            out = work / config / name
+            rows = copy_filtered(shard, out, config, local_ids & remote_ids)
+            if rows == 0 and (config_shards(remote_files, config) or config_shards(planned.files, config)):
+                continue  # an empty shard only where the config would have none
+            ops.append(CommitOperationAdd(path_in_repo=shard_path(config, name), path_or_fileobj=str(out)))
+            planned.files.append(shard_path(config, name))
+            sizes[config] += out.stat().st_size
+    remote_tok, remote_tok_sha = f"{TOKENIZER_DIR}/tokenizer.json", None
+    if remote_tok in remote_files:
+        remote_tok_sha = hashlib.sha256(_download(api, repo_id, info, remote_tok).read_bytes()).hexdigest()
+    for path_in_repo, local_file in tokenizer_uploads(dataset_dir, remote_tok_sha):
+        ops.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(local_file)))
+        planned.files.append(path_in_repo)
+    union = remote_rows + [r for r in read_summary_rows(dataset_dir) if r["rollout_id"] in new_ids]
+    card_text = _download(api, repo_id, info, CARD_PATH).read_text("utf-8") if CARD_PATH in remote_files else ""
+    before = card_context(card_text)["arrow_bytes"] or {}
+    arrow_bytes = {c: before.get(c, 0) + arrow_num_bytes(sorted((work / c).glob("*.parquet"))) for c in CONFIG_NAMES}
+    readme = render_card(union, template=template, repo_id=repo_id, config_bytes=sizes, arrow_bytes=arrow_bytes,
+                         traces_repo_id=traces_repo, options=load_card_options(dataset_dir)).encode("utf-8")
+    ops.append(CommitOperationAdd(path_in_repo=CARD_PATH, path_or_fileobj=readme))
+    planned.files.append(CARD_PATH)
+    planned.added, planned.total_rollouts = sorted(new_ids), len(union)
+    planned.repo_files = list(remote_files) + planned.files
+    return CommitPlan(ops, f"Add {len(new_ids)} rollout(s)", detail=planned)
+
+
+def _download(api: Any, repo_id: str, info: Any, path: str) -> Path:
+    """A file of the revision `info` (huggingface_hub's cache)."""
+    return Path(api.hf_hub_download(repo_id, path, repo_type="dataset", revision=info.sha))
 
 
 def _auto_compact(api: Any, repo_id: str, repo_files: list[str], compact_above: int | None,
-                  token: str | None, template: str | Path | None) -> Any:
+                  template: str | Path | None) -> Any:
     """Compact the repo when a config holds more than `compact_above` shards (see `push`)."""
-    from rollout_dataset.compact import AUTO_COMPACT_SHARDS, compact_repo
-
     limit = AUTO_COMPACT_SHARDS if compact_above is None else compact_above
-    counts = {c: sum(1 for f in repo_files if f.startswith(f"data/{c}/") and f.endswith(".parquet"))
-              for c in CONFIG_NAMES}
-    if not limit or max(counts.values()) <= limit:
+    most = over_shard_limit(repo_files, limit)
+    if most is None:
         return None
-    log.info("%s: %d shards in a config (more than %d); compacting", repo_id, max(counts.values()), limit)
+    log.info("%s: %d shards in a config (more than %d); compacting", repo_id, most, limit)
     try:
-        return compact_repo(repo_id, token=token, endpoint=api.endpoint, template=template)
+        return compact_repo(repo_id, token=api.token, endpoint=api.endpoint, template=template)
     except (PublishError, OSError) as exc:
         log.warning("%s: the push landed, but compacting afterwards failed: %s", repo_id, exc)
         return None
-
-
-def _files_for(files: list[str], config: str) -> bool:
-    """Whether `files` already holds a shard of `config` (so an empty one is not needed)."""
-    return any(f.startswith(f"data/{config}/") for f in files)
