@@ -74,7 +74,7 @@ class StreamingPusher:
         """
         if not self.pending:
             return None
-        from rollout_dataset import hub
+        import rollout_dataset.hub as hub
         from rollout_dataset.builder import build
         from rollout_dataset.errors import RolloutDatasetError
 

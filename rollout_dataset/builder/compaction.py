@@ -43,12 +43,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
-from rollout_dataset.builder import staging
-from rollout_dataset.builder.merge import card_inputs
-from rollout_dataset.builder.staging import exchange_folders, link_or_copy
 from rollout_dataset.builder.card import read_card_metadata, render_card
 from rollout_dataset.builder.card_info import load_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
+from rollout_dataset.builder.merge import card_inputs
+from rollout_dataset.builder.staging import exchange_folders, link_or_copy, locked_out_dir
 from rollout_dataset.builder.writer import ConfigWriter, shard_name
 from rollout_dataset.errors import ArtifactError, DatasetDirError
 from rollout_dataset.files import write_text_atomic
@@ -364,7 +363,7 @@ def compact_local(dataset_dir: str | Path, *, target_bytes: int = DEFAULT_TARGET
         try:
             # the build's lock too: a build or `build --append` swaps the whole folder, which would
             # silently undo a compaction running inside it (and a compaction would race its staging)
-            with staging.locked_out_dir(dataset_dir.absolute()):
+            with locked_out_dir(dataset_dir.absolute()):
                 return _compact_local_locked(dataset_dir, target_bytes, configs, template)
         except DatasetDirError:
             raise ArtifactError(f"{dataset_dir}: a build or append is writing to it; compact it when that has "
