@@ -188,7 +188,7 @@ def build_app(source: RolloutSource) -> Any:
     app = Starlette(routes=[
         Route("/", page), Route("/index.html", page), Route("/rollout.html", page),
         Route("/api/info", info), Route("/api/index", index), Route("/api/rollout", rollout),
-        Route("/api/tokens", tokens),
+        Route("/api/tokens", tokens), Route("/favicon.ico", lambda request: Response(status_code=204)),
         Mount("/static", StaticFiles(directory=str(pages), follow_symlink=False)),
     ])
 

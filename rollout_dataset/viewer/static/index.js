@@ -68,7 +68,6 @@ async function main() {
     data: first.rows, columns: COLUMNS, layout: "fitDataStretch", index: "id",
     pagination: true, paginationSize: 100, paginationSizeSelector: [25, 100, 500],
     groupBy: "group_id", groupHeader, groupStartOpen: true, height: "75vh",
-    initialSort: [{ column: "group_id", dir: "asc" }],
   });
   const count = document.getElementById("count");
   const showCount = () => { count.textContent = table.getDataCount("active") + " of " + table.getDataCount() + " rollouts"; };
