@@ -34,7 +34,9 @@ def hostile_tree(demo_folders, tmp_path_factory) -> Path:
     for call in trace["calls"]:
         message = call["response"]["choices"][0]["message"]
         message["content"] = HOSTILE + (message.get("content") or "")
-    (first / "trace.json").write_text(json.dumps(trace))
+    from rollout_dataset.trace_integrity import reseal
+
+    (first / "trace.json").write_text(json.dumps(reseal(trace)))
     summary = json.loads((first / "summary.json").read_text())
     summary["stop_reason"] = HOSTILE
     (first / "summary.json").write_text(json.dumps(summary))
