@@ -72,23 +72,27 @@ async function main() {
   const count = document.getElementById("count");
   const showCount = () => { count.textContent = table.getDataCount("active") + " of " + table.getDataCount() + " rollouts"; };
   table.on("dataFiltered", showCount);
-  table.on("tableBuilt", () => {
+  const built = new Promise((resolve) => table.on("tableBuilt", resolve));
+  built.then(() => {
     showCount();
     document.body.dataset.ready = "index";
   });
-  let offset = first.rows.length;
+  // the rest, read page by page while the first page is already shown, then set in one go (one
+  // regrouping and one render, not one per page)
+  const rows = first.rows.slice();
   let done = first.done;
-  while (!done) {  // the rest, page by page, while the first page is already shown
-    status.textContent = "loading… " + offset;
-    const page = await RD.indexPage(offset, PAGE * 4);
-    if (page.rows.length) await table.addData(page.rows);
-    offset += page.rows.length;
+  while (!done) {
+    status.textContent = "loading… " + rows.length + " rollouts read";
+    const page = await RD.indexPage(rows.length, PAGE * 10);
+    rows.push(...page.rows);
     done = page.done || page.rows.length === 0;
     if (page.error) status.textContent = "index stopped: " + page.error;
   }
+  await built;
+  if (rows.length > first.rows.length) await table.replaceData(rows);
   if (!status.textContent.startsWith("index stopped")) status.textContent = "";
   showCount();
-  document.body.dataset.loaded = String(offset);
+  document.body.dataset.loaded = String(rows.length);
 
   document.getElementById("filter").addEventListener("input", (event) => {
     const term = event.target.value.toLowerCase();

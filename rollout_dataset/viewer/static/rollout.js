@@ -178,7 +178,7 @@ function renderGraph(view) {
   }
   for (const [a, b] of view.graph.edges) elements.push({ data: { id: "e" + a + "-" + b, source: "n" + a, target: "n" + b } });
   const cy = cytoscape({
-    container: document.getElementById("graph"), elements, wheelSensitivity: 0.3,
+    container: document.getElementById("graph"), elements,
     layout: { name: "breadthfirst", directed: true, spacingFactor: 1.1 },
     style: [
       { selector: "node", style: { label: "data(label)", "font-size": 10, "background-color": "#4a78c2", "text-valign": "bottom", width: 18, height: 18 } },
