@@ -84,7 +84,9 @@ def long_rollout(scratch: Path, browser) -> dict:
             break
         t0 = time.perf_counter()
         page.locator(f'.sequence[data-sequence="{longest["i"]}"] .sentinel').scroll_into_view_if_needed()
-        page.wait_for_function(f"Number(document.querySelector('{selector}').dataset.loaded) > {loaded}", timeout=60_000)
+        # a function (not an expression string): the viewer's CSP forbids the eval an expression needs
+        page.wait_for_function("([sel, n]) => Number(document.querySelector(sel).dataset.loaded) > n",
+                               arg=[selector, loaded], timeout=60_000)
         steps.append(round(time.perf_counter() - t0, 3))
     calls = int(page.locator("#total-calls").get_attribute("data-value"))
     page.close()

@@ -50,4 +50,4 @@ def local_backend_thread():
 
 
 # The viewer's demo rollouts and dataset, built once per session (tests/viewer_fixtures.py).
-from viewer_fixtures import demo_folders, hostile_tree  # noqa: E402,F401
+from viewer_fixtures import audited_tree, crafter_tree, demo_folders, hostile_tree  # noqa: E402,F401

@@ -4,6 +4,7 @@ a corrupt folder is reported in the page, nothing is written to PATH, and the CL
 from __future__ import annotations
 
 import hashlib
+import json
 import http.client
 import os
 import subprocess
@@ -184,3 +185,46 @@ def test_the_cli_export_writes_a_static_copy_and_prints_where(demo_folders, tmp_
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "site" / "index.html").is_file() and (tmp_path / "site" / "data" / "index.js").is_file()
     assert "exported 3 rollouts" in done.stdout
+
+
+def test_an_audit_shows_in_the_index_the_page_and_each_tokens_scorer_logprob(audited_tree):
+    with serve_in_thread(lambda: viewer_server(audited_tree), name="viewer-audit") as server:
+        row = httpx.get(server.url + "api/index").json()["rows"][0]
+        assert row["audit_max_abs_diff"] == 0.5 and row["audit_kl_k3"] == 0.002
+        view = httpx.get(server.url + "api/rollout", params={"id": "rollout-000"}).json()
+        assert view["errors"] == [] and view["audit"]["scorer"] == "server"
+        assert view["audit"]["not_comparable"] == [{"call_index": 9, "reason": "no logprobs"}]
+        page = httpx.get(server.url + "api/tokens", params={"id": "rollout-000", "seq": 0, "count": 4096}).json()
+        sampled = [t for t in page["tokens"] if t[3]]
+        assert sampled[0][6] == pytest.approx(sampled[0][4] - 0.5)
+        assert all(t[6] == pytest.approx(t[4]) for t in sampled[1:])
+        assert all(t[6] is None for t in page["tokens"] if not t[3])
+
+
+def test_without_an_audit_the_page_has_none_and_tokens_no_scorer_logprob(dataset_viewer, demo_folders):
+    rid = _table(demo_folders[1], "summary")[0]["rollout_id"]
+    assert httpx.get(dataset_viewer.url + "api/rollout", params={"id": rid}).json()["audit"] is None
+    page = httpx.get(dataset_viewer.url + "api/tokens", params={"id": rid, "seq": 0, "count": 50}).json()
+    assert all(t[6] is None for t in page["tokens"])
+
+
+def test_a_crafter_rollout_shows_its_achievement_timeline_per_decision(crafter_tree):
+    with serve_in_thread(lambda: viewer_server(crafter_tree), name="viewer-crafter") as server:
+        view = httpx.get(server.url + "api/rollout", params={"id": "episode"}).json()
+    metadata = json.loads((crafter_tree / "episode" / "rollout.json").read_text())["metadata"]["crafter"]
+    assert view["errors"] == []
+    assert [d["turn"] for d in view["crafter"]["decisions"]] == [d["turn"] for d in metadata["decisions"]]
+    assert [d["newly_unlocked"] for d in view["crafter"]["decisions"]] == \
+        [d["newly_unlocked"] for d in metadata["decisions"]]
+    assert view["crafter"]["achievements_unlocked"] == metadata["achievements_unlocked"]
+
+
+def test_text_that_looks_like_json_stays_text(dataset_viewer, demo_folders):
+    from rollout_dataset.viewer.sources import _decoded
+
+    row = _decoded("task", {"instruction": "[1, 2]", "title": '{"a": 1}', "config": '{"a": 1}'})
+    assert row == {"instruction": "[1, 2]", "title": '{"a": 1}', "config": {"a": 1}}
+    rid = _table(demo_folders[1], "summary")[0]["rollout_id"]
+    view = httpx.get(dataset_viewer.url + "api/rollout", params={"id": rid}).json()
+    assert all(isinstance(h["input"], str) for h in view["held_out_tests"])
+    assert isinstance(view["task"]["instruction"], str) and isinstance(view["summary"]["timings"], dict)

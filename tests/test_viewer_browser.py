@@ -6,6 +6,7 @@ pytest tmp dir (``viewer-screenshots``), and the path is printed.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -174,3 +175,30 @@ def test_the_export_opens_from_disk_with_the_network_off(browser, demo_folders, 
     page.screenshot(path=shots / "export.png")
     assert errors == [] and all(url.startswith("file://") for url in requests), requests
     context.close()
+
+
+def test_an_audit_colours_tokens_by_difference_and_hover_shows_the_scorer_logprob(page, audited_tree, shots):
+    with serve_in_thread(lambda: viewer_server(audited_tree), name="viewer-browser-audit") as server:
+        _ready(page, server.url + "rollout.html?id=rollout-000")
+        first = page.locator(".tokens .tok.m1").first
+        assert "lp" in first.get_attribute("class")
+        page.click("text=colour by audit |Δ|")
+        assert "df3" in first.get_attribute("class")  # |Δ| 0.5: the top band (>= 0.1)
+        assert "df0" in page.locator(".tokens .tok.m1").nth(1).get_attribute("class")
+        first.hover()
+        assert "scorer logprob" in page.locator("#tip").inner_text()
+        page.click("#tabs button[data-tab=audit]")
+        assert "no logprobs" in page.locator("#tab-audit").inner_text()
+        page.screenshot(path=shots / "audit.png")
+        _clean(page)
+
+
+def test_a_crafter_rollout_has_its_decision_timeline_tab(page, crafter_tree, shots):
+    with serve_in_thread(lambda: viewer_server(crafter_tree), name="viewer-browser-crafter") as server:
+        _ready(page, server.url + "rollout.html?id=episode")
+        page.click("#tabs button[data-tab=crafter]")
+        rows = page.locator("#tab-crafter table.grid tr")
+        decisions = json.loads((crafter_tree / "episode" / "rollout.json").read_text())["metadata"]["crafter"]["decisions"]
+        assert rows.count() == len(decisions) + 1
+        page.screenshot(path=shots / "crafter.png")
+        _clean(page)

@@ -47,3 +47,40 @@ def hostile_tree(demo_folders, tmp_path_factory) -> Path:
     (root / "linked").symlink_to(outside / "rollout-x", target_is_directory=True)
     (root / "secret-link.txt").symlink_to(outside / "secret.txt")
     return root
+
+
+@pytest.fixture(scope="session")
+def audited_tree(demo_folders, tmp_path_factory) -> Path:
+    """A copy of one demo artifact folder with an `audit.json` (the audit contract's fields): the
+    scorer's logprob is the captured one shifted by 0.5 on the first sampled token, equal elsewhere."""
+    root = tmp_path_factory.mktemp("viewer-audited") / "tree"
+    shutil.copytree(demo_folders[0] / "rollout-000", root / "rollout-000")
+    rollout = json.loads((root / "rollout-000" / "rollout.json").read_text())
+    sequences, worst = [], []
+    for k, seq in enumerate(rollout["sequences"]):
+        scored = [lp if m else None for lp, m in zip(seq["logprobs"], seq["loss_mask"])]
+        first = seq["loss_mask"].index(1)
+        scored[first] = seq["logprobs"][first] - 0.5
+        sequences.append({"sequence_index": k, "scorer_logprobs": scored})
+        worst.append({"sequence_index": k, "position": first, "token_id": seq["input_ids"][first], "token": "x",
+                      "call_index": seq["node_ids"][0], "captured": seq["logprobs"][first],
+                      "scored": scored[first], "abs_diff": 0.5})
+    audit = {"scorer": "server", "model": "local", "dtype": None, "url": None,
+             "summary": {"tokens_scored": 161, "mean_abs_diff": 0.0031, "max_abs_diff": 0.5, "share_over_1e-3": 0.006,
+                         "share_over_1e-2": 0.006, "share_over_1e-1": 0.006, "kl_k1": 0.001, "kl_k3": 0.002,
+                         "ratio_quantiles": {"p01": 1.0, "p05": 1.0, "p50": 1.0, "p95": 1.0, "p99": 1.0}},
+             "sequences": sequences, "not_comparable": [{"call_index": 9, "reason": "no logprobs"}], "worst": worst}
+    (root / "rollout-000" / "audit.json").write_text(json.dumps(audit))
+    return root
+
+
+@pytest.fixture(scope="session")
+def crafter_tree(tmp_path_factory) -> Path:
+    """One short Crafter episode's artifact folder (local backend, the `crafter` policy)."""
+    from rollout_dataset.envs.crafter import CrafterRolloutConfig, run_crafter_rollout
+
+    root = tmp_path_factory.mktemp("viewer-crafter")
+    result = run_crafter_rollout(CrafterRolloutConfig(out_dir=root / "episode", seed=1, max_steps=30, max_turns=6,
+                                                      area=(32, 32)))
+    assert result.ok
+    return root

@@ -18,6 +18,7 @@ neither followed into nor read.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -55,14 +56,33 @@ def _inside(path: Path, root: Path) -> bool:
         return False
 
 
-def _json_field(value: Any) -> Any:
-    """A JSON-text dataset cell as its value (the builder stores nested records as JSON text)."""
-    if isinstance(value, str) and value[:1] in "[{":
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
+#: the audit config's JSON-text columns (the config is written by `rollout-dataset audit`).
+_AUDIT_JSON_COLUMNS = frozenset({"summary", "sequences", "not_comparable", "worst"})
+
+
+@functools.lru_cache(maxsize=None)
+def _json_columns(config: str) -> frozenset[str]:
+    """The columns of a config the builder stores as JSON text (dtype ``json``)."""
+    from rollout_dataset.builder.configs import CONFIG_NAMES, resolved_columns
+
+    if config == "audit":
+        return _AUDIT_JSON_COLUMNS
+    if config not in CONFIG_NAMES:
+        return frozenset()
+    return frozenset(c.name for c in resolved_columns(config) if c.dtype == "json")
+
+
+def _decoded(config: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A dataset row with its JSON-text columns parsed (a cell that does not parse stays text)."""
+    out = dict(row)
+    for name in _json_columns(config) & out.keys():
+        value = out[name]
+        if isinstance(value, str):
+            try:
+                out[name] = json.loads(value)
+            except json.JSONDecodeError:
+                pass
+    return out
 
 
 class RolloutSource:
@@ -214,7 +234,8 @@ class ArtifactSource(RolloutSource):
         rows: dict[str, list[dict[str, Any]]] = {}
         if not errors:
             try:
-                rows, _ = build_rows(art)
+                built, _ = build_rows(art)
+                rows = {config: [_decoded(config, r) for r in found] for config, found in built.items()}
             except Exception as exc:  # a shape the builder cannot take: shown in the page
                 errors.append(f"{folder}: the builder could not read this folder: {type(exc).__name__}: {exc}")
         elif isinstance(docs.get("summary.json"), dict):
@@ -275,7 +296,7 @@ class DatasetSource(RolloutSource):
         audits = self._audit_summaries()
         for _, _, table in self._row_groups("summary", list(SUMMARY_FIELDS)):
             for row in table.to_pylist():
-                row = {k: _json_field(v) for k, v in row.items()}
+                row = _decoded("summary", row)
                 row["id"] = row["rollout_id"]
                 row["error"] = None
                 if row["rollout_id"] in audits:
@@ -288,7 +309,7 @@ class DatasetSource(RolloutSource):
             return out
         for _, _, table in self._row_groups("audit", ["rollout_id", "summary"]):
             for row in table.to_pylist():
-                out[row["rollout_id"]] = _json_field(row.get("summary"))
+                out[row["rollout_id"]] = _decoded("audit", row).get("summary")
         return out
 
     def _where(self, config: str) -> dict[str, list[tuple[Path, int]]]:
@@ -323,8 +344,7 @@ class DatasetSource(RolloutSource):
                     found.extend(table.filter(pc.equal(table.column("rollout_id"), rid)).to_pylist())
             except Exception as exc:
                 errors.append(f"config {config}: {type(exc).__name__}: {exc}")
-            rows[config] = [{k: (_json_field(v) if k not in ("request_json", "response_json") else v)
-                             for k, v in r.items()} for r in found]
+            rows[config] = [_decoded(config, r) for r in found]
         extra: dict[str, Any] = {}
         if rows.get("audit"):
             extra["audit"] = rows["audit"][0]

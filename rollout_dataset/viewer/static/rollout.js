@@ -142,6 +142,7 @@ function renderTokens(view) {
       });
     });
     legend.appendChild(toggle);
+    for (const [cls, label] of [["df0", "|Δ| < 1e-3"], ["df1", "< 1e-2"], ["df2", "< 1e-1"], ["df3", "≥ 1e-1"], ["dfn", "not scored"]]) legend.appendChild(el("span", "tok m1 " + cls, label));
   }
   box.appendChild(legend);
   if (!view.sequences || !view.sequences.length) box.appendChild(el("p", "muted", "no sequences (no token ids captured)"));
@@ -257,7 +258,7 @@ function renderAudit(view) {
   const box = document.getElementById("tab-audit");
   const a = view.audit;
   box.appendChild(kvTable([["scorer", a.scorer], ["model", a.model], ["dtype", a.dtype], ...Object.entries(a.summary || {})]));
-  if ((a.not_comparable || []).length) box.appendChild(folded("not comparable (" + a.not_comparable.length + ")", pre(a.not_comparable.map((n) => "call " + n.call_index + ": " + n.reason).join("\n"))));
+  if ((a.not_comparable || []).length) box.appendChild(folded("not comparable (" + a.not_comparable.length + ")", pre(a.not_comparable.map((n) => "call " + n.call_index + ": " + n.reason).join("\n")), true));
   const table = el("table", "grid");
   table.appendChild(el("tr", null, null, ...["sequence", "position", "token id", "token", "call", "captured", "scored", "|Δ|"].map((h) => el("th", null, h))));
   for (const w of a.worst || []) table.appendChild(el("tr", null, null, ...[w.sequence_index, w.position, w.token_id, JSON.stringify(w.token), w.call_index, fmt(w.captured, 4), fmt(w.scored, 4), fmt(w.abs_diff, 4)].map((v) => el("td", null, v))));
