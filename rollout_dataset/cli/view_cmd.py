@@ -48,7 +48,17 @@ def run(args: argparse.Namespace) -> int:
             out = export_static(args.path, args.export)
             print(f"exported {out['rollouts']} rollouts to {out['folder']}: open {out['index']}")
             return 0
+        import ipaddress
+
         from rollout_dataset.viewer.server import serve_viewer
+
+        try:
+            loopback = ipaddress.ip_address(args.host).is_loopback
+        except ValueError:
+            loopback = args.host == "localhost"
+        if not loopback:
+            print(f"warning: --host {args.host} is not loopback: anyone who reaches it can read these rollouts",
+                  file=sys.stderr)
 
         def ready(server) -> None:
             print(f"viewer of {args.path} at {server.url}  (Ctrl-C stops it)", flush=True)

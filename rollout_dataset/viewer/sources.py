@@ -42,6 +42,9 @@ SUMMARY_FIELDS = ("rollout_id", "task_id", "env", "harness", "model", "group_id"
 AUDIT_FIELDS = ("tokens_scored", "mean_abs_diff", "max_abs_diff", "share_over_1e-2", "kl_k3")
 _DATASET_MARK = Path("data") / "summary"
 _CACHED_ROLLOUTS = 4  # assembled rollouts kept in memory (a 32k x 200-call one is large)
+#: columns no page shows (the messages and token arrays again): dropped before a rollout is cached.
+_UNSHOWN = {"trace": ("request_json", "response_json"), "turns": ("prompt_ids_delta", "output_ids", "per_token_logps", "mask"),
+            "samples": ("text",)}
 
 
 class RolloutNotFound(ArtifactError, KeyError):
@@ -126,6 +129,9 @@ class RolloutSource:
                 self._cache.move_to_end(rid)
                 return self._cache[rid]
         loaded = self._load_rollout(rid)
+        for config, columns in _UNSHOWN.items():
+            loaded["rows"][config] = [{k: v for k, v in r.items() if k not in columns}
+                                      for r in loaded["rows"].get(config) or []]
         with self._lock:
             self._cache[rid] = loaded
             while len(self._cache) > _CACHED_ROLLOUTS:
