@@ -228,3 +228,14 @@ def test_text_that_looks_like_json_stays_text(dataset_viewer, demo_folders):
     view = httpx.get(dataset_viewer.url + "api/rollout", params={"id": rid}).json()
     assert all(isinstance(h["input"], str) for h in view["held_out_tests"])
     assert isinstance(view["task"]["instruction"], str) and isinstance(view["summary"]["timings"], dict)
+
+
+def test_the_cli_names_an_address_in_use_and_exits_1(demo_folders):
+    from rollout_dataset.serving import bind_socket
+
+    taken = bind_socket("127.0.0.1", 0)
+    try:
+        done = _cli(str(demo_folders[0]), "--port", str(taken.getsockname()[1]))
+    finally:
+        taken.close()
+    assert done.returncode == 1 and done.stderr.startswith("error: cannot bind the viewer to 127.0.0.1:")

@@ -66,5 +66,6 @@ def run(args: argparse.Namespace) -> int:
         serve_viewer(args.path, args.host, args.port, on_ready=ready)
         return 0
     except (ArtifactError, FileExistsError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # an OSError(errno, text) prints as "[Errno N] text": the text alone names the address
+        print(f"error: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}", file=sys.stderr)
         return 1

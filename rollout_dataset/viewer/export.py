@@ -87,5 +87,5 @@ def export_static(path: str | Path, out: str | Path) -> dict[str, Any]:
             for w, start in enumerate(range(0, seq["n_tokens"], EXPORT_WINDOW)):
                 window = token_window(loaded, seq["index"], start, EXPORT_WINDOW, tokenizer)
                 _write_data(data, f"r{n}-s{seq['index']}-w{w}.js", f"t{seq['index']}-{start}", _finite(window))
-    log.info("exported %d rollouts to %s", len(ids), out)
+    log.debug("exported %d rollouts to %s", len(ids), out)
     return {"folder": str(out), "index": str(out / "index.html"), "rollouts": len(ids)}
