@@ -239,3 +239,21 @@ def test_the_cli_names_an_address_in_use_and_exits_1(demo_folders):
     finally:
         taken.close()
     assert done.returncode == 1 and done.stderr.startswith("error: cannot bind the viewer to 127.0.0.1:")
+
+
+def test_each_call_shows_its_lowered_output_limit_and_its_continuity(demo_folders):
+    import copy
+
+    from rollout_dataset.viewer import open_source
+    from rollout_dataset.viewer.views import rollout_view
+
+    source = open_source(demo_folders[0])
+    loaded = copy.deepcopy(source.rollout_rows("rollout-000"))
+    loaded["rows"]["summary"][0]["context_fit"]["lowered"] = [
+        {"index": 1, "field": "max_tokens", "requested": 2048, "effective": 100}]
+    loaded["extra"]["call_continuity"] = {1: {"status": "repaired", "parent_index": 0, "reason": None,
+                                              "detail": None, "drift": 3}}
+    calls = {c["index"]: c for c in rollout_view(loaded, "rollout-000")["calls"]}
+    assert calls[1]["context_fit"] == [{"index": 1, "field": "max_tokens", "requested": 2048, "effective": 100}]
+    assert calls[1]["continuity"]["status"] == "repaired"
+    assert calls[0]["context_fit"] == [] and calls[0]["continuity"] is None

@@ -247,6 +247,10 @@ class ArtifactSource(RolloutSource):
         elif isinstance(docs.get("summary.json"), dict):
             rows["summary"] = [dict(docs["summary.json"], group_id=None)]
         extra: dict[str, Any] = {"folder": rid}
+        trace = docs.get("trace.json")
+        if isinstance(trace, dict):  # per-call on-policy continuity: in trace.json, not in a dataset config
+            extra["call_continuity"] = {c.get("index"): c.get("continuity") for c in trace.get("calls") or []
+                                        if isinstance(c, dict) and c.get("continuity") is not None}
         rollout = docs.get("rollout.json")
         if isinstance(rollout, dict):
             extra["calls"] = rollout.get("calls")

@@ -124,6 +124,12 @@ def rollout_view(loaded: dict[str, Any], rid: str, tokenizer_note: str | None = 
     trace = sorted(rows.get("trace") or [], key=lambda r: r["call_index"])
     turns = {t["call_index"]: t for t in rows.get("turns") or []}
     sequences = sorted(rows.get("sequences") or [], key=lambda r: r["sequence_index"])
+    fit = summary.get("context_fit") if isinstance(summary.get("context_fit"), dict) else {}
+    lowered: dict[int, list[Any]] = {}
+    for entry in fit.get("lowered") or []:
+        if isinstance(entry, dict):
+            lowered.setdefault(entry.get("index"), []).append(entry)
+    continuity = extra.get("call_continuity") or {}
     calls = []
     for t in trace:
         turn = turns.get(t["call_index"], {})
@@ -137,6 +143,7 @@ def rollout_view(loaded: dict[str, Any], rid: str, tokenizer_note: str | None = 
             "requested_sampling_params": t.get("requested_sampling_params"),
             "effective_sampling_params": t.get("effective_sampling_params"),
             "upstream_changes": t.get("upstream_changes"), "notes": t.get("notes") or [], "error": t.get("error"),
+            "context_fit": lowered.get(t["call_index"], []), "continuity": continuity.get(t["call_index"]),
         })
     conversations = []
     for conv in sorted(rows.get("conversations") or [], key=lambda r: r["sequence_index"]):

@@ -229,7 +229,8 @@ function renderCalls(view) {
     const body = el("div");
     body.appendChild(kvTable([["stream", c.stream], ["time to first token (ms)", c.ttft_ms], ["capture level", c.capture_level],
       ["token source", c.token_source], ["trained", c.trained], ["proxy changed", c.upstream_changes], ["notes", (c.notes || []).join("; ") || "none"],
-      ["error", c.error]]));
+      ["context fitting", (c.context_fit || []).length ? c.context_fit.map((f) => f.field + " " + f.requested + " → " + f.effective).join("; ") : "not lowered"],
+      ["on-policy continuity", c.continuity], ["error", c.error]]));
     body.appendChild(samplingTable(c.requested_sampling_params, c.effective_sampling_params));
     const details = folded(title, body);
     details.id = "call-" + c.index;
