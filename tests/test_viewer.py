@@ -257,3 +257,26 @@ def test_each_call_shows_its_lowered_output_limit_and_its_continuity(demo_folder
     assert calls[1]["context_fit"] == [{"index": 1, "field": "max_tokens", "requested": 2048, "effective": 100}]
     assert calls[1]["continuity"]["status"] == "repaired"
     assert calls[0]["context_fit"] == [] and calls[0]["continuity"] is None
+
+
+def test_the_prefix_graph_has_roots_a_fork_and_a_discarded_retry_in_the_folder_and_its_build(tmp_path):
+    from rollout_dataset.builder import build
+    from rollout_dataset.builder.synthetic import write_synthetic_rollout
+    from rollout_dataset.viewer import open_source
+    from rollout_dataset.viewer.views import rollout_view
+
+    rid = "ab" * 16
+    write_synthetic_rollout(tmp_path / "art" / "r", n_turns=4, context_tokens=400, with_aux=True, with_retry=True,
+                            rollout_id=rid)
+    build([tmp_path / "art" / "r"], tmp_path / "ds", progress=False)
+    graphs = []
+    for path, key in ((tmp_path / "art", "r"), (tmp_path / "ds", rid)):
+        source = open_source(path)
+        view = rollout_view(source.rollout_rows(key), key)
+        assert view["errors"] == []
+        nodes = {n["id"]: n for n in view["graph"]["nodes"]}
+        graphs.append(({i for i, n in nodes.items() if n["root"]}, {i for i, n in nodes.items() if n["fork"]},
+                       {i for i, n in nodes.items() if n["discarded"]}, view["graph"]["edges"]))
+    assert graphs[0] == graphs[1]
+    roots, forks, discarded, edges = graphs[0]
+    assert roots == {0, 1} and forks == {1} and discarded == {2} and [1, 2] in edges

@@ -62,8 +62,14 @@ def _loads(text: Any) -> Any:
         return None
 
 
-def _graph(trace: list[dict[str, Any]], sequences: list[dict[str, Any]], calls_doc: Any) -> dict[str, Any]:
-    """Nodes (calls) and edges (prompt extends the parent's tokens) of the prefix graph."""
+def _graph(trace: list[dict[str, Any]], sequences: list[dict[str, Any]], calls_doc: Any,
+           turns: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Nodes (calls) and edges (prompt extends the parent's tokens) of the prefix graph.
+
+    From rollout.json's calls where they are at hand (artifact folders); in a dataset, from the
+    sequences' paths plus each turn stored off a sequence (a discarded retry), whose prompt extends
+    the tokens of its ``prefix_call_index``.
+    """
     roles: dict[int, str] = {}
     for seq in sequences:
         for node in seq.get("node_ids") or []:
@@ -85,6 +91,13 @@ def _graph(trace: list[dict[str, Any]], sequences: list[dict[str, Any]], calls_d
             edges.update(zip(ids, ids[1:]))
             if seq.get("role") == "discarded" and ids:
                 discarded.add(ids[-1])
+        for index, turn in turns.items():
+            if turn.get("sequence_index", 0) < 0 and (turn.get("prefix_call_index") or -1) >= 0:
+                edges.add((int(turn["prefix_call_index"]), index))
+            if turn.get("role") == "discarded":
+                discarded.add(index)
+            elif turn.get("role"):
+                roles.setdefault(index, turn["role"])
     children = {a for a, _ in edges}
     has_parent = {b for _, b in edges}
     nodes = []
@@ -167,7 +180,7 @@ def rollout_view(loaded: dict[str, Any], rid: str, tokenizer_note: str | None = 
         "task": task, "visible_tests": (rows.get("visible_tests") or [{}])[0].get("text"),
         "held_out_tests": [{"input": h.get("input"), "output": h.get("output")}
                            for h in sorted(rows.get("held_out_tests") or [], key=lambda r: r["test_index"])],
-        "calls": calls, "graph": _graph(trace, sequences, extra.get("calls")), "sequences": seq_views,
+        "calls": calls, "graph": _graph(trace, sequences, extra.get("calls"), turns), "sequences": seq_views,
         "conversations": conversations, "continuity": summary.get("continuity") or extra.get("continuity"),
         "context_fit": summary.get("context_fit"),
         "audit": None if audit is None else {k: audit.get(k) for k in ("scorer", "model", "dtype", "summary",
