@@ -52,11 +52,19 @@ class Viewer:
             raise RuntimeError(f"viewer did not start: {line!r} {self.proc.stderr.read()}")
         self.url = match.group(0)
 
-    def close(self) -> float:
-        rss = _peak_rss_mb(self.proc.pid)
-        self.proc.terminate()
-        self.proc.wait(10)
-        return rss
+    def peak_rss_mb(self) -> float:
+        """The viewer process's peak RSS so far (MB)."""
+        return _peak_rss_mb(self.proc.pid)
+
+    def stop(self) -> None:
+        """Stop the viewer (SIGTERM, then SIGKILL after 10 s)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
 
 
 def long_rollout(scratch: Path, browser) -> dict:
@@ -66,6 +74,13 @@ def long_rollout(scratch: Path, browser) -> dict:
     if not (folder / "summary.json").exists():
         write_synthetic_rollout(folder / "r", n_turns=200, context_tokens=32768, seed=1)
     viewer = Viewer(folder)
+    try:
+        return _long_rollout(viewer, browser)
+    finally:
+        viewer.stop()
+
+
+def _long_rollout(viewer: Viewer, browser) -> dict:
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     start = time.perf_counter()
     page.goto(viewer.url + "rollout.html?id=r")
@@ -92,7 +107,7 @@ def long_rollout(scratch: Path, browser) -> dict:
     page.close()
     return {"calls": calls, "longest_sequence_tokens": longest["n"], "seconds_to_first_token": round(first_token, 3),
             "seconds_to_first_window_of_longest": round(first_window, 3), "seconds_per_scroll_window": steps,
-            "viewer_peak_rss_mb": viewer.close()}
+            "viewer_peak_rss_mb": viewer.peak_rss_mb()}
 
 
 def big_dataset(scratch: Path, browser, n: int) -> dict:
@@ -116,6 +131,13 @@ def big_dataset(scratch: Path, browser, n: int) -> dict:
         big = big.set_column(big.schema.get_field_index("rollout_id"), "rollout_id", ids)
         pq.write_table(big, summary_dir / "replicated-0000.parquet", row_group_size=max(1, n // 10))
     viewer = Viewer(dataset)
+    try:
+        return _big_dataset(viewer, browser, n)
+    finally:
+        viewer.stop()
+
+
+def _big_dataset(viewer: Viewer, browser, n: int) -> dict:
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     start = time.perf_counter()
     page.goto(viewer.url)
@@ -126,7 +148,7 @@ def big_dataset(scratch: Path, browser, n: int) -> dict:
     listed = int(page.locator("body").get_attribute("data-loaded"))
     page.close()
     return {"rollouts": n, "listed": listed, "seconds_to_first_page": round(first, 3),
-            "seconds_to_every_row": round(every, 3), "viewer_peak_rss_mb": viewer.close()}
+            "seconds_to_every_row": round(every, 3), "viewer_peak_rss_mb": viewer.peak_rss_mb()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -280,3 +280,19 @@ def test_the_prefix_graph_has_roots_a_fork_and_a_discarded_retry_in_the_folder_a
     assert graphs[0] == graphs[1]
     roots, forks, discarded, edges = graphs[0]
     assert roots == {0, 1} and forks == {1} and discarded == {2} and [1, 2] in edges
+
+
+def test_the_cli_prints_a_loopback_url_serves_it_and_stops_on_ctrl_c_with_exit_0(demo_folders):
+    import re
+    import signal
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", "view", str(demo_folders[1])],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        url = re.search(r"http://127\.0\.0\.1:\d+/", proc.stdout.readline()).group(0)
+        assert len(httpx.get(url + "api/index").json()["rows"]) == 3
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err
