@@ -184,6 +184,9 @@ def build_app(source: RolloutSource) -> Any:
             return JSONResponse(token_window(loaded, seq, start, count, tokenizer))
         except (RolloutNotFound, KeyError) as exc:
             return _not_found(str(exc))
+        except Exception as exc:  # named in the page, the server keeps serving
+            log.exception("tokens of %s", rid)
+            return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=500)
 
     app = Starlette(routes=[
         Route("/", page), Route("/index.html", page), Route("/rollout.html", page),
