@@ -37,11 +37,12 @@ $(NPM_STAMP):
 
 # System tools the sandbox needs (Debian packages): bubblewrap builds the allow-list root untrusted
 # code runs in, socat carries the recording proxy's port into an external harness's sandbox.
+# Chromium is the browser the viewer's tests drive headless (Playwright, executable_path=/usr/bin/chromium).
 # Installed only when missing (sudo when not root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
-	@command -v bwrap >/dev/null && command -v socat >/dev/null || \
-		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap socat; }
+	@command -v bwrap >/dev/null && command -v socat >/dev/null && command -v chromium >/dev/null || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap socat chromium; }
 
 # A reader's environment: only what a user of the published dataset has (datasets, huggingface_hub,
 # tokenizers), never this package. The card's snippets and the Hub-copy test run in it.
@@ -78,6 +79,7 @@ bench: install-test
 	$(PY) bench/batch_throughput.py
 	$(PY) bench/crafter_rollout.py
 	$(PY) bench/sandbox_overhead.py
+	$(PY) bench/viewer_scale.py
 	$(PY) bench/redaction.py
 	$(PY) bench/proxy_faults.py
 	$(PY) bench/proxy_memory.py

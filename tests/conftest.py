@@ -47,3 +47,7 @@ def local_backend_thread():
 
     with run_backend_in_thread(policy="echo") as backend:
         yield backend
+
+
+# The viewer's demo rollouts and dataset, built once per session (tests/viewer_fixtures.py).
+from viewer_fixtures import audited_tree, crafter_tree, demo_folders, hostile_tree  # noqa: E402,F401

@@ -1,0 +1,98 @@
+// Shared by the viewer's pages: loading data (from the server's API, or from an export's data/*.js
+// files when the page is opened from disk) and building DOM nodes. Rollout text is only ever set
+// with textContent: nothing from a rollout becomes HTML.
+"use strict";
+
+const RD = (() => {
+  const meta = document.querySelector('meta[name="rd-mode"]');
+  const exported = meta && meta.content === "export";
+  const waiting = {};
+  // an export's data files call this with their key and payload
+  window.RD_DATA = (key, payload) => {
+    const done = waiting[key];
+    delete waiting[key];
+    if (done) done.resolve(payload);
+  };
+
+  function loadScript(key, file) {
+    return new Promise((resolve, reject) => {
+      waiting[key] = { resolve, reject };
+      const tag = document.createElement("script");
+      tag.src = "data/" + file;
+      tag.onerror = () => { delete waiting[key]; reject(new Error("cannot load data/" + file)); };
+      tag.onload = () => tag.remove();
+      document.head.appendChild(tag);
+    });
+  }
+
+  let exportIds = null;
+  async function exportId(id) {
+    if (!exportIds) exportIds = await loadScript("ids", "ids.js");
+    if (!(id in exportIds)) throw new Error("no rollout " + JSON.stringify(id) + " in this export");
+    return exportIds[id];
+  }
+
+  async function api(path, params) {
+    const query = new URLSearchParams(params || {}).toString();
+    const reply = await fetch("api/" + path + (query ? "?" + query : ""));
+    const body = await reply.json();
+    if (!reply.ok) throw new Error(body.error || reply.statusText);
+    return body;
+  }
+
+  const WINDOW = 2048;
+  return {
+    exported,
+    WINDOW,
+    info: () => exported ? loadScript("info", "info.js") : api("info"),
+    indexPage: (offset, limit) => exported
+      ? (offset === 0 ? loadScript("index", "index.js") : Promise.resolve({ rows: [], done: true }))
+      : api("index", { offset, limit }),
+    rollout: async (id) => exported ? loadScript("rollout", "r" + (await exportId(id)) + ".js") : api("rollout", { id }),
+    tokens: async (id, seq, start) => exported
+      ? loadScript("t" + seq + "-" + start, "r" + (await exportId(id)) + "-s" + seq + "-w" + Math.floor(start / WINDOW) + ".js")
+      : api("tokens", { id, seq, start, count: WINDOW }),
+    rolloutHref: (id) => "rollout.html?id=" + encodeURIComponent(id),
+  };
+})();
+
+// el("div", "class", "text", child...) -> an element; text goes in as textContent.
+function el(tag, cls, text, ...children) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  for (const child of children) if (child) node.appendChild(child);
+  return node;
+}
+
+function fmt(value, digits) {
+  if (value === null || value === undefined) return "n/a";
+  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(digits === undefined ? 3 : digits);
+  if (typeof value === "boolean") return value ? "yes" : "no";
+  if (typeof value === "object") return JSON.stringify(value);
+  return String(value);
+}
+
+// a two-column table of key -> value (values as text)
+function kvTable(pairs, cls) {
+  const table = el("table", "kv " + (cls || ""));
+  for (const [key, value] of pairs) {
+    const row = el("tr");
+    row.appendChild(el("th", null, key));
+    const cell = el("td");
+    if (value instanceof Node) cell.appendChild(value); else cell.textContent = fmt(value);
+    row.appendChild(cell);
+    table.appendChild(row);
+  }
+  return table;
+}
+
+function pre(text, cls) { return el("pre", cls, text === null || text === undefined ? "" : String(text)); }
+
+function folded(summary, body, open) {
+  const details = el("details");
+  if (open) details.open = true;
+  details.appendChild(el("summary", null, summary));
+  details.appendChild(body);
+  return details;
+}

@@ -1,0 +1,204 @@
+"""The viewer in a real browser: headless Chromium (Debian's /usr/bin/chromium) driven by Playwright.
+
+One browser per module; the demo dataset is built once per session. Screenshots are kept under the
+pytest tmp dir (``viewer-screenshots``), and the path is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from rollout_dataset.serving import serve_in_thread
+from rollout_dataset.viewer import export_static, viewer_server
+
+CHROMIUM = os.environ.get("ROLLOUT_DATASET_CHROMIUM", "/usr/bin/chromium")
+import playwright.sync_api as playwright_sync  # noqa: E402  (the test extras)
+if not shutil.which(CHROMIUM) and not Path(CHROMIUM).is_file():
+    pytest.fail(f"no Chromium at {CHROMIUM}: run `make system-deps` (apt-get install chromium)", pytrace=False)
+
+
+_RECORD_CSP_VIOLATIONS = ("document.addEventListener('securitypolicyviolation', (e) => { (window.__violations = "
+                          "window.__violations || []).push(e.violatedDirective + ' ' + e.sourceFile + ':' + e.lineNumber); });")
+
+
+def _clean(page) -> None:
+    """No script error, and nothing the page or its libraries did was blocked by the CSP."""
+    assert page.errors == []
+    assert page.evaluate("window.__violations || []") == []
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_sync.sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("viewer-screenshots")
+    print(f"viewer screenshots in {folder}")
+    return folder
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    tab = context.new_page()
+    tab.add_init_script(_RECORD_CSP_VIOLATIONS)
+    tab.errors = []
+    tab.on("pageerror", lambda error: tab.errors.append(str(error)))
+    yield tab
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def dataset_url(demo_folders):
+    with serve_in_thread(lambda: viewer_server(demo_folders[1]), name="viewer-browser") as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def hostile_url(hostile_tree):
+    with serve_in_thread(lambda: viewer_server(hostile_tree), name="viewer-browser-hostile") as server:
+        yield server.url
+
+
+def _ready(page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_selector("body[data-ready]", timeout=20_000)
+    assert page.locator("body").get_attribute("data-ready") != "error", page.locator("#errors").inner_text()
+
+
+def test_the_index_lists_every_rollout_of_the_built_demo_dataset(page, dataset_url, demo_folders, shots):
+    _ready(page, dataset_url)
+    summary = pq.read_table(demo_folders[1] / "data" / "summary").to_pylist()
+    links = page.locator("a.rollout-link").all_inner_texts()
+    assert sorted(links) == sorted(r["rollout_id"] for r in summary)
+    headers = page.locator(".group-header").all_inner_texts()
+    assert len(headers) == len({r["group_id"] for r in summary}) and all("mean reward" in h for h in headers)
+    page.screenshot(path=shots / "index.png")
+    _clean(page)
+
+
+def test_a_rollout_page_shows_the_datasets_tokens_trainable_tokens_and_calls(page, dataset_url, demo_folders, shots):
+    sequences = pq.read_table(demo_folders[1] / "data" / "sequences").to_pylist()
+    summary = pq.read_table(demo_folders[1] / "data" / "summary").to_pylist()[0]
+    rid = summary["rollout_id"]
+    _ready(page, dataset_url)
+    page.locator("a.rollout-link", has_text=rid).click()
+    page.wait_for_selector("body[data-ready=rollout]", timeout=20_000)
+    assert rid in page.url
+    mine = [s for s in sequences if s["rollout_id"] == rid]
+    assert int(page.locator("#total-tokens").get_attribute("data-value")) == sum(len(s["input_ids"]) for s in mine)
+    assert int(page.locator("#total-trainable-tokens").get_attribute("data-value")) == summary["trainable_tokens"]
+    assert int(page.locator("#total-calls").get_attribute("data-value")) == summary["captured_calls"]
+    assert page.locator(".tokens .tok").count() == sum(len(s["input_ids"]) for s in mine)  # small: all windows load
+    assert page.locator(".tokens .tok.m1").count() == summary["trainable_tokens"]
+    page.screenshot(path=shots / "rollout.png", full_page=False)
+    _clean(page)
+
+
+def test_hovering_a_sampled_token_shows_its_id_and_logprob(page, dataset_url, demo_folders, shots):
+    seq = pq.read_table(demo_folders[1] / "data" / "sequences").to_pylist()[0]
+    _ready(page, dataset_url + "rollout.html?id=" + seq["rollout_id"])
+    position = seq["loss_mask"].index(1)
+    token = page.locator(f'.sequence[data-sequence="{seq["sequence_index"]}"] .tok[data-i="{position}"]')
+    token.scroll_into_view_if_needed()
+    token.hover()
+    tip = page.locator("#tip")
+    tip.wait_for(state="visible")
+    text = tip.inner_text()
+    assert f"{seq['input_ids'][position]}" in text
+    assert f"{seq['logprobs'][position]:.3f}" in text
+    page.screenshot(path=shots / "hover.png")
+
+
+def test_the_graph_conversation_and_calls_tabs_render(page, dataset_url, demo_folders, shots):
+    rid = pq.read_table(demo_folders[1] / "data" / "summary").to_pylist()[1]["rollout_id"]
+    _ready(page, dataset_url + "rollout.html?id=" + rid)
+    page.click("#tabs button[data-tab=graph]")
+    page.wait_for_selector("#graph canvas")
+    page.screenshot(path=shots / "graph.png")
+    page.click("#tabs button[data-tab=conversation]")
+    assert page.locator(".message.role-assistant").count() >= 1
+    page.click("#tabs button[data-tab=calls]")
+    assert page.locator("details[id^=call-]").count() == \
+        int(page.locator("#total-calls").get_attribute("data-value"))
+    _clean(page)
+
+
+def test_script_in_rollout_text_does_not_run(page, hostile_url, shots):
+    _ready(page, hostile_url)
+    page.click("#tabs button", timeout=1000) if page.locator("#tabs button").count() else None
+    assert page.evaluate("window.__pwned") is None
+    _ready(page, hostile_url + "rollout.html?id=rollout-000")
+    page.click("#tabs button[data-tab=conversation]")
+    shown = page.locator("#tab-conversation").inner_text()
+    assert "<script>window.__pwned = 1</script>" in shown, "the text is shown as text"
+    assert page.locator("#tab-conversation script, #tab-conversation img").count() == 0
+    assert page.evaluate("window.__pwned") is None
+    page.screenshot(path=shots / "hostile.png")
+
+
+def test_a_corrupted_folder_shows_its_validation_error_in_the_page(page, hostile_url, shots):
+    _ready(page, hostile_url)
+    assert page.locator(".badge.bad").count() == 1
+    _ready(page, hostile_url + "rollout.html?id=rollout-001")
+    errors = page.locator("#errors")
+    assert errors.is_visible() and "rollout.json" in errors.inner_text()
+    page.screenshot(path=shots / "corrupt.png")
+
+
+def test_the_export_opens_from_disk_with_the_network_off(browser, demo_folders, tmp_path, shots):
+    out = tmp_path / "site"
+    export_static(demo_folders[1], out)
+    context = browser.new_context(offline=True, viewport={"width": 1400, "height": 900})
+    requests: list[str] = []
+    context.on("request", lambda request: requests.append(request.url))
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    _ready(page, (out / "index.html").as_uri())
+    rids = page.locator("a.rollout-link").all_inner_texts()
+    assert len(rids) == 3
+    page.locator("a.rollout-link").first.click()
+    page.wait_for_selector("body[data-ready=rollout]", timeout=20_000)
+    assert page.locator(".tokens .tok").count() == int(page.locator("#total-tokens").get_attribute("data-value"))
+    page.screenshot(path=shots / "export.png")
+    assert errors == [] and all(url.startswith("file://") for url in requests), requests
+    context.close()
+
+
+def test_an_audit_colours_tokens_by_difference_and_hover_shows_the_scorer_logprob(page, audited_tree, shots):
+    with serve_in_thread(lambda: viewer_server(audited_tree), name="viewer-browser-audit") as server:
+        _ready(page, server.url + "rollout.html?id=rollout-000")
+        first = page.locator(".tokens .tok.m1").first
+        assert "lp" in first.get_attribute("class")
+        page.click("text=colour by audit |Δ|")
+        assert "df3" in first.get_attribute("class")  # |Δ| 0.5: the top band (>= 0.1)
+        assert "df0" in page.locator(".tokens .tok.m1").nth(1).get_attribute("class")
+        first.hover()
+        assert "scorer logprob" in page.locator("#tip").inner_text()
+        page.click("#tabs button[data-tab=audit]")
+        assert "no logprobs" in page.locator("#tab-audit").inner_text()
+        page.screenshot(path=shots / "audit.png")
+        _clean(page)
+
+
+def test_a_crafter_rollout_has_its_decision_timeline_tab(page, crafter_tree, shots):
+    with serve_in_thread(lambda: viewer_server(crafter_tree), name="viewer-browser-crafter") as server:
+        _ready(page, server.url + "rollout.html?id=episode")
+        page.click("#tabs button[data-tab=crafter]")
+        rows = page.locator("#tab-crafter table.grid tr")
+        decisions = json.loads((crafter_tree / "episode" / "rollout.json").read_text())["metadata"]["crafter"]["decisions"]
+        assert rows.count() == len(decisions) + 1
+        page.screenshot(path=shots / "crafter.png")
+        _clean(page)

@@ -1,0 +1,86 @@
+"""Fixtures of the viewer tests: demo rollouts captured and built once per session, hostile copies."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+
+
+@pytest.fixture(scope="session")
+def demo_folders(tmp_path_factory) -> tuple[Path, Path]:
+    """(artifact root, dataset folder): three oracle rollouts on the local backend, and their build."""
+    from rollout_dataset.builder import build
+    from rollout_dataset.demo import capture_demo_rollouts
+
+    root = tmp_path_factory.mktemp("viewer-demo")
+    dirs = capture_demo_rollouts(root / "artifacts", task_indices=(0, 1, 2))
+    build(dirs, root / "dataset", progress=False)
+    return root / "artifacts", root / "dataset"
+
+
+@pytest.fixture(scope="session")
+def hostile_tree(demo_folders, tmp_path_factory) -> Path:
+    """A copy of the demo artifacts where the model's answer and the task id hold HTML/script, one folder
+    with a corrupt rollout.json, one with a symlinked-out summary, and a symlink to a folder outside."""
+    root = tmp_path_factory.mktemp("viewer-hostile") / "tree"
+    shutil.copytree(demo_folders[0], root)
+    first = root / "rollout-000"
+    trace = json.loads((first / "trace.json").read_text())
+    for call in trace["calls"]:
+        message = call["response"]["choices"][0]["message"]
+        message["content"] = HOSTILE + (message.get("content") or "")
+    from rollout_dataset.trace_integrity import reseal
+
+    (first / "trace.json").write_text(json.dumps(reseal(trace)))
+    summary = json.loads((first / "summary.json").read_text())
+    summary["stop_reason"] = HOSTILE
+    (first / "summary.json").write_text(json.dumps(summary))
+    (root / "rollout-001" / "rollout.json").write_text('{"schema_version": 1, "calls": [', encoding="utf-8")
+    outside = tmp_path_factory.mktemp("viewer-outside")
+    (outside / "secret.txt").write_text("SECRET-OUTSIDE-PATH")
+    shutil.copytree(demo_folders[0] / "rollout-002", outside / "rollout-x")
+    (root / "linked").symlink_to(outside / "rollout-x", target_is_directory=True)
+    (root / "secret-link.txt").symlink_to(outside / "secret.txt")
+    return root
+
+
+@pytest.fixture(scope="session")
+def audited_tree(demo_folders, tmp_path_factory) -> Path:
+    """A copy of one demo artifact folder with an `audit.json` (the audit contract's fields): the
+    scorer's logprob is the captured one shifted by 0.5 on the first sampled token, equal elsewhere."""
+    root = tmp_path_factory.mktemp("viewer-audited") / "tree"
+    shutil.copytree(demo_folders[0] / "rollout-000", root / "rollout-000")
+    rollout = json.loads((root / "rollout-000" / "rollout.json").read_text())
+    sequences, worst = [], []
+    for k, seq in enumerate(rollout["sequences"]):
+        scored = [lp if m else None for lp, m in zip(seq["logprobs"], seq["loss_mask"])]
+        first = seq["loss_mask"].index(1)
+        scored[first] = seq["logprobs"][first] - 0.5
+        sequences.append({"sequence_index": k, "scorer_logprobs": scored})
+        worst.append({"sequence_index": k, "position": first, "token_id": seq["input_ids"][first], "token": "x",
+                      "call_index": seq["node_ids"][0], "captured": seq["logprobs"][first],
+                      "scored": scored[first], "abs_diff": 0.5})
+    audit = {"scorer": "server", "model": "local", "dtype": None, "url": None,
+             "summary": {"tokens_scored": 161, "mean_abs_diff": 0.0031, "max_abs_diff": 0.5, "share_over_1e-3": 0.006,
+                         "share_over_1e-2": 0.006, "share_over_1e-1": 0.006, "kl_k1": 0.001, "kl_k3": 0.002,
+                         "ratio_quantiles": {"p01": 1.0, "p05": 1.0, "p50": 1.0, "p95": 1.0, "p99": 1.0}},
+             "sequences": sequences, "not_comparable": [{"call_index": 9, "reason": "no logprobs"}], "worst": worst}
+    (root / "rollout-000" / "audit.json").write_text(json.dumps(audit))
+    return root
+
+
+@pytest.fixture(scope="session")
+def crafter_tree(tmp_path_factory) -> Path:
+    """One short Crafter episode's artifact folder (local backend, the `crafter` policy)."""
+    from rollout_dataset.envs.crafter import CrafterRolloutConfig, run_crafter_rollout
+
+    root = tmp_path_factory.mktemp("viewer-crafter")
+    result = run_crafter_rollout(CrafterRolloutConfig(out_dir=root / "episode", seed=1, max_steps=30, max_turns=6,
+                                                      area=(32, 32)))
+    assert result.ok
+    return root
