@@ -136,28 +136,24 @@ def run(args: argparse.Namespace) -> int:
         invalid arguments.
     """
     from rollout_dataset.batch import run_batch
+    from rollout_dataset.cli.reporting import EXIT_FAILED, EXIT_USAGE, report_error
     from rollout_dataset.errors import ConfigError, GuardrailError, RolloutDatasetError, UpstreamError
 
     try:
         config = config_from_args(args)
     except ConfigError as exc:
-        print(f"rollout-dataset batch: error: {exc}", file=sys.stderr)
-        return 2
+        return report_error(exc, EXIT_USAGE)
     try:
         result = run_batch(config)
     except ConfigError as exc:
-        print(f"rollout-dataset batch: error: {exc}", file=sys.stderr)
-        return 2
+        return report_error(exc, EXIT_USAGE)
     except UpstreamError as exc:
-        print(f"rollout-dataset batch: stopped: {exc}", file=sys.stderr)
-        return 1
+        return report_error(f"rollout-dataset batch: stopped: {exc}", EXIT_FAILED)
     except GuardrailError as exc:
-        print(f"rollout-dataset batch: {exc}", file=sys.stderr)
-        print(f"outputs so far: {config.out_dir / 'report.md'}", file=sys.stderr)
-        return 1
+        return report_error(f"rollout-dataset batch: {exc}", EXIT_FAILED,
+                            note=f"outputs so far: {config.out_dir / 'report.md'}")
     except RolloutDatasetError as exc:
-        print(f"rollout-dataset batch: error: {exc}", file=sys.stderr)
-        return 1
+        return report_error(exc, EXIT_FAILED)
     out = result.out_dir
     print(f"rollouts: {result.planned} planned, {result.ran} run, {result.skipped} already finished (resumed)")
     for strategy, agg in result.summary.get("strategies", {}).items():

@@ -214,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
         The exit code (see the module docstring).
     """
     from rollout_dataset.capture import capture_rollout
+    from rollout_dataset.cli.reporting import EXIT_FAILED, EXIT_USAGE, report_error
     from rollout_dataset.errors import SandboxUnavailableError, TaskIndexError, TaskSourceError, UpstreamError
 
     if not getattr(args, "verbose", 0):
@@ -225,9 +226,7 @@ def run(args: argparse.Namespace) -> int:
             config = env_config_from_args(args)
         result = capture_rollout(config)
     except (TaskIndexError, TaskSourceError, ValueError) as exc:  # ConfigError is a ValueError
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return report_error(exc, EXIT_USAGE)
     except (UpstreamError, SandboxUnavailableError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return report_error(exc, EXIT_FAILED)
     return report_result(result)

@@ -136,8 +136,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         loop.run_until_complete(_serve(args))
     except ValueError as exc:  # a bad --upstream or --api-key-env: the message shows the URL redacted
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        from rollout_dataset.cli.reporting import EXIT_USAGE, report_error
+
+        return report_error(exc, EXIT_USAGE)
     finally:
         loop.close()
     return 0
