@@ -1,7 +1,9 @@
 """`rollout-dataset batch`: seeds x rollouts with stepwise vs final rewards, statistics, plots, a report.
 
 Exit codes: 0 done; 1 a guardrail tripped (no agent turns, a model server 4xx/5xx, failed
-rollouts) — outputs written so far are kept and the same `--out` resumes; 2 invalid arguments.
+rollouts) — outputs written so far are kept and the same `--out` resumes; 2 invalid arguments (or
+a tool the run needs that is not installed, named with its install command before anything
+starts). Errors are one ``error: ...`` line on stderr (`rollout_dataset.cli.reporting`).
 """
 
 from __future__ import annotations
@@ -143,6 +145,10 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     except ConfigError as exc:
         return report_error(exc, EXIT_USAGE)
+    if config.env == "coding":  # the coding agents' sandbox needs bubblewrap: named before anything starts
+        from rollout_dataset.harness.requirements import require_harness_tools
+
+        require_harness_tools("builtin", unsafe_sandbox=config.unsafe_sandbox)  # ToolNotInstalledError: exit 2
     try:
         result = run_batch(config)
     except ConfigError as exc:

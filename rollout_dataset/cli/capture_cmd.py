@@ -9,7 +9,10 @@ configuration class has.
 
 Exit codes: 0 captured and valid; 1 the capture failed (first model call 4xx/5xx, server
 unreachable, held-out leakage, artifacts that do not validate, failed push); 2 bad arguments
-(task index out of range, unreadable task source, unknown harness).
+(task index out of range, unreadable task source, unknown harness, a harness or sandbox tool that is
+not installed: checked before anything starts, `rollout_dataset.harness.requirements`, the message
+names the install command such as ``make npm-tools``). Errors are one ``error: ...`` line on
+stderr (`rollout_dataset.cli.reporting`).
 """
 
 from __future__ import annotations
@@ -219,6 +222,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not getattr(args, "verbose", 0):
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP call is noise here
+    if getattr(args, "env", "coding") == "coding":  # a harness that is not installed stops it before anything starts
+        from rollout_dataset.harness.requirements import require_harness_tools
+
+        require_harness_tools(args.harness, unsafe_sandbox=args.unsafe_sandbox)  # ToolNotInstalledError: exit 2
     try:
         if getattr(args, "env", "coding") == "coding":
             config = config_from_args(args)
