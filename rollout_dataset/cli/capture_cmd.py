@@ -74,9 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     game.add_argument("--max-steps", type=int, default=None, help="game steps per episode (crafter default 100)")
     game.add_argument("--max-actions", type=int, default=None, help="actions per act call (crafter default 8)")
     game.add_argument("--area", type=parse_pair, default=None, metavar="W,H", help="world size (crafter default 64,64)")
-    from rollout_dataset.cli.proxy_cmd import add_context_arguments
+    from rollout_dataset.cli.proxy_cmd import add_context_arguments, add_trust_env_argument
 
     add_context_arguments(parser, fit_default=True)
+    add_trust_env_argument(parser)  # --no-trust-env
     parser.add_argument("--keep-workdir", action="store_true", help="copy the agent's working directory to OUT/workdir")
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see README 'On-policy mode')")
     parser.add_argument("--sandbox-ro", action="append", default=[], metavar="PATH",
@@ -147,6 +148,7 @@ def env_config_from_args(args: argparse.Namespace) -> Any:
              "model": args.model, "max_turns": args.max_turns, "timeout_s": args.timeout_s,
              "max_tokens": getattr(args, "max_tokens", None), "temperature": getattr(args, "temperature", None),
              "tokenizer": args.tokenizer, "api_key": os.environ.get("OPENAI_API_KEY"),
+             "trust_env": None if getattr(args, "trust_env", True) else False,  # passed only when --no-trust-env
              **_push_destination(args),
              **{name: getattr(args, name, None) for name in _GAME_ONLY}}
     unknown = sorted(k for k, v in given.items() if v is not None and k not in fields and k != "api_key")
@@ -204,7 +206,8 @@ def config_from_args(args: argparse.Namespace):
                          **_push_destination(args), on_policy=args.on_policy,
                          max_tokens_cap=args.max_tokens_cap, fit_context=args.fit_context,
                          unsafe_sandbox=args.unsafe_sandbox, sandbox_ro_paths=tuple(args.sandbox_ro),
-                         record_upstream_host=getattr(args, "record_upstream_host", False))
+                         record_upstream_host=getattr(args, "record_upstream_host", False),
+                         trust_env=getattr(args, "trust_env", True))
 
 
 def run(args: argparse.Namespace) -> int:
