@@ -210,3 +210,24 @@ def test_the_proxy_command_honours_http_proxy_unless_no_trust_env(forward_proxy,
         done.set()
         thread.join(30)
         loop.close()
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-trust-env"]], ids=["honoured", "no-trust-env"])
+def test_a_capture_against_base_url_goes_through_http_proxy_unless_no_trust_env(forward_proxy, clean_env, tmp_path,
+                                                                                flags):
+    from rollout_dataset.backend.server import run_backend_in_thread
+    from rollout_dataset.cli import main
+    from rollout_dataset.envs.policies import register_builtin_policies
+
+    register_builtin_policies()
+    with run_backend_in_thread(policy="oracle", served_model_name="local") as backend:
+        hostport = backend.base_url.removeprefix("http://").removesuffix("/v1")
+        before = len(forward_proxy.carried(hostport, timeout=0))
+        clean_env.setenv("HTTP_PROXY", forward_proxy.url)
+        code = main(["capture", "--base-url", backend.base_url, "--model", "local", "--tokenizer", "builtin",
+                     "--task-index", "2", "--no-push", "--out-dir", str(tmp_path / "art"), *flags])
+        clean_env.delenv("HTTP_PROXY")
+        after = forward_proxy.carried(hostport, timeout=1.0 if flags else 5.0)
+    assert code == 0
+    carried = len(after) - before
+    assert (carried == 0) if flags else (carried >= 2)  # /v1/models and the agent's calls, or none at all

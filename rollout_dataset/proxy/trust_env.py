@@ -83,6 +83,35 @@ def environment_proxy(url: str) -> str | None:
     return _route(url, httpx.Limits(), upstream_ssl_context(True))[1]
 
 
+class _TitleCaseHeaders(httpx.AsyncBaseTransport):
+    """Send header names title-cased (``Content-Length``), as curl and requests do, through a forward proxy.
+
+    Header names are case-insensitive, but not every forward proxy matches them so: proxy.py 2.4
+    adds its own ``Content-Length`` beside a lowercase ``content-length``, and the model server then
+    refuses the duplicate (``400 Invalid HTTP request``). The direct transport writes its own head.
+    """
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Forward `request` with its header names title-cased.
+
+        Args:
+            request: the request.
+
+        Returns:
+            The inner transport's response.
+        """
+        request.headers = httpx.Headers([(name.decode("latin-1").title(), value)
+                                         for name, value in request.headers.raw])
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        """Close the inner transport."""
+        await self.inner.aclose()
+
+
 def upstream_transport(upstream_root: str, limits: httpx.Limits, *, trust_env: bool = True) -> httpx.AsyncBaseTransport:
     """The transport of the proxy's upstream calls.
 
@@ -101,7 +130,7 @@ def upstream_transport(upstream_root: str, limits: httpx.Limits, *, trust_env: b
         if proxied is not None:
             log.info("upstream %s through the proxy %s (from the environment; --no-trust-env ignores it)",
                      redact_url(upstream_root), proxy_url)
-            return proxied
+            return _TitleCaseHeaders(proxied)
     context = upstream_ssl_context(trust_env) if https else None  # no certificate loading for plain http
     return UpstreamTransport(limits, verify=https, ssl_context=context)
 
