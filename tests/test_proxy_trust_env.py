@@ -231,3 +231,28 @@ def test_a_capture_against_base_url_goes_through_http_proxy_unless_no_trust_env(
     assert code == 0
     carried = len(after) - before
     assert (carried == 0) if flags else (carried >= 2)  # /v1/models and the agent's calls, or none at all
+
+
+@pytest.mark.parametrize("env", ["coding", "crafter"])
+@pytest.mark.parametrize(("flags", "base_url", "expected"), [
+    ([], "http://10.1.2.3:8000/v1", True), (["--no-trust-env"], "http://10.1.2.3:8000/v1", False),
+    ([], None, False)], ids=["honoured", "no-trust-env", "own-local-backend"])
+def test_batch_rollouts_get_trust_env_from_the_flag_and_never_for_the_local_backend(tmp_path, env, flags, base_url,
+                                                                                   expected):
+    import argparse
+
+    from rollout_dataset.batch.executor import RolloutJob
+    from rollout_dataset.batch.runner import plan_jobs
+    from rollout_dataset.cli import batch_cmd
+    from rollout_dataset.envs import get_environment
+
+    parser = argparse.ArgumentParser()
+    batch_cmd.add_arguments(parser)
+    argv = ["--smoke", "--env", env, "--out", str(tmp_path / "b"), *flags] + (["--base-url", base_url] if base_url else [])
+    config = batch_cmd.config_from_args(parser.parse_args(argv), argv)
+    assert config.trust_env is not ("--no-trust-env" in flags)
+    job: RolloutJob = plan_jobs(config, "0" * 32, base_url or "http://127.0.0.1:9/v1")[0]
+    environment = get_environment(env)
+    rollout = environment.batch_config(config, job, {})
+    assert rollout.trust_env is expected
+    assert environment.capture_settings(rollout).trust_env is expected
