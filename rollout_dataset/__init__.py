@@ -70,6 +70,7 @@ _EXPORTS: dict[str, str] = {
     "DatasetDirError": "rollout_dataset.errors",
     "TokenizerMismatchError": "rollout_dataset.errors",
     "DistributedBuildError": "rollout_dataset.errors",
+    "ToolNotInstalledError": "rollout_dataset.errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -116,6 +117,7 @@ if TYPE_CHECKING:  # static imports for type checkers; never executed
         DatasetDirError,
         TokenizerMismatchError,
         DistributedBuildError,
+        ToolNotInstalledError,
     )
 
 

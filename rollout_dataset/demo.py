@@ -148,6 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dataset", default=str(DEFAULT_DATASET), help="dataset folder")
     parser.add_argument("--n", type=int, default=6, help="number of rollouts (task indices 0..n-1)")
     args = parser.parse_args(argv)
+    from rollout_dataset.cli import quiet_third_party_banners
+
+    quiet_third_party_banners()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from rollout_dataset.cli.push_env import maybe_push_from_env
 

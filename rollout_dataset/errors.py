@@ -26,6 +26,7 @@ __all__ = [
     "DatasetDirError",
     "TokenizerMismatchError",
     "DistributedBuildError",
+    "ToolNotInstalledError",
 ]
 
 
@@ -148,3 +149,26 @@ class TokenizerMismatchError(RolloutDatasetError, ValueError):
 class DistributedBuildError(RolloutDatasetError, RuntimeError):
     """A part of a Ray build failed on its worker, or its task died (the message names the part, its
     folders and the node); the dataset folder is left as it was."""
+
+
+class ToolNotInstalledError(RolloutDatasetError, FileNotFoundError):
+    """A harness or system tool a run needs is not installed (the message names it and the command that
+    installs it, e.g. ``make npm-tools``); raised before anything starts.
+
+    Args:
+        tool: the missing program (``opencode``, ``bwrap``, ...).
+        install: the command that installs it.
+        needed_for: what needs it (``--harness opencode``, ``the sandbox``, ...).
+    """
+
+    def __init__(self, tool: str, install: str, needed_for: str) -> None:
+        self.tool = tool
+        self.install = install
+        self.needed_for = needed_for
+        super().__init__(f"{needed_for} needs {tool}, which is not installed: run `{install}`")
+
+    def __str__(self) -> str:  # the message alone, not OSError's "[Errno ...]" form
+        return self.args[0]
+
+    def __reduce__(self):  # picklable (raised in a batch worker process)
+        return type(self), (self.tool, self.install, self.needed_for)

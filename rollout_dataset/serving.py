@@ -67,6 +67,7 @@ def bind_socket(host: str = "127.0.0.1", port: int = 0, backlog: int = DEFAULT_B
 
     Raises:
         OSError: the address cannot be bound (the message names it).
+        ValueError: the port is outside 0..65535.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -79,6 +80,9 @@ def bind_socket(host: str = "127.0.0.1", port: int = 0, backlog: int = DEFAULT_B
     except OSError as exc:
         sock.close()
         raise OSError(exc.errno, f"cannot bind {what} to {host}:{port}: {exc.strerror}") from exc
+    except OverflowError:  # a port past 65535 or below 0
+        sock.close()
+        raise ValueError(f"cannot bind {what} to {host}:{port}: the port must be 0..65535") from None
     return sock
 
 

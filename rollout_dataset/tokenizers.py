@@ -44,6 +44,8 @@ def _load(spec: str):
         if not local.is_dir():
             raise FileNotFoundError(f"tokenizer path {local} is not a folder with tokenizer files")
         return AutoTokenizer.from_pretrained(str(local))
+    if spec.startswith(("/", "./", "../", "~")):  # a path, not a Hub id: name it rather than the Hub's id rules
+        raise FileNotFoundError(f"tokenizer path {local}: no such folder")
     logger.info("loading tokenizer %s from the Hugging Face Hub", spec)
     return AutoTokenizer.from_pretrained(spec)
 

@@ -205,7 +205,7 @@ def test_the_cli_appends_and_refuses_a_folder_that_is_not_a_dataset(corpus, tmp_
     (tmp_path / "notes").mkdir()
     refused = subprocess.run([*cli, str(tmp_path / "notes"), "--append"], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 1
-    assert f"error: {tmp_path / 'notes'}: not a rollout-dataset dataset" in refused.stdout
+    assert f"error: {tmp_path / 'notes'}: not a rollout-dataset dataset" in refused.stderr
 
 
 # --- killed appends ------------------------------------------------------------------------------

@@ -261,5 +261,5 @@ def test_a_summary_json_that_is_a_fifo_is_refused_by_name_and_never_opened(art, 
            "--no-progress"]
     done = subprocess.run(cli, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert f"{folder / 'summary.json'}: $: not a regular file" in done.stdout
+    assert f"{folder / 'summary.json'}: $: not a regular file" in done.stderr
     assert not (tmp_path / "ds").exists()

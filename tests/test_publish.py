@@ -153,7 +153,7 @@ def test_a_refused_token_gives_the_status_and_never_the_token(tmp_path):
     with FakeHub(token=TOKEN) as hub:
         refused = _push(ds, "org/secret", _env(hub, tmp_path / "home", token=wrong), check=False)
         blobs = hub.stored_bytes()
-    assert refused.returncode == 1 and "HTTP 401" in refused.stdout and "org/secret" in refused.stdout
+    assert refused.returncode == 1 and "HTTP 401" in refused.stderr and "org/secret" in refused.stderr
     _assert_token_nowhere(wrong, [refused], tmp_path, blobs)
 
 

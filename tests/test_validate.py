@@ -35,7 +35,8 @@ def _edit(path, change):
 
 def _validate(capsys, *paths):
     code = cli_main(["validate", *map(str, paths)])
-    return code, capsys.readouterr().out.splitlines()
+    captured = capsys.readouterr()  # findings on stdout, the error line on stderr
+    return code, (captured.out + captured.err).splitlines()
 
 
 def test_a_captured_artifact_folder_validates(artifact, capsys):

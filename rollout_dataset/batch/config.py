@@ -194,6 +194,8 @@ class BatchConfig:
         push_every: with `push_repo`, push finished rollouts every this many (0: only at the end);
             see `rollout_dataset.batch.streaming`.
         push_private: make a NEW repo private.
+        trust_env: the rollouts reach `base_url` honouring HTTP(S)_PROXY / NO_PROXY / SSL_CERT_FILE as
+            httpx does (`rollout_dataset.proxy.trust_env`); False ignores them (``--no-trust-env``).
     """
 
     out_dir: Path
@@ -221,6 +223,7 @@ class BatchConfig:
     push_repo: str | None = None
     push_every: int = 0
     push_private: bool | None = None
+    trust_env: bool = True
 
     def __post_init__(self) -> None:
         if self.max_tokens_cap is not None and self.max_tokens_cap < 1:

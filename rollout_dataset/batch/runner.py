@@ -116,6 +116,7 @@ def _settings(config: BatchConfig, base_url: str | None) -> dict[str, Any]:
         # held-out isolation: every rollout's sandbox hides the folder of all rollouts of the batch
         "hide_paths": [str((config.out_dir / "rollouts").resolve())],
         "unsafe_sandbox": config.unsafe_sandbox,
+        "trust_env": config.trust_env,
     }
 
 

@@ -55,6 +55,9 @@ class CaptureConfig:
             ends the rollout with stop reason ``context_exhausted`` when a prompt leaves no room
             (`rollout_dataset.proxy.context_fit`).
         local_max_model_len: the context length of the local backend (when no `base_url`).
+        trust_env: the proxy and the capture reach `base_url` honouring HTTP(S)_PROXY / ALL_PROXY / NO_PROXY and
+            SSL_CERT_FILE / SSL_CERT_DIR as httpx does (`rollout_dataset.proxy.trust_env`); False ignores them
+            (`--no-trust-env`). The local backend is always reached directly.
         hide_paths: more paths masked inside the agent's sandbox (see `rollout_dataset.capture.hiding`);
             the allow-list root holds none of them anyway.
         sandbox_ro_paths: host files or folders an external harness needs read-only in its sandbox
@@ -98,6 +101,7 @@ class CaptureConfig:
     max_tokens_cap: int | None = None
     fit_context: bool = True
     local_max_model_len: int = 131072
+    trust_env: bool = True
     sandbox_ro_paths: tuple[str | Path, ...] = ()
     unsafe_sandbox: bool = False
     record_upstream_host: bool = False

@@ -24,6 +24,7 @@ This module imports no concrete environment: it gets them from the registry.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -140,14 +141,16 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
     with contextlib.ExitStack() as stack:
         trace_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rollout-trace-")))
         upstream, tokenizer = stack.enter_context(model_server(settings))
-        target = upstream_target(upstream, settings.api_key if settings.base_url else None)
+        trust_env = settings.trust_env and settings.base_url is not None  # our own local backend: directly
+        target = dataclasses.replace(upstream_target(upstream, settings.api_key if settings.base_url else None),
+                                     trust_env=trust_env)
         secrets = collect_secrets([settings.api_key, os.environ.get("OPENAI_API_KEY"), os.environ.get("HF_TOKEN"),
                                    dummy_key, *target.secrets])
         model = resolve_model(settings, target)
         context = ContextPolicy(max_tokens_cap=settings.max_tokens_cap, fit_context=settings.fit_context)
         proxy = stack.enter_context(CaptureProxy(upstream=upstream, trace_dir=trace_dir, api_key=target.api_key,
                                                  forward_client_auth=False, on_policy=settings.on_policy,
-                                                 context=context))
+                                                 context=context, trust_env=trust_env))
         session = episode.session or rollout_id
         trace_path = proxy.trace_path(session)
         agent = AgentContext(base_url=proxy.session_base_url(session), model=model, api_key=dummy_key,

@@ -3,6 +3,23 @@
 Each sub-command lives in its own module under `rollout_dataset.cli` and exposes two functions,
 `add_arguments(parser)` and `run(args) -> int`. The dispatcher imports only the module of the
 command being run, so `rollout-dataset serve` does not pay for `datasets`, and so on.
+
+Errors and exit codes (every command):
+
+- A failure is one line on stderr, ``error: ...``, naming the file, field, URL, status, flag, valid
+  range or install command; never a traceback for bad input. Results go to stdout (``validate``
+  prints its per-file findings there, one ``file: json.path: reason`` line each, as a linter does).
+- Exit codes: **0** done; **1** failed (a corrupt or invalid file, an unreachable or failing model
+  server, a refused push, a guardrail); **2** usage (an unknown flag or value, a missing argument, a
+  setting out of range, an unknown environment or harness, a harness or tool that is not installed);
+  **130** interrupted.
+- One layer does it (`rollout_dataset.cli.reporting`): commands report through `report_error`, and
+  the dispatcher turns any deliberate error that reaches it (`rollout_dataset.errors`, and the
+  built-ins those inherit: ValueError, OSError, RuntimeError, IndexError, ...) into that line and
+  its code. argparse's own usage errors keep argparse's message and exit 2. ``-v`` also logs the
+  traceback of a reported error.
+- Third-party banners are silenced at this edge: transformers' "PyTorch was not found" notice
+  (`TRANSFORMERS_NO_ADVISORY_WARNINGS`, set unless the caller set it); its real warnings still show.
 """
 
 from __future__ import annotations
@@ -13,7 +30,7 @@ import importlib.util
 import logging
 import sys
 
-__all__ = ["main", "COMMANDS"]
+__all__ = ["main", "COMMANDS", "quiet_third_party_banners"]
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -66,6 +83,17 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def quiet_third_party_banners() -> None:
+    """Silence libraries' start-up notices (not their warnings) for this process and its children.
+
+    transformers logs "PyTorch was not found..." as an *advisory* warning on import; its
+    ``TRANSFORMERS_NO_ADVISORY_WARNINGS`` switch drops advisories only. A value the caller set is kept.
+    """
+    import os
+
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `rollout-dataset` console script.
 
@@ -75,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         The process exit code.
     """
+    quiet_third_party_banners()
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.INFO
@@ -82,11 +111,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.verbose < 2:  # other libraries' per-request chatter only with -vv
         for name in _CHATTY_LIBRARIES:
             logging.getLogger(name).setLevel(logging.WARNING)
-    module = importlib.import_module(args._module)
+    from rollout_dataset.cli.reporting import EXIT_FAILED, EXIT_INTERRUPTED, REPORTED_ERRORS, network_error, report_error
+
     try:
+        module = importlib.import_module(args._module)
         return int(module.run(args) or 0)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except REPORTED_ERRORS as exc:  # a deliberate error (rollout_dataset.errors) or the built-in it inherits
+        return report_error(exc)
+    except Exception as exc:  # an HTTP client's "could not reach" (a Hub endpoint, a model server): named, exit 1
+        if not network_error(exc):
+            raise  # a bug: its traceback is the report
+        return report_error(exc, EXIT_FAILED)
 
 
 if __name__ == "__main__":  # pragma: no cover

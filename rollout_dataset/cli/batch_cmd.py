@@ -1,7 +1,9 @@
 """`rollout-dataset batch`: seeds x rollouts with stepwise vs final rewards, statistics, plots, a report.
 
 Exit codes: 0 done; 1 a guardrail tripped (no agent turns, a model server 4xx/5xx, failed
-rollouts) — outputs written so far are kept and the same `--out` resumes; 2 invalid arguments.
+rollouts) — outputs written so far are kept and the same `--out` resumes; 2 invalid arguments (or
+a tool the run needs that is not installed, named with its install command before anything
+starts). Errors are one ``error: ...`` line on stderr (`rollout_dataset.cli.reporting`).
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see README 'On-policy mode')")
     parser.add_argument("--no-dataset", action="store_true", help="do not build dataset/ at the end")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from rollout_dataset.cli.proxy_cmd import add_context_arguments
+    from rollout_dataset.cli.proxy_cmd import add_context_arguments, add_trust_env_argument
 
     add_context_arguments(parser, fit_default=True)
+    add_trust_env_argument(parser)  # --no-trust-env
     parser.add_argument("--unsafe-sandbox", action="store_true",
                         help="run the agents' code even where the allow-list sandbox (bubblewrap) cannot be built "
                              "(limits only; each summary.json records isolation: unsafe)")
@@ -122,6 +125,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
         push_repo=os.environ.get("PUSH_TO_DATASET", "").strip() or None,
         push_every=getattr(args, "push_every", 0) or 0,
         push_private=True if os.environ.get("PUSH_PRIVATE", "").strip().lower() in ("1", "true", "yes") else None,
+        trust_env=getattr(args, "trust_env", True),
     )
 
 
@@ -136,28 +140,28 @@ def run(args: argparse.Namespace) -> int:
         invalid arguments.
     """
     from rollout_dataset.batch import run_batch
+    from rollout_dataset.cli.reporting import EXIT_FAILED, EXIT_USAGE, report_error
     from rollout_dataset.errors import ConfigError, GuardrailError, RolloutDatasetError, UpstreamError
 
     try:
         config = config_from_args(args)
     except ConfigError as exc:
-        print(f"rollout-dataset batch: error: {exc}", file=sys.stderr)
-        return 2
+        return report_error(exc, EXIT_USAGE)
+    if config.env == "coding":  # the coding agents' sandbox needs bubblewrap: named before anything starts
+        from rollout_dataset.harness.requirements import require_harness_tools
+
+        require_harness_tools("builtin", unsafe_sandbox=config.unsafe_sandbox)  # ToolNotInstalledError: exit 2
     try:
         result = run_batch(config)
     except ConfigError as exc:
-        print(f"rollout-dataset batch: error: {exc}", file=sys.stderr)
-        return 2
+        return report_error(exc, EXIT_USAGE)
     except UpstreamError as exc:
-        print(f"rollout-dataset batch: stopped: {exc}", file=sys.stderr)
-        return 1
+        return report_error(f"rollout-dataset batch: stopped: {exc}", EXIT_FAILED)
     except GuardrailError as exc:
-        print(f"rollout-dataset batch: {exc}", file=sys.stderr)
-        print(f"outputs so far: {config.out_dir / 'report.md'}", file=sys.stderr)
-        return 1
+        return report_error(f"rollout-dataset batch: {exc}", EXIT_FAILED,
+                            note=f"outputs so far: {config.out_dir / 'report.md'}")
     except RolloutDatasetError as exc:
-        print(f"rollout-dataset batch: error: {exc}", file=sys.stderr)
-        return 1
+        return report_error(exc, EXIT_FAILED)
     out = result.out_dir
     print(f"rollouts: {result.planned} planned, {result.ran} run, {result.skipped} already finished (resumed)")
     for strategy, agg in result.summary.get("strategies", {}).items():

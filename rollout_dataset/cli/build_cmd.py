@@ -84,18 +84,19 @@ def run(args: argparse.Namespace) -> int:
         args: the parsed arguments.
 
     Returns:
-        0 on success, 1 on bad input or a failed push.
+        0 on success, 1 on an invalid artifact, a refused --out or a failed push, 2 without inputs
+        (errors: one ``error:`` line on stderr, `rollout_dataset.cli.reporting`).
     """
     from rollout_dataset.builder import build
     from rollout_dataset.builder.inputs import first_failure_line
     from rollout_dataset.errors import RolloutDatasetError, SchemaValidationError
     from rollout_dataset.cli.push_env import maybe_push_from_env
+    from rollout_dataset.cli.reporting import EXIT_FAILED, EXIT_USAGE, report_error
 
     from rollout_dataset.cli.build_extend import run_extended, wants_extended
 
     if not args.artifacts and not args.node_dir:
-        print("error: give at least one artifact folder (or --node-dir with --executor ray)")
-        return 2
+        return report_error("give at least one artifact folder (or --node-dir with --executor ray)", EXIT_USAGE)
     try:
         card = dict(pretty_name=args.pretty_name, license=args.license, language=args.language or ("en",),
                     homepage=args.homepage, repository=args.repository, citation=_citation(args.citation_file))
@@ -106,14 +107,11 @@ def run(args: argparse.Namespace) -> int:
                            samples=args.samples, workers=args.workers, **card)
     except SchemaValidationError as exc:
         folder = Path(exc.failures[0][0]).parent if exc.failures else None
-        print(f"error: {first_failure_line(exc, folder)}; {args.out} left as it was")
-        return 1
+        return report_error(first_failure_line(exc, folder), EXIT_FAILED, note=f"{args.out} left as it was")
     except RolloutDatasetError as exc:
-        print(f"error: {exc}")
-        return 1
+        return report_error(exc, EXIT_FAILED)
     except OSError as exc:  # a full disk, a permission: named by the OS error, the dataset untouched
-        print(f"error: {exc}; {args.out} left as it was")
-        return 1
+        return report_error(exc, EXIT_FAILED, note=f"{args.out} left as it was")
     print(f"{result.out_dir}: {result.total_rollouts} rollouts "
           f"({len(result.added)} added, {len(result.skipped)} already there)")
     width = max(len(c) for c in result.rows)
@@ -125,8 +123,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         pushed = maybe_push_from_env(result.out_dir)
     except RolloutDatasetError as exc:
-        print(f"error: {exc}")
-        return 1
+        return report_error(exc, EXIT_FAILED)
     if pushed is not None:
         print(f"pushed to {pushed.url}: {len(pushed.added)} rollouts added, {len(pushed.skipped)} already there, "
               f"{pushed.total_rollouts} in total")

@@ -9,7 +9,10 @@ configuration class has.
 
 Exit codes: 0 captured and valid; 1 the capture failed (first model call 4xx/5xx, server
 unreachable, held-out leakage, artifacts that do not validate, failed push); 2 bad arguments
-(task index out of range, unreadable task source, unknown harness).
+(task index out of range, unreadable task source, unknown harness, a harness or sandbox tool that is
+not installed: checked before anything starts, `rollout_dataset.harness.requirements`, the message
+names the install command such as ``make npm-tools``). Errors are one ``error: ...`` line on
+stderr (`rollout_dataset.cli.reporting`).
 """
 
 from __future__ import annotations
@@ -71,9 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     game.add_argument("--max-steps", type=int, default=None, help="game steps per episode (crafter default 100)")
     game.add_argument("--max-actions", type=int, default=None, help="actions per act call (crafter default 8)")
     game.add_argument("--area", type=parse_pair, default=None, metavar="W,H", help="world size (crafter default 64,64)")
-    from rollout_dataset.cli.proxy_cmd import add_context_arguments
+    from rollout_dataset.cli.proxy_cmd import add_context_arguments, add_trust_env_argument
 
     add_context_arguments(parser, fit_default=True)
+    add_trust_env_argument(parser)  # --no-trust-env
     parser.add_argument("--keep-workdir", action="store_true", help="copy the agent's working directory to OUT/workdir")
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see README 'On-policy mode')")
     parser.add_argument("--sandbox-ro", action="append", default=[], metavar="PATH",
@@ -144,6 +148,7 @@ def env_config_from_args(args: argparse.Namespace) -> Any:
              "model": args.model, "max_turns": args.max_turns, "timeout_s": args.timeout_s,
              "max_tokens": getattr(args, "max_tokens", None), "temperature": getattr(args, "temperature", None),
              "tokenizer": args.tokenizer, "api_key": os.environ.get("OPENAI_API_KEY"),
+             "trust_env": None if getattr(args, "trust_env", True) else False,  # passed only when --no-trust-env
              **_push_destination(args),
              **{name: getattr(args, name, None) for name in _GAME_ONLY}}
     unknown = sorted(k for k, v in given.items() if v is not None and k not in fields and k != "api_key")
@@ -201,7 +206,8 @@ def config_from_args(args: argparse.Namespace):
                          **_push_destination(args), on_policy=args.on_policy,
                          max_tokens_cap=args.max_tokens_cap, fit_context=args.fit_context,
                          unsafe_sandbox=args.unsafe_sandbox, sandbox_ro_paths=tuple(args.sandbox_ro),
-                         record_upstream_host=getattr(args, "record_upstream_host", False))
+                         record_upstream_host=getattr(args, "record_upstream_host", False),
+                         trust_env=getattr(args, "trust_env", True))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -214,10 +220,15 @@ def run(args: argparse.Namespace) -> int:
         The exit code (see the module docstring).
     """
     from rollout_dataset.capture import capture_rollout
+    from rollout_dataset.cli.reporting import EXIT_FAILED, EXIT_USAGE, report_error
     from rollout_dataset.errors import SandboxUnavailableError, TaskIndexError, TaskSourceError, UpstreamError
 
     if not getattr(args, "verbose", 0):
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP call is noise here
+    if getattr(args, "env", "coding") == "coding":  # a harness that is not installed stops it before anything starts
+        from rollout_dataset.harness.requirements import require_harness_tools
+
+        require_harness_tools(args.harness, unsafe_sandbox=args.unsafe_sandbox)  # ToolNotInstalledError: exit 2
     try:
         if getattr(args, "env", "coding") == "coding":
             config = config_from_args(args)
@@ -225,9 +236,7 @@ def run(args: argparse.Namespace) -> int:
             config = env_config_from_args(args)
         result = capture_rollout(config)
     except (TaskIndexError, TaskSourceError, ValueError) as exc:  # ConfigError is a ValueError
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return report_error(exc, EXIT_USAGE)
     except (UpstreamError, SandboxUnavailableError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return report_error(exc, EXIT_FAILED)
     return report_result(result)

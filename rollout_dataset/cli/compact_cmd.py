@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         0 on success, 1 on bad input or a refused commit.
     """
     from rollout_dataset.builder.compaction import compact_local
+    from rollout_dataset.cli.reporting import EXIT_FAILED, report_error
     from rollout_dataset.hub import compact_repo
     from rollout_dataset.errors import RolloutDatasetError
 
@@ -57,9 +58,8 @@ def run(args: argparse.Namespace) -> int:
             result = compact_repo(args.repo, endpoint=args.endpoint, target_bytes=args.target_size)
         else:
             result = compact_local(args.dataset, target_bytes=args.target_size)
-    except (RolloutDatasetError, ValueError) as exc:
-        print(f"error: {exc}")
-        return 1
+    except (RolloutDatasetError, ValueError, OSError) as exc:
+        return report_error(exc, EXIT_FAILED)
     for config, before in result.shards_before.items():
         after = result.shards_after.get(config, before)
         dups = result.duplicate_rows.get(config, 0)

@@ -1,6 +1,11 @@
 """`rollout-dataset proxy`: run the recording proxy until Ctrl-C.
 
 Prints the base URL once the proxy listens (one line, flushed), so scripts can read it.
+
+The upstream is reached as httpx's ``trust_env`` reaches it: through the forward proxy
+``HTTP_PROXY`` / ``HTTPS_PROXY`` / ``ALL_PROXY`` name for it (CONNECT for https), directly for the
+hosts of ``NO_PROXY``, and an https upstream verified against ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``
+(else certifi's bundle); ``--no-trust-env`` ignores those variables (`rollout_dataset.proxy.trust_env`).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import os
 import signal
 import sys
 
-__all__ = ["add_arguments", "add_context_arguments", "context_policy", "run"]
+__all__ = ["add_arguments", "add_context_arguments", "add_trust_env_argument", "context_policy", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +49,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "worker; a worker that dies is replaced")
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see README 'On-policy mode')")
     add_context_arguments(parser, fit_default=False)
+    add_trust_env_argument(parser)
+
+
+def add_trust_env_argument(parser: argparse.ArgumentParser) -> None:
+    """Declare `--no-trust-env` (proxy, capture and batch).
+
+    Args:
+        parser: the sub-command's parser.
+    """
+    parser.add_argument("--no-trust-env", dest="trust_env", action="store_false", default=True,
+                        help="ignore HTTP_PROXY / HTTPS_PROXY / ALL_PROXY / NO_PROXY and SSL_CERT_FILE / SSL_CERT_DIR "
+                             "for the model server (default: honoured as httpx and curl do)")
 
 
 def _api_key(variable: str | None) -> str | None:
@@ -101,7 +118,8 @@ async def _serve(args: argparse.Namespace) -> None:
                          upstream_timeout=args.upstream_timeout, max_body_bytes=int(args.max_body_mb * 1024 * 1024),
                          max_inflight_bytes=int(args.max_inflight_mb * 1024 * 1024),
                          max_open_files=args.max_open_files, api_key=_api_key(args.api_key_env),
-                         on_policy=args.on_policy, context=context_policy(args), workers=args.workers)
+                         on_policy=args.on_policy, context=context_policy(args), workers=args.workers,
+                         trust_env=getattr(args, "trust_env", True))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     async with proxy:
@@ -136,8 +154,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         loop.run_until_complete(_serve(args))
     except ValueError as exc:  # a bad --upstream or --api-key-env: the message shows the URL redacted
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        from rollout_dataset.cli.reporting import EXIT_USAGE, report_error
+
+        return report_error(exc, EXIT_USAGE)
     finally:
         loop.close()
     return 0

@@ -40,12 +40,12 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 on success, 1 on bad input or a refused push, 2 without a repo id.
     """
+    from rollout_dataset.cli.reporting import EXIT_FAILED, EXIT_USAGE, report_error
     from rollout_dataset.errors import RolloutDatasetError
     from rollout_dataset.hub import push
 
     if not args.repo:
-        print("error: give --repo org/name (or set PUSH_TO_DATASET)")
-        return 2
+        return report_error("give --repo org/name (or set PUSH_TO_DATASET)", EXIT_USAGE)
     private = args.private
     if private is None and os.environ.get("PUSH_PRIVATE", "").strip().lower() in ("1", "true", "yes"):
         private = True
@@ -53,9 +53,8 @@ def run(args: argparse.Namespace) -> int:
         result = push(args.dataset, args.repo, private=private, endpoint=args.endpoint,
                       traces_repo=getattr(args, "traces_repo", None), traces=not getattr(args, "no_traces", False),
                       compact_above=0 if args.no_compact else None)
-    except (RolloutDatasetError, ValueError) as exc:
-        print(f"error: {exc}")
-        return 1
+    except (RolloutDatasetError, ValueError, OSError) as exc:
+        return report_error(exc, EXIT_FAILED)
     if result.traces_repo:
         print(f"{result.traces_repo}: {result.sessions_added} trace-viewer session(s) added")
     if result.commit is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 
 __all__ = ["add_arguments", "run"]
 
@@ -71,12 +70,12 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 after a clean stop, 2 on bad options (unknown policy, missing script or tokenizer).
     """
+    from rollout_dataset.cli.reporting import EXIT_USAGE, report_error
+
     if args.policy == "script" and not args.script:
-        print("rollout-dataset serve: --policy script needs --script FILE", file=sys.stderr)
-        return 2
+        return report_error("--policy script needs --script FILE", EXIT_USAGE)
     try:
         asyncio.run(_serve(args))
     except (ValueError, FileNotFoundError, OSError) as exc:
-        print(f"rollout-dataset serve: {exc}", file=sys.stderr)
-        return 2
+        return report_error(exc, EXIT_USAGE)
     return 0

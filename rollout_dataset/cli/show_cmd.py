@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -91,16 +90,15 @@ def run(args: argparse.Namespace) -> int:
         0 on success, 1 when the folder cannot be read.
     """
     from rollout_dataset.builder.inputs import first_failure_line
+    from rollout_dataset.cli.reporting import EXIT_FAILED, report_error
     from rollout_dataset.errors import SchemaValidationError
     from rollout_dataset.export import summarise
 
     try:
         document = load_document(args.artifact_dir, rebuild=args.rebuild)
     except SchemaValidationError as exc:
-        print(f"error: {first_failure_line(exc)}", file=sys.stderr)
-        return 1
+        return report_error(first_failure_line(exc), EXIT_FAILED)
     except ArtifactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return report_error(exc, EXIT_FAILED)
     print(summarise(document))
     return 0

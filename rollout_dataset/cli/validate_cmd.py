@@ -1,7 +1,8 @@
 """`rollout-dataset validate PATH...`: check artifact files, folders or trees against their schemas.
 
-Prints one line per failure, ``file: json.path: reason``, and exits 1 on any failure (2 when a
-path does not exist); prints a one-line OK otherwise. Corrupt files (not UTF-8, not JSON, nested
+Prints one line per failure on stdout, ``file: json.path: reason`` (the command's findings, as a
+linter prints them), then ``error: N failure(s) ...`` on stderr and exits 1; a path that does not
+exist is ``error: PATH: no such file or folder`` on stderr, exit 2; prints a one-line OK otherwise. Corrupt files (not UTF-8, not JSON, nested
 too deeply, a folder in place of a file, a symlink leaving its folder) are failures, never a
 traceback; a folder holding artifact files without `summary.json` (or any other) fails.
 """
@@ -32,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 when everything is valid, 1 on any failure, 2 when a path is missing.
     """
+    from rollout_dataset.cli.reporting import EXIT_FAILED, EXIT_USAGE, report_error
     from rollout_dataset.schema.check import format_failure, validate_path
 
     failures = []
@@ -39,12 +41,11 @@ def run(args: argparse.Namespace) -> int:
         try:
             failures.extend(validate_path(path))
         except FileNotFoundError as exc:
-            print(str(exc))
-            return 2
+            return report_error(exc, EXIT_USAGE)
     for failure in failures:
         print(format_failure(failure))
     if failures:
-        print(f"{len(failures)} failure(s)")
-        return 1
+        files = len({failure[0] for failure in failures})
+        return report_error(f"{len(failures)} failure(s) in {files} file(s) (listed on stdout)", EXIT_FAILED)
     print(f"OK: {', '.join(args.paths)}")
     return 0

@@ -91,6 +91,8 @@ class CaptureSettings:
         fit_context: the proxy fits output limits to the model's context.
         push_repo: push the folder to this Hub repo when it validates (None: no push).
         push_private: create a new `push_repo` private (None: the Hub's default).
+        trust_env: reach `base_url` honouring the environment's proxy and CA variables, as httpx's
+            ``trust_env`` (`rollout_dataset.proxy.trust_env`); the local backend is always reached directly.
     """
 
     out_dir: Path
@@ -106,6 +108,7 @@ class CaptureSettings:
     on_policy: bool = False
     max_tokens_cap: int | None = None
     fit_context: bool = False
+    trust_env: bool = True
     push_repo: str | None = None
     push_private: bool | None = None
 

@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 
 from rollout_dataset.responses_format import input_to_messages, tools_to_chat
+from rollout_dataset.proxy.jsoncodec import dumps_standard
 
 __all__ = [
     "CONTEXT_EXHAUSTED",
@@ -243,7 +244,7 @@ class ContextFitter:
 
     async def _request(self, method: str, path: str, headers: list[tuple[bytes, bytes]],
                        body: dict[str, Any] | None = None) -> tuple[int, Any]:
-        content = json.dumps(body, ensure_ascii=False).encode() if body is not None else None
+        content = dumps_standard(body) if body is not None else None  # a lone surrogate stays an escape
         hdrs = list(headers) + [(b"accept-encoding", b"identity")]
         if content is not None:
             hdrs.append((b"content-type", b"application/json"))

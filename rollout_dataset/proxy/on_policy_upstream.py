@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 
 import httpx
 
-from rollout_dataset.proxy.jsoncodec import loads
+from rollout_dataset.proxy.jsoncodec import dumps_standard, loads
 from rollout_dataset.proxy.on_policy import (
     Continuity,
     PastCall,
@@ -140,7 +140,7 @@ class OnPolicyMode:
         url = self.upstream_root + path
         hdrs = [(k, v) for k, v in headers if k not in _AUX_DROP]
         hdrs += [(b"content-type", b"application/json"), (b"accept", b"application/json")]
-        request = httpx.Request("POST", url, content=json.dumps(payload, ensure_ascii=False).encode(),
+        request = httpx.Request("POST", url, content=dumps_standard(payload),
                                 headers=hdrs, extensions=self.extensions)
         try:
             response = await self.transport.handle_async_request(request)

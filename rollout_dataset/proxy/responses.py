@@ -16,8 +16,9 @@ are never padded or guessed.
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from rollout_dataset.proxy.jsoncodec import dumps_standard
 
 __all__ = ["LOGPROBS_INCLUDE", "ResponsesAssembler", "prepare_responses", "strip_responses",
            "responses_token_fields"]
@@ -48,7 +49,7 @@ def prepare_responses(parsed: dict[str, Any], limits: dict[str, Any] | None = No
         changes["include"] = (list(include) if isinstance(include, list) else []) + [LOGPROBS_INCLUDE]
     changes.update(limits or {})
     body = {**parsed, **changes}
-    return asked_ids, asked_logprobs, changes, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return asked_ids, asked_logprobs, changes, dumps_standard(body)  # a lone surrogate stays an escape
 
 
 def _strip_parts(item: Any) -> Any:

@@ -24,7 +24,7 @@ from rollout_dataset.proxy.recorder import DEFAULT_MAX_OPEN_FILES, TraceRecorder
 from rollout_dataset.proxy.shared_recorder import SharedTraceRecorder
 from rollout_dataset.proxy.context_fit import ContextPolicy
 from rollout_dataset.proxy.redact import valid_session_id
-from rollout_dataset.proxy.transport import UpstreamTransport
+from rollout_dataset.proxy.trust_env import upstream_transport
 from rollout_dataset.proxy.upstream import AuthenticatingTransport, UpstreamTarget, parse_upstream
 from rollout_dataset.serving import LoopThread, UvicornServer, WorkerPool, bind_socket, new_event_loop
 from rollout_dataset.trace_integrity import TraceSeal
@@ -98,6 +98,9 @@ class CaptureProxy:
             per worker. A worker that dies is replaced. With 1 (default) the proxy runs in this
             process. Workers are spawned processes: a script that starts such a proxy needs the
             usual ``if __name__ == "__main__":`` guard.
+        trust_env: honour HTTP_PROXY / HTTPS_PROXY / ALL_PROXY / NO_PROXY and SSL_CERT_FILE /
+            SSL_CERT_DIR for the upstream, exactly as httpx's ``trust_env`` (default True; see
+            `rollout_dataset.proxy.trust_env`); False connects directly with certifi's CA bundle.
 
     Raises:
         ValueError: `upstream` is not an http(s) URL, or it has userinfo and `api_key` is given, or
@@ -110,7 +113,7 @@ class CaptureProxy:
                  max_connections: int = 512, max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
                  max_open_files: int = DEFAULT_MAX_OPEN_FILES, api_key: str | None = None,
                  forward_client_auth: bool = True, on_policy: bool = False,
-                 context: ContextPolicy | None = None, workers: int = 1) -> None:
+                 context: ContextPolicy | None = None, workers: int = 1, trust_env: bool = True) -> None:
         self._target: UpstreamTarget = parse_upstream(upstream, api_key)
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
@@ -123,7 +126,7 @@ class CaptureProxy:
             upstream=upstream, trace_dir=str(trace_dir), host=host, upstream_timeout=upstream_timeout,
             connect_timeout=connect_timeout, max_body_bytes=max_body_bytes, max_connections=max_connections,
             max_inflight_bytes=max_inflight_bytes, max_open_files=max_open_files, api_key=api_key,
-            forward_client_auth=forward_client_auth, on_policy=on_policy, context=context)
+            forward_client_auth=forward_client_auth, on_policy=on_policy, context=context, trust_env=trust_env)
         self.upstream = self._target.display
         self.upstream_root = self._target.root
         self.forward_client_auth = forward_client_auth
@@ -139,6 +142,7 @@ class CaptureProxy:
         self.max_open_files = max_open_files
         self.on_policy = on_policy
         self.context = context
+        self.trust_env = trust_env
         self._server: UvicornServer | None = None
         self._own_transport: httpx.AsyncBaseTransport | None = None
         self._recorder: TraceRecorder | None = None
@@ -269,9 +273,9 @@ class CaptureProxy:
         timeout = httpx.Timeout(self.upstream_timeout, connect=self.connect_timeout)
         transport = self.transport
         if transport is None:
-            # pooled HTTP/1.1 connections parsed by httptools, behind httpx's transport API (transport.py)
-            verify = self.upstream_root.startswith("https:")  # no certificate loading for plain http
-            transport = self._own_transport = UpstreamTransport(limits, verify=verify)
+            # pooled HTTP/1.1 connections parsed by httptools (transport.py), or httpx's own transport
+            # through the forward proxy HTTP(S)_PROXY/ALL_PROXY name for this upstream (trust_env.py)
+            transport = self._own_transport = upstream_transport(self.upstream_root, limits, trust_env=self.trust_env)
         transport = AuthenticatingTransport(transport, self._target, forward_client_auth=self.forward_client_auth)
         return ProxyApp(self.upstream_root, recorder, transport, timeout, self.max_body_bytes,
                         self.max_inflight_bytes, on_policy=self.on_policy, context=self.context,

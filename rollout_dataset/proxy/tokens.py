@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollout_dataset.proxy.responses import prepare_responses, responses_token_fields, strip_responses
+from rollout_dataset.proxy.jsoncodec import dumps_standard
 
 __all__ = [
     "GENERATION_ENDPOINTS",
@@ -112,7 +113,7 @@ def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes,
             return TokenRequest(kind, asked_ids, asked_logprobs, changes, head + sep + extra + b"}")
     body = dict(parsed)
     body.update(changes)
-    encoded = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    encoded = dumps_standard(body)  # a lone surrogate goes upstream as its \uXXXX escape, as it came
     return TokenRequest(kind, asked_ids, asked_logprobs, changes, encoded)
 
 

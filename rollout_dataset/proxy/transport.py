@@ -289,21 +289,25 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
     """An httpx transport over pooled HTTP/1.1 connections (httptools parsing), one pool per event loop.
 
     No cookies are kept, no redirects followed, bodies are not decompressed (httpx does that if
-    asked), environment proxies are ignored.
+    asked), environment proxies are not read here (`rollout_dataset.proxy.trust_env` decides, from
+    them, whether this transport or httpx's own through a proxy carries the calls).
 
     Args:
         limits: connection pool size (``max_connections``: open connections at once, a call waits up
             to its ``pool`` timeout for one), idle connections kept (``max_keepalive_connections``) and
             for how long (``keepalive_expiry``, seconds; keep it under the upstream's own).
         verify: verify TLS certificates of https upstreams.
+        ssl_context: the TLS context of https upstreams (default: the system's verify paths, or no
+            verification without `verify`); `rollout_dataset.proxy.trust_env` passes httpx's, which
+            honours SSL_CERT_FILE/SSL_CERT_DIR as httpx does.
     """
 
-    def __init__(self, limits: httpx.Limits, verify: bool = True) -> None:
+    def __init__(self, limits: httpx.Limits, verify: bool = True, ssl_context: ssl.SSLContext | None = None) -> None:
         self._max_open = limits.max_connections
         self._max_idle = limits.max_keepalive_connections
         self._expiry = limits.keepalive_expiry
         self._verify = verify
-        self._ssl: ssl.SSLContext | None = None
+        self._ssl: ssl.SSLContext | None = ssl_context
         self._idle: dict[_Key, list[_Connection]] = {}
         self._idle_count = 0
         self._open = 0

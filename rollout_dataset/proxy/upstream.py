@@ -42,6 +42,8 @@ class UpstreamTarget:
         query: the raw query string to add to every forwarded request (may hold a key), or "".
         secrets: the credential values taken from the URL and the key (to scrub from messages).
         api_key: the API key in use (sent as Bearer), or None (none given, or the URL's userinfo is used).
+        trust_env: direct calls (`request`) honour HTTP(S)_PROXY / NO_PROXY / SSL_CERT_FILE as httpx
+            does (`rollout_dataset.proxy.trust_env`); False ignores them.
     """
 
     root: str
@@ -50,6 +52,7 @@ class UpstreamTarget:
     query: str = ""
     secrets: tuple[str, ...] = field(default=())
     api_key: str | None = None
+    trust_env: bool = True
 
     def __repr__(self) -> str:  # never the credentials
         return f"UpstreamTarget({self.display!r})"
@@ -108,7 +111,9 @@ class UpstreamTarget:
         """
         request = httpx.Request(method, self.url(endpoint), headers=self.headers(), json=json,
                                 extensions={"timeout": httpx.Timeout(timeout).as_dict()})
-        with httpx.HTTPTransport() as transport:
+        from rollout_dataset.proxy.trust_env import direct_call_transport
+
+        with direct_call_transport(str(request.url), trust_env=self.trust_env) as transport:
             response = transport.handle_request(request)
             response.read()
         return response

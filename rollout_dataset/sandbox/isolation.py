@@ -296,7 +296,8 @@ def require_isolation(unsafe: bool = False) -> str:
     if not unsafe:
         raise SandboxUnavailableError(
             f"the allow-list sandbox cannot be built on this machine ({mode.reason}); refusing to run untrusted "
-            "code. Install bubblewrap (`apt-get install bubblewrap`), or opt out explicitly with --unsafe-sandbox.")
+            "code. Install bubblewrap (`make system-deps`, or `apt-get install bubblewrap`), or opt out explicitly "
+            "with --unsafe-sandbox.")
     log.warning("sandbox: running untrusted code WITHOUT isolation (--unsafe-sandbox): %s", mode.reason)
     return mode.level
 

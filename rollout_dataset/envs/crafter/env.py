@@ -156,7 +156,7 @@ class CrafterEnvironment(EnvironmentBase):
             out_dir=Path(config.out_dir), base_url=config.base_url, model=config.model, api_key=config.api_key,
             rollout_id=config.rollout_id, tokenizer=config.tokenizer, backend_policy=self.default_policy,
             policy_options={"max_actions": config.max_actions}, served_model_name=config.served_model_name,
-            push_repo=config.push_repo, push_private=config.push_private)
+            push_repo=config.push_repo, push_private=config.push_private, trust_env=config.trust_env)
 
     def prepare(self, config: CrafterRolloutConfig) -> CrafterEpisode:
         """Build the world (its settings were checked by `CrafterRolloutConfig`)."""
@@ -188,6 +188,7 @@ class CrafterEnvironment(EnvironmentBase):
             max_turns=int(settings.get("max_turns") or config.max_turns),
             timeout_s=float(settings.get("timeout_s") or config.timeout_s), rollout_id=job.rollout_id,
             tokenizer="builtin" if local else None, backend_policy="crafter" if local else None,
+            trust_env=bool(settings.get("trust_env", True)) and not local,
             step_rewards=config.step_rewards.with_strategy(config.strategies[0]), **options)
 
     def batch_result(self, result: Any, captured: Any) -> Any:
