@@ -17,13 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from rollout_dataset.builder import build
 from rollout_dataset.builder.append import append_to_dataset
-from rollout_dataset.builder.synthetic import write_synthetic_dataset
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support/: the synthetic fixtures
+from support.synthetic_dataset import write_synthetic_dataset
 
 RESULTS = Path(__file__).resolve().parent / "results" / "build_append.json"
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support/: the synthetic fixtures
 
 # One build in a fresh process. argv: list file of folders, out dir, workers (0: the baseline's
 # signature, no workers argument). Prints one JSON line.
@@ -56,7 +57,7 @@ if __name__ == "__main__":
 
 
 def _gen_one(args: tuple[str, int]) -> None:
-    from rollout_dataset.builder.synthetic import write_synthetic_rollout
+    from support.synthetic_dataset import write_synthetic_rollout
 
     folder, seed = args
     write_synthetic_rollout(folder, seed=seed, n_turns=10, context_tokens=2048, with_aux=True, with_retry=True,

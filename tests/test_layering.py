@@ -19,52 +19,72 @@ RULES = [
     pytest.param(
         "the backend knows no environment, task set or harness",
         ("backend/",),
-        ("rollout_dataset.envs", "rollout_dataset.tasks", "rollout_dataset.harness"),
+        ("rollout_dataset.envs", "rollout_dataset.recipes", "rollout_dataset.tasks", "rollout_dataset.harness"),
         id="backend",
     ),
     pytest.param(
-        "the trainer-facing layers do not depend on the fake server",
+        "the trainer-facing layers depend on no server",
         ("export/", "builder/", "graph.py", "render.py"),
-        ("rollout_dataset.backend",),
+        ("rollout_dataset.backend", "rollout_dataset.proxy", "rollout_dataset.server_runner"),
         id="trainer-facing",
     ),
     pytest.param(
         "the server runner knows no server: it imports neither the proxy nor the backend",
-        ("serving.py",),
+        ("server_runner.py",),
         ("rollout_dataset.proxy", "rollout_dataset.backend", "rollout_dataset.capture"),
-        id="serving",
+        id="server-runner",
     ),
     pytest.param(
-        "environments do not import the batch evaluator, nor the command line",
-        ("envs/",),
+        "the environments do not import the batch evaluator, nor the command line",
+        ("recipes/",),
         ("rollout_dataset.batch", "rollout_dataset.cli"),
-        id="envs",
+        id="recipes",
     ),
     pytest.param(
         "the environment seam and the registry know no concrete environment and no pipeline",
-        ("envs/base.py", "envs/registry.py", "envs/__init__.py"),
-        ("rollout_dataset.envs.coding", "rollout_dataset.envs.crafter", "rollout_dataset.capture",
-         "rollout_dataset.batch", "rollout_dataset.tasks", "rollout_dataset.harness", "rollout_dataset.sandbox"),
+        ("envs/",),
+        ("rollout_dataset.recipes", "rollout_dataset.capture", "rollout_dataset.batch", "rollout_dataset.tasks",
+         "rollout_dataset.harness", "rollout_dataset.sandbox", "rollout_dataset.documents", "rollout_dataset.cli"),
         id="seam",
     ),
     pytest.param(
         "the capture pipeline and the batch runner get environments from the registry, never by import",
-        ("capture/pipeline.py", "capture/upstream.py", "documents.py", "batch/envs.py", "batch/runner.py"),
-        ("rollout_dataset.envs.coding", "rollout_dataset.envs.crafter", "rollout_dataset.tasks",
-         "rollout_dataset.harness", "rollout_dataset.sandbox"),
+        ("capture/", "documents.py", "batch/"),
+        ("rollout_dataset.recipes", "rollout_dataset.tasks", "rollout_dataset.harness", "rollout_dataset.sandbox"),
         id="pipeline",
     ),
     pytest.param(
+        "the documents are pure: no server, no HTTP client, no capture",
+        ("documents.py",),
+        ("rollout_dataset.capture", "rollout_dataset.proxy", "rollout_dataset.backend", "httpx"),
+        id="documents",
+    ),
+    pytest.param(
+        "nothing below the command line imports a concrete environment (the registry names them)",
+        ("backend/", "batch/", "builder/", "capture/", "envs/", "export/", "harness/", "proxy/", "rewards/",
+         "sandbox/", "schema/", "tasks/", "documents.py", "graph.py", "render.py", "errors.py", "files.py",
+         "tokenizers.py", "trace_integrity.py", "server_runner.py", "responses_format.py", "package_paths.py",
+         "_version.py"),
+        ("rollout_dataset.recipes",),
+        id="recipes-at-the-edge",
+    ),
+    pytest.param(
         "the coding environment does not import Crafter",
-        ("envs/coding/",),
-        ("rollout_dataset.envs.crafter",),
+        ("recipes/coding/",),
+        ("rollout_dataset.recipes.crafter",),
         id="coding-env",
     ),
     pytest.param(
         "Crafter does not import the coding environment",
-        ("envs/crafter/",),
-        ("rollout_dataset.envs.coding",),
+        ("recipes/crafter/",),
+        ("rollout_dataset.recipes.coding",),
         id="crafter-env",
+    ),
+    pytest.param(
+        "the version and the package paths are leaves: nothing imports the package root for them",
+        ("",),
+        ("rollout_dataset.__version__",),
+        id="version",
     ),
 ]
 
@@ -108,12 +128,18 @@ def _matches(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
 
 
+def _in_scope(relative: str, scopes: tuple[str, ...]) -> bool:
+    """`relative` (a path under the package folder) is one of `scopes`: a file, a folder ending in `/`,
+    or `""` for every file."""
+    return any(s == "" or relative == s or (s.endswith("/") and relative.startswith(s)) for s in scopes)
+
+
 def violations(scopes: tuple[str, ...], forbidden: tuple[str, ...], root: Path = PACKAGE_DIR) -> list[str]:
     """Lines `file:line imports module` breaking one rule, for the package folder `root`."""
     found = []
     for path in sorted(root.rglob("*.py")):
         relative = path.relative_to(root).as_posix()
-        if not any(relative == s or (s.endswith("/") and relative.startswith(s)) for s in scopes):
+        if not _in_scope(relative, scopes):
             continue
         seen = set()
         for line, name in imports_of(path, root):
@@ -321,8 +347,7 @@ def indirect_violations(scopes: tuple[str, ...], forbidden: tuple[str, ...], roo
     modules = module_files(root)
     found = []
     for name, path in modules.items():
-        relative = path.relative_to(root).as_posix()
-        if not any(relative == s or (s.endswith("/") and relative.startswith(s)) for s in scopes):
+        if not _in_scope(path.relative_to(root).as_posix(), scopes):
             continue
         came_from: dict[str, str | None] = {name: None}
         reached: set[str] = set()
@@ -348,7 +373,17 @@ def indirect_violations(scopes: tuple[str, ...], forbidden: tuple[str, ...], roo
     return found
 
 
+#: the rules whose forbidden names are modules of the package (an import chain can reach them).
+MODULE_RULES = [rule for rule in RULES if rule.id != "version"]
+
+
 @pytest.mark.parametrize("rule,scopes,forbidden", RULES)
+def test_every_rule_names_files_and_folders_that_exist(rule, scopes, forbidden):
+    missing = [s for s in scopes if s and not (PACKAGE_DIR / s).exists()]
+    assert not missing, f"{rule}: no such file or folder under rollout_dataset/: {missing}"
+
+
+@pytest.mark.parametrize("rule,scopes,forbidden", MODULE_RULES)
 def test_layer_rule_holds_through_indirect_imports(rule, scopes, forbidden):
     broken = indirect_violations(scopes, forbidden)
     assert not broken, f"{rule} (through indirect imports):\n" + "\n".join(broken)
