@@ -451,3 +451,47 @@ if __name__ == "__main__":  # python tests/test_layering.py: print the cycles an
         rule, scopes, forbidden = param.values
         for line in indirect_violations(scopes, forbidden):
             print(f"[{param.id}] {line}")
+
+
+# --- docs/architecture.md, "Layers": the picture is the code's -----------------------------------
+
+ARCHITECTURE = PACKAGE_DIR.parent / "docs" / "architecture.md"
+
+
+def documented_layers(text: str | None = None) -> list[list[str]]:
+    """The layers of the picture in docs/architecture.md ("## Layers"), lowest first: each line's names
+    (`recipes/coding` as written), before its parenthesised note."""
+    text = ARCHITECTURE.read_text(encoding="utf-8") if text is None else text
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    layers = []
+    for line in section.splitlines():
+        if line.startswith("    ") and line.strip():
+            names = line.strip().split("  ", 1)[0].replace("(the seam)", "")
+            layers.append([n.strip() for n in names.split(",") if n.strip()])
+    return layers
+
+
+def _top_level_names(root: Path = PACKAGE_DIR) -> set[str]:
+    return {p.stem if p.is_file() else p.name for p in root.iterdir()
+            if (p.suffix == ".py" and p.name != "__init__.py") or (p.is_dir() and (p / "__init__.py").exists())}
+
+
+def test_every_package_the_architecture_names_exists_and_every_top_level_one_is_named():
+    named = [name for layer in documented_layers() for name in layer]
+    missing = [name for name in named if not ((PACKAGE_DIR / name).is_dir() or (PACKAGE_DIR / f"{name}.py").is_file())]
+    assert not missing, f"docs/architecture.md names what rollout_dataset/ does not have: {missing}"
+    unnamed = sorted(_top_level_names() - {name.split("/")[0] for name in named})
+    assert not unnamed, f"docs/architecture.md's Layers picture does not name: {unnamed}"
+
+
+def test_every_import_between_top_level_folders_goes_down_the_documented_layers():
+    rank = {name.split("/")[0]: i for i, layer in enumerate(documented_layers()) for name in layer}
+    upward = [f"{a} (layer {rank[a]}) -> {b} (layer {rank[b]}): {where}"
+              for a, targets in sorted(folder_graph().items()) for b, where in sorted(targets.items())
+              if a in rank and b in rank and rank[b] > rank[a]]
+    assert not upward, "imports that run up the layers of docs/architecture.md:\n" + "\n".join(upward)
+
+
+def test_the_layers_reader_sees_each_line_of_the_picture():
+    text = "## Layers\n\nintro\n\n    a, b (the seam)        (a note, with commas)\n    recipes/c\n\n## Next\n    z\n"
+    assert documented_layers(text) == [["a", "b"], ["recipes/c"]]
