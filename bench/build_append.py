@@ -1,7 +1,7 @@
 """Benchmark of incremental and distributed builds (issue 14, items 2 and 5). Prints a table and saves
 bench/results/build_append.json.
 
-Synthetic rollouts (`builder.synthetic`, default 2 turns, 256-token context):
+Synthetic rollouts (`tests/support/synthetic_dataset.py`, default 2 turns, 256-token context):
 - `build --append` of `--add` rollouts to a dataset of `--base` rollouts, vs building all of them
   from scratch (what a build without incremental shards would cost); the append re-reads only the
   existing summary shards and hard-links every other existing file;

@@ -269,7 +269,7 @@ class CodingEnvironment(EnvironmentBase):
             unsafe_sandbox=bool(settings.get("unsafe_sandbox")))
 
     def achievements(self, folder: Path) -> Any:
-        """The timeline from `achievements.json`, else replayed from `trace.json` (`envs.coding.replay`)."""
+        """The timeline from `achievements.json`, else replayed from `trace.json` (`recipes.coding.replay`)."""
         from rollout_dataset.recipes.coding.replay import timeline_for_artifacts
 
         return timeline_for_artifacts(folder)
