@@ -1,7 +1,7 @@
 """Benchmark of incremental and distributed builds (issue 14, items 2 and 5). Prints a table and saves
 bench/results/build_append.json.
 
-Synthetic rollouts (`builder.synthetic`, default 2 turns, 256-token context):
+Synthetic rollouts (`tests/support/synthetic_dataset.py`, default 2 turns, 256-token context):
 - `build --append` of `--add` rollouts to a dataset of `--base` rollouts, vs building all of them
   from scratch (what a build without incremental shards would cost); the append re-reads only the
   existing summary shards and hard-links every other existing file;
@@ -17,13 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from rollout_dataset.builder import build
 from rollout_dataset.builder.append import append_to_dataset
-from rollout_dataset.builder.synthetic import write_synthetic_dataset
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support/: the synthetic fixtures
+from support.synthetic_dataset import write_synthetic_dataset
 
 RESULTS = Path(__file__).resolve().parent / "results" / "build_append.json"
 

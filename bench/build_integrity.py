@@ -14,6 +14,7 @@ Usage: python bench/build_integrity.py [--rollouts 20] [--turns 30] [--context 4
 
 from __future__ import annotations
 
+import sys
 import argparse
 import json
 import tempfile
@@ -21,7 +22,8 @@ import time
 from pathlib import Path
 
 from rollout_dataset.builder import build, staging
-from rollout_dataset.builder.synthetic import write_synthetic_rollout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support/: the synthetic fixtures
+from support.synthetic_dataset import write_synthetic_rollout
 from rollout_dataset.schema.check import check_artifact_dir
 
 RESULTS = Path(__file__).resolve().parent / "results" / "build_integrity.json"

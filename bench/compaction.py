@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rollout_dataset.builder import CONFIG_NAMES, build
-from rollout_dataset.builder.synthetic import write_synthetic_dataset
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support/: the synthetic fixtures
+from support.synthetic_dataset import write_synthetic_dataset
 from rollout_dataset.builder.writer import ConfigWriter, shard_name
 from rollout_dataset.builder.compaction import DEFAULT_TARGET_BYTES, compact_local
 

@@ -29,9 +29,9 @@ def main() -> None:
     args = parser.parse_args()
 
 
-    from rollout_dataset.envs.crafter.policy import crafter_actions
-    from rollout_dataset.envs.crafter import CrafterRolloutConfig, CrafterWorld, render_observation, run_crafter_rollout
-    from rollout_dataset.envs.crafter import world as world_module
+    from rollout_dataset.recipes.crafter.policy import crafter_actions
+    from rollout_dataset.recipes.crafter import CrafterRolloutConfig, CrafterWorld, render_observation, run_crafter_rollout
+    from rollout_dataset.recipes.crafter import world as world_module
 
     results: dict[str, object] = {"machine": platform.platform(), "python": platform.python_version(),
                                   "crafter": importlib.metadata.version("crafter")}

@@ -39,7 +39,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rollout_dataset.builder import CONFIG_NAMES, build
-from rollout_dataset.builder.synthetic import write_synthetic_rollout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support/: the synthetic fixtures
+from support.synthetic_dataset import write_synthetic_rollout
 from rollout_dataset.builder.rows import read_artifact, sample_rows
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES, ConfigWriter
 

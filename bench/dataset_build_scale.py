@@ -1,6 +1,6 @@
 """`bench/dataset_build.py --scale`: build throughput and peak memory as the rollout count grows (issue 14).
 
-Synthetic 10-turn / 2k-context rollouts (`builder.synthetic`, with an auxiliary root and a discarded
+Synthetic 10-turn / 2k-context rollouts (`tests/support/synthetic_dataset.py`, with an auxiliary root and a discarded
 retry). A pool of distinct rollouts is generated once into a scratch folder (reused by later runs:
 `--scratch`, default /tmp/rollout-dataset-bench-scale) and replicated up to the largest size by hard
 links, each replica with its own summary.json (a fresh rollout_id); so 20k rollouts take ~0.1 GB of
@@ -32,6 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support/: the synthetic fixtures
 
 # One build in a fresh process. argv: list file of folders, out dir, workers (0: the baseline's
 # signature, no workers argument). Prints one JSON line.
@@ -56,7 +57,7 @@ if __name__ == "__main__":
 
 
 def _gen_one(args: tuple[str, int]) -> None:
-    from rollout_dataset.builder.synthetic import write_synthetic_rollout
+    from support.synthetic_dataset import write_synthetic_rollout
 
     folder, seed = args
     write_synthetic_rollout(folder, seed=seed, n_turns=10, context_tokens=2048, with_aux=True, with_retry=True,
@@ -178,7 +179,7 @@ def run_scale(sizes: list[int], *, unique: int, scratch: Path, baseline_ref: str
                                                                   / baseline["rollouts_per_s"], 3)
         ratios["one_worker_over_baseline_rollouts_per_cpu_s"] = round(one[small]["rollouts_per_cpu_s"]
                                                                       / baseline["rollouts_per_cpu_s"], 3)
-    return {"setup": {"shape": "10 turns, 2048-token context, aux root, discarded retry (builder.synthetic)",
+    return {"setup": {"shape": "10 turns, 2048-token context, aux root, discarded retry (tests/support/synthetic_dataset.py)",
                       "sizes": sizes, "unique_rollouts": unique, "generate_seconds": round(gen_s, 1),
                       "replicate_seconds": round(rep_s, 1), "scratch": str(scratch), "scratch_free_gb": round(free_gb, 1),
                       "cpus": os.cpu_count(), "load_average_at_end": os.getloadavg(), "quick": quick,

@@ -9,6 +9,7 @@ allocations made by the step itself, the input records excluded).
 
 from __future__ import annotations
 
+import sys
 import argparse
 import json
 import platform
@@ -18,7 +19,8 @@ import tracemalloc
 from pathlib import Path
 
 from rollout_dataset.export import export_rollout, turns_document
-from rollout_dataset.export.synthetic import synthetic_chain
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support/: the synthetic fixtures
+from support.synthetic_records import synthetic_chain
 from rollout_dataset.graph import build_graph
 
 

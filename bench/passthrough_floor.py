@@ -1,6 +1,6 @@
 """A bench target: the recording proxy's own stack forwarding bytes, recording nothing (the floor).
 
-The same server (uvicorn through `rollout_dataset.serving`, uvloop, httptools, TCP_NODELAY) and the
+The same server (uvicorn through `rollout_dataset.server_runner`, uvloop, httptools, TCP_NODELAY) and the
 same upstream client (`rollout_dataset.proxy.transport.UpstreamTransport`) as `rollout-dataset
 proxy`, with none of its work per call or per event: no parsing, no token fields, no stripping, no
 reassembly, no record. Bodies go through as they come, one harness write per upstream read. What the
@@ -21,7 +21,7 @@ import sys
 import httpx
 
 from rollout_dataset.proxy.transport import UpstreamTransport
-from rollout_dataset.serving import UvicornServer, bind_socket, new_event_loop
+from rollout_dataset.server_runner import UvicornServer, bind_socket, new_event_loop
 
 # Hop-by-hop and framing headers: the transport and uvicorn set their own.
 _DROP = {b"host", b"content-length", b"transfer-encoding", b"connection", b"keep-alive"}

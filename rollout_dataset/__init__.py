@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
 
 # public name -> module that defines it (kept in step with the TYPE_CHECKING imports below;
 # tests/test_public_api.py checks both)
@@ -27,7 +26,7 @@ _EXPORTS: dict[str, str] = {
     "LocalBackend": "rollout_dataset.backend",
     "load_tasks": "rollout_dataset.tasks",
     "capture_rollout": "rollout_dataset.capture",
-    "CaptureConfig": "rollout_dataset.capture",
+    "CaptureConfig": "rollout_dataset.recipes.coding",
     "CaptureResult": "rollout_dataset.capture",
     "build_graph": "rollout_dataset.graph",
     "export_rollout": "rollout_dataset.export",
@@ -43,8 +42,8 @@ _EXPORTS: dict[str, str] = {
     "BatchResult": "rollout_dataset.batch",
     "StepRewardConfig": "rollout_dataset.rewards.config",
     "RolloutResult": "rollout_dataset.rewards.results",
-    "run_crafter_rollout": "rollout_dataset.envs.crafter",
-    "CrafterRolloutConfig": "rollout_dataset.envs.crafter",
+    "run_crafter_rollout": "rollout_dataset.recipes.crafter",
+    "CrafterRolloutConfig": "rollout_dataset.recipes.crafter",
     "run_capture": "rollout_dataset.capture",
     "Environment": "rollout_dataset.envs",
     "EnvironmentBase": "rollout_dataset.envs",
@@ -79,7 +78,8 @@ if TYPE_CHECKING:  # static imports for type checkers; never executed
     from rollout_dataset.proxy import CaptureProxy, read_trace
     from rollout_dataset.backend import create_backend_app, LocalBackend
     from rollout_dataset.tasks import load_tasks
-    from rollout_dataset.capture import capture_rollout, CaptureConfig, CaptureResult
+    from rollout_dataset.capture import capture_rollout, CaptureResult
+    from rollout_dataset.recipes.coding import CaptureConfig
     from rollout_dataset.graph import build_graph
     from rollout_dataset.export import export_rollout, turns_document, summarise
     from rollout_dataset.render import render_samples
@@ -88,7 +88,7 @@ if TYPE_CHECKING:  # static imports for type checkers; never executed
     from rollout_dataset.batch import run_batch, BatchConfig, BatchResult
     from rollout_dataset.rewards.config import StepRewardConfig
     from rollout_dataset.rewards.results import RolloutResult
-    from rollout_dataset.envs.crafter import run_crafter_rollout, CrafterRolloutConfig
+    from rollout_dataset.recipes.crafter import run_crafter_rollout, CrafterRolloutConfig
     from rollout_dataset.capture import run_capture
     from rollout_dataset.envs import (
         Environment,
@@ -122,6 +122,11 @@ if TYPE_CHECKING:  # static imports for type checkers; never executed
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # `rollout_dataset/_version.py` holds it, read on first use
+        from rollout_dataset._version import __version__
+
+        globals()[name] = __version__
+        return __version__
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'rollout_dataset' has no attribute {name!r}")

@@ -58,8 +58,10 @@ def capture_demo_rollouts(out_root: str | Path = DEFAULT_ARTIFACTS, task_indices
         RuntimeError: a capture failed (its errors are in the message).
     """
     from rollout_dataset.backend import LocalBackend, make_policy
-    from rollout_dataset.capture import CaptureConfig, capture_rollout, serve_in_thread
-    from rollout_dataset.envs.policies import register_builtin_policies
+    from rollout_dataset.capture import capture_rollout
+    from rollout_dataset.recipes.coding import CaptureConfig
+    from rollout_dataset.server_runner import serve_in_thread
+    from rollout_dataset.envs.registry import register_builtin_policies
     from rollout_dataset.tokenizers import load_tokenizer
 
     register_builtin_policies()

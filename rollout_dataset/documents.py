@@ -10,7 +10,6 @@ environment's own fields.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -18,6 +17,7 @@ from typing import Any, Mapping
 from rollout_dataset.envs.base import Score, TaskInfo
 
 __all__ = [
+    "NO_TOKENIZER_REASON",
     "RolloutCounts",
     "agent_tool_counts",
     "findings_count",
@@ -28,7 +28,10 @@ __all__ = [
     "samples_text",
 ]
 
-logger = logging.getLogger(__name__)
+
+
+#: what `samples.md` says when no tokenizer decoded the stream.
+NO_TOKENIZER_REASON = "No tokenizer was available (--tokenizer), so the token stream is not rendered."
 
 
 def agent_tool_counts(turns_doc: Mapping[str, Any]) -> dict[str, int]:
@@ -174,37 +177,26 @@ def held_out_document(task: TaskInfo) -> dict[str, Any]:
 
 
 def samples_text(document: dict[str, Any], records: list[dict[str, Any]], tokenizer: Any, header: dict[str, Any],
-                 server: tuple[Any, str] | None = None) -> str:
-    """`samples.md`: decoded by the local tokenizer, else by the server's own /detokenize.
+                 reason: str | None = None) -> str:
+    """`samples.md`: the token stream decoded by `tokenizer`, else the header and why it is not rendered.
 
     Args:
         document: the rollout document.
         records: the trace records.
-        tokenizer: a loaded tokenizer, or None.
+        tokenizer: anything that decodes ids (a loaded tokenizer, or the server's own
+            `/detokenize` as the capture opens it), or None.
         header: the header fields (`rollout`, `task`, `reward`, ...).
-        server: `(upstream target, model)` whose `/detokenize` decodes when there is no tokenizer.
+        reason: the sentence written instead of the stream when `tokenizer` is None (default: no
+            tokenizer was available).
 
     Returns:
         The text; only the header and the reason when nothing could decode.
     """
     from rollout_dataset.render import render_samples
 
-    reason = "No tokenizer was available (--tokenizer), so the token stream is not rendered."
     if tokenizer is not None:
         return render_samples(document, records, tokenizer, header=header)
-    if server is not None:
-        from rollout_dataset.capture.server_tokenizer import ServerTokenizer
-        from rollout_dataset.errors import UpstreamError
-
-        try:
-            with ServerTokenizer(*server) as remote:
-                return render_samples(document, records, remote, header=header)
-        except UpstreamError as exc:
-            logger.warning("samples.md: no local tokenizer and the server could not decode: %s", exc)
-            status = getattr(exc, "status", None)  # the URL stays out: the upstream host is not recorded
-            reason = ("No local tokenizer (--tokenizer) and the server's /detokenize failed "
-                      f"({f'HTTP {status}' if status else type(exc).__name__}), so the token stream is not rendered.")
     lines = [f"# Rollout {header.get('rollout')}", ""]
     lines += [f"- {k}: {v}" for k, v in header.items()]
-    lines += ["", reason]
+    lines += ["", reason or NO_TOKENIZER_REASON]
     return "\n".join(lines) + "\n"

@@ -96,7 +96,7 @@ def test_registered_policies_are_made_by_name():
 def test_the_backend_registers_no_environment_policy_the_edges_register_them():
     code = ("from rollout_dataset.backend import available_policies as a\n"
             "before = a()\n"
-            "from rollout_dataset.envs.policies import register_builtin_policies\n"
+            "from rollout_dataset.envs.registry import register_builtin_policies\n"
             "register_builtin_policies()\n"
             "print(before, a())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from rollout_dataset.batch import CodingExamples, StepRewardConfig, read_achievements, stepwise_for_rollout
-from rollout_dataset.batch.coding import decisions_from_trace, replay_timeline, timeline_for_artifacts
+from rollout_dataset.batch import StepRewardConfig, read_achievements, stepwise_for_rollout
+from rollout_dataset.recipes.coding.replay import CodingExamples
+from rollout_dataset.recipes.coding.replay import decisions_from_trace, replay_timeline, timeline_for_artifacts
 from rollout_dataset.tasks.model import Task, TestCase, compose_instruction
 
 EXAMPLES = (TestCase("2 3\n", "5\n"), TestCase("-1 1\n", "0\n"))

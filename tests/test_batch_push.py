@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import subprocess
+from pathlib import Path
 import sys
 
 import pyarrow.parquet as pq
@@ -19,7 +20,7 @@ TOKEN = "hf_batchPushTokenMustNeverLeak0123456789"
 SCRIPT = """
 import sys
 from rollout_dataset.batch import AchievementSnapshot, BatchConfig, result_from_artifacts, run_batch, write_achievements
-from rollout_dataset.builder.synthetic import write_synthetic_rollout
+from support.synthetic_dataset import write_synthetic_rollout
 
 def run_one(job):
     write_synthetic_rollout(job.artifact_dir, n_turns=2, context_tokens=64, seed=job.seed, rollout_id=job.rollout_id)
@@ -48,6 +49,7 @@ def test_batch_pushes_its_dataset_and_a_resume_adds_no_duplicates(tmp_path):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PUSH_", "HUGGINGFACE"))}
         env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "home"), HF_TOKEN=TOKEN,
                    HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent), env.get("PYTHONPATH", "")])  # tests/support/
         runs = [subprocess.run([sys.executable, "-c", SCRIPT, str(out)], env=env, capture_output=True, text=True, timeout=240)
                 for _ in range(2)]
         for proc in runs:

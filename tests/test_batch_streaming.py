@@ -26,7 +26,7 @@ SCRIPT = """
 import os, signal, sys
 import rollout_dataset.hub as publish
 from rollout_dataset.batch import AchievementSnapshot, BatchConfig, result_from_artifacts, run_batch, write_achievements
-from rollout_dataset.builder.synthetic import write_synthetic_rollout
+from support.synthetic_dataset import write_synthetic_rollout
 
 kill_after, pushes = int(sys.argv[2]), []
 original = publish.push

@@ -21,7 +21,7 @@ from checkpoint_support import pausing_child, signal_when_paused  # noqa: E402
 from hub_fixture import FakeHub  # noqa: E402
 from rollout_dataset.builder import CONFIG_NAMES, build  # noqa: E402
 from rollout_dataset.builder.distributed import build_on_ray, plan_parts  # noqa: E402
-from rollout_dataset.builder.synthetic import write_synthetic_dataset  # noqa: E402
+from support.synthetic_dataset import write_synthetic_dataset  # noqa: E402
 from rollout_dataset.errors import SchemaValidationError  # noqa: E402
 
 TOKEN = "hf_ZZdistinctiveTokenNeverLeaks0123456789"

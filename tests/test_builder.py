@@ -24,7 +24,7 @@ from rollout_dataset.builder import (
 from rollout_dataset.builder.card import read_card_metadata
 from rollout_dataset.builder.configs import features_yaml, resolved_columns
 from rollout_dataset.builder.rows import MAX_CELL_BYTES
-from rollout_dataset.builder.synthetic import write_synthetic_dataset, write_synthetic_rollout
+from support.synthetic_dataset import write_synthetic_dataset, write_synthetic_rollout
 from rollout_dataset.builder.writer import ConfigWriter
 from rollout_dataset.errors import ArtifactError, SchemaValidationError
 from rollout_dataset.schema import load_schema, schema_errors

@@ -21,7 +21,7 @@ from rollout_dataset.builder import CONFIG_NAMES, build, staging
 from rollout_dataset.builder.append import append_to_dataset
 from rollout_dataset.builder.merge import merge_part, ordered_shard_names, tokenizer_identity
 from rollout_dataset.builder.build import BuildResult
-from rollout_dataset.builder.synthetic import write_synthetic_rollout
+from support.synthetic_dataset import write_synthetic_rollout
 from rollout_dataset.errors import DatasetDirError, TokenizerMismatchError
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from checkpoint_support import pausing_child, signal_when_paused
 from rollout_dataset.builder import build
-from rollout_dataset.builder.synthetic import write_synthetic_rollout
+from support.synthetic_dataset import write_synthetic_rollout
 
 # the child: build, stopping at the `nth` time the build reaches `step`; prints PAUSED there and waits
 # (at most a few seconds: inside the swap SIGTERM is held back until the swap is done)

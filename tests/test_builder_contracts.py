@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rollout_dataset.builder import build, contracts
-from rollout_dataset.builder.synthetic import write_synthetic_rollout
+from support.synthetic_dataset import write_synthetic_rollout
 
 # Prepended to every out-of-package script: `import rollout_dataset` fails, as for a reader of the Hub page.
 NO_PACKAGE = '''import sys

@@ -10,7 +10,7 @@ import pytest
 
 from rollout_dataset.builder import CONFIG_NAMES, build, features
 from rollout_dataset.builder.configs import arrow_schema
-from rollout_dataset.builder.synthetic import write_synthetic_dataset
+from support.synthetic_dataset import write_synthetic_dataset
 from rollout_dataset.builder.writer import LIST_LEVEL, TEXT_LEVEL, ConfigWriter, column_options
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rollout_dataset.builder import build
-from rollout_dataset.builder.synthetic import write_synthetic_rollout
+from support.synthetic_dataset import write_synthetic_rollout
 from rollout_dataset.cli import main
 
 JSON_FILES = ("summary.json", "task.json", "trace.json", "rollout.json", "turns.json", "held_out_tests.json")

@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from rollout_dataset.builder import build, trace_request, turn_token_arrays
-from rollout_dataset.capture import CaptureConfig, capture_rollout
+from rollout_dataset.capture import capture_rollout
+from rollout_dataset.recipes.coding import CaptureConfig
 
 
 def _rows(dataset_dir, config):

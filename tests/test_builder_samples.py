@@ -12,7 +12,7 @@ import pytest
 
 from rollout_dataset.builder import build, features
 from rollout_dataset.builder.rows import MAX_CELL_BYTES, PREVIEW_CHARS
-from rollout_dataset.builder.synthetic import write_synthetic_rollout
+from support.synthetic_dataset import write_synthetic_rollout
 from rollout_dataset.errors import ConfigError
 
 HEADER = "# Rollout r-long\n\nreward: 0.5 | passed: 2/4 | stop reason: final_answer | calls: 3 | fragments: 1\n\n"

@@ -18,7 +18,7 @@ import pytest
 
 from rollout_dataset.builder import CONFIG_NAMES, build
 from rollout_dataset.builder.parts import PartStopped, build_part, plan_inputs, read_progress, split_parts
-from rollout_dataset.builder.synthetic import write_synthetic_rollout
+from support.synthetic_dataset import write_synthetic_rollout
 from rollout_dataset.errors import ArtifactError, SchemaValidationError
 
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from rollout_dataset.backend.oracle import oracle_plan
-from rollout_dataset.capture import CaptureConfig, capture_rollout
+from rollout_dataset.capture import capture_rollout
+from rollout_dataset.recipes.coding import CaptureConfig
 from rollout_dataset.schema.check import ARTIFACT_FILES, validate_path
 from rollout_dataset.tasks import load_tasks
 

@@ -71,8 +71,8 @@ def test_the_summary_schema_explains_env_reward_for_both_families_and_checks_env
 def test_the_crafter_module_entry_point_is_gone_capture_env_crafter_replaces_it():
     import importlib.util
 
-    assert importlib.util.find_spec("rollout_dataset.envs.crafter.__main__") is None
-    assert importlib.util.find_spec("rollout_dataset.envs.crafter.cli") is None
+    assert importlib.util.find_spec("rollout_dataset.recipes.crafter.__main__") is None
+    assert importlib.util.find_spec("rollout_dataset.recipes.crafter.cli") is None
 
 
 def test_capture_env_crafter_takes_the_old_commands_temperature_and_max_tokens(tmp_path):

@@ -16,7 +16,9 @@ from starlette.routing import Route
 
 from hub_fixture import FakeHub
 from proxy_fakes import serve
-from rollout_dataset.capture import CaptureConfig, capture_rollout, serve_in_thread
+from rollout_dataset.capture import capture_rollout
+from rollout_dataset.recipes.coding import CaptureConfig
+from rollout_dataset.server_runner import serve_in_thread
 from rollout_dataset.cli import main as cli_main
 from rollout_dataset.errors import TaskIndexError, UpstreamStatusError
 from rollout_dataset.schema.check import validate_path
@@ -187,7 +189,7 @@ def test_capture_rollout_pushes_nothing_even_with_push_to_dataset_set(tmp_path):
         env = _push_env(hub, tmp_path, token)
         task = load_tasks("builtin", seed=0)[4]
         (tmp_path / "ref.py").write_text(task.reference_solution)
-        code = ("import sys; from rollout_dataset.capture import CaptureConfig, capture_rollout; "
+        code = ("import sys; from rollout_dataset.capture import capture_rollout; from rollout_dataset.recipes.coding import CaptureConfig; "
                 "r = capture_rollout(CaptureConfig(out_dir='art', task_index=4, base_url='http://127.0.0.1:9/v1', "
                 "model='m', tokenizer='builtin', timeout_s=60, harness=sys.argv[1], sandbox_ro_paths=(sys.argv[2],))); "
                 "print('errors', r.errors)")
@@ -203,7 +205,7 @@ def test_capture_rollout_pushes_nothing_even_with_push_to_dataset_set(tmp_path):
 def test_a_remote_models_name_is_not_fetched_from_the_hub_as_a_tokenizer(tmp_path, monkeypatch):
     import rollout_dataset.tokenizers as tokenizers_module
     from rollout_dataset.backend import run_backend_in_thread
-    from rollout_dataset.envs.coding.policy import make_oracle
+    from rollout_dataset.recipes.coding.policy import make_oracle
     from rollout_dataset.tokenizers import load_tokenizer
 
     name = "example-org/not-cached-model"

@@ -6,15 +6,8 @@ import json
 
 import pytest
 
-from rollout_dataset.capture import (
-    PenaltyRules,
-    collect_secrets,
-    compute_penalties,
-    first_call_failure,
-    redact_text,
-    reward_after_penalties,
-    scan_for_leaks,
-)
+from rollout_dataset.capture import PenaltyRules, collect_secrets, compute_penalties, first_call_failure, redact_text, reward_after_penalties
+from rollout_dataset.recipes.coding import scan_for_leaks
 
 STATEMENT = "Add the numbers.\n\nExample 1\nInput:\n1 2\nOutput:\n3\n"
 HELD_OUT = [{"input": "1000000 2000000\n", "output": "3000000\n"}, {"input": "5 5\n", "output": "10\n"}]

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import rollout_dataset
-from rollout_dataset.capture import CaptureConfig, capture_hidden_paths, capture_rollout
+from rollout_dataset.capture import capture_rollout
+from rollout_dataset.recipes.coding import CaptureConfig, capture_hidden_paths
 from rollout_dataset.errors import SandboxUnavailableError
 from rollout_dataset.sandbox import probe_isolation, run_in_sandbox, verify_solution
 from rollout_dataset.tasks import builtin_data_path, load_tasks

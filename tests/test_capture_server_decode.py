@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from rollout_dataset.capture import CaptureConfig, capture_rollout
+from rollout_dataset.capture import capture_rollout
+from rollout_dataset.recipes.coding import CaptureConfig
 from rollout_dataset.capture.server_tokenizer import ServerTokenizer
 from rollout_dataset.errors import UpstreamError
 

@@ -9,7 +9,7 @@ import pytest
 from rollout_dataset.builder import CONFIG_NAMES, build
 from rollout_dataset.builder.card import read_card_metadata
 from rollout_dataset.builder.card_info import CardOptions, load_card_options
-from rollout_dataset.builder.synthetic import write_synthetic_dataset
+from support.synthetic_dataset import write_synthetic_dataset
 from rollout_dataset.errors import ConfigError
 
 BIBTEX = "@misc{mine_2026,\n  title = {Mine},\n  year = {2026}\n}"

@@ -19,7 +19,7 @@ import pytest
 
 from hub_fixture import FakeHub
 from rollout_dataset.builder import CONFIG_NAMES, build
-from rollout_dataset.builder.synthetic import write_synthetic_dataset
+from support.synthetic_dataset import write_synthetic_dataset
 from rollout_dataset.builder.compaction import compact_local, plan_merges
 
 TOKEN = "hf_compactTokenNeverLeaks0123456789abcd"

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from rollout_dataset.capture import CaptureConfig, capture_rollout
+from rollout_dataset.capture import capture_rollout
+from rollout_dataset.recipes.coding import CaptureConfig
 from rollout_dataset.errors import UpstreamStatusError
 from rollout_dataset.harness import find_opencode
 from rollout_dataset.schema.check import validate_path

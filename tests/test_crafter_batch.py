@@ -8,7 +8,7 @@ import pytest
 
 from rollout_dataset.cli import main
 from rollout_dataset.envs import available_environments, get_environment
-from rollout_dataset.envs.crafter.batch import episode_options, rollout_seed_for
+from rollout_dataset.recipes.crafter.batch import episode_options, rollout_seed_for
 from rollout_dataset.errors import ConfigError
 from rollout_dataset.schema import validate
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rollout_dataset.envs.crafter.policy import CrafterPolicy, crafter_actions, latest_observation
+from rollout_dataset.recipes.crafter.policy import CrafterPolicy, crafter_actions, latest_observation
 from rollout_dataset.backend.policies import PolicyRequest, make_policy
-from rollout_dataset.envs.crafter import (
+from rollout_dataset.recipes.crafter import (
     ACHIEVEMENTS,
     ACTIONS,
     CrafterWorld,

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from hub_fixture import FakeHub
-from rollout_dataset.envs.crafter import CrafterRolloutConfig, run_crafter_rollout
+from rollout_dataset.recipes.crafter import CrafterRolloutConfig, run_crafter_rollout
 
 TOKEN = "hf_crafterTokenNeverOnDisk12345"
 EPISODE = ["--seed", "2", "--max-steps", "8", "--max-turns", "3", "--area", "32,32"]

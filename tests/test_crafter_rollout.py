@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rollout_dataset.backend import make_policy, run_backend_in_thread
-from rollout_dataset.envs.crafter import (
+from rollout_dataset.recipes.crafter import (
     ACHIEVEMENTS,
     CrafterAgent,
     CrafterRolloutConfig,

@@ -10,7 +10,7 @@ import pytest
 
 from rollout_dataset.rewards.config import StepRewardConfig
 from rollout_dataset.rewards.stepwise import AchievementTracker
-from rollout_dataset.envs.crafter import ACHIEVEMENTS, crafter_achievements
+from rollout_dataset.recipes.crafter import ACHIEVEMENTS, crafter_achievements
 
 
 def _state(**counts: int) -> dict[str, int]:

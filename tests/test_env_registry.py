@@ -26,8 +26,8 @@ def _dist_info(root: Path, name: str, entry: str) -> None:
 def test_listing_the_environments_imports_none_of_them():
     code = ("import sys\nfrom rollout_dataset.envs import available_environments\n"
             "names = available_environments()\n"
-            "print(names, sorted(m for m in sys.modules if m.startswith(('rollout_dataset.envs.coding', "
-            "'rollout_dataset.envs.crafter', 'rollout_dataset.capture', 'rollout_dataset.batch'))))")
+            "print(names, sorted(m for m in sys.modules if m.startswith(('rollout_dataset.recipes.coding', "
+            "'rollout_dataset.recipes.crafter', 'rollout_dataset.capture', 'rollout_dataset.batch'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "['coding', 'crafter'] []"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rollout_dataset.export import export_rollout, summarise, turns_document
-from rollout_dataset.export.synthetic import make_record, tool_manifest
+from support.synthetic_records import make_record, tool_manifest
 from rollout_dataset.graph import build_graph
 from rollout_dataset.schema import schema_errors
 

@@ -6,7 +6,7 @@ import json
 
 from rollout_dataset.cli import main
 from rollout_dataset.export import export_rollout
-from rollout_dataset.export.synthetic import make_record, tool_manifest
+from support.synthetic_records import make_record, tool_manifest
 
 
 def _records():

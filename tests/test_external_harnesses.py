@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rollout_dataset.capture import CaptureConfig, capture_rollout
+from rollout_dataset.capture import capture_rollout
+from rollout_dataset.recipes.coding import CaptureConfig
 from rollout_dataset.errors import SandboxUnavailableError
 from rollout_dataset.harness import (
     find_mini,

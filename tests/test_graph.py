@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rollout_dataset.export.synthetic import make_record, synthetic_chain, tool_manifest
+from support.synthetic_records import make_record, synthetic_chain, tool_manifest
 from rollout_dataset.graph import build_graph, normalise_message
 
 

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from proxy_fakes import serve
-from rollout_dataset.capture import serve_in_thread
+from rollout_dataset.server_runner import serve_in_thread
 from rollout_dataset.errors import UpstreamError, UpstreamStatusError
 from rollout_dataset.harness import ChatTurnClient
 

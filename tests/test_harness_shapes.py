@@ -12,7 +12,7 @@ import json
 import pytest
 
 from rollout_dataset.export import export_rollout
-from rollout_dataset.export.synthetic import make_record, tool_manifest
+from support.synthetic_records import make_record, tool_manifest
 
 TOOLS = tool_manifest("bash", "read", "write")
 

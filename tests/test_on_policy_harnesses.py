@@ -13,7 +13,8 @@ import pytest
 
 from rollout_dataset.tokenizers import load_tokenizer
 from rollout_dataset.backend.template import render_assistant_text
-from rollout_dataset.capture import CaptureConfig, capture_rollout
+from rollout_dataset.capture import capture_rollout
+from rollout_dataset.recipes.coding import CaptureConfig
 from rollout_dataset.harness import find_mini, find_opencode
 from rollout_dataset.schema.check import validate_path
 from rollout_dataset.tasks import load_tasks

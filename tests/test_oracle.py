@@ -10,8 +10,8 @@ import json
 
 from rollout_dataset.backend.oracle import OraclePolicy, oracle_plan
 from rollout_dataset.backend.policies import PolicyRequest, make_policy
-from rollout_dataset.envs.coding.policy import make_oracle
-from rollout_dataset.capture import harness_statement
+from rollout_dataset.recipes.coding.policy import make_oracle
+from rollout_dataset.recipes.coding import harness_statement
 from rollout_dataset.harness import ToolBox, tool_manifest
 from rollout_dataset.harness.tools import sandbox_runner
 from rollout_dataset.sandbox import Sandbox, verify_solution

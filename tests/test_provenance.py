@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from rollout_dataset.builder import build
-from rollout_dataset.builder.synthetic import write_synthetic_rollout
-from rollout_dataset.capture import CaptureConfig, capture_rollout
+from support.synthetic_dataset import write_synthetic_rollout
+from rollout_dataset.capture import capture_rollout
+from rollout_dataset.recipes.coding import CaptureConfig
 from rollout_dataset.capture.provenance import package_provenance, server_provenance
 
 
@@ -66,7 +67,7 @@ def test_an_unreachable_server_leaves_provenance_unknown_without_failing():
 
 
 def test_the_package_records_its_version_and_commit():
-    from rollout_dataset import __version__
+    from rollout_dataset._version import __version__
 
     info = package_provenance()
     assert info["version"] == __version__ and (info["git_sha"] is None or len(info["git_sha"]) == 40)

@@ -309,7 +309,8 @@ async def test_the_local_backend_answers_for_a_policy_that_emits_a_lone_surrogat
 
 
 def test_a_capture_whose_agent_meets_a_lone_surrogate_still_writes_valid_artifacts(tmp_path: Path):
-    from rollout_dataset.capture import CaptureConfig, capture_rollout
+    from rollout_dataset.capture import capture_rollout
+    from rollout_dataset.recipes.coding import CaptureConfig
 
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"steps": [{"name": "run", "arguments": {"command": "echo X\udcffY"}},
@@ -335,7 +336,8 @@ def test_a_capture_whose_agent_truncates_its_own_trace_does_not_pass_it_off_as_c
     import tempfile
     import uuid
 
-    from rollout_dataset.capture import CaptureConfig, capture_rollout
+    from rollout_dataset.capture import capture_rollout
+    from rollout_dataset.recipes.coding import CaptureConfig
 
     rollout_id = uuid.uuid4().hex
     target = f"{tempfile.gettempdir()}/rollout-trace-*/{rollout_id}.jsonl"

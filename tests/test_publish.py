@@ -18,7 +18,7 @@ import pytest
 
 from hub_fixture import FakeHub
 from rollout_dataset.builder import CONFIG_NAMES, build
-from rollout_dataset.builder.synthetic import write_synthetic_dataset, write_synthetic_rollout
+from support.synthetic_dataset import write_synthetic_dataset, write_synthetic_rollout
 from rollout_dataset.cli.push_env import maybe_push_from_env
 
 TOKEN = "hf_ZZdistinctiveTokenNeverLeaks0123456789"

@@ -17,7 +17,8 @@ import os
 import httpx
 import pytest
 
-from rollout_dataset.capture import CaptureConfig, capture_rollout
+from rollout_dataset.capture import capture_rollout
+from rollout_dataset.recipes.coding import CaptureConfig
 from rollout_dataset.harness import find_codex, find_mini, find_opencode
 from rollout_dataset.schema.check import validate_path
 

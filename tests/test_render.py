@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rollout_dataset.export import export_rollout
-from rollout_dataset.export.synthetic import make_record, tool_manifest
+from support.synthetic_records import make_record, tool_manifest
 from rollout_dataset.render import FRAGMENT_BREAK, render_samples, truncate_middle
 
 TOOLS = tool_manifest("bash")

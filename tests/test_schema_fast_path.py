@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from rollout_dataset.builder.synthetic import write_synthetic_rollout
+from support.synthetic_dataset import write_synthetic_rollout
 from rollout_dataset.schema import _validator, fast_schema_valid, schema_errors
 from rollout_dataset.schema.check import FILE_SCHEMAS
 

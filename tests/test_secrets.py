@@ -21,8 +21,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from proxy_fakes import FakeVLLM, serve
-from rollout_dataset.capture.config import UPSTREAM_NOT_RECORDED
-from rollout_dataset.capture import CaptureConfig, capture_rollout, serve_in_thread
+from rollout_dataset.recipes.coding.config import UPSTREAM_NOT_RECORDED
+from rollout_dataset.capture import capture_rollout
+from rollout_dataset.recipes.coding import CaptureConfig
+from rollout_dataset.server_runner import serve_in_thread
 from rollout_dataset.cli import main as cli_main
 from rollout_dataset.proxy import CaptureProxy, read_trace
 from rollout_dataset.proxy import redact
@@ -330,7 +332,7 @@ def test_proxy_cli_names_an_unset_api_key_variable(tmp_path, capsys, monkeypatch
 def test_keep_workdir_skips_fifos_and_oversized_files_and_names_why(tmp_path):
     import os
 
-    from rollout_dataset.capture import workdir as wd
+    from rollout_dataset.recipes.coding import workdir as wd
 
     src = tmp_path / "src"
     src.mkdir()

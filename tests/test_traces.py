@@ -10,7 +10,8 @@ import pytest
 from rollout_dataset.builder import build
 from rollout_dataset.builder.rows import chat_message, read_artifact, response_message
 from rollout_dataset.builder.traces import final_agent_call, session_lines, session_messages, validate_session
-from rollout_dataset.capture import CaptureConfig, capture_rollout
+from rollout_dataset.capture import capture_rollout
+from rollout_dataset.recipes.coding import CaptureConfig
 from rollout_dataset.errors import SchemaValidationError
 
 

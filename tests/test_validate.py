@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from rollout_dataset.capture import CaptureConfig, capture_rollout
+from rollout_dataset.capture import capture_rollout
+from rollout_dataset.recipes.coding import CaptureConfig
 from rollout_dataset.cli import main as cli_main
 from rollout_dataset.schema.check import check_document
 

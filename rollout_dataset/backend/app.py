@@ -87,7 +87,7 @@ class BackendState:
     def fingerprint(self) -> str:
         """Returns: `rollout-dataset-local-backend-<version>-<policy>-<8 hex>`, stable for one tokenizer
         and policy; never a vLLM fingerprint."""
-        from rollout_dataset import __version__
+        from rollout_dataset._version import __version__
 
         vocab_hash = hashlib.sha256(str(len(self.tokenizer)).encode() + self.tokenizer_spec.encode()).hexdigest()[:8]
         return f"{P.LOCAL_BACKEND_KIND}-{__version__}-{self.policy_name}-{vocab_hash}"
@@ -423,7 +423,7 @@ async def _health(request: Request) -> Response:
 
 
 async def _version(request: Request, state: BackendState) -> Response:
-    from rollout_dataset import __version__
+    from rollout_dataset._version import __version__
 
     return JSONResponse({"version": __version__, "server": P.LOCAL_BACKEND_KIND, "policy": state.policy_name,
                          "emulates": f"vllm-{P.EMULATED_VLLM_VERSION}"})

@@ -2,7 +2,7 @@
 
 It recognises the task from the statement in the conversation through the lookup it is given
 (`find_task(instruction) -> task | None`; the coding environment registers the policy with the
-built-in task set's lookup, `rollout_dataset.envs.coding.policy`) and drives the tools it finds in
+built-in task set's lookup, `rollout_dataset.recipes.coding.policy`) and drives the tools it finds in
 the request:
 
 - the built-in harness (`write_file`, `run_examples`, `submit`): write `solution.py`, run the

@@ -8,8 +8,8 @@ Built in: `echo` (repeats the last user message) and `script` (a JSON/YAML list 
 turn). The registry is explicit: other modules add policies with `register_policy(name, factory)`,
 and `make_policy(name)` finds only what was registered (no lookup by module name). The built-in
 environments register their scripted players when their policy modules are imported (`oracle`:
-`rollout_dataset.envs.coding.policy`, `crafter`: `rollout_dataset.envs.crafter.policy`); the edges
-call `rollout_dataset.envs.policies.register_builtin_policies()`.
+`rollout_dataset.recipes.coding.policy`, `crafter`: `rollout_dataset.recipes.crafter.policy`); the edges
+call `rollout_dataset.envs.registry.register_builtin_policies()`.
 
 Script file format (JSON or YAML)::
 

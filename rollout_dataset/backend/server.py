@@ -17,7 +17,7 @@ import logging
 from typing import Any, Iterator
 
 from rollout_dataset.backend.app import create_backend_app
-from rollout_dataset.serving import UvicornServer, bind_socket, serve_in_thread
+from rollout_dataset.server_runner import UvicornServer, bind_socket, serve_in_thread
 
 __all__ = ["LocalBackend", "run_backend_in_thread"]
 

@@ -9,7 +9,7 @@ Public API (the reward pieces an environment also needs live one floor down, in
 - `stepwise_for_rollout(timeline, config) -> (decisions, totals)`, `decision_records`,
   `simple_rewards`, `complex_rewards` — the step-reward strategies, pure functions;
 - `EnvironmentAchievements` (protocol), `AchievementTracker`, `AchievementSnapshot`,
-  `CounterAchievements`, `CodingExamples` — what an achievement is, per environment family;
+  `CounterAchievements` — what an achievement is (coding's examples: `rollout_dataset.recipes.coding.replay`);
 - `write_achievements` / `read_achievements` — the `achievements.json` an environment may record;
 - `register_env(name, factory)`, `result_from_artifacts(folder)` — plugging in an environment;
 - `RolloutJob`, `RolloutResult`, `LocalExecutor`, `RayExecutor` — running rollouts;
@@ -18,9 +18,8 @@ Public API (the reward pieces an environment also needs live one floor down, in
 
 from __future__ import annotations
 
-from rollout_dataset.batch.coding import CodingExamples
 from rollout_dataset.batch.config import BatchConfig, load_json_mapping, load_step_config, parse_env_option, parse_seeds
-from rollout_dataset.batch.envs import register_env, result_from_artifacts
+from rollout_dataset.batch.job_runner import register_env, result_from_artifacts
 from rollout_dataset.batch.executor import LocalExecutor, RayExecutor, RolloutJob
 from rollout_dataset.batch.runner import BatchResult, check_turns, run_batch
 from rollout_dataset.batch.stats import describe, pearson, spearman
@@ -43,7 +42,6 @@ __all__ = [
     "AchievementTracker",
     "BatchConfig",
     "BatchResult",
-    "CodingExamples",
     "CounterAchievements",
     "EnvironmentAchievements",
     "LocalExecutor",

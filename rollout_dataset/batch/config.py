@@ -180,7 +180,7 @@ class BatchConfig:
         tasks: task source passed to capture (`builtin`, a file, `hf:...`).
         n_prompts: size of the task set drawn from the source.
         timeout_s: wall-time budget of one rollout.
-        env: environment family (`coding`; others register in `rollout_dataset.batch.envs`).
+        env: environment family (`coding`; others register in `rollout_dataset.batch.job_runner`).
         env_options: environment settings passed to the env's runner (`--env-option KEY=VALUE`;
             Crafter reads `max_steps`, `max_actions`, `area`, `view`); empty for coding.
         argv: the command line, for the config snapshot.

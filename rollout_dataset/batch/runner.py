@@ -18,7 +18,7 @@ maps each job to the same `rollouts/<id>/`; one holding `batch_result.json` is f
 skipped, any other is wiped and redone.
 
 The function that runs one rollout is injected (`run_one(job) -> RolloutResult`); by default the
-environment's runner from `rollout_dataset.batch.envs` (the coding capture) is used. Step rewards
+environment's runner from `rollout_dataset.batch.job_runner` (the coding capture) is used. Step rewards
 are computed here from the achievement timeline the rollout returns, for every strategy at once,
 so `simple` and `complex` are compared on the very same rollouts.
 """
@@ -260,7 +260,7 @@ def _stats_by_seed(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str,
 
 
 def _version_info() -> dict[str, Any]:
-    from rollout_dataset import __version__
+    from rollout_dataset._version import __version__
 
     sha = None
     try:
@@ -379,7 +379,7 @@ def run_batch(config: BatchConfig, run_one: RunOne | None = None, *, executor: E
     batch_id = _batch_id(out)
     _warn_on_changed_settings(config)
     if run_one is None:
-        from rollout_dataset.batch.envs import env_runner
+        from rollout_dataset.batch.job_runner import env_runner
 
         server_cm, run_one = env_runner(config)
     else:

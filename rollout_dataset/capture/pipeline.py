@@ -7,7 +7,7 @@ documents -> write -> validate -> push.
 1. `environment.prepare(config)` picks the task and checks the settings before anything starts
    (an out-of-range index, a bad harness, no sandbox: refused at once);
 2. the local backend with the environment's scripted player starts unless a base URL is given
-   (`capture.upstream.model_server`), and the recording proxy in front (one session per rollout);
+   (`capture.model_server.model_server`), and the recording proxy in front (one session per rollout);
 3. `episode.run(AgentContext)`: the agent plays against the proxy's session URL with a dummy key
    (the proxy sends the real one upstream); a failed first call stops everything with the
    named upstream error;
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout_dataset.capture.artifacts import utc_now, write_artifacts
-from rollout_dataset.capture.config import CaptureResult
+from rollout_dataset.capture.result import CaptureResult
 from rollout_dataset.documents import (
     RolloutCounts,
     held_out_document,
@@ -45,7 +45,7 @@ from rollout_dataset.documents import (
 )
 from rollout_dataset.hub.artifact_push import push_artifacts
 from rollout_dataset.capture.secrets import collect_secrets, new_dummy_key, redact_text
-from rollout_dataset.capture.upstream import (
+from rollout_dataset.capture.model_server import (
     context_length,
     first_call_failure,
     load_offline_tokenizer,
@@ -169,7 +169,7 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
         failed = first_call_failure(records)
         if failed is not None:
             raise_first_call(failed, target)
-        provenance = rollout_provenance(target, model, episode.harness)  # asks the server while it runs
+        provenance = rollout_provenance(target, model, episode.harness, _harness_version(episode))  # asks the server while it runs
         errors = list(outcome.errors)
         exhausted = exhausted_call(records)
         if exhausted is not None:  # the harness's failure is a consequence: the context is full
@@ -212,7 +212,7 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
         "task.json": task_document(task),
         "visible_tests.txt": task.visible_tests,
         "held_out_tests.json": held_out_document(task),
-        "samples.md": samples_text(document, records, tokenizer, header, (target, model) if settings.base_url else None),
+        "samples.md": _samples(document, records, tokenizer, header, (target, model) if settings.base_url else None),
     }
     files.update(_checked_extra_files(episode.extra_files(outcome), files))
     redacted = write_artifacts(out_dir, files, secrets)
@@ -236,3 +236,29 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
     summary = json.loads(redact_text(json.dumps(summary), secrets)[0])
     errors = [{k: redact_text(v, secrets)[0] for k, v in e.items()} for e in errors]
     return CaptureResult(out_dir, rollout_id, summary, errors, failures, outcome.decisions)
+
+
+def _samples(document: dict[str, Any], records: list[dict[str, Any]], tokenizer: Any, header: dict[str, Any],
+             server: tuple[Any, str] | None) -> str:
+    """`samples.md`: decoded by the local tokenizer, else by the server's own /detokenize (`server`:
+    `(upstream target, model)`), else the header and the reason."""
+    if tokenizer is not None or server is None:
+        return samples_text(document, records, tokenizer, header)
+    from rollout_dataset.capture.server_tokenizer import ServerTokenizer
+    from rollout_dataset.errors import UpstreamError
+
+    try:
+        with ServerTokenizer(*server) as remote:
+            return samples_text(document, records, remote, header)
+    except UpstreamError as exc:
+        logger.warning("samples.md: no local tokenizer and the server could not decode: %s", exc)
+        status = getattr(exc, "status", None)  # the URL stays out: the upstream host is not recorded
+        return samples_text(document, records, None, header, reason=(
+            "No local tokenizer (--tokenizer) and the server's /detokenize failed "
+            f"({f'HTTP {status}' if status else type(exc).__name__}), so the token stream is not rendered."))
+
+
+def _harness_version(episode: Any) -> str | None:
+    """The episode's `harness_version()` (optional: an environment that knows its harness's version)."""
+    probe = getattr(episode, "harness_version", None)
+    return probe() if callable(probe) else None

@@ -14,7 +14,6 @@ Every probe has a short timeout and never fails a capture: what cannot be learne
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import logging
 import subprocess
 from pathlib import Path
@@ -117,7 +116,7 @@ def package_provenance() -> dict[str, Any]:
     Returns:
         ``{"name", "version", "git_sha"}``.
     """
-    from rollout_dataset import __version__
+    from rollout_dataset._version import __version__
 
     sha = None
     if (_PACKAGE_DIR.parent / ".git").exists():
@@ -130,12 +129,13 @@ def package_provenance() -> dict[str, Any]:
     return {"name": "rollout-dataset", "version": __version__, "git_sha": sha}
 
 
-@functools.lru_cache(maxsize=16)
-def harness_provenance(harness: str) -> dict[str, Any]:
+def harness_provenance(harness: str, version: str | None = None) -> dict[str, Any]:
     """A harness's name and version.
 
     Args:
-        harness: the `--harness` value (``builtin``, ``mini-swe-agent``, ``opencode``, ``cmd:...``).
+        harness: the harness name (``builtin``: this package's agent, ``cmd:...``, a preset, an
+            environment's own harness).
+        version: the version its environment found (`Episode.harness_version()`), if any.
 
     Returns:
         ``{"name", "version"}``; version None when it cannot be learned (a ``cmd:`` harness).
@@ -144,35 +144,21 @@ def harness_provenance(harness: str) -> dict[str, Any]:
         return {"name": "builtin", "version": package_provenance()["version"]}
     if harness.startswith("cmd:"):
         return {"name": "cmd", "version": None}
-    version = None
-    if harness == "mini-swe-agent":
-        try:
-            version = importlib.metadata.version("mini-swe-agent")
-        except importlib.metadata.PackageNotFoundError:
-            version = None
-    elif harness == "opencode":
-        from rollout_dataset.harness.presets import find_opencode
-
-        binary = find_opencode()
-        if binary:
-            try:
-                done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
-                version = done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else None
-            except (OSError, subprocess.SubprocessError):
-                version = None
     return {"name": harness, "version": version}
 
 
-def rollout_provenance(upstream: str | UpstreamTarget, model: str, harness: str) -> dict[str, Any]:
+def rollout_provenance(upstream: str | UpstreamTarget, model: str, harness: str,
+                       harness_version: str | None = None) -> dict[str, Any]:
     """Everything `provenance` in summary.json holds (the tokenizer's hash is added by `build`).
 
     Args:
         upstream: the model server's OpenAI base URL, or its `UpstreamTarget` (credentials never recorded).
         model: the model name used.
-        harness: the `--harness` value.
+        harness: the harness name (the episode's `harness`).
+        harness_version: its version, as the environment found it (None: unknown).
 
     Returns:
         ``{"server", "model", "harness", "package"}``.
     """
-    return {**server_provenance(upstream, model), "harness": harness_provenance(harness),
+    return {**server_provenance(upstream, model), "harness": harness_provenance(harness, harness_version),
             "package": package_provenance()}

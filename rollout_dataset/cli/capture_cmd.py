@@ -190,7 +190,7 @@ def config_from_args(args: argparse.Namespace):
         ConfigError: a game-only flag (`--max-steps`, `--max-actions`, `--area`) was given.
         ValueError: a value out of range (the configuration's own check).
     """
-    from rollout_dataset.capture import CaptureConfig
+    from rollout_dataset.recipes.coding import CaptureConfig
     from rollout_dataset.errors import ConfigError
 
     given = [name for name in _GAME_ONLY if getattr(args, name, None) is not None]

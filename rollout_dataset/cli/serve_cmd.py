@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _serve(args: argparse.Namespace) -> None:
     from rollout_dataset.backend import LocalBackend
-    from rollout_dataset.envs.policies import register_builtin_policies
+    from rollout_dataset.envs.registry import register_builtin_policies
 
     register_builtin_policies()
 

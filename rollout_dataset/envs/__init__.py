@@ -1,7 +1,7 @@
 """Environments behind one seam (`Environment`, `rollout_dataset.envs.base`) and one registry.
 
-Built in: `coding` (`envs/coding/`: a task set, a harness in the sandbox, a verifier) and `crafter`
-(`envs/crafter/`: the game through an `act` tool). Third-party packages add environments through
+Built in: `coding` (`rollout_dataset/recipes/coding/`: a task set, a harness in the sandbox, a verifier) and `crafter`
+(`rollout_dataset/recipes/crafter/`: the game through an `act` tool). Third-party packages add environments through
 the entry-point group `rollout_dataset.environments` (`rollout_dataset.envs.registry`); every
 environment is captured, batched and built by the same pipeline:
 
@@ -28,6 +28,7 @@ from rollout_dataset.envs.registry import (
     ENTRY_POINT_GROUP,
     available_environments,
     get_environment,
+    register_builtin_policies,
     register_environment,
 )
 
@@ -43,5 +44,6 @@ __all__ = [
     "TaskInfo",
     "available_environments",
     "get_environment",
+    "register_builtin_policies",
     "register_environment",
 ]

@@ -197,6 +197,9 @@ class Episode(Protocol):
     Attributes:
         session: the proxy session's name (None: the rollout id).
         harness: the harness name recorded in `summary.json`.
+
+    Optional: `harness_version() -> str | None`, the harness's installed version for the
+    provenance in `summary.json` (coding's presets); without it the version is None.
     """
 
     session: str | None
@@ -249,7 +252,7 @@ class Environment(Protocol):
         name: the `--env` name.
         description: one line for help texts.
         default_policy: the local backend's scripted player for it (registered by the
-            environment, see `rollout_dataset.envs.policies`).
+            environment, see `rollout_dataset.envs.registry`).
     """
 
     name: str

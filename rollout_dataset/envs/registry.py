@@ -27,6 +27,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "available_environments",
     "get_environment",
+    "register_builtin_policies",
     "register_environment",
 ]
 
@@ -37,9 +38,16 @@ ENTRY_POINT_GROUP = "rollout_dataset.environments"
 
 #: the built-in environments, by `module:attribute` (imported on first use).
 _BUILTIN: dict[str, str] = {
-    "coding": "rollout_dataset.envs.coding.env:CodingEnvironment",
-    "crafter": "rollout_dataset.envs.crafter.env:CrafterEnvironment",
+    "coding": "rollout_dataset.recipes.coding.env:CodingEnvironment",
+    "crafter": "rollout_dataset.recipes.crafter.env:CrafterEnvironment",
 }
+
+#: the modules that register the built-in environments' scripted players with the local backend on
+#: import (`oracle` for coding, `crafter`); the backend's policy registry is explicit.
+_BUILTIN_PLAYERS: tuple[str, ...] = (
+    "rollout_dataset.recipes.coding.policy",
+    "rollout_dataset.recipes.crafter.policy",
+)
 
 _REGISTERED: dict[str, Any] = {}
 _LOCK = threading.RLock()
@@ -134,3 +142,13 @@ def available_environments() -> list[str]:
     except Exception as exc:  # unreadable packaging metadata must not hide the built-ins
         logger.warning("entry points of %s unreadable: %s", ENTRY_POINT_GROUP, exc)
     return sorted(names)
+
+
+def register_builtin_policies() -> None:
+    """Register the built-in environments' players (`oracle`, `crafter`) with the local backend (idempotent).
+
+    The edges that build a backend policy by name (the CLI `serve`, the capture's local backend, the
+    batch, the demo) call this first; a plugin's player registers itself when its package is imported.
+    """
+    for module in _BUILTIN_PLAYERS:
+        importlib.import_module(module)

@@ -1,7 +1,7 @@
 """One assistant turn over the OpenAI chat completions API, shared by the built-in agents.
 
 The built-in coding agent (`rollout_dataset.harness.builtin`) and the Crafter agent
-(`rollout_dataset.envs.crafter.harness`) run the same model-call loop; only what they do with the
+(`rollout_dataset.recipes.crafter.harness`) run the same model-call loop; only what they do with the
 tool calls differs. `ChatAgentBase` holds the settings they share (URL, model, key, budgets,
 sampling) and builds each request; `ChatTurnClient.turn` is the call itself: post one request within the
 time budget, and hand back either the assistant message (ready to append to the conversation:

@@ -33,7 +33,7 @@ def find_codex() -> str | None:
     Returns:
         The path, or None when Codex is not installed (`make npm-tools` installs it).
     """
-    from rollout_dataset.harness.presets import find_npm_tool
+    from rollout_dataset.harness.preset_base import find_npm_tool
 
     return find_npm_tool("codex", "CODEX_BIN")
 
@@ -84,7 +84,7 @@ def codex_preset(codex_bin: str | None = None, *, context_tokens: int | None = N
     Returns:
         The `HarnessPreset`.
     """
-    from rollout_dataset.harness.presets import HarnessPreset, tool_folder
+    from rollout_dataset.harness.preset_base import HarnessPreset, tool_folder
 
     binary = codex_bin or find_codex() or "codex"
     command = ('mkdir -p "$HOME/.codex" && printf "%s" "$ROLLOUT_CODEX_CONFIG" > "$HOME/.codex/config.toml" && '

@@ -131,7 +131,7 @@ def command_files(command: str, exclude: Iterable[str | os.PathLike[str]] = ()) 
     Returns:
         The files, as named (absolute), without duplicates.
     """
-    import rollout_dataset
+    from rollout_dataset.package_paths import TASK_PACKAGE_DIR
 
     try:
         words = shlex.split(command)
@@ -140,7 +140,7 @@ def command_files(command: str, exclude: Iterable[str | os.PathLike[str]] = ()) 
     candidates = words[:1]
     if words and _INTERPRETER.match(os.path.basename(words[0])):
         candidates += [w for w in words[1:] if not w.startswith("-")][:1]
-    banned = [Path(rollout_dataset.__file__).resolve().parent / "tasks", *(Path(p).resolve() for p in exclude)]
+    banned = [TASK_PACKAGE_DIR, *(Path(p).resolve() for p in exclude)]
     in_root = [Path("/usr"), *(dest for _, dest in runtime_paths())]
     found: list[Path] = []
     for word in candidates:

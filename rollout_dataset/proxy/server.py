@@ -26,7 +26,7 @@ from rollout_dataset.proxy.context_fit import ContextPolicy
 from rollout_dataset.proxy.redact import valid_session_id
 from rollout_dataset.proxy.trust_env import upstream_transport
 from rollout_dataset.proxy.upstream import AuthenticatingTransport, UpstreamTarget, parse_upstream
-from rollout_dataset.serving import LoopThread, UvicornServer, WorkerPool, bind_socket, new_event_loop
+from rollout_dataset.server_runner import LoopThread, UvicornServer, WorkerPool, bind_socket, new_event_loop
 from rollout_dataset.trace_integrity import TraceSeal
 
 __all__ = ["CaptureProxy", "new_event_loop", "upstream_root"]

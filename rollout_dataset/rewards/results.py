@@ -3,7 +3,7 @@
 `RolloutResult` is what a batch runner's `run_one(job)` returns; `read_rollout_result(folder)` is
 the shared reading of an artifact folder (`summary.json`, `achievements.json`) any environment can
 use without importing the batch (which adds its coding replay:
-`rollout_dataset.batch.envs.result_from_artifacts`).
+`rollout_dataset.batch.job_runner.result_from_artifacts`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The environment-specific part — what an achievement is — sits behind `EnvironmentAchievements`:
 an environment lists its achievement names and says which are achieved in a given state. For a
 coding task the achievements are the visible examples and the state is the agent's working
-directory (`rollout_dataset.envs.coding.replay`); for a Crafter-like game the state is the achievement
+directory (`rollout_dataset.recipes.coding.replay`); for a Crafter-like game the state is the achievement
 counter (`CounterAchievements`). Everything else here is environment-free and pure.
 
 Definitions, per decision `t` (an agent turn that changed or ran the solution), with `A_t` the

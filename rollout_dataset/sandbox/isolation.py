@@ -313,9 +313,9 @@ def check_sandbox_ro_paths(paths: Iterable[str | os.PathLike[str]], protected: I
         ValueError: a path does not exist, or is, holds or lies inside the package's task data or
             a protected path (the message names both).
     """
-    import rollout_dataset
+    from rollout_dataset.package_paths import TASK_PACKAGE_DIR
 
-    banned = [Path(rollout_dataset.__file__).resolve().parent / "tasks", *(Path(p).resolve() for p in protected)]
+    banned = [TASK_PACKAGE_DIR, *(Path(p).resolve() for p in protected)]
     for raw in paths:
         path = Path(raw).resolve()
         if not path.exists():

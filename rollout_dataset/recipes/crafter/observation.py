@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from rollout_dataset.envs.crafter.world import ACHIEVEMENTS, CrafterState
+from rollout_dataset.recipes.crafter.world import ACHIEVEMENTS, CrafterState
 
 __all__ = [
     "SYMBOLS",

@@ -11,7 +11,7 @@ the sandbox and the verifier) behind the `Environment` seam, so the one capture 
 - run: the built-in harness, or an external one (`cmd:`, mini-swe-agent, opencode, codex) whose
   first failed model call stops it at once;
 - score: `solution.py` on the held-out tests in fresh sandboxes; penalties; the leakage scan;
-- the local backend's player: `oracle` (`envs/coding/policy.py`).
+- the local backend's player: `oracle` (`recipes/coding/policy.py`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping
 
-from rollout_dataset.capture.config import CaptureConfig
+from rollout_dataset.recipes.coding.config import CaptureConfig
 from rollout_dataset.envs.base import AgentContext, AgentOutcome, CaptureSettings, EnvironmentBase, Score, TaskInfo
-from rollout_dataset.envs.coding.statement import SOLUTION_NOTE, harness_statement
+from rollout_dataset.recipes.coding.statement import SOLUTION_NOTE, harness_statement
 
 __all__ = ["CodingEnvironment", "CodingEpisode", "coding_task_count"]
 
@@ -53,7 +53,7 @@ class _TraceWatch:
         self.failed: dict[str, Any] | None = None
 
     def __call__(self) -> str | None:
-        from rollout_dataset.capture.upstream import first_call_failure
+        from rollout_dataset.capture.model_server import first_call_failure
         from rollout_dataset.proxy import read_trace
         from rollout_dataset.proxy.context_fit import CONTEXT_EXHAUSTED, exhausted_call
 
@@ -87,9 +87,15 @@ class CodingEpisode:
         self.exit_code: int | None = None
         self.model: str | None = None
 
+    def harness_version(self) -> str | None:
+        """The installed version of the harness preset (`summary.json` provenance), None if unknown."""
+        from rollout_dataset.harness.versions import harness_version
+
+        return harness_version(self.harness)
+
     def run(self, agent: AgentContext) -> AgentOutcome:
         """The harness in the allow-list sandbox, against the proxy's session URL."""
-        from rollout_dataset.capture.hiding import capture_hidden_paths
+        from rollout_dataset.recipes.coding.hiding import capture_hidden_paths
         from rollout_dataset.harness import BuiltinAgent, ToolBox, resolve_harness, run_external_harness
         from rollout_dataset.harness.presets import CONTEXT_AWARE_PRESETS
         from rollout_dataset.harness.tools import sandbox_runner
@@ -122,7 +128,7 @@ class CodingEpisode:
         stop_reason, self.exit_code = ext.stop_reason, ext.exit_code
         watch()  # the last calls' records
         if ext.stop_reason == "upstream_error" or watch.failed:
-            from rollout_dataset.capture.upstream import first_call_failure
+            from rollout_dataset.capture.model_server import first_call_failure
             from rollout_dataset.proxy import read_trace
 
             agent.raise_first_call(watch.failed or first_call_failure(read_trace(agent.trace_path)) or {})
@@ -137,8 +143,8 @@ class CodingEpisode:
               agent: AgentContext) -> Score:
         """`solution.py` on the held-out tests, penalties, the leakage scan (and `--keep-workdir`)."""
         from rollout_dataset.documents import agent_tool_counts
-        from rollout_dataset.capture.leakage import scan_for_leaks
-        from rollout_dataset.capture.workdir import copy_workdir
+        from rollout_dataset.recipes.coding.leakage import scan_for_leaks
+        from rollout_dataset.recipes.coding.workdir import copy_workdir
         from rollout_dataset.rewards.penalties import compute_penalties, reward_after_penalties
         from rollout_dataset.sandbox import verify_solution
 
@@ -264,7 +270,7 @@ class CodingEnvironment(EnvironmentBase):
             trust_env=bool(settings.get("trust_env", True)) and not settings.get("local_backend"))
 
     def achievements(self, folder: Path) -> Any:
-        """The timeline from `achievements.json`, else replayed from `trace.json` (`envs.coding.replay`)."""
-        from rollout_dataset.envs.coding.replay import timeline_for_artifacts
+        """The timeline from `achievements.json`, else replayed from `trace.json` (`recipes.coding.replay`)."""
+        from rollout_dataset.recipes.coding.replay import timeline_for_artifacts
 
         return timeline_for_artifacts(folder)

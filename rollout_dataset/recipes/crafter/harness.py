@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 
 from rollout_dataset.rewards.stepwise import AchievementSnapshot, AchievementTracker, CounterAchievements
-from rollout_dataset.envs.crafter.observation import render_observation
-from rollout_dataset.envs.crafter.world import ACHIEVEMENTS, ACTIONS, CrafterWorld
+from rollout_dataset.recipes.crafter.observation import render_observation
+from rollout_dataset.recipes.crafter.world import ACHIEVEMENTS, ACTIONS, CrafterWorld
 from rollout_dataset.harness.chat import ChatAgentBase
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""What a capture is asked to do (`CaptureConfig`) and what it did (`CaptureResult`)."""
+"""What a capture of the coding environment is asked to do (`CaptureConfig`: the `capture` flags)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from rollout_dataset.rewards.penalties import PenaltyRules
 from rollout_dataset.proxy.redact import redact_url
 
-__all__ = ["CaptureConfig", "CaptureResult", "UPSTREAM_NOT_RECORDED"]
+__all__ = ["CaptureConfig", "UPSTREAM_NOT_RECORDED"]
 
 
 #: what task.json's `config.base_url` reads when the upstream host is not recorded.
@@ -58,7 +58,7 @@ class CaptureConfig:
         trust_env: the proxy and the capture reach `base_url` honouring HTTP(S)_PROXY / ALL_PROXY / NO_PROXY and
             SSL_CERT_FILE / SSL_CERT_DIR as httpx does (`rollout_dataset.proxy.trust_env`); False ignores them
             (`--no-trust-env`). The local backend is always reached directly.
-        hide_paths: more paths masked inside the agent's sandbox (see `rollout_dataset.capture.hiding`);
+        hide_paths: more paths masked inside the agent's sandbox (see `rollout_dataset.recipes.coding.hiding`);
             the allow-list root holds none of them anyway.
         sandbox_ro_paths: host files or folders an external harness needs read-only in its sandbox
             (`--sandbox-ro`), besides the runtime and the program its command runs (by absolute path);
@@ -164,35 +164,3 @@ class CaptureConfig:
                           "max_tool_call_penalty": self.penalties.max_tool_call_penalty,
                           "never_ran_code": self.penalties.never_ran_code},
         }
-
-
-@dataclass
-class CaptureResult:
-    """What a capture produced.
-
-    Args:
-        out_dir: the artifact folder.
-        rollout_id: the rollout's id.
-        summary: the summary.json document.
-        errors: the capture's errors (leakage, validation, harness); empty when clean.
-        validation_failures: `(file, json_path, reason)` triples from validating the artifacts.
-        decisions: the built-in harness's per-turn record (tools used, solution changed or run,
-            examples passed); empty for external harnesses.
-    """
-
-    out_dir: Path
-    rollout_id: str
-    summary: dict[str, Any]
-    errors: list[dict[str, str]] = field(default_factory=list)
-    validation_failures: list[tuple[str, str, str]] = field(default_factory=list)
-    decisions: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """True when the capture has no error and its artifacts validate."""
-        return not self.errors and not self.validation_failures
-
-    @property
-    def exit_code(self) -> int:
-        """0 when `ok`, else 1 (what the CLI exits with)."""
-        return 0 if self.ok else 1

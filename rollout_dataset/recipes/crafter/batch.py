@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollout_dataset.envs.crafter.harness import MAX_ACTIONS_PER_CALL
+from rollout_dataset.recipes.crafter.harness import MAX_ACTIONS_PER_CALL
 
 __all__ = ["rollout_seed_for", "episode_options"]
 

@@ -77,7 +77,7 @@ def _shared_server(config: BatchConfig, environment: Any, options: dict[str, Any
         yield config.base_url
         return
     from rollout_dataset.backend import make_policy, run_backend_in_thread
-    from rollout_dataset.envs.policies import register_builtin_policies
+    from rollout_dataset.envs.registry import register_builtin_policies
     from rollout_dataset.tokenizers import load_tokenizer
 
     register_builtin_policies()

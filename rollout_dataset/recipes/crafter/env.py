@@ -1,7 +1,7 @@
 """Crafter behind the `Environment` seam: a seeded world, the `act` tool harness, achievements as rewards.
 
 The one capture pipeline (`rollout_dataset.capture.pipeline`) runs it like coding. Its
-configuration is `CrafterRolloutConfig` (`rollout_dataset.envs.crafter.rollout`).
+configuration is `CrafterRolloutConfig` (`rollout_dataset.recipes.crafter.config`).
 
 - task: the world drawn by `seed` (`crafter-seed-<seed>`); the instruction is the system prompt and
   the first observation;
@@ -12,7 +12,7 @@ configuration is `CrafterRolloutConfig` (`rollout_dataset.envs.crafter.rollout`)
 - extra file: `achievements.json`, the per-decision timeline the batch's step rewards read;
 - batch: `--env-option max_steps|max_actions|area|view`; seed `s` is the world, rollout `i` of it
   sends request seed `s * 1000 + i`; the final return is the number of achievements unlocked;
-- the local backend's player: `crafter` (`envs/crafter/policy.py`).
+- the local backend's player: `crafter` (`recipes/crafter/policy.py`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rollout_dataset.envs.base import AgentContext, AgentOutcome, CaptureSettings, EnvironmentBase, Score, TaskInfo
-from rollout_dataset.envs.crafter.rollout import ENV_NAME, HARNESS_NAME, SESSION, CrafterRolloutConfig, task_id_for
+from rollout_dataset.recipes.crafter.config import ENV_NAME, HARNESS_NAME, SESSION, CrafterRolloutConfig, task_id_for
 
-__all__ = ["CrafterEnvironment", "CrafterEpisode"]
+__all__ = ["CrafterEnvironment", "CrafterEpisode", "run_crafter_rollout"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class CrafterEpisode:
     harness = HARNESS_NAME
 
     def __init__(self, config: CrafterRolloutConfig) -> None:
-        from rollout_dataset.envs.crafter.world import CrafterWorld
+        from rollout_dataset.recipes.crafter.world import CrafterWorld
 
         self.config = config
         self.world = CrafterWorld(seed=config.seed, max_steps=config.max_steps, view=config.view, area=config.area)
@@ -65,7 +65,7 @@ class CrafterEpisode:
 
     def run(self, agent: AgentContext) -> AgentOutcome:
         """`CrafterAgent` plays the world through the proxy."""
-        from rollout_dataset.envs.crafter.harness import CrafterAgent
+        from rollout_dataset.recipes.crafter.harness import CrafterAgent
 
         config = self.config
         player = CrafterAgent(agent.base_url, agent.model, api_key=agent.api_key, max_turns=config.max_turns,
@@ -88,7 +88,7 @@ class CrafterEpisode:
     def score(self, records: list[dict[str, Any]], turns: dict[str, Any], outcome: AgentOutcome,
               agent: AgentContext) -> Score:
         """The fraction of the 22 achievements unlocked; no tests, no penalties, nothing to leak."""
-        from rollout_dataset.envs.crafter.world import ACHIEVEMENTS
+        from rollout_dataset.recipes.crafter.world import ACHIEVEMENTS
 
         unlocked = len(outcome.state.unlocked)
         reward = unlocked / len(ACHIEVEMENTS)
@@ -98,8 +98,8 @@ class CrafterEpisode:
 
     def task(self, outcome: AgentOutcome) -> TaskInfo:
         """The world as `task.json` records it (instruction: the system prompt and first observation)."""
-        from rollout_dataset.envs.crafter.harness import SYSTEM_PROMPT
-        from rollout_dataset.envs.crafter.world import ACTIONS
+        from rollout_dataset.recipes.crafter.harness import SYSTEM_PROMPT
+        from rollout_dataset.recipes.crafter.world import ACTIONS
 
         config = self.config
         instruction = (SYSTEM_PROMPT.format(n=config.max_actions, actions=", ".join(ACTIONS)) + "\n\n"
@@ -132,7 +132,7 @@ class CrafterEpisode:
 
     def extra_files(self, outcome: AgentOutcome) -> dict[str, Any]:
         """`achievements.json`: the timeline recorded while playing."""
-        from rollout_dataset.envs.crafter.harness import crafter_achievements
+        from rollout_dataset.recipes.crafter.harness import crafter_achievements
         from rollout_dataset.rewards.achievements import ACHIEVEMENTS_FILE, achievements_text
 
         return {ACHIEVEMENTS_FILE: achievements_text(env=ENV_NAME, catalogue=crafter_achievements().catalogue(),
@@ -168,7 +168,7 @@ class CrafterEnvironment(EnvironmentBase):
         Raises:
             ConfigError: an unknown option or a value out of range.
         """
-        from rollout_dataset.envs.crafter.batch import episode_options
+        from rollout_dataset.recipes.crafter.batch import episode_options
 
         return episode_options(config)
 
@@ -178,7 +178,7 @@ class CrafterEnvironment(EnvironmentBase):
 
     def batch_config(self, config: Any, job: Any, options: Mapping[str, Any]) -> CrafterRolloutConfig:
         """World `job.seed`, request seed `seed * 1000 + rollout_idx`, the first strategy's step rewards."""
-        from rollout_dataset.envs.crafter.batch import rollout_seed_for
+        from rollout_dataset.recipes.crafter.batch import rollout_seed_for
 
         settings = job.settings
         local = bool(settings.get("local_backend"))
@@ -201,3 +201,22 @@ class CrafterEnvironment(EnvironmentBase):
             extra={"env": ENV_NAME, "crafter_return": crafter.get("crafter_return"),
                    "env_steps": crafter.get("env_steps"), "unlocked": crafter.get("unlocked"), **result.extra},
         )
+
+
+def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
+    """Capture one Crafter episode end to end through the one capture pipeline.
+
+    Args:
+        config: the rollout settings.
+
+    Returns:
+        A `rollout_dataset.capture.result.CaptureResult` (folder, rollout id, summary, errors,
+        validation failures, per-decision records).
+
+    Raises:
+        UpstreamStatusError: the first model call answered 4xx/5xx (names status and URL).
+        UpstreamError: the model server could not be reached on the first call.
+    """
+    from rollout_dataset.capture.pipeline import run_capture
+
+    return run_capture(CrafterEnvironment(), config)

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import httpx
 
-from rollout_dataset.capture.threads import serve_in_thread
+from rollout_dataset.server_runner import serve_in_thread
 from rollout_dataset.envs.base import CaptureSettings
 from rollout_dataset.errors import UpstreamError, UpstreamStatusError
 from rollout_dataset.proxy.context_fit import CONTEXT_EXHAUSTED
@@ -212,7 +212,7 @@ def model_server(settings: CaptureSettings) -> Iterator[tuple[str, Any]]:
         yield settings.base_url.rstrip("/"), None
         return
     from rollout_dataset.backend import LocalBackend, make_policy
-    from rollout_dataset.envs.policies import register_builtin_policies
+    from rollout_dataset.envs.registry import register_builtin_policies
     from rollout_dataset.tokenizers import load_tokenizer
 
     with IMPORT_LOCK:

@@ -3,7 +3,7 @@
 The oracle (`rollout_dataset.backend.oracle.OraclePolicy`) knows no task set; this module gives it
 the built-in one (`rollout_dataset.tasks.find_builtin_task_by_instruction`), so the backend never
 imports `tasks`. Imported at the edges (CLI, capture, batch) through
-`rollout_dataset.envs.policies.register_builtin_policies()`.
+`rollout_dataset.envs.registry.register_builtin_policies()`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One Crafter rollout's configuration (`CrafterRolloutConfig`), captured by the one capture pipeline.
 
-`run_crafter_rollout(config)` is `capture_rollout(config)` (`rollout_dataset.capture.pipeline`) with
-the Crafter environment (`rollout_dataset.envs.crafter.env`): local backend (the `crafter` policy)
+`run_crafter_rollout(config)` (`rollout_dataset.recipes.crafter.env`) is `capture_rollout(config)`
+(`rollout_dataset.capture.pipeline`) with the Crafter environment: local backend (the `crafter` policy)
 unless a base URL is given -> recording proxy -> the Crafter harness -> trace -> export ->
 documents -> artifacts -> validation -> a push to `push_repo` when given. The folder holds the
 same eight files as a coding capture, plus `achievements.json` (the achievement timeline); Crafter
@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rollout_dataset.rewards.config import StepRewardConfig
-from rollout_dataset.envs.crafter.harness import MAX_ACTIONS_PER_CALL
-from rollout_dataset.envs.crafter.world import ACHIEVEMENTS, ACTIONS
+from rollout_dataset.recipes.crafter.harness import MAX_ACTIONS_PER_CALL
+from rollout_dataset.recipes.crafter.world import ACHIEVEMENTS, ACTIONS
 from rollout_dataset.proxy.redact import redact_url
 
-__all__ = ["ENV_NAME", "HARNESS_NAME", "SESSION", "CrafterRolloutConfig", "run_crafter_rollout", "task_id_for"]
+__all__ = ["ENV_NAME", "HARNESS_NAME", "SESSION", "CrafterRolloutConfig", "task_id_for"]
 
 
 ENV_NAME = "crafter"
@@ -140,23 +140,3 @@ class CrafterRolloutConfig:
             "temperature": self.temperature, "max_tokens": self.max_tokens, "timeout_s": self.timeout_s,
             "tokenizer": self.tokenizer, "step_rewards": self.step_rewards.to_dict(),
         }
-
-
-def run_crafter_rollout(config: CrafterRolloutConfig) -> Any:
-    """Capture one Crafter episode end to end through the one capture pipeline.
-
-    Args:
-        config: the rollout settings.
-
-    Returns:
-        A `rollout_dataset.capture.config.CaptureResult` (folder, rollout id, summary, errors,
-        validation failures, per-decision records).
-
-    Raises:
-        UpstreamStatusError: the first model call answered 4xx/5xx (names status and URL).
-        UpstreamError: the model server could not be reached on the first call.
-    """
-    from rollout_dataset.capture.pipeline import run_capture
-    from rollout_dataset.envs.crafter.env import CrafterEnvironment
-
-    return run_capture(CrafterEnvironment(), config)

@@ -4,7 +4,7 @@ The policy is a small heuristic, so the whole Crafter path runs offline and achi
 vary with the world the seed draws: drink when thirsty, eat a cow when hungry, sleep when tired,
 otherwise climb Crafter's tech tree (wood -> table -> wood pickaxe and sword -> stone -> stone
 pickaxe, place stone, saplings), exploring when nothing useful is in view. It reads only the text
-observation in the conversation (`rollout_dataset.envs.crafter.observation`), exactly what a model
+observation in the conversation (`rollout_dataset.recipes.crafter.observation`), exactly what a model
 would read, and plans up to `max_actions` actions per call by breadth-first search on the map.
 
 `crafter_actions(messages, seed)` is the pure decision function; `CrafterPolicy` wraps it for the
@@ -20,7 +20,7 @@ from collections import deque
 from typing import Any, Mapping, Sequence
 
 from rollout_dataset.backend.policies import PolicyOutput, PolicyRequest, ToolCallSpec, message_text, register_policy
-from rollout_dataset.envs.crafter.observation import DIRECTIONS, WALKABLE, ParsedObservation, parse_observation
+from rollout_dataset.recipes.crafter.observation import DIRECTIONS, WALKABLE, ParsedObservation, parse_observation
 
 __all__ = ["crafter_actions", "CrafterPolicy", "ACT_TOOL_NAME", "latest_observation"]
 
