@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support/: the synthetic fixtures
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "viewer_scale.json"
 CHROMIUM = os.environ.get("ROLLOUT_DATASET_CHROMIUM", "/usr/bin/chromium")
@@ -68,7 +70,7 @@ class Viewer:
 
 
 def long_rollout(scratch: Path, browser) -> dict:
-    from rollout_dataset.builder.synthetic import write_synthetic_rollout
+    from support.synthetic_dataset import write_synthetic_rollout
 
     folder = scratch / "long"
     if not (folder / "summary.json").exists():
@@ -115,7 +117,7 @@ def big_dataset(scratch: Path, browser, n: int) -> dict:
     import pyarrow.parquet as pq
 
     from rollout_dataset.builder import build
-    from rollout_dataset.builder.synthetic import write_synthetic_dataset
+    from support.synthetic_dataset import write_synthetic_dataset
 
     dataset = scratch / f"dataset-{n}"
     if not (dataset / "data" / "summary").is_dir():

@@ -217,7 +217,7 @@ def test_a_capture_against_base_url_goes_through_http_proxy_unless_no_trust_env(
                                                                                 flags):
     from rollout_dataset.backend.server import run_backend_in_thread
     from rollout_dataset.cli import main
-    from rollout_dataset.envs.policies import register_builtin_policies
+    from rollout_dataset.envs import register_builtin_policies
 
     register_builtin_policies()
     with run_backend_in_thread(policy="oracle", served_model_name="local") as backend:

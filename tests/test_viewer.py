@@ -16,7 +16,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from rollout_dataset.serving import serve_in_thread
+from rollout_dataset.server_runner import serve_in_thread
 from rollout_dataset.viewer import export_static, viewer_server
 
 
@@ -231,7 +231,7 @@ def test_text_that_looks_like_json_stays_text(dataset_viewer, demo_folders):
 
 
 def test_the_cli_names_an_address_in_use_and_exits_1(demo_folders):
-    from rollout_dataset.serving import bind_socket
+    from rollout_dataset.server_runner import bind_socket
 
     taken = bind_socket("127.0.0.1", 0)
     try:
@@ -261,7 +261,7 @@ def test_each_call_shows_its_lowered_output_limit_and_its_continuity(demo_folder
 
 def test_the_prefix_graph_has_roots_a_fork_and_a_discarded_retry_in_the_folder_and_its_build(tmp_path):
     from rollout_dataset.builder import build
-    from rollout_dataset.builder.synthetic import write_synthetic_rollout
+    from support.synthetic_dataset import write_synthetic_rollout
     from rollout_dataset.viewer import open_source
     from rollout_dataset.viewer.views import rollout_view
 

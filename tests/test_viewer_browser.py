@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from rollout_dataset.serving import serve_in_thread
+from rollout_dataset.server_runner import serve_in_thread
 from rollout_dataset.viewer import export_static, viewer_server
 
 CHROMIUM = os.environ.get("ROLLOUT_DATASET_CHROMIUM", "/usr/bin/chromium")

@@ -77,7 +77,7 @@ def audited_tree(demo_folders, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def crafter_tree(tmp_path_factory) -> Path:
     """One short Crafter episode's artifact folder (local backend, the `crafter` policy)."""
-    from rollout_dataset.envs.crafter import CrafterRolloutConfig, run_crafter_rollout
+    from rollout_dataset.recipes.crafter import CrafterRolloutConfig, run_crafter_rollout
 
     root = tmp_path_factory.mktemp("viewer-crafter")
     result = run_crafter_rollout(CrafterRolloutConfig(out_dir=root / "episode", seed=1, max_steps=30, max_turns=6,

@@ -137,7 +137,7 @@ def build_app(source: RolloutSource) -> Any:
 
     Returns:
         An ASGI app: the Starlette routes behind a GET-only guard that adds `SECURITY_HEADERS`
-        (serve it with `rollout_dataset.serving`).
+        (serve it with `rollout_dataset.server_runner`).
     """
     scan = IndexScan(source)
     pages = static_dir()

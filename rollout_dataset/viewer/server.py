@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
-from rollout_dataset.serving import UvicornServer, bind_socket, new_event_loop
+from rollout_dataset.server_runner import UvicornServer, bind_socket, new_event_loop
 from rollout_dataset.viewer.app import build_app
 from rollout_dataset.viewer.sources import RolloutSource, open_source
 
