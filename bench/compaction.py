@@ -4,7 +4,7 @@ Builds a synthetic dataset (default 500 rollouts, 2 turns, 256-token context), s
 into one shard per rollout (500 small shards per config, as 500 one-rollout pushes leave them), then
 measures `datasets.load_dataset(dir, CONFIG, split="train")` on one config:
 - over the 500 small shards;
-- after `rollout_dataset.compact.compact_local` (default target size);
+- after `rollout_dataset.builder.compaction.compact_local` (default target size);
 each in a fresh subprocess with an empty datasets cache (import time excluded, reported apart), best
 of `--repeats`. Also reports the compaction's own wall time and the shard counts and bytes.
 
@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from rollout_dataset.builder import CONFIG_NAMES, build
 from rollout_dataset.builder.synthetic import write_synthetic_dataset
 from rollout_dataset.builder.writer import ConfigWriter, shard_name
-from rollout_dataset.compact import DEFAULT_TARGET_BYTES, compact_local
+from rollout_dataset.builder.compaction import DEFAULT_TARGET_BYTES, compact_local
 
 RESULTS = Path(__file__).resolve().parent / "results" / "compaction.json"
 

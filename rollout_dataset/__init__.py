@@ -36,8 +36,8 @@ _EXPORTS: dict[str, str] = {
     "render_samples": "rollout_dataset.render",
     "build": "rollout_dataset.builder",
     "BuildResult": "rollout_dataset.builder",
-    "push": "rollout_dataset.publish",
-    "PushResult": "rollout_dataset.publish",
+    "push": "rollout_dataset.hub",
+    "PushResult": "rollout_dataset.hub",
     "run_batch": "rollout_dataset.batch",
     "BatchConfig": "rollout_dataset.batch",
     "BatchResult": "rollout_dataset.batch",
@@ -83,7 +83,7 @@ if TYPE_CHECKING:  # static imports for type checkers; never executed
     from rollout_dataset.export import export_rollout, turns_document, summarise
     from rollout_dataset.render import render_samples
     from rollout_dataset.builder import build, BuildResult
-    from rollout_dataset.publish import push, PushResult
+    from rollout_dataset.hub import push, PushResult
     from rollout_dataset.batch import run_batch, BatchConfig, BatchResult
     from rollout_dataset.rewards.config import StepRewardConfig
     from rollout_dataset.rewards.results import RolloutResult

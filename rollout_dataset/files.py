@@ -10,7 +10,7 @@ failed write removes its temporary file.
 task returns the bytes, the driver writes them): paths are relative and must stay inside the
 destination.
 
-This module imports nothing of the package, so capture, builder, compact and batch can all use it.
+This module imports nothing of the package, so capture, builder, hub and batch can all use it.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ TOKEN = "hf_streamPushTokenNeverLeaks0123456789"
 # process with SIGKILL right after the k-th push landed (0: never), wrapping the push the streamer calls
 SCRIPT = """
 import os, signal, sys
-import rollout_dataset.publish as publish
+import rollout_dataset.hub as publish
 from rollout_dataset.batch import AchievementSnapshot, BatchConfig, result_from_artifacts, run_batch, write_achievements
 from rollout_dataset.builder.synthetic import write_synthetic_rollout
 

@@ -184,7 +184,7 @@ def test_a_second_append_while_one_holds_the_dataset_is_refused(corpus, tmp_path
 
 
 def test_a_compaction_waits_for_no_append_and_an_append_for_no_compaction(corpus, tmp_path):
-    from rollout_dataset.compact import compact_local
+    from rollout_dataset.builder.compaction import compact_local
 
     out = _copy_earlier(corpus, tmp_path)
     append_to_dataset([corpus / "new"], out, progress=False)  # two shards per config: work for compact

@@ -1,4 +1,4 @@
-"""Compaction (rollout_dataset/compact.py): fewer shards, the same rows in the same order, every
+"""Compaction (rollout_dataset/builder/compaction.py, rollout_dataset/hub/remote_compaction.py): fewer shards, the same rows in the same order, every
 rollout exactly once; locally atomic per config, on the Hub one commit that racing pushers survive
 (loopback Hub, tests/hub_fixture.py)."""
 
@@ -20,7 +20,7 @@ import pytest
 from hub_fixture import FakeHub
 from rollout_dataset.builder import CONFIG_NAMES, build
 from rollout_dataset.builder.synthetic import write_synthetic_dataset
-from rollout_dataset.compact import compact_local, plan_merges
+from rollout_dataset.builder.compaction import compact_local, plan_merges
 
 TOKEN = "hf_compactTokenNeverLeaks0123456789abcd"
 
@@ -110,21 +110,21 @@ def test_big_shards_stay_as_they_are(tmp_path):
 
 
 def test_a_shard_written_during_compaction_stops_it_and_nothing_is_lost(tmp_path, monkeypatch):
-    import rollout_dataset.compact as compact
+    import rollout_dataset.builder.compaction as compact
     from rollout_dataset.errors import ArtifactError
 
     ds = tmp_path / "ds"
     _append_builds(ds, tmp_path, builds=2)
     late = tmp_path / "late"
     _append_builds(late, tmp_path, builds=1, seed=50)
-    original = compact._merge
+    original = compact.merge_shards
 
     def merge_while_a_build_lands(config, sources, drops, dst):
         for shard in (late / "data" / config).glob("*.parquet"):
             shutil.copy(shard, ds / "data" / config / shard.name)
         return original(config, sources, drops, dst)
 
-    monkeypatch.setattr(compact, "_merge", merge_while_a_build_lands)
+    monkeypatch.setattr(compact, "merge_shards", merge_while_a_build_lands)
     with pytest.raises(ArtifactError, match="changed while compacting"):
         compact_local(ds, configs=["summary"])
     assert _shards(ds, "summary") == 3 and len(_rows(ds, "summary")) == 3
@@ -133,7 +133,7 @@ def test_a_shard_written_during_compaction_stops_it_and_nothing_is_lost(tmp_path
 
 _KILLED = """
 import os, signal, sys
-import rollout_dataset.compact as compact
+import rollout_dataset.builder.compaction as compact
 original = compact._swap_in
 calls = {"n": 0}
 def swap_then_die(staged, live, old):
@@ -237,7 +237,7 @@ def test_append_pushes_then_compact_repo_keeps_every_rollout_once_in_one_commit(
 
 _AUTO = """
 import sys
-from rollout_dataset.publish import push
+from rollout_dataset.hub import push
 r = push(sys.argv[1], "org/auto", compact_above=2)
 print("compacted" if r.compacted is not None and r.compacted.commit else "not compacted")
 """
@@ -258,7 +258,7 @@ def test_push_compacts_on_its_own_past_the_threshold(tmp_path):
 _RACED = """
 import subprocess, sys
 from huggingface_hub import HfApi
-from rollout_dataset.compact import compact_repo
+from rollout_dataset.hub import compact_repo
 original = HfApi.create_commit
 calls = {"n": 0}
 def raced(self, repo_id, operations, **kw):

@@ -66,6 +66,19 @@ RULES = [
         ("rollout_dataset.envs.coding",),
         id="crafter-env",
     ),
+    pytest.param(
+        "Hub I/O publishes what the builder wrote: it knows no server, capture pipeline, environment, batch or CLI",
+        ("hub/",),
+        ("rollout_dataset.proxy", "rollout_dataset.backend", "rollout_dataset.capture", "rollout_dataset.envs",
+         "rollout_dataset.batch", "rollout_dataset.cli"),
+        id="hub",
+    ),
+    pytest.param(
+        "the builder writes local folders only: it does not import the Hub I/O package",
+        ("builder/",),
+        ("rollout_dataset.hub",),
+        id="builder-no-hub",
+    ),
 ]
 
 

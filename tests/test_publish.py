@@ -174,7 +174,7 @@ def test_maybe_push_from_env_does_nothing_without_push_to_dataset(tmp_path, monk
 
 
 def test_a_bad_repo_id_is_refused_before_any_request(tmp_path):
-    from rollout_dataset.publish import push
+    from rollout_dataset.hub import push
 
     with pytest.raises(ValueError, match="org/name"):
         push(tmp_path, "no-slash")

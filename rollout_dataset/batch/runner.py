@@ -540,6 +540,6 @@ def _build_dataset(out: Path, artifact_dirs: list[Path], *, progress: bool,
     build(dirs, dataset_dir, progress=progress)
     if config is None or not config.push_repo:
         return dataset_dir, None
-    from rollout_dataset.publish import push
+    from rollout_dataset.hub import push
 
     return dataset_dir, push(dataset_dir, config.push_repo, private=config.push_private)

@@ -2,7 +2,7 @@
 
 `StreamingPusher` collects the artifact folders of rollouts as they finish; every `every` of them
 it builds a small dataset of just those (in ``<batch>/.push-staging/``, wiped before each build)
-and pushes it with `rollout_dataset.publish.push`, which appends and skips rollout ids the repo
+and pushes it with `rollout_dataset.hub.push`, which appends and skips rollout ids the repo
 already holds. That dedupe is what keeps the batch's final push of the whole `dataset/` and a
 resumed batch duplicate-free: a rollout pushed by a stream push is skipped later, one whose push
 was lost to a crash is still on disk and is pushed by the resumed batch.
@@ -74,7 +74,7 @@ class StreamingPusher:
         """
         if not self.pending:
             return None
-        from rollout_dataset import publish
+        import rollout_dataset.hub as hub
         from rollout_dataset.builder import build
         from rollout_dataset.errors import RolloutDatasetError
 
@@ -82,7 +82,7 @@ class StreamingPusher:
         shutil.rmtree(staging, ignore_errors=True)
         try:
             build(self.pending, staging, progress=False)
-            result = publish.push(staging, self.repo_id, private=self.private)
+            result = hub.push(staging, self.repo_id, private=self.private)
         except (RolloutDatasetError, OSError) as exc:
             message = f"stream push of {len(self.pending)} rollout(s) to {self.repo_id} failed: {exc}"
             log.warning("%s; they are pushed with the next push", message)

@@ -11,7 +11,7 @@ one tokenizer, each rollout once — first occurrence wins — shards moved in u
 the card over the whole dataset and swaps it into place atomically (`builder.staging`). The result
 is the dataset a local `build` of the same folders in the same order writes, row for row (only
 the shard files differ: one per part and config). A failed part stops the build and leaves the
-dataset folder as it was. Publishing is `publish.push` on the result: one Hub commit with
+dataset folder as it was. Publishing is `hub.push` on the result: one Hub commit with
 ``parent_commit``, retried on conflict (the CLI does it with ``PUSH_TO_DATASET``).
 
 Where the folders are:

@@ -8,7 +8,7 @@ which already holds the existing dataset's files as hard links):
 
 - refuses a part whose tokenizer differs from the dataset's (`TokenizerMismatchError`, naming both);
 - drops the rows of rollouts the dataset (or an earlier part) already holds — the same rule and the
-  same code as `publish.push`: the rollout ids come from the ``summary`` shards
+  same code as `hub.push`: the rollout ids come from the ``summary`` shards
   (`builder.build.dataset_rollout_ids`) and a shard holding any of them is copied without their
   rows (`builder.writer.copy_filtered`); a shard with none is moved in as it is (a rename, no
   rewrite);

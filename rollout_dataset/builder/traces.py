@@ -6,7 +6,7 @@ by the message the model answered) with role, content, reasoningContent, toolCal
 and, on assistant messages matched to the call that produced them, timestamp (epoch ms) and model.
 Every line is validated against ``sts_line.schema.json``. The Hub picks one loader per repo, so
 the sessions cannot sit next to the parquet configs: `build` writes them to the dataset folder's
-``traces/`` (never pushed to the dataset repo) and `publish.push` sends them to a companion repo
+``traces/`` (never pushed to the dataset repo) and `rollout_dataset.hub.push` sends them to a companion repo
 (``<repo>-traces`` by default).
 """
 

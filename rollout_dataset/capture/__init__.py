@@ -22,7 +22,7 @@ from rollout_dataset.capture.leakage import MIN_LEAK_CHARS, LeakHit, scan_for_le
 from rollout_dataset.capture.pipeline import capture_rollout, run_capture
 from rollout_dataset.capture.upstream import first_call_failure
 from rollout_dataset.envs.coding.statement import SOLUTION_NOTE, harness_statement
-from rollout_dataset.capture.push import push_artifacts
+from rollout_dataset.hub.artifact_push import push_artifacts
 from rollout_dataset.rewards.penalties import PenaltyRules, compute_penalties, reward_after_penalties
 from rollout_dataset.capture.secrets import collect_secrets, redact_text
 from rollout_dataset.capture.threads import serve_in_thread

@@ -42,7 +42,7 @@ from rollout_dataset.documents import (
     summary_document,
     task_document,
 )
-from rollout_dataset.capture.push import push_artifacts
+from rollout_dataset.hub.artifact_push import push_artifacts
 from rollout_dataset.capture.secrets import collect_secrets, new_dummy_key, redact_text
 from rollout_dataset.capture.upstream import (
     context_length,

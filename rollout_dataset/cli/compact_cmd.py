@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: the sub-command's parser.
     """
-    from rollout_dataset.compact import DEFAULT_TARGET_BYTES
+    from rollout_dataset.builder.compaction import DEFAULT_TARGET_BYTES
 
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("dataset", nargs="?", metavar="DIR", help="a local dataset folder written by `build`")
@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 on success, 1 on bad input or a refused commit.
     """
-    from rollout_dataset.compact import compact_local, compact_repo
+    from rollout_dataset.builder.compaction import compact_local
+    from rollout_dataset.hub import compact_repo
     from rollout_dataset.errors import RolloutDatasetError
 
     try:

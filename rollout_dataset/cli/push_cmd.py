@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-traces", action="store_true", help="push the parquet dataset only, not the sessions")
     parser.add_argument("--no-compact", action="store_true",
                         help="do not compact the repo after the push (by default it is compacted when a config "
-                             "holds more than rollout_dataset.compact.AUTO_COMPACT_SHARDS = 64 shards)")
+                             "holds more than rollout_dataset.hub.AUTO_COMPACT_SHARDS = 64 shards)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         0 on success, 1 on bad input or a refused push, 2 without a repo id.
     """
     from rollout_dataset.errors import RolloutDatasetError
-    from rollout_dataset.publish import push
+    from rollout_dataset.hub import push
 
     if not args.repo:
         print("error: give --repo org/name (or set PUSH_TO_DATASET)")

@@ -1,7 +1,7 @@
 """Where a command pushes: read from ``PUSH_TO_DATASET`` / ``PUSH_PRIVATE`` (the CLI's job only).
 
 Library code takes an explicit destination (``push_repo``/``push_private`` of `CaptureConfig`,
-`CrafterRolloutConfig` and `BatchConfig`, or `rollout_dataset.publish.push`); only the entry points
+`CrafterRolloutConfig` and `BatchConfig`, or `rollout_dataset.hub.push`); only the entry points
 (`rollout_dataset.cli`, `rollout_dataset.demo`) read the environment, through this module.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rollout_dataset.publish import PushResult, push
+from rollout_dataset.hub import PushResult, push
 
 __all__ = ["push_destination_from_env", "maybe_push_from_env"]
 
@@ -40,7 +40,7 @@ def maybe_push_from_env(dataset_dir: str | Path) -> PushResult | None:
         The `PushResult`, or None when ``PUSH_TO_DATASET`` is not set.
 
     Raises:
-        PublishError: as `rollout_dataset.publish.push`.
+        PublishError: as `rollout_dataset.hub.push`.
     """
     repo_id, private = push_destination_from_env()
     if repo_id is None:

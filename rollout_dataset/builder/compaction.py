@@ -16,10 +16,15 @@ shards (in name order, which is time order) into one shard each:
 Locally (`compact_local`) each config's folder is rebuilt in a staging folder next to it
 (untouched shards hard-linked, merged shards written and checked) and then swapped in with one
 atomic directory exchange, so a killed compaction leaves either the old or the new config folder,
-both loadable. On the Hub (`compact_repo`) the merge is ONE commit of deletes and adds with
-``parent_commit`` = the revision it read; when a pusher committed in between, the Hub answers 412
-(or 409) and compaction starts over from the fresh state, exactly as `push` does, so a racing
-pusher loses nothing.
+both loadable.
+
+Why here: this module holds the compaction of a local dataset folder and the shard merging a
+remote compaction shares. It lives in the builder because the builder is what writes parquet (a
+merged shard's schema, compression and row-group bounds are `ConfigWriter`'s) and what owns a
+dataset folder's locks and atomic swaps (`rollout_dataset.builder.staging`); a local compaction
+makes no request. The same merge on a Hub repo, in one commit, is
+`rollout_dataset.hub.remote_compaction.compact_repo`: remote I/O lives in `rollout_dataset.hub`,
+which imports this module, never the other way round.
 """
 
 from __future__ import annotations
@@ -28,8 +33,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,23 +43,21 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
-from rollout_dataset.builder.merge import card_inputs
-from rollout_dataset.builder import staging
-from rollout_dataset.builder.staging import exchange_folders, link_or_copy
 from rollout_dataset.builder.card import read_card_metadata, render_card
-from rollout_dataset.builder.card_info import arrow_num_bytes, load_card_options
+from rollout_dataset.builder.card_info import load_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
+from rollout_dataset.builder.merge import card_inputs
+from rollout_dataset.builder.staging import exchange_folders, link_or_copy, locked_out_dir
 from rollout_dataset.builder.writer import ConfigWriter, shard_name
-from rollout_dataset.errors import ArtifactError, DatasetDirError, PublishError
+from rollout_dataset.errors import ArtifactError, DatasetDirError
 from rollout_dataset.files import write_text_atomic
 
-__all__ = ["DEFAULT_TARGET_BYTES", "AUTO_COMPACT_SHARDS", "CompactResult", "plan_merges", "compact_local",
-           "compact_repo"]
+__all__ = ["DEFAULT_TARGET_BYTES", "CompactResult", "plan_merges", "merge_shards", "duplicate_drops",
+           "merged_shard_name", "shard_rollout_ids", "card_context", "compact_local"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TARGET_BYTES = 256 * 1024 * 1024  # a merged shard's size goal (parquet bytes)
-AUTO_COMPACT_SHARDS = 64  # `push` compacts the repo when a config holds more shards than this
 STAGING_DIR = ".compact-staging"  # inside the dataset folder; never matched by data/<config>/*.parquet
 _STAMP = re.compile(r"^(\d{8}T\d{6}\d*Z)-")
 
@@ -71,8 +72,9 @@ class CompactResult:
         shards_after: shards per config after.
         rows: rows per config after.
         duplicate_rows: rows dropped per config because their rollout was already in an earlier shard.
-        commit: the Hub commit created (`compact_repo` only; None when nothing was merged).
-        attempts: commit attempts (`compact_repo` only).
+        commit: the Hub commit created (`rollout_dataset.hub.compact_repo` only; None when nothing
+            was merged).
+        attempts: commit attempts (`rollout_dataset.hub.compact_repo` only).
     """
 
     target: str
@@ -128,18 +130,43 @@ def plan_merges(sizes: Sequence[int], target_bytes: int) -> list[list[int]]:
     return groups
 
 
-def _merged_name(first: str) -> str:
-    """A new shard name sorting where `first` did: its timestamp, a fresh uuid."""
+def merged_shard_name(first: str) -> str:
+    """A new shard name sorting where `first` did: its timestamp, a fresh uuid.
+
+    Args:
+        first: the name of the first shard merged.
+
+    Returns:
+        The merged shard's file name (a fresh `shard_name` when `first` carries no timestamp).
+    """
     match = _STAMP.match(first)
     return f"{match.group(1)}-{uuid.uuid4().hex}.parquet" if match else shard_name()
 
 
-def _shard_ids(path: Path) -> list[str]:
+def shard_rollout_ids(path: Path) -> list[str]:
+    """The `rollout_id` column of a shard, one per row.
+
+    Args:
+        path: the parquet shard.
+
+    Returns:
+        The ids in row order.
+
+    Raises:
+        OSError, pyarrow.ArrowException: the shard is unreadable.
+    """
     return pq.read_table(str(path), columns=["rollout_id"]).column("rollout_id").to_pylist()
 
 
-def _drop_sets(id_lists: Sequence[Sequence[str] | None]) -> list[set[str]]:
-    """Per shard, the rollout ids whose rows an earlier shard already holds (first shard wins)."""
+def duplicate_drops(id_lists: Sequence[Sequence[str] | None]) -> list[set[str]]:
+    """Per shard, the rollout ids whose rows an earlier shard already holds (first shard wins).
+
+    Args:
+        id_lists: each shard's rollout ids (from `shard_rollout_ids`), in name order.
+
+    Returns:
+        One set per shard: the ids to leave out of it.
+    """
     owner: dict[str, int] = {}
     for i, ids in enumerate(id_lists):
         for rid in ids or ():
@@ -147,11 +174,20 @@ def _drop_sets(id_lists: Sequence[Sequence[str] | None]) -> list[set[str]]:
     return [{rid for rid in (ids or ()) if owner[rid] != i} for i, ids in enumerate(id_lists)]
 
 
-def _merge(config: str, sources: Sequence[Path], drops: Sequence[set[str]], dst: Path) -> tuple[int, int]:
+def merge_shards(config: str, sources: Sequence[Path], drops: Sequence[set[str]], dst: Path) -> tuple[int, int]:
     """Write `sources` (minus their `drops`) into one shard with the builder's writer.
+
+    Args:
+        config: the config name (its schema is the writer's).
+        sources: the shards to merge, in order.
+        drops: per source, the rollout ids whose rows are left out (`duplicate_drops`).
+        dst: the merged shard to write.
 
     Returns:
         (rows written, rows dropped as duplicates).
+
+    Raises:
+        OSError, pyarrow.ArrowException: a source is unreadable or `dst` cannot be written.
     """
     writer = ConfigWriter(config, dst)
     kept = dropped = 0
@@ -217,9 +253,18 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _card_context(text: str) -> dict[str, Any]:
-    """What a re-rendered card keeps from the existing one: pretty_name, license, the Arrow bytes per
-    config (merging shards does not change them) and the trace-viewer repo link."""
+def card_context(text: str) -> dict[str, Any]:
+    """What a re-rendered card keeps from the existing one.
+
+    Args:
+        text: the existing README.md (a YAML header that does not parse counts as none).
+
+    Returns:
+        ``pretty_name`` and ``license`` (when set), ``arrow_bytes`` per config from the card's
+        ``dataset_info`` (None when it has none; merging shards does not change them) and
+        ``traces_repo_id``, the trace-viewer repo it links (or None): keyword arguments of
+        `rollout_dataset.builder.card.render_card`.
+    """
     try:
         meta = read_card_metadata(text)
     except yaml.YAMLError:
@@ -244,10 +289,10 @@ def _compact_config(dataset_dir: Path, config: str, run_dir: Path, target_bytes:
         result.rows[config] = 0
         return
     try:
-        ids = [_shard_ids(s) for s in shards]
+        ids = [shard_rollout_ids(s) for s in shards]
     except (OSError, pa.ArrowException) as exc:
         raise ArtifactError(f"{live}: a shard is unreadable ({exc}); nothing was compacted in {config}") from None
-    drops = _drop_sets(ids)
+    drops = duplicate_drops(ids)
     groups = plan_merges([s.stat().st_size for s in shards], target_bytes)
     rewrite = [g for g in groups if len(g) > 1 or drops[g[0]]]
     total_rows = sum(len(x) for x in ids)
@@ -266,8 +311,8 @@ def _compact_config(dataset_dir: Path, config: str, run_dir: Path, target_bytes:
             link_or_copy(shards[group[0]], staged / shards[group[0]].name)
             rows += len(ids[group[0]])
             continue
-        out = staged / _merged_name(shards[group[0]].name)
-        n, d = _merge(config, [shards[i] for i in group], [drops[i] for i in group], out)
+        out = staged / merged_shard_name(shards[group[0]].name)
+        n, d = merge_shards(config, [shards[i] for i in group], [drops[i] for i in group], out)
         _fsync(out)
         rows, dropped = rows + n, dropped + d
     written = sum(pq.ParquetFile(str(p)).metadata.num_rows for p in staged.glob("*.parquet"))
@@ -318,7 +363,7 @@ def compact_local(dataset_dir: str | Path, *, target_bytes: int = DEFAULT_TARGET
         try:
             # the build's lock too: a build or `build --append` swaps the whole folder, which would
             # silently undo a compaction running inside it (and a compaction would race its staging)
-            with staging.locked_out_dir(dataset_dir.absolute()):
+            with locked_out_dir(dataset_dir.absolute()):
                 return _compact_local_locked(dataset_dir, target_bytes, configs, template)
         except DatasetDirError:
             raise ArtifactError(f"{dataset_dir}: a build or append is writing to it; compact it when that has "
@@ -361,132 +406,9 @@ def _compact_local_locked(dataset_dir: Path, target_bytes: int, configs: Sequenc
     readme = dataset_dir / "README.md"
     if result.changed and readme.is_file():
         aggregates, config_bytes, arrow_bytes = card_inputs(dataset_dir)
-        context = _card_context(readme.read_text(encoding="utf-8"))
+        context = card_context(readme.read_text(encoding="utf-8"))
         context["arrow_bytes"] = arrow_bytes
         text = render_card(aggregates, template=template, config_bytes=config_bytes,
                            options=load_card_options(dataset_dir), **context)
         write_text_atomic(readme, text)
     return result
-
-
-# --- Hub ----------------------------------------------------------------------------------------
-
-def compact_repo(repo_id: str, *, token: str | None = None, endpoint: str | None = None,
-                 target_bytes: int = DEFAULT_TARGET_BYTES, template: str | Path | None = None,
-                 max_attempts: int = 8) -> CompactResult:
-    """Merge a Hub dataset repo's small shards in ONE commit (deletes + adds) on the revision read.
-
-    Only shards that get merged are downloaded (plus the small summary shards, for the card).
-    Duplicate rollouts are dropped among the merged shards (`push` never writes duplicates, so
-    shards left alone hold none).
-
-    Args:
-        repo_id: ``org/name`` of the dataset repo.
-        token: a Hub token (default: huggingface_hub's own lookup, e.g. ``HF_TOKEN``).
-        endpoint: the Hub URL (default: ``HF_ENDPOINT`` or huggingface.co).
-        target_bytes: the size goal of a merged shard (parquet bytes).
-        template: the card template (default: the builder's).
-        max_attempts: commits tried before giving up on conflicting concurrent writers.
-
-    Returns:
-        A `CompactResult` (``commit`` None when there was nothing to merge).
-
-    Raises:
-        ValueError: `repo_id` is not ``org/name`` or `target_bytes` is not positive.
-        PublishError: the Hub refused (status and URL in the message, never the token), or
-            `max_attempts` conflicts in a row.
-    """
-    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
-    from huggingface_hub.errors import HfHubHTTPError
-
-    from rollout_dataset.publish import _REPO_ID, _conflict_backoff, _scrub, _status
-
-    if not _REPO_ID.match(repo_id or ""):
-        raise ValueError(f"repo id {repo_id!r} is not of the form org/name")
-    if target_bytes <= 0:
-        raise ValueError(f"target_bytes={target_bytes}: must be > 0")
-    api = HfApi(endpoint=endpoint, token=token)
-    result = CompactResult(target=repo_id)
-    try:
-        with tempfile.TemporaryDirectory(prefix="rollout-compact-") as tmp:
-            for attempt in range(1, max_attempts + 1):
-                result.attempts = attempt
-                info = api.dataset_info(repo_id, files_metadata=True)
-                sha = info.sha
-                by_config = {c: sorted((s.rfilename, int(s.size or 0)) for s in (info.siblings or [])
-                                       if s.rfilename.startswith(f"data/{c}/") and s.rfilename.endswith(".parquet"))
-                             for c in CONFIG_NAMES}
-                plans = {c: plan_merges([size for _, size in files], target_bytes) for c, files in by_config.items()}
-                if not any(len(g) > 1 for groups in plans.values() for g in groups):
-                    result.shards_before = result.shards_after = {c: len(f) for c, f in by_config.items()}
-                    result.duplicate_rows = {c: 0 for c in by_config}
-                    log.info("%s: nothing to compact (no two consecutive shards under the target)", repo_id)
-                    return result
-                work = Path(tmp) / f"attempt-{attempt}"
-                ops: list = []
-                config_bytes = {c: sum(size for _, size in files) for c, files in by_config.items()}
-                summary_tables: list[pa.Table] = []
-                arrow_delta = {c: 0 for c in CONFIG_NAMES}  # Arrow bytes of merged shards minus their inputs'
-                for config, files in by_config.items():
-                    result.shards_before[config] = result.shards_after[config] = len(files)
-                    result.duplicate_rows[config] = 0
-                    groups = plans[config]
-                    for group in groups:
-                        paths = [files[i][0] for i in group]
-                        if len(group) == 1 and config != DEFAULT_CONFIG:
-                            continue
-                        local = [Path(api.hf_hub_download(repo_id, p, repo_type="dataset", revision=sha))
-                                 for p in paths]
-                        if len(group) == 1:  # a summary shard left alone: read for the card only
-                            summary_tables.append(pq.read_table(str(local[0])))
-                            continue
-                        drops = _drop_sets([_shard_ids(p) for p in local])
-                        name = _merged_name(Path(paths[0]).name)
-                        out = work / config / name
-                        _, dropped = _merge(config, local, drops, out)
-                        result.duplicate_rows[config] += dropped
-                        config_bytes[config] += out.stat().st_size - sum(files[i][1] for i in group)
-                        arrow_delta[config] += arrow_num_bytes([out]) - arrow_num_bytes(local)
-                        if config == DEFAULT_CONFIG:
-                            summary_tables.append(pq.read_table(str(out)))
-                        ops += [CommitOperationDelete(path_in_repo=p) for p in paths]
-                        ops.append(CommitOperationAdd(path_in_repo=f"data/{config}/{name}", path_or_fileobj=str(out)))
-                    result.shards_after[config] = len(groups)
-                if not any(isinstance(op, CommitOperationAdd) for op in ops):
-                    log.info("%s: nothing to compact (every config within target)", repo_id)
-                    return result
-                rows = [r for t in summary_tables for r in t.to_pylist()]
-                context: dict[str, Any] = {}
-                if "README.md" in {s.rfilename for s in info.siblings or []}:
-                    card = Path(api.hf_hub_download(repo_id, "README.md", repo_type="dataset", revision=sha))
-                    context = _card_context(card.read_text(encoding="utf-8"))
-                    if context["arrow_bytes"]:
-                        context["arrow_bytes"] = {c: n + arrow_delta[c] for c, n in context["arrow_bytes"].items()}
-                readme = render_card(rows, template=template, repo_id=repo_id, config_bytes=config_bytes, **context)
-                ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme.encode("utf-8")))
-                try:
-                    commit = api.create_commit(repo_id, ops, repo_type="dataset", parent_commit=sha,
-                                               commit_message="Compact shards")
-                except HfHubHTTPError as exc:
-                    delay = _conflict_backoff(exc, attempt, max_attempts)
-                    if delay is not None:
-                        log.info("%s: the repo moved since revision %s (HTTP %s); compacting again in %.2fs "
-                                 "(attempt %d/%d)", repo_id, sha[:12], _status(exc), delay, attempt + 1,
-                                 max_attempts)
-                        time.sleep(delay)
-                        continue
-                    raise
-                result.commit = commit.oid
-                log.info("%s: compacted %s in commit %s", repo_id,
-                         ", ".join(f"{c} {result.shards_before[c]}->{result.shards_after[c]}"
-                                   for c in CONFIG_NAMES if result.shards_before[c] != result.shards_after[c]),
-                         commit.oid[:12])
-                return result
-            raise PublishError(f"compact {repo_id}: {max_attempts} commits in a row conflicted with other writers")
-    except HfHubHTTPError as exc:
-        raise PublishError(_scrub(f"compact {repo_id} at {api.endpoint} failed (HTTP {_status(exc)}): {exc}",
-                                  token)) from None
-    except OSError as exc:
-        if isinstance(exc, (ArtifactError, PublishError)):
-            raise
-        raise PublishError(_scrub(f"compact {repo_id} at {api.endpoint} failed: {exc}", token)) from None

@@ -2,7 +2,7 @@
 
 Called by the one capture pipeline for every environment (`rollout_dataset.capture.pipeline`): the
 artifact folder is built into a dataset in a temporary folder (`rollout_dataset.builder.build`)
-and handed to `rollout_dataset.publish.push`. The destination is explicit (the config's
+and handed to `rollout_dataset.hub.dataset_push.push`. The destination is explicit (the config's
 ``push_repo``); reading ``PUSH_TO_DATASET`` is the CLI's job (`rollout_dataset.cli.push_env`).
 ``HF_TOKEN`` and ``HF_ENDPOINT`` are read by huggingface_hub. The artifacts are already written,
 so a failed push is reported (as the capture's ``push_error``), never raised.
@@ -36,7 +36,7 @@ def push_artifacts(out_dir: str | os.PathLike[str], repo_id: str | None, private
         return None
     try:
         from rollout_dataset.builder import build
-        from rollout_dataset.publish import push
+        from rollout_dataset.hub.dataset_push import push
     except ImportError as exc:
         return f"push to {repo_id} asked but the dataset builder/publisher is unavailable: {exc}"
     with tempfile.TemporaryDirectory(prefix="rollout-push-") as tmp:
