@@ -8,7 +8,7 @@ OPENCODE_VERSION ?= 1.18.33
 # keep in step with rollout_dataset/harness/codex.py CODEX_VERSION
 CODEX_VERSION ?= 0.171.0
 
-.PHONY: all venv reader-venv install install-test npm-tools system-deps demo test test-fast test-real-vllm bench clean
+.PHONY: all venv reader-venv install install-test npm-tools system-deps demo test test-fast test-real-vllm bench docs clean
 
 all: test
 
@@ -70,6 +70,10 @@ test: install-test npm-tools system-deps reader-venv
 # Opt-in: wire-format checks against a genuine vLLM CPU server (see ../shared/tools/real-vllm).
 test-real-vllm: install-test
 	REAL_VLLM_URL=$${REAL_VLLM_URL:?set REAL_VLLM_URL=http://127.0.0.1:18000/v1} $(PY) -m pytest -q -m real_vllm
+
+# The CLI reference, generated from the commands' argparse parsers (tests/test_cli_reference.py checks it).
+docs: install
+	$(PY) -m rollout_dataset.cli.reference --out docs/cli.md
 
 # Benchmarks: scripts that print and save figures to bench/results/ (never timed tests).
 bench: install-test

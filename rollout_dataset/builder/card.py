@@ -20,12 +20,20 @@ from rollout_dataset.builder import contracts
 from rollout_dataset.builder.aggregates import ROW_COUNT_COLUMN, CardAggregates
 from rollout_dataset.builder.card_info import CardOptions, default_citation
 from rollout_dataset.builder.configs import CONFIGS, DEFAULT_CONFIG, features_yaml, resolved_columns
+from rollout_dataset.builder.writer import LIST_LEVEL, TEXT_LEVEL
 from rollout_dataset.errors import ArtifactError
 
-__all__ = ["TEMPLATE_PATH", "contracts_source", "card_stats", "card_metadata", "render_card", "read_card_metadata"]
+__all__ = ["TEMPLATE_PATH", "CARD_PROSE_MAX_LINES", "contracts_source", "card_stats", "card_metadata", "render_card",
+           "read_card_metadata", "card_prose_lines"]
 
 # The template lives at the repo top; `builder/dataset_card.md` links to it so that a wheel ships it too.
 TEMPLATE_PATH = Path(__file__).parent / "dataset_card.md"
+
+#: the most lines of the card's body above its first column table: what a reader scans (what it is,
+#: notice, how to load, rewards, groups, trainer contracts folded); the column tables come after
+CARD_PROSE_MAX_LINES = 150
+# the header row that opens each config's column table in the template
+_COLUMN_TABLE_HEADER = "| column | type | meaning |"
 
 # config -> summary column holding that config's rows per rollout (None: one row per rollout)
 _ROW_COUNT_COLUMN = ROW_COUNT_COLUMN
@@ -159,7 +167,8 @@ def render_card(summary_rows: Iterable[dict[str, Any]] | CardAggregates, *, temp
     body = env.from_string(path.read_text(encoding="utf-8")).render(
         stats=stats, configs=configs, pretty_name=pretty_name, default_config=DEFAULT_CONFIG,
         repo_id=repo_id or "path/to/DATASET_DIR", json=json, contracts_source=contracts_source(),
-        traces_repo_id=traces_repo_id, options=options, citation=citation)
+        traces_repo_id=traces_repo_id, options=options, citation=citation,
+        encodings={"text_level": TEXT_LEVEL, "list_level": LIST_LEVEL})
     header = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
     return f"---\n{header}---\n\n{body.lstrip()}"
 
@@ -177,3 +186,24 @@ def read_card_metadata(readme_text: str) -> dict[str, Any]:
         return {}
     end = readme_text.find("\n---\n", 4)
     return yaml.safe_load(readme_text[4:end]) if end > 0 else {}
+
+
+def card_prose_lines(readme_text: str) -> list[str]:
+    """The lines of a card's body above its first column table: the part a reader scans.
+
+    Args:
+        readme_text: a rendered card (YAML header + body).
+
+    Returns:
+        The body's lines (YAML header left out) before the first config's column table; the whole
+        body when it has no column table.
+    """
+    body = readme_text
+    if readme_text.startswith("---\n"):
+        end = readme_text.find("\n---\n", 4)
+        body = readme_text[end + len("\n---\n"):] if end > 0 else readme_text
+    lines = body.lstrip("\n").splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() == _COLUMN_TABLE_HEADER:
+            return lines[:i]
+    return lines

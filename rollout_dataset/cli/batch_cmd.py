@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", default="builtin", help="task source: builtin, a JSONL/parquet file, or hf:ORG/NAME[:SPLIT]")
     parser.add_argument("--n-prompts", type=int, default=64, help="size of the task list (default 64)")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="wall-time budget per rollout (default 900)")
-    parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see README 'On-policy mode')")
+    parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see docs/proxy.md, On-policy mode)")
     parser.add_argument("--no-dataset", action="store_true", help="do not build dataset/ at the end")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     from rollout_dataset.cli.proxy_cmd import add_context_arguments, add_trust_env_argument

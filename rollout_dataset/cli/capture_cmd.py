@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_context_arguments(parser, fit_default=True)
     add_trust_env_argument(parser)  # --no-trust-env
     parser.add_argument("--keep-workdir", action="store_true", help="copy the agent's working directory to OUT/workdir")
-    parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see README 'On-policy mode')")
+    parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see docs/proxy.md, On-policy mode)")
     parser.add_argument("--sandbox-ro", action="append", default=[], metavar="PATH",
                         help="a file or folder an external harness needs read-only in its sandbox (repeatable); "
                              "the program its command runs (by absolute path) is exposed anyway")

@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="processes serving the port (default 1); each session still gets one trace file, one "
                              "gap-free arrival order and one chain; --max-inflight-mb and --max-open-files hold per "
                              "worker; a worker that dies is replaced")
-    parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see README 'On-policy mode')")
+    parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see docs/proxy.md, On-policy mode)")
     add_context_arguments(parser, fit_default=False)
     add_trust_env_argument(parser)
 
