@@ -54,6 +54,19 @@ def test_capture_env_parrot_writes_a_valid_artifact_folder_through_the_one_pipel
     assert trace["seal"]["records"] == 2 and "lantern" in trace["calls"][0]["request"]["messages"][0]["content"]
 
 
+def test_the_plugin_adds_its_own_capture_flag_which_reaches_its_config(tmp_path):
+    out = tmp_path / "rollout"
+    proc = _cli("capture", "--env", "parrot", "--word", "quartz", "--out-dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["task_id"] == "parrot-quartz"
+
+
+def test_the_plugin_flag_is_listed_in_its_own_group_and_refused_with_another_env(tmp_path):
+    assert "--env parrot options" in _cli("capture", "-h").stdout
+    proc = _cli("capture", "--word", "quartz", "--out-dir", str(tmp_path / "x"))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == "error: --word only applies to --env parrot"
+
+
 def test_a_captured_parrot_rollout_builds_into_a_dataset(parrot_capture, tmp_path):
     _, out = parrot_capture
     proc = _cli("build", str(out), "--out", str(tmp_path / "ds"))

@@ -4,8 +4,10 @@ Every environment goes through the one capture pipeline (`rollout_dataset.captur
 `--env coding` (the default) captures one coding task with a harness; `--env crafter` (or any
 environment of the registry, plugins included) gets the shared flags (`--seed`, `--rollout-seed`,
 `--base-url`, `--model`, `--max-turns`, `--max-tokens`, `--temperature`, `--timeout-s`,
-`--tokenizer`, `--out-dir`) and the game's own (`--max-steps`, `--max-actions`, `--area`) that its
-configuration class has.
+`--tokenizer`, `--out-dir`). Each environment declares its own flags (`Environment.capture_flags`,
+`rollout_dataset.envs.CaptureFlag`: coding's `--harness`, `--task-index`, ...; Crafter's
+`--max-steps`, `--max-actions`, `--area`; a plugin's the same way); they are listed in a group per
+environment and refused, by name, with another `--env`.
 
 Exit codes: 0 captured and valid; 1 the capture failed (first model call 4xx/5xx, server
 unreachable, held-out leakage, artifacts that do not validate, failed push); 2 bad arguments
@@ -47,21 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base-url", default=None,
                         help="OpenAI-compatible server (ends in /v1); default: start the local backend")
     parser.add_argument("--model", default=None, help="model name (default: 'local', or the server's first model)")
-    parser.add_argument("--task-index", type=int, default=0, help="which task of the selected list")
     parser.add_argument("--seed", type=int, default=0,
                         help="dataset seed: decides which task each index points at (crafter: the world)")
     parser.add_argument("--rollout-seed", type=int, default=None,
                         help="seed of this rollout, to sample the same task again (default: --seed)")
-    parser.add_argument("--n-prompts", type=int, default=64, help="size of the selected task list")
-    parser.add_argument("--tasks", default="builtin", help="builtin | FILE (.jsonl/.parquet) | hf:ORG/NAME[:SPLIT]")
-    parser.add_argument("--harness", default="builtin",
-                        help='builtin | cmd:"COMMAND" ({base_url} {model} {task_file} {workdir}) | '
-                             "mini-swe-agent | opencode | codex")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="wall-time budget of the harness")
     parser.add_argument("--out-dir", default=None,
                         help="artifact folder to write (default trace_artifact; crafter: crafter_artifact)")
-    parser.add_argument("--policy", default="oracle", help="local backend policy: oracle | script | echo")
-    parser.add_argument("--script", default=None, help="script file of the local backend's script policy")
     parser.add_argument("--tokenizer", default=None, help="tokenizer for checks and samples (builtin | PATH | HUB_ID)")
     parser.add_argument("--max-turns", type=int, default=None,
                         help="turn budget of the built-in harness (default 20; crafter: model calls, default 30)")
@@ -70,47 +64,73 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default 2048; crafter 512)")
     parser.add_argument("--temperature", type=float, default=None,
                         help="sampling temperature of the built-in harness or game agent (default 1.0)")
-    game = parser.add_argument_group("environment options (--env crafter)")
-    game.add_argument("--max-steps", type=int, default=None, help="game steps per episode (crafter default 100)")
-    game.add_argument("--max-actions", type=int, default=None, help="actions per act call (crafter default 8)")
-    game.add_argument("--area", type=parse_pair, default=None, metavar="W,H", help="world size (crafter default 64,64)")
     from rollout_dataset.cli.proxy_cmd import add_context_arguments, add_trust_env_argument
 
     add_context_arguments(parser, fit_default=True)
     add_trust_env_argument(parser)  # --no-trust-env
-    parser.add_argument("--keep-workdir", action="store_true", help="copy the agent's working directory to OUT/workdir")
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see docs/proxy.md, On-policy mode)")
-    parser.add_argument("--sandbox-ro", action="append", default=[], metavar="PATH",
-                        help="a file or folder an external harness needs read-only in its sandbox (repeatable); "
-                             "the program its command runs (by absolute path) is exposed anyway")
-    parser.add_argument("--unsafe-sandbox", action="store_true",
-                        help="run the agent's code even where the allow-list sandbox (bubblewrap) cannot be built: "
-                             "limits only, no isolation (summary.json records isolation: unsafe)")
     parser.add_argument("--record-upstream-host", action="store_true",
                         help="record --base-url in task.json (default: not recorded, so internal host names stay private)")
     parser.add_argument("--no-push", action="store_true", help="do not push even when PUSH_TO_DATASET is set")
+    add_environment_arguments(parser)
 
 
-def parse_pair(text: str) -> tuple[int, int]:
-    """Parse `W,H` (or `WxH`, or one number for a square)."""
-    parts = [p for p in text.lower().replace("x", ",").split(",") if p.strip()]
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not W,H (e.g. 64,64)") from None
-    if len(values) == 1:
-        values = values * 2
-    if len(values) != 2:
-        raise argparse.ArgumentTypeError(f"{text!r} is not W,H (e.g. 64,64)")
-    return values[0], values[1]
+def add_environment_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every environment's own flags (`Environment.capture_flags`), one group per environment.
+
+    Built-ins and installed plugins alike; a plugin that cannot be loaded is skipped with a warning
+    (``capture --env NAME`` then names its error).
+
+    Args:
+        parser: the `capture` parser.
+    """
+    from rollout_dataset.envs import available_environments, get_environment
+    from rollout_dataset.errors import ConfigError
+
+    taken = {option for action in parser._actions for option in action.option_strings}
+    for name in available_environments():
+        try:
+            flags = tuple(getattr(get_environment(name), "capture_flags", ()))
+        except ConfigError as exc:
+            logging.getLogger(__name__).warning("environment %s: its flags are not available: %s", name, exc)
+            continue
+        group = parser.add_argument_group(f"--env {name} options")
+        for flag in flags:
+            if flag.flag not in taken:  # two environments may share a flag; argparse takes it once
+                group.add_argument(flag.flag, **flag.argparse_options())
+                taken.add(flag.flag)
 
 
-#: flags that only mean something for the coding environment, with their defaults
-_CODING_ONLY = {"task_index": 0, "n_prompts": 64, "tasks": "builtin", "harness": "builtin", "policy": "oracle",
-                "script": None, "keep_workdir": False, "max_tokens_cap": None, "unsafe_sandbox": False,
-                "sandbox_ro": []}
-#: flags that only mean something for a game environment
-_GAME_ONLY = ("max_steps", "max_actions", "area")
+def refuse_foreign_flags(args: argparse.Namespace, chosen: str) -> None:
+    """Refuse the flags of another environment than the chosen one, naming them.
+
+    Args:
+        args: parsed arguments.
+        chosen: the ``--env`` name.
+
+    Raises:
+        ConfigError: a flag that belongs to another environment was given.
+    """
+    from rollout_dataset.envs import available_environments, get_environment
+    from rollout_dataset.errors import ConfigError
+
+    own = {flag.dest for flag in getattr(get_environment(chosen), "capture_flags", ())}
+    for name in available_environments():
+        if name == chosen:
+            continue
+        try:
+            owner = get_environment(name)
+        except ConfigError:
+            continue
+        wrong = [f.flag for f in getattr(owner, "capture_flags", ())
+                 if f.dest not in own and getattr(args, f.dest, f.default) not in (f.default, [])]
+        if not wrong:
+            continue
+        flags = ", ".join(wrong)
+        scope = getattr(owner, "flag_scope", None)
+        if scope:
+            raise ConfigError(f"{flags}: only for {scope} (--env {name}), not --env {chosen}")
+        raise ConfigError(f"{flags} only appl{'ies' if len(wrong) == 1 else 'y'} to --env {name}")
 
 
 def env_config_from_args(args: argparse.Namespace) -> Any:
@@ -136,10 +156,7 @@ def env_config_from_args(args: argparse.Namespace) -> Any:
     from rollout_dataset.errors import ConfigError
 
     environment = get_environment(args.env)
-    wrong = [name for name, default in _CODING_ONLY.items() if getattr(args, name, default) != default]
-    if wrong:
-        flags = ", ".join("--" + n.replace("_", "-") for n in wrong)
-        raise ConfigError(f"--env {args.env}: {flags} only appl{'ies' if len(wrong) == 1 else 'y'} to --env coding")
+    refuse_foreign_flags(args, args.env)
     if not callable(getattr(environment, "config_class", None)):
         raise ConfigError(f"--env {args.env}: this environment only runs in a batch (it has no config_class())")
     config_class = environment.config_class()
@@ -150,7 +167,8 @@ def env_config_from_args(args: argparse.Namespace) -> Any:
              "tokenizer": args.tokenizer, "api_key": os.environ.get("OPENAI_API_KEY"),
              "trust_env": None if getattr(args, "trust_env", True) else False,  # passed only when --no-trust-env
              **_push_destination(args),
-             **{name: getattr(args, name, None) for name in _GAME_ONLY}}
+             "max_tokens_cap": getattr(args, "max_tokens_cap", None),
+             **{flag.dest: getattr(args, flag.dest, None) for flag in getattr(environment, "capture_flags", ())}}
     unknown = sorted(k for k, v in given.items() if v is not None and k not in fields and k != "api_key")
     if unknown:
         raise ConfigError(f"--env {args.env}: {', '.join('--' + k.replace('_', '-') for k in unknown)} not supported")
@@ -193,10 +211,7 @@ def config_from_args(args: argparse.Namespace):
     from rollout_dataset.recipes.coding import CaptureConfig
     from rollout_dataset.errors import ConfigError
 
-    given = [name for name in _GAME_ONLY if getattr(args, name, None) is not None]
-    if given:
-        raise ConfigError(f"{', '.join('--' + n.replace('_', '-') for n in given)}: only for a game environment "
-                          "(--env crafter), not --env coding")
+    refuse_foreign_flags(args, "coding")
     return CaptureConfig(out_dir=args.out_dir or "trace_artifact", base_url=args.base_url, model=args.model,
                          task_index=args.task_index, seed=args.seed, rollout_seed=args.rollout_seed, n_prompts=args.n_prompts, tasks=args.tasks,
                          harness=args.harness, timeout_s=args.timeout_s, policy=args.policy, script=args.script,

@@ -17,6 +17,7 @@ from __future__ import annotations
 from rollout_dataset.envs.base import (
     AgentContext,
     AgentOutcome,
+    CaptureFlag,
     CaptureSettings,
     Environment,
     EnvironmentBase,
@@ -36,6 +37,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "AgentContext",
     "AgentOutcome",
+    "CaptureFlag",
     "CaptureSettings",
     "Environment",
     "EnvironmentBase",

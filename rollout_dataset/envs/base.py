@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 __all__ = [
     "AgentContext",
     "AgentOutcome",
+    "CaptureFlag",
     "CaptureSettings",
     "Environment",
     "EnvironmentBase",
@@ -68,6 +69,44 @@ class TaskInfo:
     config: Mapping[str, Any]
     held_out_tests: Sequence[Mapping[str, str]] = ()
     visible_tests: str = ""
+
+
+@dataclass(frozen=True)
+class CaptureFlag:
+    """One `rollout-dataset capture` flag an environment declares as its own.
+
+    The CLI adds every environment's flags to a group of their own (``--env NAME options``), passes
+    a given value to the environment's configuration as the field named `dest`, and refuses a flag
+    of another environment by name. A plugin declares its flags the same way.
+
+    Attributes:
+        flag: the option string, e.g. ``"--max-steps"``.
+        help: one line for ``-h`` and the CLI reference.
+        default: the value when the flag is not given (a flag is "given" when its value differs).
+        type: argparse's ``type`` (None: a string, or no value for a ``store_true`` action).
+        metavar: argparse's ``metavar``.
+        action: argparse's ``action`` (``"store_true"``, ``"append"``) or None.
+    """
+
+    flag: str
+    help: str
+    default: Any = None
+    type: Callable[[str], Any] | None = None
+    metavar: str | None = None
+    action: str | None = None
+
+    @property
+    def dest(self) -> str:
+        """The argparse destination, which is also the configuration field's name."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def argparse_options(self) -> dict[str, Any]:
+        """The keywords of `ArgumentParser.add_argument` for this flag."""
+        options: dict[str, Any] = {"help": self.help, "default": [] if self.action == "append" else self.default}
+        for name in ("type", "metavar", "action"):
+            if getattr(self, name) is not None:
+                options[name] = getattr(self, name)
+        return options
 
 
 @dataclass(frozen=True)
@@ -253,11 +292,16 @@ class Environment(Protocol):
         description: one line for help texts.
         default_policy: the local backend's scripted player for it (registered by the
             environment, see `rollout_dataset.envs.registry`).
+        capture_flags: the `capture` flags that are this environment's own (`CaptureFlag`).
+        flag_scope: how a refusal names what the flags are for (e.g. "a game environment"), or
+            None to name the environment only.
     """
 
     name: str
     description: str
     default_policy: str
+    capture_flags: Sequence[CaptureFlag]
+    flag_scope: str | None
 
     def config_class(self) -> type:
         """The dataclass configuring one rollout (`CaptureConfig` for coding)."""
@@ -307,6 +351,8 @@ class EnvironmentBase:
     name: str = ""
     description: str = ""
     default_policy: str = "echo"
+    capture_flags: Sequence[CaptureFlag] = ()
+    flag_scope: str | None = None
 
     def batch_options(self, config: Any) -> dict[str, Any]:
         """No options: any `--env-option` is refused (naming the environment).

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rollout_dataset.recipes.coding.config import CaptureConfig
+from rollout_dataset.recipes.coding.flags import CODING_FLAGS
 from rollout_dataset.envs.base import AgentContext, AgentOutcome, CaptureSettings, EnvironmentBase, Score, TaskInfo
 from rollout_dataset.recipes.coding.statement import SOLUTION_NOTE, harness_statement
 
@@ -198,6 +199,7 @@ class CodingEnvironment(EnvironmentBase):
     name = "coding"
     description = "coding tasks (stdin -> stdout) solved by a harness in the sandbox, scored on held-out tests"
     default_policy = "oracle"
+    capture_flags = CODING_FLAGS
 
     def config_class(self) -> type:
         """`CaptureConfig`."""

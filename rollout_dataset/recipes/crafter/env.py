@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rollout_dataset.envs.base import AgentContext, AgentOutcome, CaptureSettings, EnvironmentBase, Score, TaskInfo
+from rollout_dataset.recipes.crafter.flags import CRAFTER_FLAGS
 from rollout_dataset.recipes.crafter.config import ENV_NAME, HARNESS_NAME, SESSION, CrafterRolloutConfig, task_id_for
 
 __all__ = ["CrafterEnvironment", "CrafterEpisode", "run_crafter_rollout"]
@@ -145,6 +146,8 @@ class CrafterEnvironment(EnvironmentBase):
     name = ENV_NAME
     description = "Crafter survival game (PyPI `crafter`), played through an `act` tool; achievements as rewards"
     default_policy = "crafter"
+    capture_flags = CRAFTER_FLAGS
+    flag_scope = "a game environment"
 
     def config_class(self) -> type:
         """`CrafterRolloutConfig`."""

@@ -16,14 +16,14 @@ from typing import Any, ClassVar
 
 import httpx
 
-from rollout_dataset.envs import AgentOutcome, CaptureSettings, EnvironmentBase, Score, TaskInfo
+from rollout_dataset.envs import AgentOutcome, CaptureFlag, CaptureSettings, EnvironmentBase, Score, TaskInfo
 
 WORDS = ("apple", "river", "copper", "lantern", "meadow", "quartz", "saffron", "tundra")
 
 
 @dataclass
 class ParrotConfig:
-    """One rollout: the word is `WORDS[seed % 8]`; the agent gets `max_turns` turns (1..4)."""
+    """One rollout: the word is `word`, else `WORDS[seed % 8]`; the agent gets `max_turns` turns (1..4)."""
 
     env_name: ClassVar[str] = "parrot"
 
@@ -39,6 +39,7 @@ class ParrotConfig:
     tokenizer: str | None = None
     push_repo: str | None = None
     push_private: bool | None = None
+    word: str | None = None  # `capture --word`, the plugin's own flag
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_turns <= 4:
@@ -51,7 +52,7 @@ class ParrotEpisode:
 
     def __init__(self, config: ParrotConfig) -> None:
         self.config = config
-        self.word = WORDS[config.seed % len(WORDS)]
+        self.word = config.word or WORDS[config.seed % len(WORDS)]
         self.prompts = [f"Say the word {self.word}."] + ["Again, please."] * (config.max_turns - 1)
         self.rollout_seed = config.seed if config.rollout_seed is None else config.rollout_seed
 
@@ -101,6 +102,7 @@ class ParrotEnvironment(EnvironmentBase):
     name = "parrot"
     description = "say the word you are asked to say (a test plugin)"
     default_policy = "echo"
+    capture_flags = (CaptureFlag("--word", "the word to say (default: one of eight, by --seed)"),)
 
     def config_class(self) -> type:
         return ParrotConfig
