@@ -148,3 +148,7 @@ class TokenizerMismatchError(RolloutDatasetError, ValueError):
 class DistributedBuildError(RolloutDatasetError, RuntimeError):
     """A part of a Ray build failed on its worker, or its task died (the message names the part, its
     folders and the node); the dataset folder is left as it was."""
+
+
+class ScorerError(RolloutDatasetError, RuntimeError):
+    """The logprob audit's scorer could not score (server unreachable or refusing, model not loadable)."""

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "push": ("rollout_dataset.cli.push_cmd", "push a built dataset to the Hugging Face Hub (append-safe)"),
     "compact": ("rollout_dataset.cli.compact_cmd", "merge small parquet shards of a dataset folder or Hub repo"),
     "batch": ("rollout_dataset.cli.batch_cmd", "run seeds x rollouts with statistics, plots and a report"),
+    "audit": ("rollout_dataset.cli.audit_cmd", "re-score captured logprobs with the server or a transformers model"),
 }
 
 
