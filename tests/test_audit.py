@@ -159,3 +159,26 @@ def test_an_unreachable_server_is_named_in_one_error_line(captured, tmp_path, ca
     rc = cli_main(["audit", str(captured), "--against", "http://127.0.0.1:9/v1", "--no-progress", "--no-write"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "127.0.0.1:9" in err[0]
+
+
+def test_local_backend_prompt_logprobs_follow_vllms_shape(backend, builtin_tokenizer):
+    import httpx
+
+    from rollout_dataset.backend.bigram import bigram_for_tokenizer
+
+    ids = builtin_tokenizer.encode("def f(x):\n    return x", add_special_tokens=False)
+    choice = httpx.post(f"{backend.base_url}/completions", json={"prompt": ids, "max_tokens": 1,
+                                                                 "prompt_logprobs": 0}).json()["choices"][0]
+    plp = choice["prompt_logprobs"]
+    model = bigram_for_tokenizer(builtin_tokenizer)
+    assert plp[0] is None and len(plp) == len(ids)
+    assert all(list(e) == [str(t)] for e, t in zip(plp[1:], ids[1:]))
+    assert [e[str(t)]["logprob"] for e, t in zip(plp[1:], ids[1:])] == model.sequence_logprobs(ids[0], ids[1:])
+
+
+def test_local_backend_refuses_prompt_logprobs_when_streaming(backend):
+    import httpx
+
+    r = httpx.post(f"{backend.base_url}/completions", json={"prompt": [5, 6], "max_tokens": 1, "stream": True,
+                                                            "prompt_logprobs": 1})
+    assert r.status_code == 400 and "stream=True" in r.text
