@@ -124,5 +124,5 @@ demo-real: install real-model
 
 # Opt-in: capture, build and both audits on genuine weights (a running `make serve-real-model`).
 test-real-model: install-test
-	REAL_MODEL_URL=$${REAL_MODEL_URL:?set REAL_MODEL_URL=http://127.0.0.1:18200/v1} REAL_MODEL_DIR=$(REAL_MODEL_DIR) \
+	PYTHONPATH=$(CURDIR) REAL_MODEL_URL=$${REAL_MODEL_URL:?set REAL_MODEL_URL=http://127.0.0.1:18200/v1} REAL_MODEL_DIR=$(REAL_MODEL_DIR) \
 		REAL_MODEL_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -p no:cacheprovider -m real_model
