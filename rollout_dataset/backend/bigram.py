@@ -83,6 +83,21 @@ class BigramModel:
             prev = tok
         return out
 
+    def rank(self, prev: int | None, token: int) -> int:
+        """The vocabulary rank of `token` after `prev` (1: most likely; ties share the better rank).
+
+        Args:
+            prev: the previous token id (None: `default_prev`).
+            token: the token id.
+
+        Returns:
+            1 + the number of ids with a strictly higher log-probability.
+        """
+        a = self.default_prev if prev is None else int(prev)
+        row = self._counts.get(a)
+        count = row.get(int(token), 0) if row else 0
+        return 1 + sum(1 for _, c in self._ranking(a) if c > count)
+
     def _ranking(self, a: int) -> list[tuple[int, int]]:
         ranked = self._ranked.get(a)
         if ranked is None:

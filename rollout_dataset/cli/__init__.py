@@ -44,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compact": ("rollout_dataset.cli.compact_cmd", "merge small parquet shards of a dataset folder or Hub repo"),
     "batch": ("rollout_dataset.cli.batch_cmd", "run seeds x rollouts with statistics, plots and a report"),
     "view": ("rollout_dataset.cli.view_cmd", "browse artifact folders or a built dataset in a local read-only web viewer"),
+    "audit": ("rollout_dataset.cli.audit_cmd", "re-score captured logprobs with the server or a transformers model"),
 }
 
 
