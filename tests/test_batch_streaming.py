@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+from pathlib import Path
 import signal
 import subprocess
 import sys
@@ -66,6 +67,7 @@ def test_a_batch_killed_after_two_stream_pushes_resumes_and_publishes_each_rollo
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PUSH_", "HUGGINGFACE"))}
         env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "home"), HF_TOKEN=TOKEN, HF_HUB_DISABLE_TELEMETRY="1",
                    HF_HUB_DISABLE_PROGRESS_BARS="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent), env.get("PYTHONPATH", "")])  # tests/support/
         killed = subprocess.run([sys.executable, "-c", SCRIPT, str(out), "2"], env=env, capture_output=True,
                                 text=True, timeout=240)
         assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]

@@ -10,7 +10,7 @@ import pytest
 
 from rollout_dataset.cli import main
 from rollout_dataset.errors import ToolNotInstalledError
-from rollout_dataset.harness import presets
+from rollout_dataset.harness import preset_base, presets
 from rollout_dataset.harness.requirements import missing_tools, require_harness_tools
 
 
@@ -24,7 +24,7 @@ def bare_path(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(bin_dir))
     for variable in ("OPENCODE_BIN", "CODEX_BIN"):
         monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setattr(presets, "_REPO_ROOT", tmp_path / "checkout")  # a checkout without .npm-tools
+    monkeypatch.setattr(preset_base, "_REPO_ROOT", tmp_path / "checkout")  # a checkout without .npm-tools
     monkeypatch.setattr(presets, "find_mini", lambda: "mini")  # not next to this Python either
     return bin_dir
 
