@@ -33,7 +33,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from rollout_dataset.responses_format import input_to_messages, output_to_message, tools_to_chat
+from rollout_dataset.wire.responses_chat import input_to_messages, output_to_message, tools_to_chat
 
 __all__ = [
     "TurnNode",
@@ -176,7 +176,7 @@ def _node_from_record(node_id: int, record: dict[str, Any]) -> TurnNode:
     prompt = record.get("prompt_token_ids")
     sampled = record.get("completion_token_ids")
     responses_api = str(record.get("endpoint") or "").rstrip("/").endswith("/responses")
-    if responses_api:  # Responses API: the same chat messages vLLM renders (rollout_dataset.responses_format)
+    if responses_api:  # Responses API: the same chat messages vLLM renders (rollout_dataset.wire.responses_chat)
         messages = input_to_messages(request)
         tools = tools_to_chat(request.get("tools"))
     else:

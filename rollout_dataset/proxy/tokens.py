@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout_dataset.proxy.responses import prepare_responses, responses_token_fields, strip_responses
+from rollout_dataset.proxy.responses_capture import prepare_responses, responses_token_fields, strip_responses
 
 __all__ = [
     "GENERATION_ENDPOINTS",
@@ -85,7 +85,7 @@ def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes,
     Returns:
         The `TokenRequest` with the upstream body and the recorded changes.
     """
-    if kind == "responses":  # the Responses API: rollout_dataset.proxy.responses
+    if kind == "responses":  # the Responses API: rollout_dataset.proxy.responses_capture
         asked_ids, asked_logprobs, changes, body = prepare_responses(parsed, limits)
         return TokenRequest(kind, asked_ids, asked_logprobs, changes, body, "top_logprobs" in parsed)
     asked_ids = parsed.get("return_token_ids") is True
