@@ -364,6 +364,18 @@ async def _responses(request: Request, state: BackendState) -> Response:
     return await responses_endpoint(request, state, _respond)
 
 
+async def _messages(request: Request, state: BackendState) -> Response:
+    from rollout_dataset.backend.messages_endpoint import messages_endpoint
+
+    return await messages_endpoint(request, state, _chat)
+
+
+async def _messages_count_tokens(request: Request, state: BackendState) -> Response:
+    from rollout_dataset.backend.messages_endpoint import count_tokens_endpoint
+
+    return await count_tokens_endpoint(request, state)
+
+
 async def _tokenize(request: Request, state: BackendState) -> Response:
     body = await _json_body(request)
     tok = state.tokenizer
@@ -490,6 +502,8 @@ def create_backend_app(
         Route("/v1/chat/completions", _handler(_chat), methods=["POST"]),
         Route("/v1/completions", _handler(_completions), methods=["POST"]),
         Route("/v1/responses", _handler(_responses), methods=["POST"]),
+        Route("/v1/messages", _handler(_messages), methods=["POST"]),
+        Route("/v1/messages/count_tokens", _handler(_messages_count_tokens), methods=["POST"]),
         Route("/tokenize", _handler(_tokenize), methods=["POST"]),
         Route("/detokenize", _handler(_detokenize), methods=["POST"]),
         Route("/health", _health, methods=["GET"]),

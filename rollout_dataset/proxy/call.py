@@ -23,7 +23,8 @@ class Call:
     __slots__ = ("session", "index", "call_id", "started_at", "t0", "method", "endpoint", "stream", "status",
                  "headers", "request", "upstream_changes", "requested", "effective", "response", "ttft_ms",
                  "notes", "error", "kind", "recorded", "client_gone", "raw_request", "raw_response",
-                 "nonfinite", "reserved", "started", "ended", "on_policy", "upstream_headers")
+                 "nonfinite", "reserved", "started", "ended", "on_policy", "upstream_headers", "anthropic",
+                 "translator", "translated", "upstream_request")
 
     def __init__(self, session: str, method: str, endpoint: str, headers: dict[str, str]) -> None:
         self.session = session
@@ -55,6 +56,10 @@ class Call:
         self.ended = False  # the response's last byte sent
         self.on_policy: Prepared | None = None  # on-policy mode's decision for a chat call
         self.upstream_headers: dict[str, str] = {}  # the upstream's response headers (lower-case names)
+        self.anthropic = False  # an Anthropic Messages call: errors in its format
+        self.translator: Any = None  # a Messages call sent upstream as chat: its stream translator (or True)
+        self.translated: Any = None  # the Messages answer the harness got (the record's `response`)
+        self.upstream_request: Any = None  # the chat completion sent in its place
 
     def fail(self, kind: str, message: str) -> None:
         """Record the call's first error (later ones are consequences of it)."""

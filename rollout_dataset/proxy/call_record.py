@@ -61,7 +61,7 @@ class CallRecorder:
             "request_headers": call.headers,
             "request": call.request,
             "upstream_changes": call.upstream_changes,
-            "response": call.response,
+            "response": call.translated if call.translated is not None else call.response,
             "prompt_token_ids": fields["prompt_token_ids"],
             "completion_token_ids": fields["completion_token_ids"],
             "per_token_logps": fields["per_token_logps"],
@@ -75,6 +75,9 @@ class CallRecorder:
             "notes": call.notes + fields["notes"],
             "error": call.error,
         }
+        if call.translator is not None:  # a Messages call: the chat exchange that replaced it
+            record["upstream"] = {"endpoint": "/v1/chat/completions", "request": call.upstream_request,
+                                  "response": call.response}
         if call.on_policy is not None and self.on_policy is not None:
             good = call.status == 200 and call.error is None
             record["notes"] += self.on_policy.finish(call.session, call.index, call.on_policy, good, fields)

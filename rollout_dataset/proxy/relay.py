@@ -17,12 +17,14 @@ from httpx_sse import ServerSentEvent
 
 from rollout_dataset.proxy.asgi_types import Receive, Send
 from rollout_dataset.proxy.call import RAW_RECORD_CAP, Call, spliceable
-from rollout_dataset.proxy.error_answers import error_event, unrecorded_message
-from rollout_dataset.proxy.jsoncodec import dumps_event, has_digit_run, loads, loads_event
+from rollout_dataset.proxy.error_answers import call_error_event, unrecorded_message
+from rollout_dataset.proxy.jsoncodec import dumps_event, dumps_standard, has_digit_run, loads, loads_event
+from rollout_dataset.proxy.messages_capture import translate_whole
 from rollout_dataset.proxy.responses_capture import ResponsesAssembler
 from rollout_dataset.proxy.streaming import EventBatches, StreamAssembler
 from rollout_dataset.proxy.tokens import TokenRequest, strip_response
 from rollout_dataset.proxy.redact import redact_url
+from rollout_dataset.wire.anthropic_chat import ChatStreamToMessages, anthropic_error, encode_events
 
 __all__ = ["UpstreamRelay", "DROP_RESPONSE", "header_map", "response_headers", "frame", "frame_json"]
 
@@ -134,6 +136,8 @@ class UpstreamRelay:
                                   "forwarded unchanged")
             if edited is not None:
                 body = dumps_event(edited, call.nonfinite)
+        if call.translator is not None:  # a Messages call sent as chat: answered in the Messages format
+            body = self._translated_whole(call, url, parsed, response.status_code)
         headers = response_headers(response, call.upstream_headers)
         call.status = response.status_code
         failure = self._finish(call)
@@ -145,6 +149,22 @@ class UpstreamRelay:
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         call.ended = True
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    @staticmethod
+    def _translated_whole(call: Call, url: str, parsed: Any, status: int) -> bytes:
+        """The Messages answer (or Anthropic error) for a whole chat answer, as bytes for the harness."""
+        call.raw_response = None  # the chat bytes are recorded under `upstream`, not as the response
+        try:
+            translated = translate_whole(parsed, status)
+        except Exception as exc:  # e.g. tool arguments that are not JSON
+            call.notes.append(f"the chat answer could not be turned into a message ({type(exc).__name__}: {exc})")
+            translated = None
+        if translated is None:
+            message = f"the model server at {url} answered HTTP {status} with a body that is not a chat answer"
+            call.fail("proxy_error" if status < 400 else "upstream_status", message)
+            translated = anthropic_error("api_error", message)
+        call.translated = translated
+        return dumps_standard(translated)
 
     async def _relay_stream(self, call: Call, url: str, response: httpx.Response, send: Send) -> None:
         """A streamed answer of any other endpoint: bytes through unchanged, recorded as text."""
@@ -169,7 +189,7 @@ class UpstreamRelay:
             raise
         call.response = bytes(kept).decode("utf-8", errors="replace") if kept else None
         failure = self._finish(call)
-        tail = b"" if failure is None else error_event(500, unrecorded_message(failure), "record_write_failed")
+        tail = b"" if failure is None else call_error_event(call, 500, unrecorded_message(failure), "record_write_failed")
         call.ended = True
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
@@ -191,6 +211,7 @@ class UpstreamRelay:
         kept = 0
         tail = b""
         strip = token_req.needs_strip
+        translator = call.translator if isinstance(call.translator, ChatStreamToMessages) else None
         events = EventBatches(encoding)
         identity = call.upstream_headers.get("content-encoding", "identity").strip().lower() == "identity"
         # Long integers (which orjson cannot parse exactly) are looked for once per read, over the read
@@ -210,12 +231,12 @@ class UpstreamRelay:
                 for event in events.feed(raw):
                     data = event.data
                     if data == "[DONE]":
-                        tail = frame(event, data)
+                        tail = encode_events(translator.done()) if translator is not None else frame(event, data)
                         continue
                     if not self._reserve_nowait(call, len(data)):
                         message = self._overload_message(call, len(data))
                         call.fail("proxy_overloaded", message)
-                        tail = error_event(503, message, "proxy_overloaded")
+                        tail = call_error_event(call, 503, message, "proxy_overloaded")
                         overloaded = True
                         break
                     if kept < RAW_RECORD_CAP:
@@ -230,6 +251,9 @@ class UpstreamRelay:
                     if chunk is not None:
                         try:
                             assembler.add(chunk)
+                            if translator is not None:
+                                out.append(encode_events(translator.feed(chunk)))
+                                continue
                             edited = strip_response(chunk, token_req) if strip else None
                         except Exception as exc:  # unexpected types: forwarded as is, kept raw for the record
                             edited = None
@@ -248,20 +272,28 @@ class UpstreamRelay:
         except httpx.TimeoutException:
             message = f"the model server at {url} stopped streaming (timeout; see upstream_timeout)"
             call.fail("upstream_timeout", message)
-            tail = error_event(504, message, "upstream_timeout")
+            tail = call_error_event(call, 504, message, "upstream_timeout")
         except httpx.TransportError as exc:
             message = f"the model server at {url} dropped the stream: {type(exc).__name__}: {exc}"
             call.fail("upstream_disconnect", message)
-            tail = error_event(502, message, "upstream_disconnect")
+            tail = call_error_event(call, 502, message, "upstream_disconnect")
         except asyncio.CancelledError:  # client gone (or shutdown): keep what arrived for the record
+            if translator is not None:
+                call.translated = translator.message()
             call.response = assembled(call, assembler, raw_events)
             raise
         if assembler.errors:
             call.fail("upstream_status", f"the model server sent an error event: {str(assembler.errors[0])[:500]}")
+        if translator is not None:
+            if not tail:  # the stream ended without [DONE]: the harness is told, in its API
+                message = f"the model server at {url} ended the stream before it was complete"
+                call.fail("upstream_disconnect", message)
+                tail = call_error_event(call, 502, message, "upstream_disconnect")
+            call.translated = translator.message()
         call.response = assembled(call, assembler, raw_events)
         failure = self._finish(call)
         if failure is not None:
-            tail = error_event(500, unrecorded_message(failure), "record_write_failed")
+            tail = call_error_event(call, 500, unrecorded_message(failure), "record_write_failed")
         call.ended = True
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 

@@ -5,6 +5,7 @@ request, context fitting and the upstream body (token fields added), then the up
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -19,7 +20,9 @@ from rollout_dataset.proxy.jsoncodec import loads
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import recorded_headers, redact_body, valid_session_id
+from rollout_dataset.proxy.messages_capture import CHAT_ENDPOINT, MESSAGES_ENDPOINT, messages_problem
 from rollout_dataset.proxy.tokens import GENERATION_ENDPOINTS, TokenRequest, prepare_request, sampling_params
+from rollout_dataset.wire.anthropic_chat import IGNORED_FIELDS, ChatStreamToMessages, messages_to_chat
 
 __all__ = ["RequestSide"]
 
@@ -93,7 +96,15 @@ class RequestSide:
             return
         kind = GENERATION_ENDPOINTS.get(endpoint) if call.method == "POST" else None
         token_req: TokenRequest | None = None
-        if kind is not None:
+        query = scope.get("query_string") or b""
+        if call.method == "POST" and endpoint == MESSAGES_ENDPOINT:
+            call.anthropic = True
+            prepared = await self._prepare_messages(call, raw_headers, body, send)
+            if prepared is None:
+                return
+            parsed, token_req = prepared
+            kind, endpoint, query, body = "chat", CHAT_ENDPOINT, b"", token_req.body
+        elif kind is not None:
             parsed = await self._parse_generation(call, raw_headers, body, send)
             if parsed is None:
                 return
@@ -122,9 +133,9 @@ class RequestSide:
 
         up_headers = [(k, v) for k, v in raw_headers if k not in DROP_REQUEST]
         up_headers.append((b"accept-encoding", b"identity"))
-        if kind == "chat" and self.on_policy is not None:
+        if kind == "chat" and self.on_policy is not None:  # Messages calls too, as the chat sent upstream
             body = await self._on_policy_body(call, parsed, body, up_headers)
-        url, host = self._url(endpoint, scope.get("query_string") or b"")
+        url, host = self._url(endpoint, query)
         up_headers.append((b"host", host))
         if body:
             up_headers.append((b"content-length", str(len(body)).encode()))
@@ -133,6 +144,50 @@ class RequestSide:
                                 extensions=self._extensions)
         request.read()  # the body as `request.content`, as httpx does for bytes content
         await self._run_with_disconnect_watch(call, request, token_req, receive, send)
+
+    async def _prepare_messages(self, call: Call, raw_headers: list[tuple[bytes, bytes]], body: bytes,
+                                send: Send) -> tuple[dict[str, Any], TokenRequest] | None:
+        """A `/v1/messages` call: the chat completion vLLM's Anthropic layer would build, with token fields.
+
+        Returns:
+            The chat body and its `TokenRequest`, or None when the call was answered (bad body, full context).
+        """
+        parsed = await self._parse_generation(call, raw_headers, body, send)
+        if parsed is None:
+            return None
+        call.kind = "chat"
+        call.request = redact_body(parsed)
+        if call.request is parsed and spliceable(body):
+            call.raw_request = body
+        call.stream = parsed.get("stream") is True
+        call.requested = sampling_params(parsed)
+        problem = messages_problem(parsed)
+        if problem is not None:
+            call.effective = dict(call.requested)
+            await self._reply_error(call, send, 400, "bad_request", f"request body of {MESSAGES_ENDPOINT}: {problem}")
+            return None
+        chat = messages_to_chat(parsed)
+        limits: dict[str, int] = {}
+        if self.fitter is not None:
+            plan = await self.fitter.plan("chat", chat, raw_headers)
+            call.notes.extend(plan.notes)
+            if plan.exhausted:
+                call.effective = dict(call.requested)
+                await self._reply_error(call, send, 400, CONTEXT_EXHAUSTED, plan.notes[-1])
+                return None
+            limits = plan.changes
+            if "max_tokens" in limits:
+                limits["max_completion_tokens"] = limits["max_tokens"]
+        encoded = json.dumps(chat, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+        token_req = prepare_request("chat", chat, encoded, limits)
+        ignored = [key for key in IGNORED_FIELDS if key in parsed]
+        if ignored:
+            call.notes.append(f"not sent upstream (vLLM ignores them): {', '.join(ignored)}")
+        call.upstream_changes = {"endpoint": CHAT_ENDPOINT, **token_req.changes}
+        call.upstream_request = {**chat, **token_req.changes}
+        call.effective = {**sampling_params(chat), **token_req.changes}
+        call.translator = ChatStreamToMessages() if call.stream else True
+        return chat, token_req
 
     async def _on_policy_body(self, call: Call, parsed: dict[str, Any], body: bytes,
                               headers: list[tuple[bytes, bytes]]) -> bytes:
