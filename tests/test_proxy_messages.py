@@ -65,7 +65,7 @@ async def test_whole_answer_is_a_message_and_the_record_holds_chat_ids_and_logpr
     assert record["upstream"]["endpoint"] == "/v1/chat/completions"
     assert "metadata" not in record["upstream"]["request"] and record["upstream"]["request"]["return_token_ids"]
     assert record["effective_sampling_params"]["max_tokens"] == 12
-    assert any("metadata, context_management" in note for note in record["notes"])
+    assert record["upstream_changes"]["not_sent"] == ["metadata", "context_management"] and record["notes"] == []
 
 
 async def test_stream_events_are_the_messages_sequence_and_the_record_holds_ids(stack):

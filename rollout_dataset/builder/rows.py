@@ -31,6 +31,7 @@ import numpy as np
 
 from rollout_dataset.builder.configs import resolved_columns
 from rollout_dataset.errors import ArtifactError
+from rollout_dataset.wire.anthropic_chat import message_to_assistant, request_messages
 
 __all__ = [
     "ARTIFACT_FILES",
@@ -436,7 +437,12 @@ def conversation_rows(art: dict[str, Any], seq_rows: list[dict[str, Any]]) -> li
             log.info("rollout %s sequence %d: last call has no chat messages; no conversations row",
                      summary["rollout_id"], seq["sequence_index"])
             continue
-        answer = response_message(call.get("response"))
+        if str(call.get("endpoint") or "").rstrip("/").endswith("/v1/messages"):  # Anthropic Messages, read as chat
+            chat_messages, chat_tools = request_messages(request)
+            request = {"messages": chat_messages, "tools": chat_tools or None}
+            answer = message_to_assistant(call.get("response"))
+        else:
+            answer = response_message(call.get("response"))
         messages = [chat_message(m) for m in request["messages"]] + ([chat_message(answer)] if answer else [])
         size = sum(len(m["content"] or "") + len(m["reasoning_content"] or "") for m in messages)
         if size > MAX_ROW_BYTES:  # kept whole (a trainer needs it), but said

@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", default="builtin", help="builtin | FILE (.jsonl/.parquet) | hf:ORG/NAME[:SPLIT]")
     parser.add_argument("--harness", default="builtin",
                         help='builtin | cmd:"COMMAND" ({base_url} {model} {task_file} {workdir}) | '
-                             "mini-swe-agent | opencode | codex")
+                             "mini-swe-agent | opencode | codex | claude-code")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="wall-time budget of the harness")
     parser.add_argument("--out-dir", default=None,
                         help="artifact folder to write (default trace_artifact; crafter: crafter_artifact)")

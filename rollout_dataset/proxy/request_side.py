@@ -181,9 +181,9 @@ class RequestSide:
         encoded = json.dumps(chat, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
         token_req = prepare_request("chat", chat, encoded, limits)
         ignored = [key for key in IGNORED_FIELDS if key in parsed]
-        if ignored:
-            call.notes.append(f"not sent upstream (vLLM ignores them): {', '.join(ignored)}")
         call.upstream_changes = {"endpoint": CHAT_ENDPOINT, **token_req.changes}
+        if ignored:  # accepted and ignored by vLLM: kept in the record's request, not sent
+            call.upstream_changes["not_sent"] = ignored
         call.upstream_request = {**chat, **token_req.changes}
         call.effective = {**sampling_params(chat), **token_req.changes}
         call.translator = ChatStreamToMessages() if call.stream else True

@@ -38,6 +38,8 @@ __all__ = [
     "message_to_chat_message",
     "messages_to_chat",
     "anthropic_error",
+    "message_to_assistant",
+    "request_messages",
     "encode_events",
     "request_problem",
     "stop_reason",
@@ -355,6 +357,59 @@ def request_problem(body: dict[str, Any]) -> str | None:
         if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
             return f"tools.{i}.name: a string is required"
     return None
+
+
+def message_to_assistant(message: Any) -> dict[str, Any] | None:
+    """A Messages answer as the chat assistant message it stands for (how the graph reads it).
+
+    ``text`` blocks -> `content` (joined), ``tool_use`` -> `tool_calls` (arguments as JSON text),
+    ``thinking`` -> `reasoning_content`.
+
+    Args:
+        message: the recorded message object.
+
+    Returns:
+        The chat message, or None when `message` is not a message object.
+    """
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        return None
+    texts, calls, thinking = [], [], []
+    for block in message["content"]:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text":
+            texts.append(block.get("text") or "")
+        elif block.get("type") == "thinking":
+            thinking.append(block.get("thinking") or "")
+        elif block.get("type") == "tool_use":
+            arguments = block.get("input")
+            calls.append({"id": block.get("id"), "type": "function",
+                          "function": {"name": block.get("name"),
+                                       "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments or {})}})
+    out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if thinking:
+        out["reasoning_content"] = "".join(thinking)
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def request_messages(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A Messages request as the chat messages and tools vLLM renders (reasoning as `reasoning_content`).
+
+    Args:
+        body: the recorded Messages request.
+
+    Returns:
+        ``(messages, tools)`` in chat form.
+    """
+    chat = messages_to_chat(body)
+    messages = []
+    for message in chat["messages"]:
+        if "reasoning" in message:
+            message = {("reasoning_content" if k == "reasoning" else k): v for k, v in message.items()}
+        messages.append(message)
+    return messages, chat.get("tools") or []
 
 
 def anthropic_error(kind: str, message: str) -> dict[str, Any]:
