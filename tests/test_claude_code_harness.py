@@ -60,3 +60,20 @@ def test_claude_code_solves_through_the_proxy_and_its_capture_is_token_level(tmp
     calling = [m for m in conversation["messages"] if m["tool_calls"]]
     assert calling and "solution.py" in calling[0]["tool_calls"][0]["function"]["arguments"]
     assert conversation["tools"] and '"Bash"' in conversation["tools"]
+
+
+@pytest.mark.harness
+@pytest.mark.skipif(not find_claude_code(), reason="Claude Code is not installed: run `make npm-tools`")
+def test_claude_code_never_gets_the_real_key_only_the_proxy_sends_it(tmp_path):
+    real_key = "sk-real-upstream-claude-1a2b3c4d"
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"steps": [], "final": "done"}))
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", task_index=TASK_INDEX, harness="claude-code",
+                                           policy="script", script=script, timeout_s=200, api_key=real_key))
+    calls = json.loads((result.out_dir / "trace.json").read_text())["calls"]
+    assert calls and all(c["endpoint"].startswith("/v1/messages") for c in calls)
+    for call in calls:  # what Claude Code sent: its own dummy key, never the real one
+        assert real_key not in json.dumps(call)
+    for path in result.out_dir.rglob("*"):
+        if path.is_file():
+            assert real_key.encode() not in path.read_bytes()

@@ -199,3 +199,19 @@ async def test_count_tokens_is_forwarded_and_recorded_as_a_non_generation_call(s
     (record,) = valid(read_trace(proxy.trace_path()))
     assert record["endpoint"] == "/v1/messages/count_tokens" and record["capture_level"] == "none"
     assert record["response"] == answer and "upstream" not in record
+
+
+async def test_anthropic_sdk_never_sees_the_upstream_key_the_proxy_adds(tmp_path):
+    upstream_key = "sk-real-upstream-7c6b5a4f3e2d"
+    async with LocalBackend(policy="echo") as backend:
+        async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path / "traces", api_key=upstream_key) as proxy:
+            client = anthropic.AsyncAnthropic(base_url=proxy.base_url.removesuffix("/v1"), api_key="dummy",
+                                              max_retries=0)
+            body = {k: v for k, v in BODY.items() if k not in ("metadata", "context_management", "temperature")}
+            raw = await client.messages.with_raw_response.create(**body)
+            async with client.messages.stream(**body) as stream:
+                events = [event.model_dump_json() async for event in stream]
+    assert upstream_key not in raw.http_response.text and upstream_key not in str(raw.http_response.headers)
+    assert events and not any(upstream_key in event for event in events)
+    for path in (tmp_path / "traces").rglob("*"):
+        assert upstream_key.encode() not in path.read_bytes()
