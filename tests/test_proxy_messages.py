@@ -215,3 +215,49 @@ async def test_anthropic_sdk_never_sees_the_upstream_key_the_proxy_adds(tmp_path
     assert events and not any(upstream_key in event for event in events)
     for path in (tmp_path / "traces").rglob("*"):
         assert upstream_key.encode() not in path.read_bytes()
+
+
+def _messages_only_upstream():
+    """A Messages-only server (no chat endpoint, as Anthropic's own API): answers whole or streamed."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "stop_reason": "end_turn",
+               "stop_sequence": None, "content": [{"type": "text", "text": "Hi there"}],
+               "usage": {"input_tokens": 5, "output_tokens": 2}}
+
+    async def messages(request):
+        body = await request.json()
+        if not body.get("stream"):
+            return JSONResponse(message)
+        start = {**message, "content": [], "stop_reason": None, "usage": {"input_tokens": 5, "output_tokens": 0}}
+        events = [("message_start", {"type": "message_start", "message": start}),
+                  ("content_block_start", {"type": "content_block_start", "index": 0,
+                                           "content_block": {"type": "text", "text": ""}}),
+                  ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                           "delta": {"type": "text_delta", "text": "Hi there"}}),
+                  ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                  ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                     "usage": {"output_tokens": 2}}),
+                  ("message_stop", {"type": "message_stop"})]
+        text = "".join(f"event: {n}\ndata: {json.dumps(d)}\n\n" for n, d in events)
+        return Response(text, media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_an_upstream_without_chat_gets_the_call_natively_and_it_is_recorded_as_text(tmp_path, stream):
+    from proxy_fakes import serve
+
+    async with serve(_messages_only_upstream()) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+            async with httpx.AsyncClient() as client:
+                response = await client.post(messages_url(proxy), json={**BODY, "stream": stream})
+    assert response.status_code == 200
+    assert ("Hi there" in response.text) and ("event: message_stop" in response.text) == stream
+    (record,) = valid(read_trace(proxy.trace_path()))
+    assert record["capture_level"] == "text" and record["prompt_token_ids"] is None
+    assert record["response"]["content"] == [{"type": "text", "text": "Hi there"}]
+    assert "upstream" not in record and any("no chat completions endpoint" in n for n in record["notes"])

@@ -24,7 +24,7 @@ class Call:
                  "headers", "request", "upstream_changes", "requested", "effective", "response", "ttft_ms",
                  "notes", "error", "kind", "recorded", "client_gone", "raw_request", "raw_response",
                  "nonfinite", "reserved", "started", "ended", "on_policy", "upstream_headers", "anthropic",
-                 "translator", "translated", "upstream_request")
+                 "translator", "translated", "upstream_request", "native_request")
 
     def __init__(self, session: str, method: str, endpoint: str, headers: dict[str, str]) -> None:
         self.session = session
@@ -60,6 +60,7 @@ class Call:
         self.translator: Any = None  # a Messages call sent upstream as chat: its stream translator (or True)
         self.translated: Any = None  # the Messages answer the harness got (the record's `response`)
         self.upstream_request: Any = None  # the chat completion sent in its place
+        self.native_request: Any = None  # the Messages request as received, for an upstream with no chat endpoint
 
     def fail(self, kind: str, message: str) -> None:
         """Record the call's first error (later ones are consequences of it)."""

@@ -13,6 +13,7 @@ from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import harness_session_id
 from rollout_dataset.proxy.tokens import token_fields
+from rollout_dataset.wire.anthropic_chat import assemble_events
 
 __all__ = ["CallRecorder"]
 
@@ -39,6 +40,8 @@ class CallRecorder:
         latency = max(0.0, (time.perf_counter() - call.t0) * 1000.0)
         ok = call.error is None or call.error["kind"] in ("client_disconnect", "upstream_disconnect",
                                                           "upstream_timeout")
+        if call.kind == "messages" and isinstance(call.response, str):  # a native Messages stream, as it came
+            call.response = assemble_events(call.response) or call.response
         try:
             fields = token_fields(call.response if ok else None, call.kind)
         except Exception as exc:  # an answer of unexpected shape: recorded as it came, without token fields

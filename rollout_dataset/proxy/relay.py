@@ -70,6 +70,17 @@ class UpstreamRelay:
                 await self._reply_error(call, send, 502, "upstream_unreachable",
                                         f"could not reach the model server at {url}: {type(exc).__name__}: {exc}")
                 return
+            if call.translator is not None and response.status_code in (404, 405) and call.native_request is not None:
+                await response.aclose()  # no chat endpoint upstream (not vLLM): the Messages call goes as it came
+                call.notes.append(f"the model server at {url} has no chat completions endpoint "
+                                  f"(HTTP {response.status_code}); the Messages call was forwarded as it came "
+                                  "and recorded as text")
+                call.translator = call.upstream_request = None
+                call.kind, token_req = "messages", None
+                call.upstream_changes, call.effective = {}, dict(call.requested)
+                request, call.native_request = call.native_request, None
+                url = redact_url(str(request.url))
+                response = await self.transport.handle_async_request(request)
             try:
                 call.upstream_headers = header_map(response)
                 ctype = call.upstream_headers.get("content-type", "")

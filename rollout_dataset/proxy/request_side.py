@@ -94,6 +94,7 @@ class RequestSide:
         body = await self._read_body(call, raw_headers, receive, send)
         if body is None:
             return
+        original = body
         kind = GENERATION_ENDPOINTS.get(endpoint) if call.method == "POST" else None
         token_req: TokenRequest | None = None
         query = scope.get("query_string") or b""
@@ -143,7 +144,20 @@ class RequestSide:
         request = httpx.Request(call.method, url, stream=httpx.ByteStream(body or b""), headers=up_headers,
                                 extensions=self._extensions)
         request.read()  # the body as `request.content`, as httpx does for bytes content
+        if call.translator is not None:  # kept in case the upstream has no chat endpoint (not vLLM)
+            call.native_request = self._native_messages_request(call, scope, raw_headers, original)
         await self._run_with_disconnect_watch(call, request, token_req, receive, send)
+
+    def _native_messages_request(self, call: Call, scope: Scope, raw_headers: list[tuple[bytes, bytes]],
+                                 body: bytes) -> httpx.Request:
+        """The Messages request as the harness sent it, to forward natively (recorded at level `text`)."""
+        url, host = self._url(call.endpoint, scope.get("query_string") or b"")
+        headers = [(k, v) for k, v in raw_headers if k not in DROP_REQUEST]
+        headers += [(b"accept-encoding", b"identity"), (b"host", host), (b"content-length", str(len(body)).encode())]
+        request = httpx.Request(call.method, url, stream=httpx.ByteStream(body), headers=headers,
+                                extensions=self._extensions)
+        request.read()
+        return request
 
     async def _prepare_messages(self, call: Call, raw_headers: list[tuple[bytes, bytes]], body: bytes,
                                 send: Send) -> tuple[dict[str, Any], TokenRequest] | None:

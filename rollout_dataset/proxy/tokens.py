@@ -263,6 +263,13 @@ def token_fields(response: Any, kind: str | None) -> dict[str, Any]:
         return out
     if kind == "responses":
         return responses_token_fields(response, out)
+    if kind == "messages":  # a Messages answer forwarded natively (no chat endpoint upstream): text only
+        if isinstance(response.get("content"), list):
+            out["capture_level"] = "text"
+            out["usage"] = response.get("usage") if isinstance(response.get("usage"), dict) else None
+            out["finish_reason"] = response.get("stop_reason")
+            out["notes"].append("the model server returned no token ids (native /v1/messages); recorded as text")
+        return out
     notes: list[str] = out["notes"]
     usage = response.get("usage")
     out["usage"] = usage if isinstance(usage, dict) else None

@@ -38,6 +38,7 @@ __all__ = [
     "message_to_chat_message",
     "messages_to_chat",
     "anthropic_error",
+    "assemble_events",
     "message_to_assistant",
     "request_messages",
     "encode_events",
@@ -568,6 +569,53 @@ class ChatStreamToMessages:
                 block["input"] = json.loads(raw) if _is_json(raw) else raw
             blocks.append(block)
         return {**self._message, "content": blocks}
+
+
+def assemble_events(text: str) -> dict[str, Any] | None:
+    """The message a Messages SSE stream adds up to (for a stream forwarded as it came).
+
+    Args:
+        text: the stream's bytes as text.
+
+    Returns:
+        The message object (tool inputs parsed where complete), or None when no ``message_start`` came.
+    """
+    message: dict[str, Any] | None = None
+    blocks: dict[int, dict[str, Any]] = {}
+    for line in text.splitlines():
+        if not line.startswith("data:"):
+            continue
+        try:
+            event = json.loads(line[5:].strip())
+        except ValueError:
+            continue
+        kind = event.get("type") if isinstance(event, dict) else None
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            message = dict(event["message"])
+        elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            blocks[event.get("index", len(blocks))] = dict(event["content_block"])
+        elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
+            block = blocks.setdefault(event.get("index", 0), {"type": "text", "text": ""})
+            delta = event["delta"]
+            for key in ("text", "thinking", "signature"):
+                if delta.get("type") == f"{key}_delta":
+                    block[key] = block.get(key, "") + str(delta.get(key) or "")
+            if delta.get("type") == "input_json_delta":
+                block["_json"] = block.get("_json", "") + str(delta.get("partial_json") or "")
+        elif kind == "message_delta" and message is not None:
+            message.update({k: v for k, v in (event.get("delta") or {}).items()})
+            if isinstance(event.get("usage"), dict):
+                message["usage"] = {**(message.get("usage") or {}), **event["usage"]}
+    if message is None:
+        return None
+    content = []
+    for index in sorted(blocks):
+        block = dict(blocks[index])
+        raw = block.pop("_json", None)
+        if raw is not None:
+            block["input"] = json.loads(raw) if _is_json(raw) else raw
+        content.append(block)
+    return {**message, "content": content}
 
 
 def encode_events(events: Iterable[tuple[str, dict[str, Any]]]) -> bytes:
