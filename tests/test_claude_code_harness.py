@@ -77,3 +77,23 @@ def test_claude_code_never_gets_the_real_key_only_the_proxy_sends_it(tmp_path):
     for path in result.out_dir.rglob("*"):
         if path.is_file():
             assert real_key.encode() not in path.read_bytes()
+
+
+@pytest.mark.harness
+@pytest.mark.skipif(not find_claude_code(), reason="Claude Code is not installed: run `make npm-tools`")
+def test_a_claude_code_rollout_reads_as_a_trace_viewer_session(tmp_path):
+    from rollout_dataset.builder.rows import read_artifact
+    from rollout_dataset.builder.traces import session_lines, validate_session
+
+    task = load_tasks("builtin", seed=0)[TASK_INDEX]
+    write = "cat > solution.py <<'EOF'\n" + task.reference_solution.rstrip() + "\nEOF"
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"steps": [{"text": "Writing it.", "tool_calls": [
+        {"name": "Bash", "arguments": {"command": write, "description": "write"}}]}], "final": "Done."}))
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", task_index=TASK_INDEX, harness="claude-code",
+                                           policy="script", script=script, timeout_s=200))
+    lines = session_lines(read_artifact(result.out_dir))
+    validate_session(lines)
+    roles = [line["message"]["role"] for line in lines[1:]]
+    assert roles[0] == "system" and "tool" in roles and roles[-1] == "assistant"
+    assert lines[-1]["message"].get("model") == "local"
