@@ -5,7 +5,8 @@ control over when each byte is sent (chunks forwarded the moment they arrive, th
 until the call's record is on disk) and over client disconnects, which ASGI exposes directly.
 
 Every request becomes exactly one trace record in its session's file, whatever happens: upstream
-errors are passed through as they came, proxy-side failures become OpenAI-style error JSON.
+errors are passed through as they came, proxy-side failures become OpenAI-style error JSON
+(Anthropic-shaped for `/v1/messages`, which goes upstream as chat: `rollout_dataset.proxy.messages_capture`).
 """
 
 from __future__ import annotations

@@ -59,16 +59,8 @@ class UpstreamRelay:
                         send: Send) -> None:
         url = redact_url(str(request.url))  # shown in errors and logs: no credential of the harness's query
         try:
-            try:
-                response = await self.transport.handle_async_request(request)
-            except httpx.TimeoutException as exc:
-                await self._reply_error(call, send, 504, "upstream_timeout",
-                                        f"the model server at {url} did not answer in time "
-                                        f"({type(exc).__name__}; see upstream_timeout)")
-                return
-            except httpx.TransportError as exc:
-                await self._reply_error(call, send, 502, "upstream_unreachable",
-                                        f"could not reach the model server at {url}: {type(exc).__name__}: {exc}")
+            response = await self._send_upstream(call, request, url, send)
+            if response is None:
                 return
             if call.translator is not None and response.status_code in (404, 405) and call.native_request is not None:
                 await response.aclose()  # no chat endpoint upstream (not vLLM): the Messages call goes as it came
@@ -80,7 +72,9 @@ class UpstreamRelay:
                 call.upstream_changes, call.effective = {}, dict(call.requested)
                 request, call.native_request = call.native_request, None
                 url = redact_url(str(request.url))
-                response = await self.transport.handle_async_request(request)
+                response = await self._send_upstream(call, request, url, send)
+                if response is None:
+                    return
             try:
                 call.upstream_headers = header_map(response)
                 ctype = call.upstream_headers.get("content-type", "")
@@ -107,6 +101,19 @@ class UpstreamRelay:
             await self._fail_unexpected(call, send, exc, f" while talking to {url}")
         finally:
             self._finish(call)
+
+    async def _send_upstream(self, call: Call, request: httpx.Request, url: str, send: Send) -> httpx.Response | None:
+        """The upstream's response (headers read), or None when it could not be had (answered 504/502)."""
+        try:
+            return await self.transport.handle_async_request(request)
+        except httpx.TimeoutException as exc:
+            await self._reply_error(call, send, 504, "upstream_timeout",
+                                    f"the model server at {url} did not answer in time "
+                                    f"({type(exc).__name__}; see upstream_timeout)")
+        except httpx.TransportError as exc:
+            await self._reply_error(call, send, 502, "upstream_unreachable",
+                                    f"could not reach the model server at {url}: {type(exc).__name__}: {exc}")
+        return None
 
     async def _relay_whole(self, call: Call, url: str, response: httpx.Response,
                            token_req: TokenRequest | None, send: Send) -> None:
