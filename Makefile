@@ -7,6 +7,8 @@ NPM_TOOLS := .npm-tools
 OPENCODE_VERSION ?= 1.18.33
 # keep in step with rollout_dataset/harness/codex.py CODEX_VERSION
 CODEX_VERSION ?= 0.171.0
+# keep in step with rollout_dataset/harness/claude_code.py CLAUDE_CODE_VERSION
+CLAUDE_CODE_VERSION ?= 2.1.328
 
 .PHONY: all venv reader-venv install install-test npm-tools system-deps demo test test-fast test-real-vllm bench docs clean
 
@@ -27,12 +29,13 @@ $(VENV)/.installed-test: $(PY) pyproject.toml
 	touch $(VENV)/.installed $@
 
 # Third-party harnesses from the npm registry that the tests drive for real (opencode, Codex CLI;
-# Codex's native binary comes in its npm package @openai/codex-linux-x64, no download at run time).
-NPM_STAMP := $(NPM_TOOLS)/.installed-opencode-$(OPENCODE_VERSION)-codex-$(CODEX_VERSION)
+# Codex's native binary comes in its npm package @openai/codex-linux-x64, Claude Code's in
+# @anthropic-ai/claude-code-linux-x64: no download at run time).
+NPM_STAMP := $(NPM_TOOLS)/.installed-opencode-$(OPENCODE_VERSION)-codex-$(CODEX_VERSION)-claude-code-$(CLAUDE_CODE_VERSION)
 $(NPM_STAMP):
 	mkdir -p $(NPM_TOOLS)
 	npm install --silent --no-audit --no-fund --prefix $(NPM_TOOLS) opencode-ai@$(OPENCODE_VERSION) \
-		@openai/codex@$(CODEX_VERSION)
+		@openai/codex@$(CODEX_VERSION) @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
 	touch $@
 
 # System tools the sandbox needs (Debian packages): bubblewrap builds the allow-list root untrusted

@@ -158,6 +158,9 @@ def main() -> int:
     parser.add_argument("--upstream", default=os.environ.get("REAL_VLLM_URL"),
                         help="model server base URL (default REAL_VLLM_URL; none: the local backend)")
     parser.add_argument("--conversations", type=int, default=20)
+    parser.add_argument("--save-as", default=None, metavar="NAME",
+                        help="results file name under bench/results/ (default on_policy[_real_vllm].json; "
+                             "e.g. on_policy_smollm2.json for genuine weights)")
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--concurrency", type=int, default=1,
@@ -167,7 +170,7 @@ def main() -> int:
     result["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
     result["upstream"] = "real vLLM " + args.upstream if args.upstream else "local backend (non-canonical ids)"
     print(table(result))
-    name = "on_policy_real_vllm.json" if args.upstream else "on_policy.json"
+    name = args.save_as or ("on_policy_real_vllm.json" if args.upstream else "on_policy.json")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
     print(f"saved {RESULTS / name}")

@@ -33,7 +33,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from rollout_dataset.responses_format import input_to_messages, output_to_message, tools_to_chat
+from rollout_dataset.wire.anthropic_chat import message_to_assistant, request_messages
+from rollout_dataset.wire.responses_chat import input_to_messages, output_to_message, tools_to_chat
 
 __all__ = [
     "TurnNode",
@@ -46,7 +47,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_GENERATION_SUFFIXES = ("/chat/completions", "/completions", "/responses")
+_GENERATION_SUFFIXES = ("/chat/completions", "/completions", "/responses", "/v1/messages")
 
 
 def is_generation_record(record: dict[str, Any]) -> bool:
@@ -176,7 +177,10 @@ def _node_from_record(node_id: int, record: dict[str, Any]) -> TurnNode:
     prompt = record.get("prompt_token_ids")
     sampled = record.get("completion_token_ids")
     responses_api = str(record.get("endpoint") or "").rstrip("/").endswith("/responses")
-    if responses_api:  # Responses API: the same chat messages vLLM renders (rollout_dataset.responses_format)
+    messages_api = str(record.get("endpoint") or "").rstrip("/").endswith("/v1/messages")
+    if messages_api:  # Anthropic Messages: the chat vLLM's Anthropic layer renders (rollout_dataset.wire.anthropic_chat)
+        messages, tools = request_messages(request) if request.get("messages") is not None else ([], [])
+    elif responses_api:  # Responses API: the same chat messages vLLM renders (rollout_dataset.wire.responses_chat)
         messages = input_to_messages(request)
         tools = tools_to_chat(request.get("tools"))
     else:
@@ -201,6 +205,7 @@ def _node_from_record(node_id: int, record: dict[str, Any]) -> TurnNode:
         request_messages=list(messages or []),
         request_tools=list(tools) if isinstance(tools, list) else [],
         response_message=(output_to_message(record["response"]) if responses_api
+                          else message_to_assistant(record["response"]) if messages_api
                           else _response_message(record["response"])),
         usage=record.get("usage") if isinstance(record.get("usage"), dict) else None,
         capture_level=str(record.get("capture_level", "none")),

@@ -13,7 +13,7 @@ DOCS = sorted((REPO / "docs").glob("*.md"))
 CURRENT = [REPO / "README.md", REPO / "dataset_card.md", *DOCS]
 
 # docs that other branches add (linked from the README's map already); empty this set once they exist
-PENDING = {"claude-code.md"}
+PENDING: set[str] = set()
 
 # words that date a text: a change log's, not a description's
 HISTORY = re.compile(r"previous main|this stop|the stop before|before this change|after this change|"

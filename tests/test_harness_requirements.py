@@ -22,7 +22,7 @@ def bare_path(tmp_path, monkeypatch):
     for tool in ("bash", "sh"):
         os.symlink(f"/bin/{tool}", bin_dir / tool)
     monkeypatch.setenv("PATH", str(bin_dir))
-    for variable in ("OPENCODE_BIN", "CODEX_BIN"):
+    for variable in ("OPENCODE_BIN", "CODEX_BIN", "CLAUDE_CODE_BIN"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(preset_base, "_REPO_ROOT", tmp_path / "checkout")  # a checkout without .npm-tools
     monkeypatch.setattr(presets, "find_mini", lambda: "mini")  # not next to this Python either
@@ -36,7 +36,7 @@ def _tool(bin_dir: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize(("harness", "install"), [("opencode", "make npm-tools"), ("codex", "make npm-tools"),
-                                                  ("mini-swe-agent", "pip install 'rollout-dataset[harnesses]'")])
+                                                  ("claude-code", "make npm-tools"), ("mini-swe-agent", "pip install 'rollout-dataset[harnesses]'")])
 def test_capture_without_the_harness_fails_at_once_naming_its_install_command(bare_path, tmp_path, capsys,
                                                                               harness, install):
     code = main(["capture", "--harness", harness, "--out-dir", str(tmp_path / "out")])

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse
 from proxy_fakes import FakeVLLM, serve
 from rollout_dataset.proxy import CaptureProxy, read_trace
 from rollout_dataset.proxy.context_fit import ContextPolicy
-from rollout_dataset.proxy.responses import prepare_responses
+from rollout_dataset.proxy.responses_capture import prepare_responses
 
 LONE = '"a\\ud800b"'  # the JSON text of a string holding a lone surrogate
 

@@ -2,7 +2,7 @@
 
 `create_backend_app(tokenizer="builtin", policy="echo", served_model_name="local")` serves
 `/v1/models`, `/v1/chat/completions`, `/v1/completions` (streaming and not), `/v1/responses`
-(`rollout_dataset.backend.responses`), `/tokenize`,
+(`rollout_dataset.backend.responses_endpoint`), `/tokenize`,
 `/detokenize`, `/health` and `/version`, with vLLM's parameters (`return_token_ids`,
 `logprobs`/`top_logprobs`, `return_tokens_as_token_ids`, `stream_options.include_usage`,
 `max_tokens`/`max_completion_tokens`, `stop`, `seed`, `n`, `tools`/`tool_choice`,
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import re
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +47,7 @@ from rollout_dataset.backend.params import (
 from rollout_dataset.backend.policies import Policy, PolicyOutput, PolicyRequest, make_policy
 from rollout_dataset.backend.prompt_logprobs import prompt_logprobs, prompt_logprobs_param
 from rollout_dataset.backend.reused_prompt import reused_prompt_ids
-from rollout_dataset.backend.template import render_assistant_text
+from rollout_dataset.backend.emitted import emitted_text as _emitted_text, scrub_surrogates as _scrub
 from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR, encode_text, load_tokenizer, render_chat
 
 __all__ = ["create_backend_app", "BackendState", "DEFAULT_MAX_MODEL_LEN", "MAX_LOGPROBS"]
@@ -104,30 +103,6 @@ async def _respond(state: BackendState, req: PolicyRequest) -> PolicyOutput:
     if not isinstance(out, PolicyOutput):
         raise TypeError(f"policy {type(state.policy).__name__} returned {type(out).__name__}, not PolicyOutput")
     return out
-
-
-def _emitted_text(out: PolicyOutput) -> str:
-    if out.token_ids is not None:
-        return ""  # the ids themselves are emitted (see `generate(ids=...)`)
-    return _scrub(render_assistant_text(out.text, [c.as_dict() for c in out.tool_calls]))
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _scrub(value: Any) -> Any:
-    """Replace lone surrogates (text no encoder takes) in every string of a JSON value with U+FFFD.
-
-    JSON may carry ``"\\udcff"`` and a policy may emit it, but no tokenizer or UTF-8 encoder
-    takes it; U+FFFD is what a decoder yields for bytes it cannot read, so the model sees that.
-    """
-    if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_scrub(v) for v in value]
-    if isinstance(value, dict):
-        return {_scrub(k): _scrub(v) for k, v in value.items()}
-    return value
 
 
 async def _json_body(request: Request) -> dict:
@@ -389,9 +364,21 @@ async def _completion_stream(state, common: CommonParams, gens, fmt, rid, create
 
 
 async def _responses(request: Request, state: BackendState) -> Response:
-    from rollout_dataset.backend.responses import responses_endpoint
+    from rollout_dataset.backend.responses_endpoint import responses_endpoint
 
     return await responses_endpoint(request, state, _respond)
+
+
+async def _messages(request: Request, state: BackendState) -> Response:
+    from rollout_dataset.backend.messages_endpoint import messages_endpoint
+
+    return await messages_endpoint(request, state, _chat)
+
+
+async def _messages_count_tokens(request: Request, state: BackendState) -> Response:
+    from rollout_dataset.backend.messages_endpoint import count_tokens_endpoint
+
+    return await count_tokens_endpoint(request, state)
 
 
 async def _tokenize(request: Request, state: BackendState) -> Response:
@@ -520,6 +507,8 @@ def create_backend_app(
         Route("/v1/chat/completions", _handler(_chat), methods=["POST"]),
         Route("/v1/completions", _handler(_completions), methods=["POST"]),
         Route("/v1/responses", _handler(_responses), methods=["POST"]),
+        Route("/v1/messages", _handler(_messages), methods=["POST"]),
+        Route("/v1/messages/count_tokens", _handler(_messages_count_tokens), methods=["POST"]),
         Route("/tokenize", _handler(_tokenize), methods=["POST"]),
         Route("/detokenize", _handler(_detokenize), methods=["POST"]),
         Route("/health", _health, methods=["GET"]),

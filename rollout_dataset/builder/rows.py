@@ -31,6 +31,7 @@ import numpy as np
 
 from rollout_dataset.builder.configs import resolved_columns
 from rollout_dataset.errors import ArtifactError
+from rollout_dataset.wire.anthropic_chat import message_to_assistant, request_messages
 
 __all__ = [
     "ARTIFACT_FILES",
@@ -38,6 +39,8 @@ __all__ = [
     "MAX_ROW_BYTES",
     "PREVIEW_CHARS",
     "SAMPLES_MODES",
+    "call_answer",
+    "call_chat_messages",
     "read_artifact",
     "rollout_rows",
     "summary_row",
@@ -276,6 +279,43 @@ def response_message(response: Any) -> Any:
     return None
 
 
+def _is_messages_call(call: dict[str, Any]) -> bool:
+    return str(call.get("endpoint") or "").rstrip("/").endswith("/v1/messages")
+
+
+def call_answer(call: dict[str, Any]) -> Any:
+    """A recorded call's answer as a chat assistant message (Anthropic Messages answers converted).
+
+    Args:
+        call: a trace record.
+
+    Returns:
+        The message dict (null fields left out), or None when the call has none.
+    """
+    if _is_messages_call(call):
+        answer = message_to_assistant(call.get("response"))
+        return {k: v for k, v in answer.items() if v is not None} if answer else None
+    return response_message(call.get("response"))
+
+
+def call_chat_messages(call: dict[str, Any]) -> tuple[list[Any] | None, Any]:
+    """A recorded call's request as chat messages and tools (Anthropic Messages requests converted).
+
+    Args:
+        call: a trace record.
+
+    Returns:
+        ``(messages, tools)``; messages None when the request has no message list.
+    """
+    request = call.get("request")
+    if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
+        return None, None
+    if _is_messages_call(call):
+        messages, tools = request_messages(request)
+        return messages, tools or None
+    return request["messages"], request.get("tools")
+
+
 def trace_rows(art: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
     """One `trace` row per captured call, messages delta-encoded, token arrays left out.
 
@@ -431,12 +471,13 @@ def conversation_rows(art: dict[str, Any], seq_rows: list[dict[str, Any]]) -> li
         if not seq["trainable"] or not seq["node_ids"]:
             continue
         call = calls.get(seq["node_ids"][-1]) or {}
-        request = call.get("request")
-        if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
+        chat_messages, chat_tools = call_chat_messages(call)  # Anthropic Messages calls read as chat
+        if chat_messages is None:
             log.info("rollout %s sequence %d: last call has no chat messages; no conversations row",
                      summary["rollout_id"], seq["sequence_index"])
             continue
-        answer = response_message(call.get("response"))
+        request = {"messages": chat_messages, "tools": chat_tools}
+        answer = call_answer(call)
         messages = [chat_message(m) for m in request["messages"]] + ([chat_message(answer)] if answer else [])
         size = sum(len(m["content"] or "") + len(m["reasoning_content"] or "") for m in messages)
         if size > MAX_ROW_BYTES:  # kept whole (a trainer needs it), but said

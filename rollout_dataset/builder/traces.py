@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rollout_dataset.builder.rows import chat_message, response_message
+from rollout_dataset.builder.rows import call_answer, call_chat_messages, chat_message
 from rollout_dataset.files import write_text_atomic
 
 __all__ = ["TRACES_DIR", "SESSIONS_DIR", "final_agent_call", "session_lines", "session_messages",
@@ -86,14 +86,14 @@ def session_lines(art: dict[str, Any], group_id: str | None = None) -> list[dict
     call = final_agent_call(art)
     if call is None:
         return [header]
-    final = list(call["request"]["messages"])
-    answer = response_message(call.get("response"))
+    final = list(call_chat_messages(call)[0] or [])  # Anthropic Messages calls read as chat
+    answer = call_answer(call)
     if answer:
         final.append(answer)
     # timestamps and model of assistant messages: the call that answered them, matched in order
     answered = []
     for c in sorted(art["trace"].get("calls", []), key=lambda c: c.get("index", 0)):
-        msg = response_message(c.get("response"))
+        msg = call_answer(c)
         if msg:
             ended = c.get("ended_at") or c.get("started_at")
             answered.append((chat_message(msg), int(ended * 1000) if isinstance(ended, (int, float)) else None,

@@ -111,9 +111,9 @@ def _opencode_model(context_tokens: int | None, output_tokens: int | None) -> di
     return model
 
 
-PRESETS = ("mini-swe-agent", "opencode", "codex")
+PRESETS = ("mini-swe-agent", "opencode", "codex", "claude-code")
 #: presets whose config takes the model's context and output limits (`resolve_harness(..., context_tokens=)`)
-CONTEXT_AWARE_PRESETS = ("opencode", "codex")
+CONTEXT_AWARE_PRESETS = ("opencode", "codex", "claude-code")
 
 
 def resolve_harness(spec: str, *, context_tokens: int | None = None,
@@ -148,4 +148,8 @@ def resolve_harness(spec: str, *, context_tokens: int | None = None,
         from rollout_dataset.harness.codex import codex_preset
 
         return codex_preset(context_tokens=context_tokens, output_tokens=output_tokens)
+    if spec == "claude-code":
+        from rollout_dataset.harness.claude_code import claude_code_preset
+
+        return claude_code_preset(context_tokens=context_tokens, output_tokens=output_tokens)
     raise ValueError(f"unknown --harness {spec!r}; use builtin, cmd:\"...\", {' or '.join(PRESETS)}")

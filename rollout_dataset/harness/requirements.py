@@ -9,6 +9,7 @@ raises `ToolNotInstalledError` naming the command that installs the missing one:
 | --- | --- | --- |
 | ``--harness opencode`` | ``opencode`` (`OPENCODE_BIN`, ``.npm-tools``, PATH) | ``make npm-tools`` |
 | ``--harness codex`` | ``codex`` (`CODEX_BIN`, ``.npm-tools``, PATH) | ``make npm-tools`` |
+| ``--harness claude-code`` | ``claude`` (`CLAUDE_CODE_BIN`, ``.npm-tools``, PATH) | ``make npm-tools`` |
 | ``--harness mini-swe-agent`` | ``mini`` (next to this Python, or PATH) | ``pip install 'rollout-dataset[harnesses]'`` |
 | ``--harness cmd:"PROGRAM ..."`` | ``PROGRAM`` (when it is a plain program name or path) | (the user's own) |
 | the allow-list sandbox (every coding harness) | ``bwrap`` | ``make system-deps`` |
@@ -31,7 +32,7 @@ from rollout_dataset.errors import ToolNotInstalledError
 __all__ = ["MissingTool", "NPM_TOOLS_INSTALL", "SYSTEM_DEPS_INSTALL", "HARNESSES_EXTRA_INSTALL", "missing_tools",
            "require_harness_tools"]
 
-#: the command that installs the npm harnesses (opencode, Codex CLI) into the checkout's .npm-tools
+#: the command that installs the npm harnesses (opencode, Codex CLI, Claude Code) into the checkout's .npm-tools
 NPM_TOOLS_INSTALL = "make npm-tools"
 #: the command that installs the sandbox's Debian packages (bubblewrap, socat)
 SYSTEM_DEPS_INSTALL = "make system-deps"
@@ -92,6 +93,7 @@ def missing_tools(harness: str, *, unsafe_sandbox: bool = False) -> list[Missing
     Returns:
         What is missing, the harness's own program first (empty when everything is there).
     """
+    from rollout_dataset.harness.claude_code import find_claude_code
     from rollout_dataset.harness.codex import find_codex
     from rollout_dataset.harness.presets import find_mini, find_opencode
 
@@ -102,6 +104,8 @@ def missing_tools(harness: str, *, unsafe_sandbox: bool = False) -> list[Missing
         missing.append(MissingTool("opencode", NPM_TOOLS_INSTALL, flag))
     elif harness == "codex" and find_codex() is None:
         missing.append(MissingTool("codex", NPM_TOOLS_INSTALL, flag))
+    elif harness == "claude-code" and find_claude_code() is None:
+        missing.append(MissingTool("claude", NPM_TOOLS_INSTALL, flag))
     elif harness == "mini-swe-agent" and not _executable(shutil.which(find_mini())):
         missing.append(MissingTool("mini (mini-swe-agent)", HARNESSES_EXTRA_INSTALL, flag))
     elif harness.startswith("cmd:"):

@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 
-from rollout_dataset.responses_format import input_to_messages, tools_to_chat
+from rollout_dataset.wire.responses_chat import input_to_messages, tools_to_chat
 from rollout_dataset.proxy.jsoncodec import dumps_standard
 
 __all__ = [
@@ -190,7 +190,7 @@ def tokenize_body(kind: str, body: dict[str, Any]) -> dict[str, Any] | None:
         if model is not None:
             out["model"] = model
         return out
-    if kind == "responses":  # vLLM renders a Responses prompt as these chat messages (responses_format)
+    if kind == "responses":  # vLLM renders a Responses prompt as these chat messages (rollout_dataset.wire.responses_chat)
         out = {"messages": input_to_messages(body), "add_generation_prompt": True}
         tools = tools_to_chat(body.get("tools"))
         if tools:

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout_dataset.proxy.responses import prepare_responses, responses_token_fields, strip_responses
+from rollout_dataset.proxy.responses_capture import prepare_responses, responses_token_fields, strip_responses
 from rollout_dataset.proxy.jsoncodec import dumps_standard
 
 __all__ = [
@@ -86,7 +86,7 @@ def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes,
     Returns:
         The `TokenRequest` with the upstream body and the recorded changes.
     """
-    if kind == "responses":  # the Responses API: rollout_dataset.proxy.responses
+    if kind == "responses":  # the Responses API: rollout_dataset.proxy.responses_capture
         asked_ids, asked_logprobs, changes, body = prepare_responses(parsed, limits)
         return TokenRequest(kind, asked_ids, asked_logprobs, changes, body, "top_logprobs" in parsed)
     asked_ids = parsed.get("return_token_ids") is True
@@ -264,6 +264,13 @@ def token_fields(response: Any, kind: str | None) -> dict[str, Any]:
         return out
     if kind == "responses":
         return responses_token_fields(response, out)
+    if kind == "messages":  # a Messages answer forwarded natively (no chat endpoint upstream): text only
+        if isinstance(response.get("content"), list):
+            out["capture_level"] = "text"
+            out["usage"] = response.get("usage") if isinstance(response.get("usage"), dict) else None
+            out["finish_reason"] = response.get("stop_reason")
+            out["notes"].append("the model server returned no token ids (native /v1/messages); recorded as text")
+        return out
     notes: list[str] = out["notes"]
     usage = response.get("usage")
     out["usage"] = usage if isinstance(usage, dict) else None

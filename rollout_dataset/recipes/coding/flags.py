@@ -16,7 +16,7 @@ CODING_FLAGS: tuple[CaptureFlag, ...] = (
     CaptureFlag("--n-prompts", "size of the selected task list", default=64, type=int),
     CaptureFlag("--tasks", "builtin | FILE (.jsonl/.parquet) | hf:ORG/NAME[:SPLIT]", default="builtin"),
     CaptureFlag("--harness", 'builtin | cmd:"COMMAND" ({base_url} {model} {task_file} {workdir}) | '
-                             "mini-swe-agent | opencode | codex", default="builtin"),
+                             "mini-swe-agent | opencode | codex | claude-code", default="builtin"),
     CaptureFlag("--policy", "local backend policy: oracle | script | echo", default="oracle"),
     CaptureFlag("--script", "script file of the local backend's script policy"),
     CaptureFlag("--keep-workdir", "copy the agent's working directory to OUT/workdir", default=False,

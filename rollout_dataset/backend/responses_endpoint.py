@@ -2,7 +2,7 @@
 SDK use.
 
 As vLLM does, the request's `instructions` and `input` items become chat messages
-(`rollout_dataset.responses_format`), rendered with the chat template; the policy answers; hermes
+(`rollout_dataset.wire.responses_chat`), rendered with the chat template; the policy answers; hermes
 tool calls in the output become `function_call` items. Supported: string or item `input`
 (messages, `function_call`, `function_call_output`, `reasoning`), function `tools` and
 `tool_choice`, `max_output_tokens`, `temperature`/`top_p`/`seed`, `stream` (vLLM's event sequence,
@@ -24,12 +24,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from rollout_dataset.backend import protocol as P
+from rollout_dataset.backend.emitted import emitted_text
 from rollout_dataset.backend.engine import Generation, generate
 from rollout_dataset.backend.hermes import parse_tool_calls
 from rollout_dataset.backend.params import RequestError, check_context, common_params, int_param, json_body
 from rollout_dataset.backend.policies import PolicyRequest
 from rollout_dataset.tokenizers import encode_text, render_chat
-from rollout_dataset.responses_format import input_to_messages, tools_to_chat
+from rollout_dataset.wire.responses_chat import input_to_messages, tools_to_chat
 
 __all__ = ["responses_endpoint", "LOGPROBS_INCLUDE"]
 
@@ -190,9 +191,7 @@ async def responses_endpoint(request: Request, state: Any, respond: Any) -> Resp
                                              tool_choice=_chat_tool_choice(tool_choice), seed=common.seed,
                                              sampling=common.sampling, turn=turn, endpoint="chat",
                                              model=common.model, choice_index=0))
-    from rollout_dataset.backend.app import _emitted_text  # the chat endpoint's rendering of a policy answer
-
-    g = generate(state.tokenizer, state.model, prompt_ids, _emitted_text(out), prompt_text=prompt_text,
+    g = generate(state.tokenizer, state.model, prompt_ids, emitted_text(out), prompt_text=prompt_text,
                  max_tokens=max_tokens, stop=common.stop)
     include = body.get("include") or []
     want_logprobs = isinstance(include, list) and LOGPROBS_INCLUDE in include

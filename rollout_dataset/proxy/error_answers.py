@@ -1,0 +1,104 @@
+"""Error answers: how the proxy tells the harness a call failed, always with a record first.
+
+Proxy-side failures become OpenAI-style error JSON (or a final SSE error event once a stream has
+started); a record that cannot be written turns the answer into a 500 naming why.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rollout_dataset.errors import RecordWriteError
+from rollout_dataset.proxy.asgi_types import Send
+from rollout_dataset.proxy.call import Call
+from rollout_dataset.proxy.jsoncodec import dumps_standard
+from rollout_dataset.wire.anthropic_chat import anthropic_error
+
+__all__ = ["ErrorAnswers", "JSON_HEADERS", "error_body", "error_event", "call_error_body", "call_error_event",
+           "unrecorded_message"]
+
+log = logging.getLogger(__name__)
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
+def error_event(status: int, message: str, kind: str) -> bytes:
+    """An SSE event carrying an OpenAI-style error: how a stream that cannot finish normally ends."""
+    return b"data: " + dumps_standard(error_body(status, message, kind)) + b"\n\n"
+
+#: the Anthropic error type of each proxy error kind (the kind itself stays in the record's `error`)
+ANTHROPIC_ERROR_TYPES = {"bad_request": "invalid_request_error", "context_exhausted": "invalid_request_error",
+                         "proxy_overloaded": "overloaded_error"}
+
+
+def _anthropic_type(status: int, kind: str) -> str:
+    if status == 413:
+        return "request_too_large"
+    return ANTHROPIC_ERROR_TYPES.get(kind, "api_error")
+
+
+def call_error_body(call: Call, status: int, message: str, kind: str) -> dict[str, Any]:
+    """The error body in the call's own API: Anthropic-shaped for `/v1/messages`, OpenAI-shaped otherwise."""
+    return anthropic_error(_anthropic_type(status, kind), message) if call.anthropic else error_body(status, message, kind)
+
+
+def call_error_event(call: Call, status: int, message: str, kind: str) -> bytes:
+    """The SSE event that ends a stream of the call's API with an error (Anthropic: an ``error`` event)."""
+    if call.anthropic:
+        return b"event: error\ndata: " + dumps_standard(anthropic_error(_anthropic_type(status, kind), message)) + b"\n\n"
+    return error_event(status, message, kind)
+
+
+def unrecorded_message(failure: RecordWriteError) -> str:
+    return f"{failure}; the call was not delivered because it could not be recorded (record_write_failed)"
+
+
+class ErrorAnswers:
+    """The proxy's error replies (a mixin of `rollout_dataset.proxy.app.ProxyApp`)."""
+
+    async def _reply_error(self, call: Call, send: Send, status: int, kind: str, message: str) -> None:
+        body = call_error_body(call, status, message, kind)
+        call.fail(kind, message)
+        call.status = status
+        call.response = body
+        failure = self._finish(call)
+        if failure is not None:
+            await self._reply_unrecorded(call, send, failure)
+            return
+        await self._send_json(call, send, status, body)
+
+    @staticmethod
+    async def _send_json(call: Call, send: Send, status: int, body: dict[str, Any]) -> None:
+        data = dumps_standard(body)
+        call.started = True
+        await send({"type": "http.response.start", "status": status,
+                    "headers": JSON_HEADERS + [(b"content-length", str(len(data)).encode())]})
+        call.ended = True
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+
+    async def _reply_unrecorded(self, call: Call, send: Send, failure: RecordWriteError) -> None:
+        """The record could not be written: the harness gets a 500 naming why, never the answer."""
+        await self._send_json(call, send, 500, call_error_body(call, 500, unrecorded_message(failure), "record_write_failed"))
+
+    async def _fail_unexpected(self, call: Call, send: Send, exc: Exception, where: str = "") -> None:
+        """An exception nobody foresaw: record it, and end the harness's response whatever state it is in."""
+        message = f"the proxy failed{where}: {type(exc).__name__}: {exc}"[:2000]
+        call.fail("proxy_error", message)
+        if not call.started:
+            status = 502 if where else 500
+            await self._reply_error(call, send, status, "proxy_error", message)
+            return
+        failure = self._finish(call)
+        if not call.ended:
+            if failure is not None:
+                message = unrecorded_message(failure)
+            call.ended = True
+            try:
+                await send({"type": "http.response.body", "body": call_error_event(call, 500, message, "proxy_error"),
+                            "more_body": False})
+            except Exception:  # pragma: no cover - the connection is gone
+                pass
