@@ -81,6 +81,12 @@ def measure(records: list[dict]) -> dict:
             "tokenize_ms_mean": statistics.fmean(b["continuity"]["tokenize_ms"] for b in with_mode),
             "tokenize_ms_median": statistics.median(b["continuity"]["tokenize_ms"] for b in with_mode),
         })
+        drifts = [b["continuity"]["drift"] for b in with_mode if b["continuity"].get("drift")]
+        if drifts:  # repaired calls: the differing spans, the server's re-render vs the ids sent
+            for side in ("server_tokens", "sent_tokens"):
+                sizes = [d[side] for d in drifts]
+                out[f"drift_{side}_median"] = statistics.median(sizes)
+                out[f"drift_{side}_max"] = max(sizes)
     return out
 
 
@@ -143,6 +149,10 @@ def table(result: dict) -> str:
         f"| extra /tokenize time per call, mean / median (ms) | | {on.get('tokenize_ms_mean', 0):.1f} / "
         f"{on.get('tokenize_ms_median', 0):.1f} |",
     ]
+    if "drift_server_tokens_median" in on:
+        rows.append(f"| drift of a repaired call, re-render vs sampled tokens, median (max) | | "
+                    f"{on['drift_server_tokens_median']} ({on['drift_server_tokens_max']}) vs "
+                    f"{on['drift_sent_tokens_median']} ({on['drift_sent_tokens_max']}) |")
     return "\n".join(rows)
 
 
