@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from rollout_dataset.capture import CaptureConfig, capture_rollout
+from rollout_dataset.capture import capture_rollout
+from rollout_dataset.recipes.coding import CaptureConfig
 from rollout_dataset.harness import resolve_harness
 from rollout_dataset.harness.claude_code import find_claude_code
 from rollout_dataset.schema.check import validate_path

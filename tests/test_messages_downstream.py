@@ -53,7 +53,7 @@ async def test_agent_turns_chain_by_prefix_and_the_toolless_call_is_auxiliary(tm
 
 
 async def test_the_leak_scan_finds_held_out_text_in_a_tool_result_block(tmp_path):
-    from rollout_dataset.capture.leakage import scan_for_leaks
+    from rollout_dataset.recipes.coding.leakage import scan_for_leaks
 
     secret = "12345 67890 held-out expected output"
     async with LocalBackend(policy="echo") as backend:
