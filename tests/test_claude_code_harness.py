@@ -98,3 +98,23 @@ def test_a_claude_code_rollout_reads_as_a_trace_viewer_session(tmp_path):
     roles = [line["message"]["role"] for line in lines[1:]]
     assert roles[0] == "system" and "tool" in roles and roles[-1] == "assistant"
     assert lines[-1]["message"].get("model") == "local"
+
+
+@pytest.mark.harness
+@pytest.mark.skipif(not find_claude_code(), reason="Claude Code is not installed: run `make npm-tools`")
+def test_a_batch_runs_claude_code_with_the_oracle_on_the_embedded_default(tmp_path):
+    from rollout_dataset.cli import main
+
+    out = tmp_path / "batch"
+    assert main(["batch", "--smoke", "--env-option", "harness=claude-code", "--concurrency", "1", "--no-progress",
+                 "--no-dataset", "--out", str(out)]) == 0
+    summaries = [json.loads(p.read_text()) for p in sorted((out / "rollouts").glob("*/summary.json"))]
+    assert len(summaries) == 2 and {s["harness"] for s in summaries} == {"claude-code"}
+    assert all(s["capture_level"] == "tokens" and s["agent_turns"] >= 2 and s["env_reward"] > 0 for s in summaries)
+
+
+def test_a_batch_refuses_an_unknown_harness_option_naming_it(tmp_path, capsys):
+    from rollout_dataset.cli import main
+
+    assert main(["batch", "--smoke", "--env-option", "harness=claude", "--no-progress", "--out", str(tmp_path / "b")]) == 2
+    assert "--env-option harness=claude: unknown harness" in capsys.readouterr().err

@@ -7,7 +7,7 @@ the request:
 
 - the built-in harness (`write_file`, `run_examples`, `submit`): write `solution.py`, run the
   examples, submit;
-- a lone `bash` tool (mini-swe-agent, opencode): the same steps as shell commands, then
+- a `bash` tool, any case (mini-swe-agent, opencode; Claude Code's `Bash`): the same steps as shell commands, then
   ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (mini-swe-agent's end marker) or a final text.
 
 A seeded draw (the request's `seed`, else 0, together with the task id) decides whether the first
@@ -179,14 +179,15 @@ class OraclePolicy:
         calls, last = _history(request.messages)
         if {"write_file", "submit"} <= names:
             return self._builtin_step(task, plan, calls, last, names)
-        if "bash" in names:
-            return self._bash_step(task, plan, calls, last, names)
+        bash = next((name for name in request.tool_names if name.lower() == "bash"), None)  # Claude Code: "Bash"
+        if bash is not None:
+            return self._bash_step(task, plan, calls, last, names, bash)
         return PolicyOutput(text=f"Here is a solution:\n```python\n{task.reference_solution}```")
 
     @staticmethod
     def _writes(calls: list[tuple[str, dict]]) -> int:
         return sum(1 for name, args in calls if name == "write_file" or
-                   (name == "bash" and f"> {SOLUTION_FILE}" in str(args.get("command", ""))))
+                   (name.lower() == "bash" and f"> {SOLUTION_FILE}" in str(args.get("command", ""))))
 
     def _next_action(self, plan: OraclePlan, calls: list[tuple[str, dict]], last: str) -> str:
         writes = self._writes(calls)
@@ -194,7 +195,7 @@ class OraclePolicy:
             return "write_wrong" if plan.wrong_first else "write_right"
         last_kind = calls[-1][0] if calls else ""
         last_cmd = str(calls[-1][1].get("command", "")) if calls else ""
-        just_wrote = last_kind == "write_file" or (last_kind == "bash" and f"> {SOLUTION_FILE}" in last_cmd)
+        just_wrote = last_kind == "write_file" or (last_kind.lower() == "bash" and f"> {SOLUTION_FILE}" in last_cmd)
         if just_wrote:
             return "run"
         if plan.wrong_first and writes == 1 and plan.fix and _examples_failed(last):
@@ -216,8 +217,9 @@ class OraclePolicy:
             return PolicyOutput(text="Now I check it on the examples.", tool_calls=[ToolCallSpec("run_examples", {})])
         return PolicyOutput(text="The solution is ready.", tool_calls=[ToolCallSpec("submit", {})])
 
-    def _bash_step(self, task: Any, plan: OraclePlan, calls: list, last: str, names: set) -> PolicyOutput:
-        lone_bash = names == {"bash"}
+    def _bash_step(self, task: Any, plan: OraclePlan, calls: list, last: str, names: set,
+                   bash: str = "bash") -> PolicyOutput:
+        lone_bash = names == {bash}
         if any("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in str(a.get("command", "")) for _, a in calls):
             return PolicyOutput(text="Done.")
         action = self._next_action(plan, calls, last)
@@ -226,7 +228,7 @@ class OraclePolicy:
                 wrong_solution(task.reference_solution, plan.modulus)
             command = f"cat > {SOLUTION_FILE} <<'ORACLE_EOF'\n{source.rstrip()}\nORACLE_EOF"
             return PolicyOutput(text=f"I will write {SOLUTION_FILE}.", tool_calls=[
-                ToolCallSpec("bash", {"command": command, "description": "write the solution"})])
+                ToolCallSpec(bash, {"command": command, "description": "write the solution"})])
         if action == "run":
             parts = []
             for i, test in enumerate(task.visible_tests):
@@ -234,8 +236,8 @@ class OraclePolicy:
                              f"if [ \"$(cat .out{i})\" = {shlex.quote(test.output.rstrip())} ]; then echo example {i + 1}: "
                              f"PASS; else echo example {i + 1}: FAIL; fi; rm -f .out{i}")
             return PolicyOutput(text="Checking the examples.", tool_calls=[
-                ToolCallSpec("bash", {"command": "\n".join(parts) or "true", "description": "run the examples"})])
+                ToolCallSpec(bash, {"command": "\n".join(parts) or "true", "description": "run the examples"})])
         if lone_bash:
-            return PolicyOutput(text="Finished.", tool_calls=[ToolCallSpec("bash", {"command": MINI_DONE})])
+            return PolicyOutput(text="Finished.", tool_calls=[ToolCallSpec(bash, {"command": MINI_DONE})])
         return PolicyOutput(text=f"{SOLUTION_FILE} is written and checked.")
 

@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(entry-point group rollout_dataset.environments)")
     parser.add_argument("--env-option", action="append", default=[], metavar="KEY=VALUE",
                         help="environment setting, repeatable; VALUE is parsed as JSON when it can be "
-                             "(crafter: max_steps=40, max_actions=8, area=16 or area=[16,16], view=[9,7])")
+                             "(coding: harness=NAME, e.g. harness=claude-code; crafter: max_steps=40, max_actions=8, "
+                             "area=16 or area=[16,16], view=[9,7])")
     parser.add_argument("--rollouts-per-seed", type=int, default=3, metavar="K", help="rollouts per seed (default 3)")
     parser.add_argument("--max-turns", type=int, default=10, help="agent turn budget per rollout (default 10)")
     parser.add_argument("--concurrency", type=int, default=8, help="rollouts in flight (default 8)")
@@ -150,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
     if config.env == "coding":  # the coding agents' sandbox needs bubblewrap: named before anything starts
         from rollout_dataset.harness.requirements import require_harness_tools
 
-        require_harness_tools("builtin", unsafe_sandbox=config.unsafe_sandbox)  # ToolNotInstalledError: exit 2
+        harness = str(config.env_options.get("harness", "builtin"))  # coding's one option (--env-option harness=NAME)
+        require_harness_tools(harness, unsafe_sandbox=config.unsafe_sandbox)  # ToolNotInstalledError: exit 2
     try:
         result = run_batch(config)
     except ConfigError as exc:

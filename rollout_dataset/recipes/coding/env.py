@@ -240,20 +240,27 @@ class CodingEnvironment(EnvironmentBase):
         return CodingEpisode(config, task, preset, isolation)
 
     def batch_options(self, config: Any) -> dict[str, Any]:
-        """No options; the sandbox must be buildable (unless `unsafe_sandbox`).
+        """One option, ``harness=NAME`` (``--env-option harness=claude-code``; default ``builtin``: the
+        harness every rollout of the batch runs); the sandbox must be buildable (unless `unsafe_sandbox`).
 
         Raises:
-            ConfigError: env options were given (coding has none).
+            ConfigError: another option, or an unknown harness.
             SandboxUnavailableError: the allow-list sandbox cannot be built and `unsafe_sandbox` is off.
         """
         from rollout_dataset.errors import ConfigError
+        from rollout_dataset.harness.presets import PRESETS
         from rollout_dataset.sandbox.isolation import require_isolation
 
-        if config.env_options:
-            names = ", ".join(sorted(config.env_options))
-            raise ConfigError(f"--env-option: the coding environment takes no options (got {names})")
+        options = dict(config.env_options or {})
+        harness = str(options.pop("harness", "builtin"))
+        if options:
+            names = ", ".join(sorted(options))
+            raise ConfigError(f"--env-option: the coding environment takes no options but harness=NAME (got {names})")
+        if harness != "builtin" and harness not in PRESETS and not harness.startswith("cmd:"):
+            raise ConfigError(f"--env-option harness={harness}: unknown harness; use builtin, cmd:\"...\", "
+                              f"{' or '.join(PRESETS)}")
         require_isolation(config.unsafe_sandbox)  # agents' code runs only in the allow-list sandbox unless opted out
-        return {}
+        return {"harness": harness}
 
     def batch_config(self, config: Any, job: Any, options: Mapping[str, Any]) -> CaptureConfig:
         """Seed `s` runs task index `s mod (number of tasks)` of the list drawn with dataset seed 0;
@@ -263,6 +270,7 @@ class CodingEnvironment(EnvironmentBase):
         return CaptureConfig(
             out_dir=job.artifact_dir, base_url=settings.get("base_url"), model=settings.get("model"),
             task_index=job.seed % n_tasks, seed=0, rollout_seed=job.seed * 1000 + job.rollout_idx,
+            harness=str(options.get("harness", "builtin")),
             n_prompts=settings["n_prompts"], tasks=settings["tasks"], timeout_s=settings["timeout_s"],
             max_turns=settings["max_turns"], rollout_id=job.rollout_id,
             tokenizer="builtin" if settings.get("local_backend") else None,
