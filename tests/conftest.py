@@ -5,11 +5,25 @@
 - `local_backend_thread`: the same, served from a background thread, for sync tests.
 - `start_local_backend`: an async factory, `await start_local_backend(policy="script", script=...)`,
   for any other configuration; every backend it starts is stopped after the test.
+
+Each test session gets a `datasets` cache of its own (`HF_DATASETS_CACHE`, removed at exit), set
+before anything imports `datasets`: the user's cache is shared across sessions (its entries are named
+by the dataset folder's name, `ds`, `dataset`, ...), and a test reads only what its own session built.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
+
 import pytest
+
+if "HF_DATASETS_CACHE" not in os.environ:
+    _DATASETS_CACHE = tempfile.mkdtemp(prefix="rollout-dataset-tests-datasets-")
+    os.environ["HF_DATASETS_CACHE"] = _DATASETS_CACHE
+    atexit.register(shutil.rmtree, _DATASETS_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
