@@ -329,3 +329,12 @@ async def serve_raw(answer: Callable[[bytes], Awaitable[tuple[bytes, bool]]], tl
     finally:
         server.close()
         await server.wait_closed()
+
+
+def valid(records: list[dict]) -> list[dict]:
+    """Assert every trace record matches `trace_record.schema.json`; return the records unchanged."""
+    from rollout_dataset.schema import schema_errors
+
+    for record in records:
+        assert schema_errors(record, "trace_record") == [], record
+    return records

@@ -11,19 +11,13 @@ import pytest
 
 from rollout_dataset.backend import LocalBackend
 from rollout_dataset.proxy import CaptureProxy, read_trace
-from rollout_dataset.schema import schema_errors
+from proxy_fakes import valid
 
 SECRET = "sk-acceptance-9f8e7d6c5b4a-DISTINCT"
 VOLATILE = {"id", "created"}  # differ between any two calls, proxy or not
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "count to three please"}]
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
-
-
-def valid(records: list[dict]) -> list[dict]:
-    for record in records:
-        assert schema_errors(record, "trace_record") == [], record
-    return records
 
 
 @pytest.fixture

@@ -12,15 +12,9 @@ from httpx_sse import aconnect_sse
 
 from proxy_fakes import FakeVLLM, WORDS, logprob, prompt_ids, serve, word_id
 from rollout_dataset.proxy import CaptureProxy, read_trace
-from rollout_dataset.schema import schema_errors
+from proxy_fakes import valid
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
-
-
-def valid(records: list[dict]) -> list[dict]:
-    for record in records:
-        assert schema_errors(record, "trace_record") == [], record
-    return records
 
 
 @pytest.fixture

@@ -12,19 +12,13 @@ import pytest
 
 from rollout_dataset.backend import LocalBackend
 from rollout_dataset.proxy import CaptureProxy, read_trace
-from rollout_dataset.schema import schema_errors
+from proxy_fakes import valid
 from rollout_dataset.wire.anthropic_chat import messages_to_chat
 
 SECRET = "sk-ant-harness-key-5e4d3c2b1a"
 BODY = {"model": "local", "max_tokens": 12, "temperature": 0, "system": [{"type": "text", "text": "You are terse."}],
         "messages": [{"role": "user", "content": "count to three please"}],
         "metadata": {"user_id": "u-1"}, "context_management": {"edits": []}}
-
-
-def valid(records: list[dict]) -> list[dict]:
-    for record in records:
-        assert schema_errors(record, "trace_record") == [], record
-    return records
 
 
 @pytest.fixture
