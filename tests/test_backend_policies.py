@@ -17,6 +17,7 @@ from rollout_dataset.backend import (
     available_policies,
     make_policy,
     register_policy,
+    unregister_policy,
 )
 
 
@@ -89,8 +90,12 @@ def test_registered_policies_are_made_by_name():
             return PolicyOutput(text=f"turn {request.turn}")
 
     register_policy("fixed-for-test", lambda **kw: Fixed())
-    assert "fixed-for-test" in available_policies()
-    assert make_policy("fixed-for-test").respond(_req([])).text == "turn 0"
+    try:
+        assert "fixed-for-test" in available_policies()
+        assert make_policy("fixed-for-test").respond(_req([])).text == "turn 0"
+    finally:
+        unregister_policy("fixed-for-test")
+    assert "fixed-for-test" not in available_policies()  # the next test sees the registry as it was
 
 
 def test_the_backend_registers_no_environment_policy_the_edges_register_them():

@@ -21,6 +21,7 @@ from rollout_dataset.batch import AchievementSnapshot, BatchConfig, RolloutResul
 from rollout_dataset.batch.executor import RolloutJob
 from rollout_dataset.batch.runner import RESULT_FILE
 from rollout_dataset.cli import main
+from rollout_dataset.envs import unregister_environment
 from rollout_dataset.errors import GuardrailError, UpstreamStatusError
 from rollout_dataset.schema import schema_errors
 
@@ -241,7 +242,8 @@ def test_zero_turn_guardrail_more_than_half(tmp_path):
 
 def test_exactly_half_zero_turns_passes(tmp_path):
     config = make_config(tmp_path, seeds=[0, 1], rollouts_per_seed=1, strategies=("simple",))
-    run_batch(config, run_one=StandIn(turns=lambda s, i: 0 if s == 0 else 2))
+    result = run_batch(config, run_one=StandIn(turns=lambda s, i: 0 if s == 0 else 2))  # no GuardrailError
+    assert result.ran == 2 and result.skipped == 0
 
 
 def test_a_crashing_rollout_is_reported_and_redone_on_resume(tmp_path):
@@ -262,7 +264,14 @@ def test_a_crashing_rollout_is_reported_and_redone_on_resume(tmp_path):
 # ---- the CLI, with the stand-in registered as an environment -------------------------------------
 
 _CLI_STANDIN = {"fn": StandIn()}
-register_env("test-standin", lambda config: (contextlib.nullcontext(config.base_url), _CLI_STANDIN["fn"]))
+
+
+@pytest.fixture(autouse=True)
+def _standin_environment():
+    """`--env test-standin` for the tests of this file only: registered here, gone after each test."""
+    register_env("test-standin", lambda config: (contextlib.nullcontext(config.base_url), _CLI_STANDIN["fn"]))
+    yield
+    unregister_environment("test-standin")
 
 
 def test_cli_batch_writes_outputs_and_exits_zero(tmp_path, capsys):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout_dataset.envs import ENTRY_POINT_GROUP, available_environments, get_environment, register_environment
+from rollout_dataset.envs import ENTRY_POINT_GROUP, available_environments, get_environment, register_environment, unregister_environment
 from rollout_dataset.errors import ConfigError
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "third_env"
@@ -62,13 +62,14 @@ def test_an_environment_registered_in_process_is_captured_by_the_one_pipeline(tm
 
     from rollout_dataset.capture import capture_rollout
 
-    from rollout_dataset.envs import registry
-
-    register_environment(ParrotEnvironment(), "parrot")
+    registered = ParrotEnvironment()
+    register_environment(registered, "parrot")
     try:
+        assert get_environment("parrot") is registered
         result = capture_rollout(ParrotConfig(out_dir=tmp_path / "p", seed=0, max_turns=1))
     finally:
-        registry._REGISTERED.pop("parrot", None)  # the rest of the session sees the built-ins only
+        unregister_environment("parrot")  # the rest of the session sees the registry as it was
+    assert get_environment("parrot") is not registered
     assert result.ok, (result.errors, result.validation_failures)
     summary = json.loads((tmp_path / "p" / "summary.json").read_text())
     assert summary["env"] == "parrot" and summary["env_reward"] == 1.0 and summary["task_id"] == "parrot-apple"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -45,8 +46,15 @@ class ForwardProxy:
         while not (port_file.is_file() and port_file.read_text().strip()):
             assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()
             time.sleep(0.05)
-        time.sleep(0.3)  # the port file is written just before the acceptor listens
-        self.url = f"http://127.0.0.1:{port_file.read_text().strip()}"
+        port = int(port_file.read_text().strip())
+        while True:  # the port file is written just before the acceptor listens: wait until it accepts
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()
+                time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{port}"
 
     def carried(self, hostport: str, timeout: float = 5.0) -> list[str]:
         """The access-log lines naming `hostport` (waits up to `timeout` for one to appear)."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 
+import psutil
 import pytest
 
 from rollout_dataset.errors import SandboxUnavailableError
@@ -52,11 +54,22 @@ def test_paths_outside_the_working_directory_are_refused():
         box.write_file("../escape.txt", "x")
 
 
+def _processes_running(argv: list[str]) -> list[int]:
+    """Pids of live (not zombie) processes on this machine whose command line is exactly `argv`."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        if process.info["cmdline"] == argv and process.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(process.pid)
+    return found
+
+
 def test_wall_time_limit_kills_the_process_group_and_is_recorded():
-    result = run_in_sandbox([PY, "-c", "import subprocess, time; subprocess.Popen(['sleep', '30']); time.sleep(30)"],
+    child = ["sleep", "60.0417"]  # a command line no other process has: the grandchild the limit must kill too
+    result = run_in_sandbox([PY, "-c", f"import subprocess, time; subprocess.Popen({child!r}); time.sleep(5)"],
                             limits=Limits(wall_s=0.5))
     assert result.timed_out and result.limit == "wall"
     assert "wall-time limit of 0.5 s" in result.error
+    assert _processes_running(child) == []
 
 
 def test_cpu_time_limit_is_recorded():
@@ -98,17 +111,8 @@ def test_network_is_blocked_even_to_a_listening_loopback_port():
         code = f"import socket\ntry:\n socket.create_connection(('127.0.0.1', {port}), 2)\n print('connected')\nexcept OSError as e:\n print('blocked', e.errno)\n"
         result = run_in_sandbox([PY, "-c", code])
         assert result.stdout.startswith("blocked"), result.stdout + result.stderr
-    finally:
-        server.close()
-
-
-def test_the_same_connection_works_outside_the_sandbox():
-    # the control for the test above: the port really is listening
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(1)
-    try:
-        socket.create_connection(server.getsockname(), 2).close()
+        outside = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=30)
+        assert outside.stdout.startswith("connected")  # the control: the same code reaches the port from outside
     finally:
         server.close()
 
@@ -216,6 +220,9 @@ def test_without_the_allow_list_root_the_sandbox_refuses_to_run_code(isolation_o
 def test_an_explicit_opt_out_runs_with_limits_only_and_the_report_says_so(isolation_off):
     report = Sandbox.isolation()
     assert report["level"] == "unsafe" and report["network"].startswith("none")
-    result = run_in_sandbox([PY, "-c", "import time; time.sleep(30)"], limits=Limits(wall_s=0.3), unsafe=True)
+    child = ["sleep", "60.0418"]  # without a pid namespace, only the process-group kill stops the grandchild
+    result = run_in_sandbox([PY, "-c", f"import subprocess, time; subprocess.Popen({child!r}); time.sleep(5)"],
+                            limits=Limits(wall_s=0.3), unsafe=True)
     assert result.limit == "wall"
+    assert _processes_running(child) == []
     assert run_in_sandbox("exit 7", unsafe=True).exit_code == 7

@@ -6,7 +6,7 @@ Public API:
     create_backend_app(tokenizer="builtin", policy="echo", served_model_name="local", ...)
     LocalBackend(...)            async context manager; `.start_in_thread()` for sync code
     run_backend_in_thread(...)   context manager running a LocalBackend in a thread
-    make_policy(name, **kw), register_policy(name, factory), PolicyRequest, PolicyOutput, ToolCallSpec
+    make_policy(name, **kw), register_policy(name, factory), unregister_policy(name), PolicyRequest, PolicyOutput, ToolCallSpec
     BigramModel, bigram_for_tokenizer(tokenizer)
 """
 
@@ -26,6 +26,7 @@ from rollout_dataset.backend.policies import (
     load_script,
     make_policy,
     register_policy,
+    unregister_policy,
 )
 from rollout_dataset.backend.server import LocalBackend, run_backend_in_thread
 from rollout_dataset.backend.template import CHAT_TEMPLATE, SPECIAL_TOKENS, render_assistant_text
@@ -50,4 +51,5 @@ __all__ = [
     "make_policy",
     "register_policy",
     "available_policies",
+    "unregister_policy",
 ]

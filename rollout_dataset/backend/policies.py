@@ -148,6 +148,16 @@ def register_policy(name: str, factory: Callable[..., Policy]) -> None:
         _REGISTRY[name] = factory
 
 
+def unregister_policy(name: str) -> None:
+    """Forget a policy factory (a no-op for a name never registered).
+
+    Args:
+        name: the name it was registered under.
+    """
+    with _LOCK:
+        _REGISTRY.pop(name, None)
+
+
 def available_policies() -> list[str]:
     """Returns: the names registered so far."""
     with _LOCK:

@@ -31,6 +31,7 @@ from rollout_dataset.envs.registry import (
     get_environment,
     register_builtin_policies,
     register_environment,
+    unregister_environment,
 )
 
 __all__ = [
@@ -48,4 +49,5 @@ __all__ = [
     "get_environment",
     "register_builtin_policies",
     "register_environment",
+    "unregister_environment",
 ]

@@ -26,6 +26,7 @@ from rollout_dataset.errors import ConfigError
 __all__ = [
     "ENTRY_POINT_GROUP",
     "available_environments",
+    "unregister_environment",
     "get_environment",
     "register_builtin_policies",
     "register_environment",
@@ -68,6 +69,18 @@ def register_environment(environment: Any, name: str | None = None) -> None:
         raise ConfigError("register_environment: the environment has no name")
     with _LOCK:
         _REGISTERED[str(key)] = environment
+
+
+def unregister_environment(name: str) -> None:
+    """Forget an environment registered in this process (a no-op for a name never registered).
+
+    Built-ins and entry-point plugins stay available: only `register_environment`'s entries go.
+
+    Args:
+        name: the `--env` name it was registered under.
+    """
+    with _LOCK:
+        _REGISTERED.pop(name, None)
 
 
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
