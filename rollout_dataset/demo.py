@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from rollout_dataset.artifact_files import SUMMARY_FILE
 from pathlib import Path
 from typing import Sequence
 
@@ -129,7 +130,7 @@ def format_summaries(dirs: Sequence[Path]) -> str:
     rows = ["| rollout | task | calls | agent turns | tool calls | reward | after penalties | stop |",
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     for d in dirs:
-        s = json.loads((Path(d) / "summary.json").read_text(encoding="utf-8"))
+        s = json.loads((Path(d) / SUMMARY_FILE).read_text(encoding="utf-8"))
         rows.append(f"| {s['rollout_id'][:8]} | {s['task_id']} | {s['captured_calls']} | {s['agent_turns']} | "
                     f"{s['tool_calls_total']} | {_num(s['env_reward'])} | {_num(s['reward_after_penalties'])} | "
                     f"{s['stop_reason']} |")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from rollout_dataset.artifact_files import ROLLOUT_FILE
 from rollout_dataset.errors import ArtifactError
 
 __all__ = ["AuditSequence", "AuditRollout", "iter_rollouts", "is_dataset", "artifact_folders"]
@@ -70,9 +71,9 @@ def artifact_folders(path: Path) -> list[Path]:
     """
     if not path.exists():
         raise ArtifactError(f"{path}: no such file or folder")
-    if (path / "rollout.json").is_file():
+    if (path / ROLLOUT_FILE).is_file():
         return [path]
-    found = sorted(p.parent for p in path.rglob("rollout.json"))
+    found = sorted(p.parent for p in path.rglob(ROLLOUT_FILE))
     if not found:
         raise ArtifactError(f"{path}: neither a built dataset (data/sequences/) nor a folder holding rollout.json")
     return found
@@ -88,7 +89,7 @@ def _read_json(path: Path) -> Any:
 
 
 def _folder_rollout(folder: Path) -> AuditRollout:
-    doc = _read_json(folder / "rollout.json")
+    doc = _read_json(folder / ROLLOUT_FILE)
     if not isinstance(doc, dict) or not isinstance(doc.get("sequences"), list):
         raise ArtifactError(f"{folder / 'rollout.json'}: field 'sequences' missing or not a list")
     try:

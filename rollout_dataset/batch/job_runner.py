@@ -19,6 +19,7 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator
 
+from rollout_dataset.artifact_files import SUMMARY_FILE
 from rollout_dataset.batch.config import BatchConfig
 from rollout_dataset.batch.executor import RolloutJob, RunOne
 from rollout_dataset.errors import ConfigError
@@ -139,7 +140,7 @@ def _environment_named_in(folder: Path) -> Any:
     from rollout_dataset.envs.registry import get_environment
 
     try:
-        name = json.loads((folder / "summary.json").read_text(encoding="utf-8")).get("env") or "coding"
+        name = json.loads((folder / SUMMARY_FILE).read_text(encoding="utf-8")).get("env") or "coding"
         return get_environment(str(name))
     except (OSError, ValueError, AttributeError):  # ConfigError is a ValueError; read_rollout_result names the file
         return None

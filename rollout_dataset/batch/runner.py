@@ -37,6 +37,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from tqdm import tqdm
 
+from rollout_dataset.artifact_files import ROLLOUT_FILE, SUMMARY_FILE
 from rollout_dataset.batch import report as _report
 from rollout_dataset.batch import stats
 from rollout_dataset.batch.config import BatchConfig
@@ -180,17 +181,17 @@ def _annotate_artifacts(folder: Path, doc: Mapping[str, Any], strategies: Sequen
     records and totals.
     """
     first = doc["stepwise"].get(strategies[0], {})
-    summary = _read_json(folder / "summary.json")
+    summary = _read_json(folder / SUMMARY_FILE)
     if isinstance(summary, dict) and first.get("totals") is not None:
         summary["stepwise"] = {**first["totals"], "strategy": strategies[0]}
-        _write_json(folder / "summary.json", summary)
-    rollout = _read_json(folder / "rollout.json")
+        _write_json(folder / SUMMARY_FILE, summary)
+    rollout = _read_json(folder / ROLLOUT_FILE)
     if isinstance(rollout, dict) and isinstance(rollout.get("metadata", {}), dict):
         rollout.setdefault("metadata", {})["stepwise"] = {
             "timeline": doc["timeline"],
             **{s: doc["stepwise"][s] for s in strategies},
         }
-        _write_json(folder / "rollout.json", rollout)
+        _write_json(folder / ROLLOUT_FILE, rollout)
 
 
 def _run_record(doc: Mapping[str, Any], strategy: str, config: BatchConfig) -> dict[str, Any]:
@@ -512,7 +513,7 @@ def _write_outputs(
         "k_limits": dict(config.step_rewards.k_limits),
         **_version_info(),
     }
-    _write_json(out / "summary" / "summary.json", summary)
+    _write_json(out / "summary" / SUMMARY_FILE, summary)
     _write_json(out / "summary" / "stats_by_seed.json", by_seed)
     _write_json(out / "summary" / "config_snapshot.json", snapshot)
     plots = write_plots(runs, out / "plots")
@@ -526,7 +527,7 @@ def _build_dataset(out: Path, artifact_dirs: list[Path], *, progress: bool,
                    config: BatchConfig | None = None) -> tuple[Path | None, Any]:
     """Build `dataset/` from the rollout folders that hold capture artifacts; push if asked
     (to `config.push_repo` when given; the push skips rollouts already there)."""
-    dirs = [d for d in artifact_dirs if (d / "summary.json").is_file()]
+    dirs = [d for d in artifact_dirs if (d / SUMMARY_FILE).is_file()]
     if not dirs:
         log.info("no capture artifacts under %s/rollouts; dataset not built", out)
         return None, None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from rollout_dataset.artifact_files import SUMMARY_FILE
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ class StreamingPusher:
             The `PushResult` when this call pushed, else None.
         """
         folder = Path(artifact_dir)
-        if not (folder / "summary.json").is_file():
+        if not (folder / SUMMARY_FILE).is_file():
             return None
         self.pending.append(folder)
         return self.flush() if len(self.pending) >= self.every else None

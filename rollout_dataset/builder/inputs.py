@@ -11,8 +11,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from rollout_dataset.artifact_files import ARTIFACT_FILES, SUMMARY_FILE
 from rollout_dataset.errors import ArtifactError, SchemaValidationError
-from rollout_dataset.schema.check import ARTIFACT_FILES, check_artifact_dir
+from rollout_dataset.schema.check import check_artifact_dir
 
 __all__ = ["find_artifact_dirs", "load_checked_artifact", "first_failure_line"]
 
@@ -35,11 +36,11 @@ def find_artifact_dirs(paths: Iterable[str | Path]) -> list[Path]:
     for p in map(Path, paths):
         if not p.is_dir():
             raise ArtifactError(f"{p}: not a folder (give artifact folders or a folder of them)")
-        if os.path.lexists(p / "summary.json"):
+        if os.path.lexists(p / SUMMARY_FILE):
             found = [p]
         else:
             found = sorted(Path(parent) for parent, _, files in os.walk(p, followlinks=False)
-                           if "summary.json" in files)
+                           if SUMMARY_FILE in files)
         if not found:
             raise ArtifactError(f"{p}: no artifact folder (summary.json) found in it")
         out.extend(x for x in found if x not in out)

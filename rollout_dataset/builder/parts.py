@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 import orjson
 from tqdm.auto import tqdm
 
+from rollout_dataset.artifact_files import SUMMARY_FILE
 from rollout_dataset.builder import staging
 from rollout_dataset.builder.aggregates import CardAggregates
 from rollout_dataset.builder.card_info import arrow_num_bytes
@@ -115,7 +116,7 @@ def artifact_rollout_id(folder: str | Path) -> str | None:
         The id, or None when summary.json is not a regular file (a symlink, a FIFO or a device is
         never opened), not JSON, or has no string id (the folder is then built and its check says why).
     """
-    path = Path(folder) / "summary.json"
+    path = Path(folder) / SUMMARY_FILE
     try:
         if path.is_symlink() or not path.is_file():
             return None

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from rollout_dataset.artifact_files import ARTIFACT_FILES, SUMMARY_FILE
 from rollout_dataset.builder.configs import resolved_columns
 from rollout_dataset.errors import ArtifactError
 from rollout_dataset.wire.anthropic_chat import message_to_assistant, request_messages
@@ -62,8 +63,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ARTIFACT_FILES = ("summary.json", "task.json", "trace.json", "rollout.json", "turns.json",
-                  "held_out_tests.json", "visible_tests.txt", "samples.md")
 MAX_CELL_BYTES = 1_000_000
 MAX_ROW_BYTES = 2_000_000
 PREVIEW_CHARS = 8_000  # characters of samples.md kept in a preview row (the cut marker is extra)
@@ -105,7 +104,7 @@ def read_artifact(folder: str | Path) -> dict[str, Any]:
             out[stem] = text
     rid = out["summary"].get("rollout_id") if isinstance(out["summary"], dict) else None
     if not isinstance(rid, str) or not rid:
-        raise ArtifactError(f"{folder / 'summary.json'}: field rollout_id missing or not a string")
+        raise ArtifactError(f"{folder / SUMMARY_FILE}: field rollout_id missing or not a string")
     return out
 
 

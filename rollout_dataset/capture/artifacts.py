@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from rollout_dataset.artifact_files import TRACE_FILE
 from rollout_dataset.capture.secrets import redact_text
 from rollout_dataset.files import write_text_atomic  # the one atomic write (re-exported here)
 from rollout_dataset.trace_integrity import reseal
@@ -21,8 +22,6 @@ __all__ = ["write_artifacts", "write_text_atomic"]
 
 logger = logging.getLogger(__name__)
 
-#: the artifact holding the session's records (chained and sealed, see `rollout_dataset.trace_integrity`).
-TRACE_FILE = "trace.json"
 
 
 def utc_now() -> str:

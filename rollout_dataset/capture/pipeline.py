@@ -34,6 +34,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from rollout_dataset.artifact_files import (
+    HELD_OUT_TESTS_FILE,
+    ROLLOUT_FILE,
+    SAMPLES_FILE,
+    SUMMARY_FILE,
+    TASK_FILE,
+    TRACE_FILE,
+    TURNS_FILE,
+    VISIBLE_TESTS_FILE,
+)
 from rollout_dataset.capture.artifacts import utc_now, write_artifacts
 from rollout_dataset.capture.result import CaptureResult
 from rollout_dataset.documents import (
@@ -112,7 +122,7 @@ def _checked_extra_files(extra: dict[str, Any], core: dict[str, Any]) -> dict[st
 
     for name in extra:
         if (not isinstance(name, str) or not name or name.startswith(".") or "/" in name or "\\" in name
-                or name in core or name == "summary.json"):
+                or name in core or name == SUMMARY_FILE):
             raise ConfigError(f"extra artifact file {name!r}: must be a plain file name other than "
                               f"{', '.join(sorted([*core, 'summary.json']))}")
     return extra
@@ -206,13 +216,13 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
         extra=episode.summary_fields(facts, outcome))
     header = {"rollout": rollout_id, **score.samples_header, "stop_reason": outcome.stop_reason}
     files = {
-        "trace.json": {"schema_version": 1, "session": session, "seal": seal.to_dict(), "calls": records},
-        "rollout.json": document,
-        "turns.json": turns,
-        "task.json": task_document(task),
-        "visible_tests.txt": task.visible_tests,
-        "held_out_tests.json": held_out_document(task),
-        "samples.md": _samples(document, records, tokenizer, header, (target, model) if settings.base_url else None),
+        TRACE_FILE: {"schema_version": 1, "session": session, "seal": seal.to_dict(), "calls": records},
+        ROLLOUT_FILE: document,
+        TURNS_FILE: turns,
+        TASK_FILE: task_document(task),
+        VISIBLE_TESTS_FILE: task.visible_tests,
+        HELD_OUT_TESTS_FILE: held_out_document(task),
+        SAMPLES_FILE: _samples(document, records, tokenizer, header, (target, model) if settings.base_url else None),
     }
     files.update(_checked_extra_files(episode.extra_files(outcome), files))
     redacted = write_artifacts(out_dir, files, secrets)
@@ -220,7 +230,7 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
         errors.append({"kind": "secret_redacted", "message": f"{redacted} secret occurrence(s) were redacted from "
                        "the artifacts: a credential reached the requests (token ids may still encode it)"})
         summary["errors"] = list(errors)
-    write_artifacts(out_dir, {"summary.json": summary}, secrets)
+    write_artifacts(out_dir, {SUMMARY_FILE: summary}, secrets)
 
     from rollout_dataset.schema.check import check_artifact_dir
 

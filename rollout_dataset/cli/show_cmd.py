@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rollout_dataset.artifact_files import ROLLOUT_FILE, TRACE_FILE
 from rollout_dataset.errors import ArtifactError
 
 __all__ = ["add_arguments", "run", "load_document"]
@@ -62,9 +63,9 @@ def load_document(path: str | Path, *, rebuild: bool = False) -> dict[str, Any]:
     path = Path(path)
     named = not path.is_dir() and os.path.lexists(path)
     folder = path.parent if named else path
-    rollout = path if named and path.name != "trace.json" else folder / "rollout.json"
-    trace = path if named and path.name == "trace.json" else folder / "trace.json"
-    if os.path.lexists(rollout) and not rebuild and not (named and path.name == "trace.json"):
+    rollout = path if named and path.name != TRACE_FILE else folder / ROLLOUT_FILE
+    trace = path if named and path.name == TRACE_FILE else folder / TRACE_FILE
+    if os.path.lexists(rollout) and not rebuild and not (named and path.name == TRACE_FILE):
         return _read_checked(rollout, folder, "rollout")
     if not os.path.lexists(trace):
         raise ArtifactError(f"{folder}: no rollout.json or trace.json here (is it an artifact folder?)")

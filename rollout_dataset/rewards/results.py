@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from rollout_dataset.artifact_files import SUMMARY_FILE, TASK_FILE, TRACE_FILE
 from rollout_dataset.errors import ArtifactError
 from rollout_dataset.rewards.achievements import read_achievements
 from rollout_dataset.rewards.stepwise import AchievementSnapshot
@@ -79,8 +80,8 @@ def read_rollout_result(
         ArtifactError: summary.json is missing or unreadable.
     """
     folder = Path(folder)
-    summary = _read_json(folder / "summary.json")
-    if replay_timeline is not None and (folder / "trace.json").is_file() and (folder / "task.json").is_file():
+    summary = _read_json(folder / SUMMARY_FILE)
+    if replay_timeline is not None and (folder / TRACE_FILE).is_file() and (folder / TASK_FILE).is_file():
         timeline, initial = replay_timeline(folder)
     else:
         found = read_achievements(folder)

@@ -32,6 +32,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
+from rollout_dataset.artifact_files import (
+    ARTIFACT_FILES,
+    ARTIFACT_JSON_SCHEMAS,
+    HELD_OUT_TESTS_FILE,
+    SUMMARY_FILE,
+    TASK_FILE,
+    TRACE_FILE,
+    TURNS_FILE,
+)
 from rollout_dataset.errors import SchemaValidationError
 from rollout_dataset.schema import SCHEMA_NAMES, fast_schema_valid, schema_errors
 from rollout_dataset.trace_integrity import SEAL_FIELD, TraceSeal, chain_failures
@@ -55,36 +64,18 @@ logger = logging.getLogger(__name__)
 
 Failure = tuple[str, str, str]
 
-#: file name -> schema name, for the JSON documents of an artifact folder.
-FILE_SCHEMAS: dict[str, str] = {
-    "trace.json": "trace",
-    "rollout.json": "rollout",
-    "turns.json": "turns",
-    "task.json": "task",
-    "held_out_tests.json": "held_out_tests",
-    "summary.json": "summary",
-}
+#: file name -> schema name, for the JSON documents of an artifact folder (`rollout_dataset.artifact_files`).
+FILE_SCHEMAS: dict[str, str] = ARTIFACT_JSON_SCHEMAS
 
 #: (parent folder name, file name) -> schema name, for a batch's outputs (checked when shipped).
 PLACED_SCHEMAS: dict[tuple[str, str], str] = {
-    ("summary", "summary.json"): "batch_summary",
+    ("summary", SUMMARY_FILE): "batch_summary",
     ("summary", "stats_by_seed.json"): "batch_stats_by_seed",
 }
 
 #: parent folder name -> schema of each line, for JSON Lines files (a batch's `runs/<strategy>.jsonl`).
 JSONL_SCHEMAS: dict[str, str] = {"runs": "run_record"}
 
-#: every file an artifact folder written by `capture` holds.
-ARTIFACT_FILES: tuple[str, ...] = (
-    "trace.json",
-    "rollout.json",
-    "turns.json",
-    "task.json",
-    "visible_tests.txt",
-    "held_out_tests.json",
-    "summary.json",
-    "samples.md",
-)
 
 
 def format_failure(failure: Failure) -> str:
@@ -347,19 +338,19 @@ def check_document(document: Any, schema_name: str, file: str = "<document>") ->
 
 def _cross_checks(folder: Path, docs: dict[str, Any]) -> list[Failure]:
     out: list[Failure] = []
-    summary = docs.get("summary.json")
+    summary = docs.get(SUMMARY_FILE)
     if not isinstance(summary, dict):
         return out
-    sfile = str(folder / "summary.json")
+    sfile = str(folder / SUMMARY_FILE)
 
     def want(field: str, expected: Any, why: str) -> None:
         if field in summary and summary[field] != expected:
             out.append((sfile, f"$.{field}", f"is {summary[field]!r} but {why} gives {expected!r}"))
 
-    trace = docs.get("trace.json")
+    trace = docs.get(TRACE_FILE)
     if isinstance(trace, dict) and isinstance(trace.get("calls"), list):
         want("captured_calls", len(trace["calls"]), "trace.json calls")
-    turns_doc = docs.get("turns.json")
+    turns_doc = docs.get(TURNS_FILE)
     if isinstance(turns_doc, dict) and isinstance(turns_doc.get("turns"), list):
         turns = [t for t in turns_doc["turns"] if isinstance(t, dict)]
         agent = [t for t in turns if t.get("role", "agent") == "agent"]
@@ -370,7 +361,7 @@ def _cross_checks(folder: Path, docs: dict[str, Any]) -> list[Failure]:
         if isinstance(summary.get("tool_calls_by_name"), dict):
             total = sum(v for v in summary["tool_calls_by_name"].values() if isinstance(v, int))
             want("tool_calls_total", total, "the sum of tool_calls_by_name")
-    held = docs.get("held_out_tests.json")
+    held = docs.get(HELD_OUT_TESTS_FILE)
     if isinstance(held, dict) and isinstance(held.get("tests"), list):
         want("held_out_tests", len(held["tests"]), "held_out_tests.json tests")
     passed, total, reward = summary.get("held_out_passed"), summary.get("held_out_tests"), summary.get("env_reward")
@@ -382,7 +373,7 @@ def _cross_checks(folder: Path, docs: dict[str, Any]) -> list[Failure]:
     if reward is None and summary.get("reward_after_penalties") is not None:
         out.append((sfile, "$.reward_after_penalties", "must be null when env_reward is null"))
     task_ids = {}
-    for fname in ("task.json", "held_out_tests.json", "summary.json"):
+    for fname in (TASK_FILE, HELD_OUT_TESTS_FILE, SUMMARY_FILE):
         doc = docs.get(fname)
         if isinstance(doc, dict) and isinstance(doc.get("task_id"), str):
             task_ids[fname] = doc["task_id"]
@@ -439,8 +430,8 @@ def _is_artifact_dir(folder: Path) -> bool:
 
     A batch's `summary/summary.json` is a placed document, not a rollout's summary.
     """
-    found = {name for name in ARTIFACT_FILES if os.path.lexists(folder / name)} - {"trace.json"}
-    if folder.name == "summary" and found == {"summary.json"}:
+    found = {name for name in ARTIFACT_FILES if os.path.lexists(folder / name)} - {TRACE_FILE}
+    if folder.name == "summary" and found == {SUMMARY_FILE}:
         return False
     return bool(found)
 

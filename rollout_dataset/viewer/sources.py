@@ -27,6 +27,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterator
 
+from rollout_dataset.artifact_files import ARTIFACT_FILES, ROLLOUT_FILE, SUMMARY_FILE, TRACE_FILE
 from rollout_dataset.errors import ArtifactError
 
 __all__ = ["RolloutSource", "ArtifactSource", "DatasetSource", "open_source", "RolloutNotFound", "SUMMARY_FIELDS"]
@@ -183,7 +184,7 @@ class ArtifactSource(RolloutSource):
             here = Path(dirpath)
             # a symlinked folder is never walked into (os.walk lists it in dirnames but does not follow)
             dirnames[:] = sorted(d for d in dirnames if not (here / d).is_symlink() and not d.startswith("."))
-            if "summary.json" in filenames or "rollout.json" in filenames:
+            if SUMMARY_FILE in filenames or ROLLOUT_FILE in filenames:
                 found.append(here)
         return found
 
@@ -208,12 +209,12 @@ class ArtifactSource(RolloutSource):
         from rollout_dataset.builder.rows import group_id_of
 
         for rid, folder in self.folders.items():
-            summary, error = self._read(folder, "summary.json", "summary")
+            summary, error = self._read(folder, SUMMARY_FILE, "summary")
             row: dict[str, Any] = {"id": rid, "error": error}
             if summary is not None:
                 row.update({k: summary.get(k) for k in SUMMARY_FIELDS if k in summary})
                 row["group_id"] = group_id_of(summary)
-            rollout, rollout_error = self._read(folder, "rollout.json", None)
+            rollout, rollout_error = self._read(folder, ROLLOUT_FILE, None)
             if isinstance(rollout, dict):
                 seqs = [s for s in rollout.get("sequences") or [] if isinstance(s, dict)]
                 row["longest_sequence_tokens"] = max((len(s.get("input_ids") or []) for s in seqs), default=0)
@@ -225,7 +226,6 @@ class ArtifactSource(RolloutSource):
             yield row
 
     def _load_rollout(self, rid: str) -> dict[str, Any]:
-        from rollout_dataset.builder.rows import ARTIFACT_FILES
         from rollout_dataset.builder.rows import rollout_rows as build_rows
         from rollout_dataset.schema.check import check_artifact_dir, format_failure
 
@@ -244,14 +244,14 @@ class ArtifactSource(RolloutSource):
                 rows = {config: [_decoded(config, r) for r in found] for config, found in built.items()}
             except Exception as exc:  # a shape the builder cannot take: shown in the page
                 errors.append(f"{folder}: the builder could not read this folder: {type(exc).__name__}: {exc}")
-        elif isinstance(docs.get("summary.json"), dict):
-            rows["summary"] = [dict(docs["summary.json"], group_id=None)]
+        elif isinstance(docs.get(SUMMARY_FILE), dict):
+            rows["summary"] = [dict(docs[SUMMARY_FILE], group_id=None)]
         extra: dict[str, Any] = {"folder": rid}
-        trace = docs.get("trace.json")
+        trace = docs.get(TRACE_FILE)
         if isinstance(trace, dict):  # per-call on-policy continuity: in trace.json, not in a dataset config
             extra["call_continuity"] = {c.get("index"): c.get("continuity") for c in trace.get("calls") or []
                                         if isinstance(c, dict) and c.get("continuity") is not None}
-        rollout = docs.get("rollout.json")
+        rollout = docs.get(ROLLOUT_FILE)
         if isinstance(rollout, dict):
             extra["calls"] = rollout.get("calls")
             extra["crafter"] = (rollout.get("metadata") or {}).get("crafter")

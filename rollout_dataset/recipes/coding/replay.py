@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from rollout_dataset.artifact_files import SUMMARY_FILE, TASK_FILE, TRACE_FILE
 from rollout_dataset.rewards.achievements import read_achievements, write_achievements
 from rollout_dataset.rewards.stepwise import AchievementSnapshot, AchievementTracker
 from rollout_dataset.sandbox.verify import DEFAULT_SOLUTION_FILE as SOLUTION_FILE  # the one definition
@@ -177,7 +178,7 @@ def replay_timeline(
 def _task_from_artifacts(folder: Path) -> Any:
     from rollout_dataset.tasks.model import Task, parse_examples
 
-    task_doc = json.loads((folder / "task.json").read_text(encoding="utf-8"))
+    task_doc = json.loads((folder / TASK_FILE).read_text(encoding="utf-8"))
     examples = parse_examples(task_doc.get("instruction", ""))
     return Task(
         task_id=task_doc.get("task_id", "unknown"),
@@ -191,7 +192,7 @@ def _task_from_artifacts(folder: Path) -> Any:
 def _isolation_of(folder: Path) -> str | None:
     """The ``isolation`` field of the folder's summary.json (None when absent or unreadable)."""
     try:
-        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+        summary = json.loads((folder / SUMMARY_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return summary.get("isolation") if isinstance(summary, dict) else None
@@ -216,7 +217,7 @@ def timeline_for_artifacts(folder: str | os.PathLike[str]) -> tuple[list[Achieve
     found = read_achievements(folder)
     if found is not None:
         return found
-    trace = json.loads((folder / "trace.json").read_text(encoding="utf-8"))
+    trace = json.loads((folder / TRACE_FILE).read_text(encoding="utf-8"))
     # a rollout the user captured with --unsafe-sandbox is replayed the same way; every other needs the sandbox
     unsafe = _isolation_of(folder) == "unsafe"
     env = CodingExamples(_task_from_artifacts(folder), unsafe=unsafe)

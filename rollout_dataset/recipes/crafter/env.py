@@ -23,6 +23,7 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping
 
+from rollout_dataset.artifact_files import ROLLOUT_FILE
 from rollout_dataset.envs.base import AgentContext, AgentOutcome, CaptureSettings, EnvironmentBase, Score, TaskInfo
 from rollout_dataset.recipes.crafter.flags import CRAFTER_FLAGS
 from rollout_dataset.recipes.crafter.config import ENV_NAME, HARNESS_NAME, SESSION, CrafterRolloutConfig, task_id_for
@@ -196,7 +197,7 @@ class CrafterEnvironment(EnvironmentBase):
 
     def batch_result(self, result: Any, captured: Any) -> Any:
         """The final return is the number of achievements unlocked; the episode's figures join `extra`."""
-        doc = json.loads((Path(captured.out_dir) / "rollout.json").read_text(encoding="utf-8"))
+        doc = json.loads((Path(captured.out_dir) / ROLLOUT_FILE).read_text(encoding="utf-8"))
         crafter = dict((doc.get("metadata") or {}).get("crafter") or {})
         return dataclasses.replace(
             result,
