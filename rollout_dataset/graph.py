@@ -6,6 +6,11 @@ prefix of this node's prompt ids; a node with none is a root. A fork is a node w
 children. A discarded node is a childless node whose sibling (same parent, or the same prompt)
 continued: a retry or a resample the harness did not build on.
 
+Nodes are taken in arrival order (``index``), and a node's parent must have ENDED before the node's
+request arrived (`TurnNode.saw_end_of`, from the records' ``started_at``/``ended_at``): a call a
+harness sent while another was in flight (overlapping calls) is a fork or a new root, never a
+continuation of a call it did not see.
+
 Finding the parent is linear in the rollout's total tokens: each node's prompt is hashed at most
 once, incrementally (``hashlib`` ``update``/``copy``), and the running digest is looked up at the
 lengths where some earlier node's full sequence ends; a hit is confirmed by an exact comparison.
@@ -152,6 +157,18 @@ class TurnNode:
     error: dict[str, Any] | None = None
     parent: int | None = None
     children: list[int] = field(default_factory=list)
+    started_at: float | None = None
+    ended_at: float | None = None
+
+    def saw_end_of(self, earlier: "TurnNode") -> bool:
+        """Whether this call's request arrived after `earlier`'s answer was complete.
+
+        A call sent while another was still in flight (a harness overlapping calls) cannot contain
+        that call's answer, so it is never its continuation. Records without times count as seen.
+        """
+        if earlier.ended_at is None or self.started_at is None:
+            return True
+        return earlier.ended_at <= self.started_at
 
     @property
     def tool_call_names(self) -> list[str]:
@@ -211,7 +228,14 @@ def _node_from_record(node_id: int, record: dict[str, Any]) -> TurnNode:
         capture_level=str(record.get("capture_level", "none")),
         notes=[str(n) for n in record.get("notes") or []],
         error=record.get("error") if isinstance(record.get("error"), dict) else None,
+        started_at=_seconds(record.get("started_at")),
+        ended_at=_seconds(record.get("ended_at")),
     )
+
+
+def _seconds(value: Any) -> float | None:
+    """A record's epoch-seconds time, or None when absent or not a number."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _pack(ids: list[int]) -> bytes:
@@ -476,7 +500,7 @@ def _link_by_sequences(nodes: list[TurnNode], prompts: list[list[int]], sampled:
 
         def is_prefix(j: int, n: int) -> bool:
             head, cut = prompts[j], len(prompts[j])
-            if n > len(prompt) or n == 0:
+            if n > len(prompt) or n == 0 or not node.saw_end_of(nodes[j]):
                 return False
             last = sampled[j][-1] if n > cut else head[-1]
             if prompt[n - 1] != last or (cut and prompt[0] != head[0]):  # cheap rejects before copying

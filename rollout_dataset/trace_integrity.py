@@ -9,6 +9,13 @@ it wrote and the digest of the last one). `capture` checks the trace it reads ag
 proxy hands it and stores the seal in the artifact's ``trace.json``, where `validate` (and so
 `build`) checks it again.
 
+Two orders, each defined here once. The chain follows the order the proxy WROTE records, which is
+the order calls ended: a harness that sends two requests at once (opencode's first calls, subagent
+tools, parallel tool runners) gets the one that finishes first written first. Everything else (the
+artifact's ``trace.json``, the graph, sequences, turns, every dataset config) lists calls in ARRIVAL
+order, by their ``index`` (`in_arrival_order`). `chain_failures(..., listed="any")` checks the chain
+of records listed in any order by following each record's link to its predecessor.
+
 The digest is taken over a canonical encoding of the parsed record (keys sorted, compact, UTF-8),
 not over the line's bytes, so the same check works on the ``<session>.jsonl`` lines and on the
 records copied into ``trace.json``. It is a function of the JSON value only: orjson's encoding with
@@ -41,6 +48,8 @@ __all__ = [
     "canonical_bytes",
     "record_digest",
     "chain_failures",
+    "in_arrival_order",
+    "written_order",
     "verify_chain",
     "chain",
     "reseal",
@@ -123,19 +132,75 @@ def record_digest(record: Any) -> str:
     return hashlib.sha256(canonical_bytes(record)).hexdigest()
 
 
-def chain_failures(records: Sequence[Any], seal: TraceSeal | None = None) -> list[tuple[int, str]]:
+def in_arrival_order(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records in the order the proxy received their requests: by ``index`` (the one definition).
+
+    The sort is stable, and a record without an integer ``index`` keeps its place after the indexed
+    ones, so a malformed record is still there for the schema check to name.
+
+    Args:
+        records: a session's records, e.g. in the order they were written (calls ended).
+
+    Returns:
+        A new list, by arrival index.
+    """
+    listed = list(records)
+    return sorted(listed, key=lambda r: (0, r["index"]) if isinstance(r, dict) and type(r.get("index")) is int
+                  else (1, 0))
+
+
+def written_order(records: Sequence[Any]) -> list[int] | None:
+    """The positions of `records` in the order the proxy wrote them, found by following the chain.
+
+    Args:
+        records: a session's chained records listed in any order (e.g. by arrival).
+
+    Returns:
+        Positions into `records`, first written first; None when the links do not make exactly one
+        chain through every record (a record missing, edited, duplicated or unchained), so the
+        caller checks the listed order and names the first break there.
+    """
+    by_previous: dict[Any, int] = {}
+    for position, record in enumerate(records):
+        if not isinstance(record, dict) or CHAIN_FIELD not in record:
+            return None
+        link = record[CHAIN_FIELD]
+        if not (link is None or isinstance(link, str)) or link in by_previous:
+            return None
+        by_previous[link] = position
+    order: list[int] = []
+    link: str | None = None
+    while link in by_previous:  # from the first record (link None) to the last
+        position = by_previous.pop(link)
+        order.append(position)
+        link = record_digest(records[position])
+    return order if len(order) == len(records) else None
+
+
+def chain_failures(records: Sequence[Any], seal: TraceSeal | None = None, listed: str = "written") -> list[tuple[int, str]]:
     """Every place where a session's records break their chain or disagree with a seal.
 
     A trace none of whose records has the chain field (written before chaining existed) is
     accepted unchained, unless a seal is given.
 
     Args:
-        records: the session's records in file order.
+        records: the session's records.
         seal: the proxy's seal, when known.
+        listed: ``"written"`` when `records` are in the order the proxy wrote them (a ``.jsonl``
+            file: moving a line breaks the chain); ``"any"`` when they may be listed in another
+            order (``trace.json`` lists them by arrival): the chain is then followed link by link.
 
     Returns:
-        ``(record position, reason)`` pairs; empty when the chain (and seal) hold.
+        ``(record position, reason)`` pairs, positions into `records`; empty when the chain (and
+        seal) hold.
     """
+    if listed == "any":
+        order = written_order(records)
+        if order is not None:
+            failures = chain_failures([records[p] for p in order], seal)
+            return [(order[p] if p < len(order) else p, reason) for p, reason in failures]
+    elif listed != "written":
+        raise ValueError(f"listed must be 'written' or 'any', not {listed!r}")
     out: list[tuple[int, str]] = []
     chained = any(isinstance(r, dict) and CHAIN_FIELD in r for r in records)
     if chained or seal is not None:

@@ -179,7 +179,10 @@ def test_a_tampered_trace_fails_the_build_naming_the_record(art, tmp_path, capsy
     _edit(art / "trace.json", change)
     code, lines = _build_cli(capsys, art, tmp_path / "out")
     assert code == 1 and len(lines) == 1
-    assert "trace.json" in lines[0] and "$.calls[" in lines[0] and "trace integrity" in lines[0]
+    if tamper == "reorder":  # trace.json lists calls by arrival; its chain is followed link by link
+        assert "trace.json" in lines[0] and "$.calls[1].index: is 0, not after the previous call's 1" in lines[0]
+    else:
+        assert "trace.json" in lines[0] and "$.calls[" in lines[0] and "trace integrity" in lines[0]
     assert not (tmp_path / "out").exists()
 
 
@@ -263,3 +266,32 @@ def test_a_summary_json_that_is_a_fifo_is_refused_by_name_and_never_opened(art, 
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"{folder / 'summary.json'}: $: not a regular file" in done.stderr
     assert not (tmp_path / "ds").exists()
+
+
+def test_build_skip_invalid_leaves_out_a_refused_folder_and_names_it_on_stderr_and_the_card(pristine, tmp_path, capsys):
+    inputs = tmp_path / "inputs"
+    good, bad = inputs / "good", inputs / "bad"
+    write_synthetic_rollout(good, seed=6, n_turns=2, context_tokens=64)
+    shutil.copytree(pristine, bad)
+    def ended_first(doc):  # the first two calls listed in the order they ended
+        doc["calls"][0], doc["calls"][1] = doc["calls"][1], doc["calls"][0]
+
+    _edit(bad / "trace.json", ended_first)
+    code, lines = _cli(capsys, "build", inputs, "--out", tmp_path / "strict", "--no-progress")
+    assert code == 1 and "--skip-invalid leaves such folders out instead" in lines[0]
+    code = main(["build", str(inputs), "--out", str(tmp_path / "ds"), "--no-progress", "--skip-invalid"])
+    captured = capsys.readouterr()
+    assert code == 0
+    assert [line for line in captured.err.splitlines() if line.startswith("refused: ")] == [
+        f"refused: {bad}: left out of the dataset: {bad / 'trace.json'}: $.calls[1].index: is 0, not after the "
+        "previous call's 1"]
+    assert "1 rollouts (1 added, 0 already there, 1 refused by the schema check and left out)" in captured.out
+    card = (tmp_path / "ds" / "README.md").read_text()
+    assert "**Left out:** 1 artifact folder(s) were refused by the schema check" in card
+    assert "- `bad`: bad/trace.json: $.calls[1].index: is 0, not after the previous call&#39;s 1" in card
+    assert str(tmp_path) not in card  # no path of this machine on the card
+
+
+def test_skip_invalid_is_refused_with_append(art, tmp_path, capsys):
+    code, lines = _cli(capsys, "build", art, "--out", tmp_path / "ds", "--append", "--skip-invalid")
+    assert code == 2 and lines == ["error: --skip-invalid works with a plain build, not with --append or --executor ray"]

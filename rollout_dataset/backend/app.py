@@ -133,9 +133,37 @@ def _error_response(exc: RequestError) -> JSONResponse:
     return JSONResponse(exc.body, status_code=exc.code)
 
 
+#: request header that delays one answer (milliseconds, at most `MAX_ANSWER_DELAY_MS`): a test knob
+#: so calls sent at once finish out of order, as they do on a real server. vLLM has no such header.
+ANSWER_DELAY_HEADER = "x-backend-delay-ms"
+MAX_ANSWER_DELAY_MS = 10_000
+
+
+def _answer_delay_s(request: Request) -> float:
+    """Seconds to wait before answering, from `ANSWER_DELAY_HEADER` (0 when absent).
+
+    Raises:
+        RequestError: the header is not an integer from 0 to `MAX_ANSWER_DELAY_MS`.
+    """
+    raw = request.headers.get(ANSWER_DELAY_HEADER)
+    if raw is None:
+        return 0.0
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_ANSWER_DELAY_MS:
+        raise RequestError(f"header {ANSWER_DELAY_HEADER} must be an integer from 0 to {MAX_ANSWER_DELAY_MS}, "
+                           f"not {raw[:40]!r}", param=ANSWER_DELAY_HEADER)
+    return value / 1000.0
+
+
 def _handler(fn: Callable) -> Callable:
     async def endpoint(request: Request) -> Response:
         try:
+            delay = _answer_delay_s(request)
+            if delay:
+                await asyncio.sleep(delay)
             return await fn(request, request.app.state.backend)
         except RequestError as exc:
             return _error_response(exc)

@@ -32,7 +32,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -43,7 +43,13 @@ from rollout_dataset.builder import staging
 from rollout_dataset.builder.aggregates import CardAggregates
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
-from rollout_dataset.builder.card_info import CARD_OPTIONS_FILE, CardOptions, arrow_num_bytes, save_card_options
+from rollout_dataset.builder.card_info import (
+    CARD_OPTIONS_FILE,
+    CardOptions,
+    arrow_num_bytes,
+    load_card_options,
+    save_card_options,
+)
 from rollout_dataset.builder.inputs import find_artifact_dirs
 from rollout_dataset.builder.parts import PartResult, PartSpec, PartStopped, build_part, exit_with_parent, plan_inputs, \
     read_progress, run_part, split_parts
@@ -67,6 +73,8 @@ class BuildResult:
         out_dir: the dataset folder.
         added: rollout ids added by this build.
         skipped: rollout ids skipped because the dataset (or an earlier input) already had them.
+        refused: ``(folder, first failure)`` of each folder the schema check refused, left out
+            with ``skip_invalid`` (the card lists them too).
         rows: rows written per config by this build.
         total_rollouts: rollouts in the dataset after the build.
         bytes_per_config: parquet bytes per config in the whole dataset folder.
@@ -77,6 +85,7 @@ class BuildResult:
     out_dir: Path
     added: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
     total_rollouts: int = 0
     bytes_per_config: dict[str, int] = field(default_factory=dict)
@@ -168,12 +177,13 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
           license: str = "apache-2.0", row_group_bytes: int = ROW_GROUP_BYTES, samples: str = "preview",
           preview_chars: int = PREVIEW_CHARS, language: Iterable[str] = ("en",), homepage: str | None = None,
           repository: str | None = None, citation: str | None = None, workers: int = 1,
-          shard_bytes: int = SHARD_BYTES) -> BuildResult:
+          shard_bytes: int = SHARD_BYTES, skip_invalid: bool = False) -> BuildResult:
     """Build (or extend) a multi-config parquet dataset with its card, atomically, streaming.
 
     Every artifact folder is checked with the rules of `rollout-dataset validate`
     (`schema.check.check_artifact_dir`) before any of it becomes rows; the first invalid folder stops
-    the build. The dataset is written in ``<out_dir>.staging-<pid>`` and swapped into place whole
+    the build, or with `skip_invalid` is left out and named (in `BuildResult.refused`, the log and the
+    card). The dataset is written in ``<out_dir>.staging-<pid>`` and swapped into place whole
     when complete (see `builder.staging`): a failed, interrupted or killed build leaves `out_dir`
     as it was. Memory stays flat in the number of rollouts (see the module docstring).
 
@@ -203,6 +213,7 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             number. Spawned processes exit when this one dies (a script calling this with
             workers > 1 needs the ``if __name__ == "__main__":`` guard).
         shard_bytes: a shard is closed and the next one started past this many parquet bytes.
+        skip_invalid: leave out (and name) each folder the schema check refuses instead of failing.
 
     Returns:
         A `BuildResult`.
@@ -248,14 +259,23 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             prefix = build_prefix()
             common = dict(stage=str(stage), prefix=prefix, tokenizer_identity=(tokenizers.identity, tokenizers.origin),
                           samples=samples, preview_chars=preview_chars, row_group_bytes=row_group_bytes,
-                          shard_bytes=shard_bytes)
+                          shard_bytes=shard_bytes, skip_invalid=skip_invalid)
             parts = _run_parts(specs, common, workers=workers, progress=progress)
             for part in parts:  # one tokenizer over all parts (each part checked its own rollouts)
                 for name, where in part.tokenizers:
                     tokenizers.check(name, where)
                 result.added.extend(part.added)
                 result.skipped.extend(part.skipped)
+                result.refused.extend(part.refused)
                 result.cut_cells += part.cut_cells
+            if result.refused:  # the card keeps naming what earlier builds of this dataset left out too
+                earlier = load_card_options(out).refused if (out / CARD_OPTIONS_FILE).is_file() else ()
+                # the card names a folder by its own name, never by a path on this machine
+                names = tuple((Path(folder).name, reason.replace(str(Path(folder)), Path(folder).name))
+                              for folder, reason in result.refused)
+                options = replace(options, refused=tuple(dict.fromkeys(earlier + names)))
+            elif (out / CARD_OPTIONS_FILE).is_file():
+                options = replace(options, refused=load_card_options(out).refused)
             result.rows = {c: sum(p.rows.get(c, 0) for p in parts) for c in CONFIG_NAMES}
             finished = finish_dataset(stage, parts, prefix=prefix, tokenizer=tokenizers.tokenizer, options=options,
                                       template=template)
@@ -264,8 +284,8 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             staging.checkpoint("staged")
             staging.commit(stage, out)
     result.readme = Path(out_dir) / "README.md"
-    log.info("built %s: %d rollouts added, %d skipped, %d in total", out, len(result.added),
-             len(result.skipped), result.total_rollouts)
+    log.info("built %s: %d rollouts added, %d skipped, %d refused, %d in total", out, len(result.added),
+             len(result.skipped), len(result.refused), result.total_rollouts)
     return result
 
 

@@ -39,6 +39,8 @@ class CardOptions:
         homepage: the project's or dataset's homepage URL.
         repository: the source repository URL of the capture setup.
         citation: a BibTeX entry; None generates one from the title and the repo.
+        refused: ``(artifact folder name, reason)`` of each folder a build left out because the
+            schema check refused it (`build(..., skip_invalid=True)`); kept across extending builds.
     """
 
     pretty_name: str = "Agent rollouts (rollout-dataset)"
@@ -47,9 +49,11 @@ class CardOptions:
     homepage: str | None = None
     repository: str | None = None
     citation: str | None = None
+    refused: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "language", tuple(self.language))
+        object.__setattr__(self, "refused", tuple((str(f), str(r)) for f, r in self.refused))
         for name in ("homepage", "repository"):
             value = getattr(self, name)
             if value is not None and not value.startswith(("https://", "http://")):
@@ -69,6 +73,7 @@ def save_card_options(options: CardOptions, dataset_dir: str | Path) -> Path:
     path = Path(dataset_dir) / CARD_OPTIONS_FILE
     data = asdict(options)
     data["language"] = list(options.language)
+    data["refused"] = [list(pair) for pair in options.refused]
     write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     return path
 

@@ -35,12 +35,12 @@ from rollout_dataset.builder import staging
 from rollout_dataset.builder.aggregates import CardAggregates
 from rollout_dataset.builder.card_info import arrow_num_bytes
 from rollout_dataset.builder.configs import CONFIG_NAMES
-from rollout_dataset.builder.inputs import load_checked_artifact
+from rollout_dataset.builder.inputs import first_failure_line, load_checked_artifact
 from rollout_dataset.builder.rows import PREVIEW_CHARS, rollout_rows, tokenizer_name
 from rollout_dataset.builder.tokenizer_files import TokenizerRegistry
 from rollout_dataset.builder.traces import write_session
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES, SHARD_BYTES, PartWriter
-from rollout_dataset.errors import ArtifactError
+from rollout_dataset.errors import ArtifactError, SchemaValidationError
 
 __all__ = ["PartSpec", "PartResult", "PartStopped", "exit_with_parent", "split_present", "plan_inputs", "split_parts",
            "build_part", "run_part", "read_progress"]
@@ -74,6 +74,8 @@ class PartResult:
         part: the part's index.
         added: rollout ids added, in order.
         skipped: rollout ids skipped (already in the dataset or an earlier input).
+        refused: ``(folder, first failure)`` of each folder the schema check refused and
+            ``skip_invalid`` left out.
         rows: rows written per config.
         cut_cells: text cells cut to the cell limit.
         shards: per config, the shard files written (none for a config without rows).
@@ -87,6 +89,7 @@ class PartResult:
     part: int
     added: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
     cut_cells: int = 0
     shards: dict[str, list[str]] = field(default_factory=dict)
@@ -211,7 +214,8 @@ def read_progress(path: str | Path) -> tuple[int, int] | None:
 def build_part(spec: PartSpec, stage: str | Path, prefix: str, *, tokenizer_identity: tuple[str | None, str] = (None, ""),
                samples: str = "preview", preview_chars: int = PREVIEW_CHARS, row_group_bytes: int = ROW_GROUP_BYTES,
                shard_bytes: int = SHARD_BYTES, progress: bool = False,
-               progress_file: str | Path | None = None, stop: Callable[[], bool] | None = None) -> PartResult:
+               progress_file: str | Path | None = None, stop: Callable[[], bool] | None = None,
+               skip_invalid: bool = False) -> PartResult:
     """Build one part: check each folder, write its rows to the part's shards, aggregate its summary.
 
     Args:
@@ -229,6 +233,8 @@ def build_part(spec: PartSpec, stage: str | Path, prefix: str, *, tokenizer_iden
             so that the parent can name the folder a crashed process was on.
         stop: asked before each folder; True ends the part early with `PartStopped` (another
             part failed, so this one's rows will not be used).
+        skip_invalid: leave out a folder the schema check refuses (named in `PartResult.refused`)
+            instead of failing the part.
 
     Returns:
         A `PartResult`.
@@ -254,7 +260,7 @@ def build_part(spec: PartSpec, stage: str | Path, prefix: str, *, tokenizer_iden
             if marker is not None:
                 os.pwrite(marker, f"{os.getpid()} {i}\n".ljust(32).encode(), 0)
             _build_one(Path(folder), spec.expected_ids[i], spec.skip[i], stage, writer, tokenizers, result, names,
-                       samples=samples, preview_chars=preview_chars)
+                       samples=samples, preview_chars=preview_chars, skip_invalid=skip_invalid)
             staging.checkpoint("rollout")
     finally:
         result.rows = writer.close()
@@ -268,9 +274,17 @@ def build_part(spec: PartSpec, stage: str | Path, prefix: str, *, tokenizer_iden
 
 def _build_one(folder: Path, expected: str | None, skip: bool, stage: Path, writer: PartWriter,
                tokenizers: TokenizerRegistry, result: PartResult, names: dict, *, samples: str,
-               preview_chars: int) -> None:
-    """Check one folder and add its rows (or skip it); fills `result`."""
-    art = load_checked_artifact(folder)
+               preview_chars: int, skip_invalid: bool = False) -> None:
+    """Check one folder and add its rows (or skip it, or with `skip_invalid` leave out a refused one); fills `result`."""
+    try:
+        art = load_checked_artifact(folder)
+    except SchemaValidationError as exc:
+        if not skip_invalid:
+            raise
+        reason = first_failure_line(exc, folder)
+        log.warning("%s: refused by the schema check, left out of the dataset: %s", folder, reason)
+        result.refused.append((str(folder), reason))
+        return
     rid = art["summary"]["rollout_id"]
     if rid != expected:
         raise ArtifactError(f"{folder / 'summary.json'}: rollout_id is {rid!r} but was {expected!r} when the build "

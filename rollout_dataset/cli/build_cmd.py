@@ -15,6 +15,7 @@ repo), the dataset is pushed (append-safe) when the build finishes.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 __all__ = ["add_arguments", "run"]
@@ -47,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="processes that build in parallel, each a contiguous slice of the inputs (default 1); "
                              "the dataset's rows are the same, in the same order, for any N")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--skip-invalid", action="store_true",
+                        help="leave out each artifact folder the schema check refuses (named on stderr, in the summary "
+                             "and on the card) instead of failing the build")
     from rollout_dataset.cli.build_extend import add_extended_arguments
 
     add_extended_arguments(parser)  # --append, --executor ray, --parts, --node-dir
@@ -97,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.artifacts and not args.node_dir:
         return report_error("give at least one artifact folder (or --node-dir with --executor ray)", EXIT_USAGE)
+    if args.skip_invalid and wants_extended(args):
+        return report_error("--skip-invalid works with a plain build, not with --append or --executor ray", EXIT_USAGE)
     try:
         card = dict(pretty_name=args.pretty_name, license=args.license, language=args.language or ("en",),
                     homepage=args.homepage, repository=args.repository, citation=_citation(args.citation_file))
@@ -104,16 +110,21 @@ def run(args: argparse.Namespace) -> int:
             result = run_extended(args, **card)
         else:
             result = build(args.artifacts, args.out, template=args.template, progress=not args.no_progress,
-                           samples=args.samples, workers=args.workers, **card)
+                           samples=args.samples, workers=args.workers, skip_invalid=args.skip_invalid, **card)
     except SchemaValidationError as exc:
         folder = Path(exc.failures[0][0]).parent if exc.failures else None
-        return report_error(first_failure_line(exc, folder), EXIT_FAILED, note=f"{args.out} left as it was")
+        return report_error(first_failure_line(exc, folder), EXIT_FAILED,
+                            note=f"{args.out} left as it was; --skip-invalid leaves such folders out instead")
     except RolloutDatasetError as exc:
         return report_error(exc, EXIT_FAILED)
     except OSError as exc:  # a full disk, a permission: named by the OS error, the dataset untouched
         return report_error(exc, EXIT_FAILED, note=f"{args.out} left as it was")
+    refused = getattr(result, "refused", [])  # --append and --executor ray check every folder strictly
+    for folder, reason in refused:
+        print(f"refused: {folder}: left out of the dataset: {reason}", file=sys.stderr)
     print(f"{result.out_dir}: {result.total_rollouts} rollouts "
-          f"({len(result.added)} added, {len(result.skipped)} already there)")
+          f"({len(result.added)} added, {len(result.skipped)} already there"
+          f"{f', {len(refused)} refused by the schema check and left out' if refused else ''})")
     width = max(len(c) for c in result.rows)
     print(f"  {'config':<{width}}  {'rows added':>10}  {'bytes (all shards)':>18}")
     for config, rows in result.rows.items():

@@ -187,8 +187,11 @@ def report_result(result) -> int:
     from rollout_dataset.schema.check import format_failure
 
     print(json.dumps(result.summary, indent=1))
-    for failure in result.validation_failures:
-        print(f"invalid: {format_failure(failure)}", file=sys.stderr)
+    if result.validation_failures:  # the folder stays on disk: nothing of the rollout is lost
+        first, more = result.validation_failures[0], len(result.validation_failures) - 1
+        tail = f" (and {more} more: rollout-dataset validate {result.out_dir})" if more else ""
+        print(f"error: {result.out_dir}: refused by the schema check, kept on disk: {format_failure(first)}{tail}",
+              file=sys.stderr)
     for error in result.errors:
         print(f"error: {error['kind']}: {error['message']}", file=sys.stderr)
     print(f"artifacts: {result.out_dir}", file=sys.stderr)

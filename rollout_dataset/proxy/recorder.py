@@ -33,7 +33,14 @@ import orjson
 
 from rollout_dataset.errors import RecordWriteError, SchemaValidationError
 from rollout_dataset.proxy.jsoncodec import encode_record, loads
-from rollout_dataset.trace_integrity import CHAIN_FIELD, TraceSeal, canonical_bytes, record_digest, verify_chain
+from rollout_dataset.trace_integrity import (
+    CHAIN_FIELD,
+    TraceSeal,
+    canonical_bytes,
+    in_arrival_order,
+    record_digest,
+    verify_chain,
+)
 
 __all__ = ["TraceRecorder", "read_trace", "DEFAULT_MAX_OPEN_FILES", "MAX_FIELD_DEPTH"]
 
@@ -473,7 +480,8 @@ def read_trace(path: str | os.PathLike[str], seal: TraceSeal | None = None) -> l
         seal: what the proxy wrote to the session (`TraceRecorder.seal` / `CaptureProxy.seal`).
 
     Returns:
-        The records in file order (calls in the order they ended).
+        The records by arrival index (`trace_integrity.in_arrival_order`); the file holds them in the
+        order calls ended, which differs when a harness overlaps calls.
 
     Raises:
         FileNotFoundError: the file does not exist.
@@ -500,4 +508,4 @@ def read_trace(path: str | os.PathLike[str], seal: TraceSeal | None = None) -> l
             raise SchemaValidationError([(str(path), f"line {number}", "not a JSON object")])
         records.append(record)
     verify_chain(records, str(path), seal)
-    return records
+    return in_arrival_order(records)

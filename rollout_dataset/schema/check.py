@@ -229,8 +229,10 @@ def _check_turns(doc: dict) -> list[tuple[str, str]]:
 def _check_trace(doc: dict) -> list[tuple[str, str]]:
     """Arrival order and tamper evidence (the schema checks the records themselves).
 
-    Each call's index comes after the previous one's; the records' hash chain is unbroken and,
-    when the proxy's seal is there, the calls are exactly the records it wrote.
+    Calls are listed by arrival (`trace_integrity.in_arrival_order`): each call's index comes after
+    the previous one's. The records' hash chain, followed link by link (it runs in the order calls
+    ended, which overlapping calls make differ from arrival), is unbroken and, when the proxy's seal
+    is there, the calls are exactly the records it wrote.
     """
     out: list[tuple[str, str]] = []
     calls = doc.get("calls") if isinstance(doc, dict) else None
@@ -242,7 +244,7 @@ def _check_trace(doc: dict) -> list[tuple[str, str]]:
             seal = TraceSeal.from_dict(doc[SEAL_FIELD])
         except ValueError as exc:
             out.append((f"$.{SEAL_FIELD}", str(exc)))
-    for position, reason in chain_failures(calls, seal):
+    for position, reason in chain_failures(calls, seal, listed="any"):
         out.append((f"$.calls[{position}]", f"trace integrity: {reason}"))
     last = -1
     for i, call in enumerate(calls):
