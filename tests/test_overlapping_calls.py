@@ -131,3 +131,20 @@ def test_a_capture_whose_harness_overlaps_calls_succeeds_and_lists_them_by_arriv
     calls = json.loads((out / "trace.json").read_text())["calls"]
     assert [c["index"] for c in calls] == [0, 1, 2]
     assert calls[1]["started_at"] < calls[0]["ended_at"]  # the first two overlapped
+
+
+def test_a_batch_whose_harness_overlaps_calls_keeps_every_rollout(tmp_path: Path, monkeypatch):
+    from rollout_dataset.cli import main
+
+    script = tmp_path / "agent.py"
+    script.write_text(OVERLAPPING_AGENT)
+    monkeypatch.setenv("AGENT_STREAM", "1")
+    out = tmp_path / "batch"
+    harness = f"harness=cmd:{sys.executable} {script} {{base_url}} {{model}}"
+    assert main(["batch", "--smoke", "--env-option", harness, "--concurrency", "1", "--no-progress",
+                 "--out", str(out)]) == 0
+    folders = sorted(p.parent for p in (out / "rollouts").glob("*/summary.json"))
+    assert len(folders) == 2 and all(validate_path(folder) == [] for folder in folders)
+    for folder in folders:
+        calls = json.loads((folder / "trace.json").read_text())["calls"]
+        assert [c["index"] for c in calls] == [0, 1, 2] and calls[1]["started_at"] < calls[0]["ended_at"]
