@@ -53,6 +53,7 @@ def test_each_harness_completes_a_token_level_capture_on_vllm(captures, harness)
     assert summary["capture_level"] == "tokens" and summary["trainable"], summary
     assert summary["stop_reason"] != "context_exhausted"
     calls = json.loads((out / "trace.json").read_text())["calls"]
+    assert [c["index"] for c in calls] == list(range(len(calls)))  # by arrival, even where calls overlapped
     generation = [c for c in calls if c["endpoint"] in ("/v1/chat/completions", "/v1/responses")]
     assert generation and all(c["capture_level"] == "tokens" and c["status"] == 200 for c in generation)
     assert all(c["effective_sampling_params"].get("max_tokens", c["effective_sampling_params"].get(
