@@ -10,7 +10,7 @@ CODEX_VERSION ?= 0.171.0
 # keep in step with rollout_dataset/harness/claude_code.py CLAUDE_CODE_VERSION
 CLAUDE_CODE_VERSION ?= 2.1.328
 
-.PHONY: all venv reader-venv install install-test npm-tools system-deps demo test test-fast test-real-vllm bench docs clean
+.PHONY: all venv reader-venv install install-test npm-tools system-deps demo lint test test-fast test-real-vllm bench docs clean
 
 all: test
 
@@ -66,8 +66,12 @@ npm-tools: $(NPM_STAMP)
 demo: install system-deps
 	$(PY) -m rollout_dataset.demo
 
-# The whole test suite, as CI runs it.
-test: install-test npm-tools system-deps reader-venv
+# The lint gate (ruff; rules in pyproject.toml [tool.ruff]): zero findings, checked first by `make test`.
+lint: install-test
+	$(VENV)/bin/ruff check rollout_dataset tests bench real_model capture_scripts
+
+# The whole test suite, as CI runs it: lint first, then every test.
+test: lint npm-tools system-deps reader-venv
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # Opt-in: wire-format checks against a genuine vLLM CPU server (see ../shared/tools/real-vllm).

@@ -208,7 +208,7 @@ def main() -> None:
 
         # build vs bare pyarrow (best of 2 each)
         build_times, bare_times = [], []
-        for rep in range(2):
+        for _rep in range(2):
             shutil.rmtree(work / "ds", ignore_errors=True)
             t = time.perf_counter()
             result = build(folders, work / "ds", progress=False)

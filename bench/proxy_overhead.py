@@ -181,7 +181,7 @@ async def measure(bases: dict[str, str], model: str, calls: int, max_tokens: int
     connector = aiohttp.TCPConnector(limit=64, keepalive_timeout=3)  # aiohttp: the cheapest client here
     async with aiohttp.ClientSession(connector=connector, headers=headers,
                                      timeout=aiohttp.ClientTimeout(total=120)) as session:
-        for name, base in bases.items():  # warm-up: connections, caches
+        for base in bases.values():  # warm-up: connections, caches
             await asyncio.gather(*(one_call(session, base, model, False, max_tokens) for _ in range(32)))
         seq: dict[str, list[float]] = {n: [] for n in bases}
         ttft: dict[str, list[float]] = {n: [] for n in bases}
@@ -198,7 +198,7 @@ async def measure(bases: dict[str, str], model: str, calls: int, max_tokens: int
         for _ in range(rounds):
             for name, base in bases.items():
 
-                async def worker() -> None:
+                async def worker(name: str = name, base: str = base) -> None:
                     for _ in range(per_worker):
                         lat[name].append(await one_call(session, base, model, False, max_tokens))
 
@@ -267,7 +267,7 @@ async def measure_streams(bases: dict[str, str], pids: dict[str, int], model: st
             for name, base in bases.items():
                 queue = list(range(per_round))
 
-                async def worker() -> int:
+                async def worker(queue: list[int] = queue, base: str = base) -> int:
                     got = 0
                     while queue:
                         queue.pop()

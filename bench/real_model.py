@@ -58,7 +58,7 @@ def proxy_vs_direct(url: str, calls: int, max_tokens: int, concurrency: int) -> 
             for name, base in (("direct", url), ("proxy", proxied)):
                 t0 = time.perf_counter()
                 with ThreadPoolExecutor(concurrency) as pool:
-                    toks = sum(n for _, n in pool.map(lambda i: _call(client, base, i, max_tokens), range(concurrency * 2)))
+                    toks = sum(n for _, n in pool.map(lambda i, base=base: _call(client, base, i, max_tokens), range(concurrency * 2)))
                 out[name]["tokens_per_s"] = toks / (time.perf_counter() - t0)
             out["throughput_ratio"] = out["proxy"]["tokens_per_s"] / out["direct"]["tokens_per_s"]
             return out

@@ -74,50 +74,50 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = ["__version__", *_EXPORTS]
 
-if TYPE_CHECKING:  # static imports for type checkers; never executed
-    from rollout_dataset.proxy import CaptureProxy, read_trace
-    from rollout_dataset.backend import create_backend_app, LocalBackend
-    from rollout_dataset.tasks import load_tasks
-    from rollout_dataset.capture import capture_rollout, CaptureResult
-    from rollout_dataset.recipes.coding import CaptureConfig
-    from rollout_dataset.graph import build_graph
-    from rollout_dataset.export import export_rollout, turns_document, summarise
-    from rollout_dataset.render import render_samples
-    from rollout_dataset.builder import build, BuildResult
-    from rollout_dataset.hub import push, PushResult
-    from rollout_dataset.batch import run_batch, BatchConfig, BatchResult
-    from rollout_dataset.rewards.config import StepRewardConfig
-    from rollout_dataset.rewards.results import RolloutResult
-    from rollout_dataset.recipes.crafter import run_crafter_rollout, CrafterRolloutConfig
-    from rollout_dataset.capture import run_capture
+if TYPE_CHECKING:  # static imports for type checkers (`X as X`: an explicit re-export); never executed
+    from rollout_dataset.proxy import CaptureProxy as CaptureProxy, read_trace as read_trace
+    from rollout_dataset.backend import create_backend_app as create_backend_app, LocalBackend as LocalBackend
+    from rollout_dataset.tasks import load_tasks as load_tasks
+    from rollout_dataset.capture import capture_rollout as capture_rollout, CaptureResult as CaptureResult
+    from rollout_dataset.recipes.coding import CaptureConfig as CaptureConfig
+    from rollout_dataset.graph import build_graph as build_graph
+    from rollout_dataset.export import export_rollout as export_rollout, turns_document as turns_document, summarise as summarise
+    from rollout_dataset.render import render_samples as render_samples
+    from rollout_dataset.builder import build as build, BuildResult as BuildResult
+    from rollout_dataset.hub import push as push, PushResult as PushResult
+    from rollout_dataset.batch import run_batch as run_batch, BatchConfig as BatchConfig, BatchResult as BatchResult
+    from rollout_dataset.rewards.config import StepRewardConfig as StepRewardConfig
+    from rollout_dataset.rewards.results import RolloutResult as RolloutResult
+    from rollout_dataset.recipes.crafter import run_crafter_rollout as run_crafter_rollout, CrafterRolloutConfig as CrafterRolloutConfig
+    from rollout_dataset.capture import run_capture as run_capture
     from rollout_dataset.envs import (
-        Environment,
-        EnvironmentBase,
-        get_environment,
-        register_environment,
-        available_environments,
+        Environment as Environment,
+        EnvironmentBase as EnvironmentBase,
+        get_environment as get_environment,
+        register_environment as register_environment,
+        available_environments as available_environments,
     )
-    from rollout_dataset.schema.check import validate_path
+    from rollout_dataset.schema.check import validate_path as validate_path
     from rollout_dataset.errors import (
-        RolloutDatasetError,
-        UpstreamError,
-        UpstreamStatusError,
-        TaskIndexError,
-        TaskSourceError,
-        SandboxLimitError,
-        SandboxUnavailableError,
-        SchemaValidationError,
-        LeakageError,
-        ArtifactError,
-        PublishError,
-        GuardrailError,
-        ConfigError,
-        TraceIntegrityError,
-        RecordWriteError,
-        DatasetDirError,
-        TokenizerMismatchError,
-        DistributedBuildError,
-        ToolNotInstalledError,
+        RolloutDatasetError as RolloutDatasetError,
+        UpstreamError as UpstreamError,
+        UpstreamStatusError as UpstreamStatusError,
+        TaskIndexError as TaskIndexError,
+        TaskSourceError as TaskSourceError,
+        SandboxLimitError as SandboxLimitError,
+        SandboxUnavailableError as SandboxUnavailableError,
+        SchemaValidationError as SchemaValidationError,
+        LeakageError as LeakageError,
+        ArtifactError as ArtifactError,
+        PublishError as PublishError,
+        GuardrailError as GuardrailError,
+        ConfigError as ConfigError,
+        TraceIntegrityError as TraceIntegrityError,
+        RecordWriteError as RecordWriteError,
+        DatasetDirError as DatasetDirError,
+        TokenizerMismatchError as TokenizerMismatchError,
+        DistributedBuildError as DistributedBuildError,
+        ToolNotInstalledError as ToolNotInstalledError,
     )
 
 

@@ -498,7 +498,7 @@ def _link_by_sequences(nodes: list[TurnNode], prompts: list[list[int]], sampled:
     for i, node in enumerate(nodes):
         prompt = prompts[i]
 
-        def is_prefix(j: int, n: int) -> bool:
+        def is_prefix(j: int, n: int, prompt: list[int] = prompt, node: TurnNode = node) -> bool:
             head, cut = prompts[j], len(prompts[j])
             if n > len(prompt) or n == 0 or not node.saw_end_of(nodes[j]):
                 return False

@@ -86,7 +86,7 @@ def _render_messages(tokenizer: Any, node: TurnNode) -> str:
     messages = list(node.request_messages) + ([node.response_message] if node.response_message else [])
     try:
         return tokenizer.apply_chat_template(messages, tools=node.request_tools or None, tokenize=False)
-    except Exception:  # a template may reject a shape; fall back to plain JSON
+    except Exception:  # noqa: BLE001 - a template may reject a shape; fall back to plain JSON
         return json.dumps(messages, indent=1, ensure_ascii=False, default=str)
 
 

@@ -270,7 +270,7 @@ def serve_in_thread(factory: Callable[[], AsyncContextManager[T]], *, name: str 
                 box["obj"] = obj
                 started.set()
                 await stop.wait()
-        except BaseException as exc:  # handed to the caller
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
             box["error"] = exc
             started.set()
 

@@ -5,7 +5,6 @@ leaves the earlier dataset loadable)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess

@@ -39,7 +39,7 @@ def _config_tables(out: Path) -> dict:
 def _card_without_sizes(out: Path) -> str:
     """The card without its byte counts (shard files differ in number, so do their sizes)."""
     lines = (out / "README.md").read_text().splitlines()
-    return "\n".join(l for l in lines if not any(k in l for k in ("num_bytes", "download_size", "dataset_size")))
+    return "\n".join(line for line in lines if not any(k in line for k in ("num_bytes", "download_size", "dataset_size")))
 
 
 def test_two_workers_give_the_dataset_of_one_row_for_row(inputs, tmp_path):

@@ -5,7 +5,6 @@ opencode, captured end to end."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -53,7 +52,7 @@ def test_the_harness_sees_the_proxy_url_key_task_and_an_isolated_home(tmp_path, 
     assert env["OPENAI_API_KEY"] == "sk-test-key" and env["HF_TOKEN"] is None
     assert env["EXTRA"] == "m@http://127.0.0.1:9/v1"
     assert env["HOME"] != os.environ.get("HOME") and env["XDG_CONFIG_HOME"].startswith(env["HOME"])
-    assert not str(tmp_path) in env["HOME"]
+    assert str(tmp_path) not in env["HOME"]
     assert (tmp_path / "task_copy.md").read_text() == "Solve it."
     assert (tmp_path / "where.txt").read_text().strip() == str(tmp_path)
 

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import httpx
-import pytest
 
 from rollout_dataset.backend import LocalBackend
 from rollout_dataset.backend.template import render_assistant_text
@@ -254,7 +253,7 @@ async def test_a_restarted_proxy_finds_the_parents_its_earlier_run_recorded(tmp_
         messages = messages + [r.json()["choices"][0]["message"], {"role": "user", "content": "go on"}]
 
     async with LocalBackend(policy="echo") as backend:
-        for run in range(2):  # the second proxy starts on the first one's trace files
+        for _run in range(2):  # the second proxy starts on the first one's trace files
             async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path, on_policy=True) as proxy:
                 await turn(proxy)
                 await turn(proxy)

@@ -5,11 +5,9 @@ server's prompt_logprobs and with a transformers forward pass; also checks that 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import httpx
 import pytest

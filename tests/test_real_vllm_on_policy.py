@@ -4,7 +4,6 @@ key by key; and the proxy's mode against that server (set REAL_VLLM_URL, see tes
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import httpx

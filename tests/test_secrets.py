@@ -191,7 +191,7 @@ def test_userinfo_and_an_api_key_at_once_are_refused_without_printing_either():
 async def test_a_query_key_reaches_a_failing_upstream_but_no_error_body_trace_or_log(tmp_path, caplog):
     fake = FakeVLLM()
     caplog.set_level(logging.DEBUG)
-    async with serve(fake.app) as root:
+    async with serve(fake.app):
         guard_log: list[bytes] = []
 
         async def spy(scope, receive, send):

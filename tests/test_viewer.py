@@ -146,7 +146,7 @@ def _digest(root: Path) -> str:
 def test_serving_and_exporting_never_write_to_path(demo_folders, tmp_path):
     before = [_digest(p) for p in demo_folders]
     for k, folder in enumerate(demo_folders):
-        with serve_in_thread(lambda: viewer_server(folder), name="viewer-ro") as server:
+        with serve_in_thread(lambda folder=folder: viewer_server(folder), name="viewer-ro") as server:
             for row in httpx.get(server.url + "api/index").json()["rows"]:
                 httpx.get(server.url + "api/rollout", params={"id": row["id"]})
                 httpx.get(server.url + "api/tokens", params={"id": row["id"], "seq": 0})

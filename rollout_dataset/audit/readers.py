@@ -121,7 +121,7 @@ def _dataset_sampling(dataset: Path) -> dict[str, dict[int, dict[str, Any]]]:
                 out.setdefault(rid, {})[int(idx)] = json.loads(params) if params else {}
     except ArtifactError:
         return {}  # no trace config: every call then reads as "the server did not say"
-    except Exception as exc:  # pyarrow raises several kinds for a corrupt file
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for a corrupt file
         raise ArtifactError(f"{dataset}/data/trace: unreadable parquet ({exc})") from None
     return out
 
@@ -151,7 +151,7 @@ def _dataset_rollouts(dataset: Path, batch_rows: int = 64) -> Iterator[AuditRoll
             yield current
     except ArtifactError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for a corrupt shard; named as ArtifactError
         raise ArtifactError(f"{dataset}/data/sequences: unreadable parquet ({exc})") from None
 
 

@@ -92,8 +92,8 @@ def _diagnose(seq_pairs: list[tuple[list[float], list[float]]], prompts: list[li
         return out
     aligned = left = right = 0.0
     for c, s in seq_pairs:
-        a, l, r = shifted_fit(c, s)
-        aligned, left, right = aligned + a, left + l, right + r
+        fit_aligned, fit_left, fit_right = shifted_fit(c, s)
+        aligned, left, right = aligned + fit_aligned, left + fit_left, right + fit_right
     if min(left, right) < 0.5 * aligned:
         side = "one position later" if left < right else "one position earlier"
         out.append({"code": "logprobs_shifted", "message": f"the captured logprobs match the scores {side} "

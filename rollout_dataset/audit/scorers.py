@@ -83,7 +83,7 @@ class ServerScorer:
         self._decoded: dict[int, str] = {}
         try:
             cards = self._client.get(f"{self.url}/models").raise_for_status().json()["data"]
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure to list models (HTTP, JSON, shape) is the one ScorerError
             raise ScorerError(f"{self.url}/models: no model list ({type(exc).__name__}: {exc})") from None
         self.model = model or cards[0]["id"]
         self._max_len = next((c.get("max_model_len") for c in cards if c.get("id") == self.model), None)
@@ -121,7 +121,7 @@ class ServerScorer:
                 return list(pool.map(self._score_one, requests))
         except ScorerError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a worker's failure of any kind is the one ScorerError naming the URL
             raise ScorerError(f"{self.url}/completions: {type(exc).__name__}: {exc}") from None
 
     def decode(self, token_id: int) -> str:
@@ -130,7 +130,7 @@ class ServerScorer:
             try:
                 r = self._client.post(f"{self._root}/detokenize", json={"model": self.model, "tokens": [token_id]})
                 self._decoded[token_id] = r.json().get("prompt", "") if r.status_code == 200 else ""
-            except Exception:
+            except Exception:  # noqa: BLE001 - a token the server cannot decode is shown undecoded
                 self._decoded[token_id] = ""
         return self._decoded[token_id]
 
@@ -143,7 +143,7 @@ class ServerScorer:
             toks = self._client.post(f"{self._root}/tokenize", json={"model": self.model, "add_special_tokens": False,
                                                                       "prompt": text.json()["prompt"]})
             return list(toks.json()["tokens"]) if toks.status_code == 200 else None
-        except Exception:
+        except Exception:  # noqa: BLE001 - no re-tokenization check when the server cannot give one
             return None
 
     def vocab_size(self) -> int | None:
@@ -181,7 +181,7 @@ class TransformersScorer:
         try:
             self._tok = AutoTokenizer.from_pretrained(model)
             self._lm = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype)).to(device).eval()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a model it cannot load; named as ScorerError
             raise ScorerError(f"--model {model}: could not load ({type(exc).__name__}: {exc})") from None
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[list[float | None]]:

@@ -215,7 +215,7 @@ async def _chat(request: Request, state: BackendState) -> Response:
         try:
             prompt_text = render_chat(state.tokenizer, messages, tools, True, template_kwargs)
         except ValueError as exc:
-            raise RequestError(str(exc), param="messages")
+            raise RequestError(str(exc), param="messages") from None
         prompt_ids = encode_text(state.tokenizer, prompt_text)
     max_tokens = check_context(state.max_model_len, len(prompt_ids), common.max_tokens)
     parse_tools = bool(tools) and tool_choice != "none"
@@ -417,7 +417,7 @@ async def _tokenize(request: Request, state: BackendState) -> Response:
         try:
             text = render_chat(tok, messages, tools, bool_param(body, "add_generation_prompt", True), kwargs)
         except ValueError as exc:
-            raise RequestError(str(exc), param="messages")
+            raise RequestError(str(exc), param="messages") from None
         ids = list(tok.encode(text, add_special_tokens=bool_param(body, "add_special_tokens", False)))
     elif isinstance(body.get("prompt"), str):
         ids = list(tok.encode(body["prompt"], add_special_tokens=bool_param(body, "add_special_tokens", True)))

@@ -76,7 +76,7 @@ def parse_tool_calls(text: str) -> ParsedOutput:
                     },
                 }
             )
-    except Exception:
+    except Exception:  # noqa: BLE001 - model text that is not a well-formed tool call stays content, as vLLM's hermes parser does
         return ParsedOutput(content=text)
     content = text[: text.find(TOOL_CALL_START)]
     return ParsedOutput(content=content or None, tool_calls=calls)

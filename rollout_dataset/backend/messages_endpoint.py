@@ -120,7 +120,7 @@ async def count_tokens_endpoint(request: Request, state: Any) -> Response:
         try:
             text = render_chat(state.tokenizer, messages, tools, True, kwargs)
         except ValueError as exc:
-            raise RequestError(str(exc), param="messages")
+            raise RequestError(str(exc), param="messages") from None
     except RequestError as exc:
         return _error(exc)
     count = len(encode_text(state.tokenizer, text))

@@ -82,7 +82,8 @@ async def json_body(request: Request) -> dict:
     try:
         body = json.loads(raw) if raw else None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise validation_error("body", "json_invalid", f"JSON decode error: {exc}", raw[:200].decode("utf-8", "replace"))
+        raise validation_error("body", "json_invalid", f"JSON decode error: {exc}",
+                               raw[:200].decode("utf-8", "replace")) from None
     if not isinstance(body, dict):
         raise validation_error("body", "model_attributes_type", "Input should be a valid dictionary or object", body)
     return body

@@ -183,7 +183,7 @@ async def responses_endpoint(request: Request, state: Any, respond: Any) -> Resp
     try:
         prompt_text = render_chat(state.tokenizer, messages, chat_tools, True, {})
     except ValueError as exc:
-        raise RequestError(str(exc), param="input")
+        raise RequestError(str(exc), param="input") from None
     prompt_ids = encode_text(state.tokenizer, prompt_text)
     max_tokens = check_context(state.max_model_len, len(prompt_ids), max_out)
     turn = sum(1 for m in messages if m.get("role") == "assistant")

@@ -13,7 +13,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import pyarrow.parquet as pq
 

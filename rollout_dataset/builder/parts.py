@@ -352,7 +352,7 @@ def run_part(kwargs: dict[str, Any]) -> PartResult:
     except BaseException as exc:
         try:
             pickle.loads(pickle.dumps(exc))
-        except Exception:
+        except Exception:  # noqa: BLE001 - an exception that does not pickle is re-raised as one that does
             raise ArtifactError(f"build part {kwargs['spec'].part}: {type(exc).__name__}: {exc}") from None
         raise
 

@@ -97,7 +97,7 @@ def resolve_tokenizer_files(name: str | None, cache_dir: str | Path | None = Non
 
             folder = Path(snapshot_download(name, local_files_only=True, cache_dir=cache_dir,
                                             allow_patterns=list(TOKENIZER_FILES)))
-        except Exception as exc:  # not a repo id, not cached: the dataset goes without a tokenizer
+        except Exception as exc:  # noqa: BLE001 - not a repo id, not cached: the dataset goes without a tokenizer
             log.warning("tokenizer %r: not a folder and not in the local Hugging Face cache (%s); the dataset "
                         "will not carry it", name, type(exc).__name__)
             return None

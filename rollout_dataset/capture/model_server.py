@@ -175,7 +175,7 @@ def _cached_or_local(name: str) -> bool:
 
     try:
         found = try_to_load_from_cache(name, "tokenizer_config.json")
-    except Exception:  # not a valid repo id
+    except Exception:  # noqa: BLE001 - not a valid repo id
         return False
     return isinstance(found, str)
 
@@ -190,7 +190,7 @@ def load_offline_tokenizer(name: str, *, allow_download: bool = True) -> Any:
     try:
         with IMPORT_LOCK:
             return load_tokenizer(name)
-    except Exception as exc:  # a missing tokenizer only costs the cross-check and the samples
+    except Exception as exc:  # noqa: BLE001 - a missing tokenizer only costs the cross-check and the samples
         logger.warning("tokenizer %r not available (%s): samples.md is written without the token stream", name, exc)
         return None
 

@@ -212,7 +212,6 @@ def config_from_args(args: argparse.Namespace):
         ValueError: a value out of range (the configuration's own check).
     """
     from rollout_dataset.recipes.coding import CaptureConfig
-    from rollout_dataset.errors import ConfigError
 
     refuse_foreign_flags(args, "coding")
     return CaptureConfig(out_dir=args.out_dir or "trace_artifact", base_url=args.base_url, model=args.model,

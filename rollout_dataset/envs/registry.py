@@ -106,7 +106,7 @@ def _load_entry_point(entry: importlib.metadata.EntryPoint) -> Any:
     where = f"entry point {entry.name!r} = {entry.value!r} (group {ENTRY_POINT_GROUP})"
     try:
         environment = _instantiate(entry.load())
-    except Exception as exc:  # a broken plugin is named, never a traceback
+    except Exception as exc:  # noqa: BLE001 - a broken plugin is named, never a traceback
         raise ConfigError(f"{where} failed to load: {type(exc).__name__}: {exc}") from None
     for attribute in ("prepare", "capture_settings", "config_class"):
         if not callable(getattr(environment, attribute, None)):
@@ -152,7 +152,7 @@ def available_environments() -> list[str]:
         names = set(_REGISTERED) | set(_BUILTIN)
     try:
         names |= set(_entry_points())
-    except Exception as exc:  # unreadable packaging metadata must not hide the built-ins
+    except Exception as exc:  # noqa: BLE001 - unreadable packaging metadata must not hide the built-ins
         logger.warning("entry points of %s unreadable: %s", ENTRY_POINT_GROUP, exc)
     return sorted(names)
 

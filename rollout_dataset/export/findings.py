@@ -267,7 +267,7 @@ def retokenization_findings(node: TurnNode, tokenizer: Any, request_kwargs: dict
     i = node.index
     try:
         rendered = render_prompt_ids(node, tokenizer, request_kwargs)
-    except Exception as exc:  # a template may reject any message shape
+    except Exception as exc:  # noqa: BLE001 - a template may reject any message shape
         return [finding("retokenization_unavailable", f"call {i}: chat template failed: {exc}", call_index=i)]
     server = node.prompt_ids
     if rendered == server:

@@ -15,7 +15,6 @@ mini-swe-agent` and `--harness opencode` use them; `--harness cmd:"..."` runs an
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path

@@ -43,7 +43,7 @@ def push_artifacts(out_dir: str | os.PathLike[str], repo_id: str | None, private
         try:
             build([Path(out_dir)], Path(tmp) / "dataset", progress=False)
             push(Path(tmp) / "dataset", repo_id, private=private)
-        except Exception as exc:  # the artifacts are written; a failed push is reported, not fatal
+        except Exception as exc:  # noqa: BLE001 - the artifacts are written; a failed push is reported, not fatal
             return f"push to {repo_id} failed: {type(exc).__name__}: {exc}"
     logger.info("pushed %s to %s", out_dir, repo_id)
     return None

@@ -44,7 +44,7 @@ class CallRecorder:
             call.response = assemble_events(call.response) or call.response
         try:
             fields = token_fields(call.response if ok else None, call.kind)
-        except Exception as exc:  # an answer of unexpected shape: recorded as it came, without token fields
+        except Exception as exc:  # noqa: BLE001 - an answer of unexpected shape: recorded as it came, without token fields
             fields = token_fields(None, call.kind)
             fields["notes"] = [f"no token fields: the answer has an unexpected shape ({type(exc).__name__}: {exc})"]
         record = {

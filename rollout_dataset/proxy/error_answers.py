@@ -100,5 +100,5 @@ class ErrorAnswers:
             try:
                 await send({"type": "http.response.body", "body": call_error_event(call, 500, message, "proxy_error"),
                             "more_body": False})
-            except Exception:  # pragma: no cover - the connection is gone
+            except Exception:  # noqa: BLE001 - pragma: no cover - the connection is gone
                 pass

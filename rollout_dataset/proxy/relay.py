@@ -148,7 +148,7 @@ class UpstreamRelay:
         if token_req is not None and response.status_code < 400 and parsed is not None:
             try:
                 edited = strip_response(parsed, token_req)
-            except Exception as exc:  # an answer of unexpected shape goes to the harness as it came
+            except Exception as exc:  # noqa: BLE001 - an answer of unexpected shape goes to the harness as it came
                 edited = None
                 call.notes.append(f"the answer has an unexpected shape ({type(exc).__name__}: {exc}); "
                                   "forwarded unchanged")
@@ -174,7 +174,7 @@ class UpstreamRelay:
         call.raw_response = None  # the chat bytes are recorded under `upstream`, not as the response
         try:
             translated = translate_whole(parsed, status)
-        except Exception as exc:  # e.g. tool arguments that are not JSON
+        except Exception as exc:  # noqa: BLE001 - e.g. tool arguments that are not JSON
             call.notes.append(f"the chat answer could not be turned into a message ({type(exc).__name__}: {exc})")
             translated = None
         if translated is None:
@@ -273,7 +273,7 @@ class UpstreamRelay:
                                 out.append(encode_events(translator.feed(chunk)))
                                 continue
                             edited = strip_response(chunk, token_req) if strip else None
-                        except Exception as exc:  # unexpected types: forwarded as is, kept raw for the record
+                        except Exception as exc:  # noqa: BLE001 - unexpected types: forwarded as is, kept raw for the record
                             edited = None
                             call.notes.append(f"stream event {len(raw_events) - 1} has an unexpected shape "
                                               f"({type(exc).__name__}: {exc}); forwarded as is")
@@ -353,7 +353,7 @@ def assembled(call: Call, assembler: StreamAssembler, raw_events: list[str]) -> 
         return None
     try:
         return assembler.response() if assembler.chunks else "\n".join(raw_events)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a stream of any unexpected shape is still recorded as it came
         call.notes.append(f"the stream could not be reassembled ({type(exc).__name__}: {exc}); "
                           "response holds the events' data as they came, one per line")
         return "\n".join(raw_events)

@@ -358,7 +358,7 @@ class CaptureProxy:
         async def main() -> None:
             try:
                 await self._thread_main(ready)
-            except BaseException as exc:  # reported to the starting thread
+            except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
                 self._thread_error = exc
                 ready.set()
 

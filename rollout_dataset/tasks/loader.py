@@ -186,7 +186,7 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
 
     try:
         return pq.read_table(path).to_pylist()
-    except Exception as exc:  # pyarrow raises several types for a bad file
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a bad file
         raise TaskSourceError(f"{path}: cannot read parquet ({exc})") from None
 
 
@@ -205,7 +205,7 @@ def _read_with_datasets(name: str, split: str, where: str) -> list[dict[str, Any
             loaded = datasets.load_dataset(name, split=split)
     except TaskSourceError:
         raise
-    except Exception as exc:  # datasets raises many kinds (not found, offline, bad split)
+    except Exception as exc:  # noqa: BLE001 - datasets raises many kinds (not found, offline, bad split)
         raise TaskSourceError(f"{where}: cannot load dataset ({type(exc).__name__}: {exc})") from None
     return loaded.to_list()
 

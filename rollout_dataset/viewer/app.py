@@ -79,7 +79,7 @@ class IndexScan:
                     self._rows.append(index_record(next(self._iter)))
                 except StopIteration:
                     self._iter = None
-                except Exception as exc:  # a broken shard: the rows read so far stay listed
+                except Exception as exc:  # noqa: BLE001 - a broken shard: the rows read so far stay listed
                     log.warning("index scan stopped: %s", exc)
                     self.error = f"{type(exc).__name__}: {exc}"
                     self._iter = None

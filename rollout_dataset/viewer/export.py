@@ -80,7 +80,7 @@ def export_static(path: str | Path, out: str | Path) -> dict[str, Any]:
     for rid, n in ids.items():
         try:
             loaded, view, tokenizer = load_view(source, rid)
-        except Exception as exc:  # shown in the exported page, as the server would
+        except Exception as exc:  # noqa: BLE001 - shown in the exported page, as the server would
             loaded, view, tokenizer = None, {"id": rid, "errors": [f"{type(exc).__name__}: {exc}"]}, None
         _write_data(data, f"r{n}.js", "rollout", _finite(view))
         for seq in view.get("sequences") or []:

@@ -158,7 +158,7 @@ class RolloutSource:
 
         try:
             return load_tokenizer(spec), None
-        except Exception as exc:  # a Hub id offline, a broken folder: ids shown undecoded
+        except Exception as exc:  # noqa: BLE001 - a Hub id offline, a broken folder: ids shown undecoded
             return None, f"tokenizer {spec!r} could not be loaded ({type(exc).__name__}: {exc}); ids shown undecoded"
 
 
@@ -242,7 +242,7 @@ class ArtifactSource(RolloutSource):
             try:
                 built, _ = build_rows(art)
                 rows = {config: [_decoded(config, r) for r in found] for config, found in built.items()}
-            except Exception as exc:  # a shape the builder cannot take: shown in the page
+            except Exception as exc:  # noqa: BLE001 - a shape the builder cannot take: shown in the page
                 errors.append(f"{folder}: the builder could not read this folder: {type(exc).__name__}: {exc}")
         elif isinstance(docs.get(SUMMARY_FILE), dict):
             rows["summary"] = [dict(docs[SUMMARY_FILE], group_id=None)]
@@ -295,7 +295,7 @@ class DatasetSource(RolloutSource):
         for path in self._files(config):
             try:
                 parquet = pq.ParquetFile(path)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not parquet
                 raise ArtifactError(f"{path.relative_to(self.root)}: not a readable parquet file: {exc}") from None
             names = set(parquet.schema_arrow.names)
             for group in range(parquet.num_row_groups):
@@ -352,7 +352,7 @@ class DatasetSource(RolloutSource):
                 for path, group in self._where(config).get(rid, []):
                     table = pq.ParquetFile(path).read_row_group(group)
                     found.extend(table.filter(pc.equal(table.column("rollout_id"), rid)).to_pylist())
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a broken shard is shown as an error in the page, the rest still listed
                 errors.append(f"config {config}: {type(exc).__name__}: {exc}")
             rows[config] = [_decoded(config, r) for r in found]
         extra: dict[str, Any] = {}
