@@ -73,7 +73,10 @@ def save_card_options(options: CardOptions, dataset_dir: str | Path) -> Path:
     path = Path(dataset_dir) / CARD_OPTIONS_FILE
     data = asdict(options)
     data["language"] = list(options.language)
-    data["refused"] = [list(pair) for pair in options.refused]
+    if options.refused:  # kept only when a build left folders out
+        data["refused"] = [list(pair) for pair in options.refused]
+    else:
+        del data["refused"]
     write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     return path
 

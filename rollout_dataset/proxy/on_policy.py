@@ -43,6 +43,8 @@ __all__ = [
     "common_prefix",
     "common_suffix",
     "content_mismatch_detail",
+    "explain_content_change",
+    "restore_reasoning",
     "drift_of",
     "message_key",
     "past_call_from_record",
@@ -67,7 +69,9 @@ class Continuity:
     Attributes:
         status: ``exact`` (the prompt holds the parent's sampled ids as they were sampled, or
             nothing was sampled before), ``repaired`` (the proxy sent its own prompt ids),
-            ``not_repaired`` (the server's render was sent; `reason` says why).
+            ``reasoning_dropped`` (the chat template drops earlier reasoning by design, e.g. Qwen3
+            before a new user message: the server's render was sent, a new sequence starts),
+            ``not_repaired`` (the server's render was sent; `reason` says why: an unexplained break).
         parent_index: arrival index of the call this one continues, or None.
         reason: a short code for not_repaired (``no_parent``, ``content_changed``, ...) or for
             exact calls with no parent (``new_conversation``).
@@ -445,6 +449,57 @@ def plan_splice(parent: PastCall, parent_render: Sequence[int], render: Sequence
                                  f"closes the turn with id {rest[0]}")
     # cut by max_tokens: the template's end-of-turn token (rest[0]) closes the turn
     return SplicePlan(list(parent.prompt_ids) + sampled + rest, sampled_content=sampled, rendered_content=rendered)
+
+
+#: the reasoning block's closing tag (Qwen3, DeepSeek-R1 style templates).
+THINK_CLOSE = "</think>"
+
+
+def explain_content_change(sampled_text: str, rendered_text: str) -> str:
+    """Why the reply the server renders from the history differs from the reply the model sampled.
+
+    Only what the two texts show is used, never the mere presence of a think block.
+
+    Args:
+        sampled_text: the decoded sampled ids of the reply's content.
+        rendered_text: the decoded ids the server renders there from what the harness sent back.
+
+    Returns:
+        ``"reasoning_dropped"`` when the render is exactly the sampled text after its reasoning block
+        (``...</think>``; whitespace at the joins aside), ``"whitespace_drift"`` when the texts differ
+        only in whitespace (e.g. a doubled newline before ``<tool_call>``: the tool parser leaves a
+        trailing newline in `content` and the template adds one), else ``"content_changed"``.
+    """
+    if THINK_CLOSE in sampled_text:
+        after = sampled_text.split(THINK_CLOSE, 1)[1]
+        if after.strip() == rendered_text.strip():
+            return "reasoning_dropped"
+    if "".join(sampled_text.split()) == "".join(rendered_text.split()):
+        return "whitespace_drift"
+    return "content_changed"
+
+
+def restore_reasoning(message: Mapping[str, Any], sampled_text: str) -> dict[str, Any]:
+    """The assistant turn as the harness sent it, with the sampled reasoning block put back.
+
+    The content becomes the sampled text up to and including ``</think>`` followed by the content
+    the harness sent (tool calls stay in `tool_calls`), the form reasoning templates read; any
+    reasoning field the harness sent is dropped so the reasoning appears once.
+
+    Args:
+        message: the assistant message from the request.
+        sampled_text: the decoded sampled ids of that turn (they hold ``</think>``).
+
+    Returns:
+        The restored message (a new dict).
+    """
+    head = sampled_text[: sampled_text.index(THINK_CLOSE) + len(THINK_CLOSE)]
+    content = message.get("content")
+    text = content if isinstance(content, str) else "".join(
+        str(p.get("text", "")) for p in content or [] if isinstance(p, Mapping))
+    out = {k: v for k, v in message.items() if k not in ("reasoning", "reasoning_content")}
+    out["content"] = head + "\n\n" + text.lstrip("\n")
+    return out
 
 
 def content_mismatch_detail(sampled_text: str, rendered_text: str) -> str:

@@ -27,13 +27,16 @@ from rollout_dataset.proxy.on_policy import (
     Continuity,
     PastCall,
     SessionMemory,
+    SplicePlan,
     blank_reply,
     content_mismatch_detail,
     drift_of,
+    explain_content_change,
     message_key,
     past_call_from_record,
     plan_splice,
     request_context,
+    restore_reasoning,
     text_only,
 )
 
@@ -47,6 +50,16 @@ PROBE_IDS = 32  # the probe sends this many ids of the first prompt it would sen
 _PASS_TO_TOKENIZE = ("model", "tools", "chat_template", "chat_template_kwargs", "continue_final_message",
                      "documents", "add_special_tokens")
 _AUX_DROP = frozenset({b"content-type", b"accept", b"content-length"})
+
+
+#: what a repaired call's record says when its prompt differs from what the harness sent for a named cause.
+_REPAIR_DETAIL = {
+    "whitespace_drift": "the history's reply differs from the sampled one only in whitespace (e.g. a newline the "
+                        "tool parser left in content, doubled by the template); the sampled ids were sent",
+    "harness_dropped_reasoning": "the harness sent the reply back without its reasoning, which the template keeps "
+                                 "here; the sampled reasoning was put back, so the prompt differs from what the "
+                                 "harness sent",
+}
 
 
 class _AuxError(Exception):
@@ -286,12 +299,26 @@ class OnPolicyMode:
         plan = plan_splice(parent, parent_render, render, blank_render)
         if plan.target is None:
             return Continuity("not_repaired", idx, plan.reason, plan.detail)
+        repair_reason: str | None = None
         if plan.needs_text_check:
             model = parsed.get("model")
             sampled, rendered = await asyncio.gather(self.detokenize(model, plan.sampled_content, headers),
                                                      self.detokenize(model, plan.rendered_content, headers))
             if sampled != rendered:
-                return Continuity("not_repaired", idx, "content_changed", content_mismatch_detail(sampled, rendered))
+                cause = explain_content_change(sampled, rendered)
+                if cause == "reasoning_dropped":
+                    restored = await self._restored_plan(parsed, messages, k, sampled, parent, parent_render,
+                                                         blank_render, headers)
+                    if restored is None:  # the template drops it even when sent back: by design
+                        return Continuity("reasoning_dropped", idx, "template_dropped_reasoning",
+                                          "the chat template leaves earlier reasoning out of this prompt by "
+                                          "design; the turn starts a new sequence")
+                    # the server renders the harness's messages without the reasoning: the restored
+                    # splice is sent, and the drift is measured against that render
+                    plan, cause = restored, "harness_dropped_reasoning"
+                elif cause != "whitespace_drift":
+                    return Continuity("not_repaired", idx, cause, content_mismatch_detail(sampled, rendered))
+                repair_reason = cause
         if plan.target == render:
             return Continuity("exact", idx)
         overflow = context_overflow(len(plan.target), len(render), max_model_len, parsed)
@@ -301,7 +328,30 @@ class OnPolicyMode:
             return Continuity("not_repaired", idx, "server_ignores_prompt_ids", self.off_reason)
         prepared.target = plan.target
         prepared.body = _with_prompt_ids(prepared.body, plan.target)
-        return Continuity("repaired", idx, drift=drift_of(render, plan.target))
+        return Continuity("repaired", idx, repair_reason, _REPAIR_DETAIL.get(repair_reason),
+                          drift=drift_of(render, plan.target))
+
+    async def _restored_plan(self, parsed: dict[str, Any], messages: list[Any], k: int, sampled: str,
+                             parent: PastCall, parent_render: list[int], blank_render: list[int],
+                             headers: list[tuple[bytes, bytes]]) -> SplicePlan | None:
+        """The splice for the history with the sampled reasoning put back, when the template keeps it there.
+
+        Returns:
+            The plan, or None when the template drops the reasoning even when the harness sends it
+            back (or the restored render does not hold the sampled reply).
+        """
+        restored = list(messages[:k]) + [restore_reasoning(messages[k], sampled)] + list(messages[k + 1:])
+        render, _ = await self.tokenize(parsed, restored, headers)
+        plan = plan_splice(parent, parent_render, render, blank_render)
+        if plan.target is None:
+            return None
+        if plan.needs_text_check:
+            model = parsed.get("model")
+            again, rendered = await asyncio.gather(self.detokenize(model, plan.sampled_content, headers),
+                                                   self.detokenize(model, plan.rendered_content, headers))
+            if again != rendered and explain_content_change(again, rendered) != "whitespace_drift":
+                return None
+        return plan
 
     def finish(self, session: str, index: int, prepared: Prepared, ok: bool, fields: dict[str, Any]) -> list[str]:
         """Check the server used the meant prompt, and remember the call as a possible parent.
