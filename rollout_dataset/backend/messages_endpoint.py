@@ -17,14 +17,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from rollout_dataset.backend.params import RequestError, chat_inputs, json_body
+from rollout_dataset.schema.api_requests import messages_request_problem
 from rollout_dataset.tokenizers import encode_text, render_chat
 from rollout_dataset.wire.anthropic_chat import (
     ChatStreamToMessages,
     anthropic_error,
     chat_to_message,
     encode_events,
+    anthropic_error_type,
     messages_to_chat,
-    request_problem,
 )
 
 __all__ = ["messages_endpoint", "count_tokens_endpoint"]
@@ -34,12 +35,12 @@ ChatHandler = Callable[[Request, Any], Awaitable[Response]]
 
 def _error(exc: RequestError) -> JSONResponse:
     error = exc.body.get("error") if isinstance(exc.body.get("error"), dict) else exc.body
-    return JSONResponse(anthropic_error(str(error.get("type")), str(error.get("message"))), status_code=exc.code)
+    return JSONResponse(anthropic_error(anthropic_error_type(exc.code), str(error.get("message"))), status_code=exc.code)
 
 
 async def _anthropic_body(request: Request) -> dict[str, Any]:
     body = await json_body(request)
-    problem = request_problem(body)
+    problem = messages_request_problem(body)
     if problem is not None:
         raise RequestError(problem, param=problem.split(":")[0], type_="Bad Request")
     return body

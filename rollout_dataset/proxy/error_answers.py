@@ -13,7 +13,7 @@ from rollout_dataset.errors import RecordWriteError
 from rollout_dataset.proxy.asgi_types import Send
 from rollout_dataset.proxy.call import Call
 from rollout_dataset.proxy.jsoncodec import dumps_standard
-from rollout_dataset.wire.anthropic_chat import anthropic_error
+from rollout_dataset.wire.anthropic_chat import anthropic_error, anthropic_error_type
 
 __all__ = ["ErrorAnswers", "JSON_HEADERS", "error_body", "error_event", "call_error_body", "call_error_event",
            "unrecorded_message"]
@@ -36,9 +36,7 @@ ANTHROPIC_ERROR_TYPES = {"bad_request": "invalid_request_error", "context_exhaus
 
 
 def _anthropic_type(status: int, kind: str) -> str:
-    if status == 413:
-        return "request_too_large"
-    return ANTHROPIC_ERROR_TYPES.get(kind, "api_error")
+    return ANTHROPIC_ERROR_TYPES.get(kind) or anthropic_error_type(status)
 
 
 def call_error_body(call: Call, status: int, message: str, kind: str) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollout_dataset.wire.anthropic_chat import anthropic_error, chat_to_message
-from rollout_dataset.wire.anthropic_chat import request_problem as messages_problem
+from rollout_dataset.wire.anthropic_chat import anthropic_error, anthropic_error_type, chat_to_message
+from rollout_dataset.schema.api_requests import messages_request_problem as messages_problem
 
 __all__ = ["MESSAGES_ENDPOINT", "CHAT_ENDPOINT", "messages_problem", "translate_whole"]
 
@@ -35,5 +35,5 @@ def translate_whole(chat: Any, status: int) -> dict[str, Any] | None:
         return None
     if status >= 400:
         error = chat.get("error") if isinstance(chat.get("error"), dict) else {}
-        return anthropic_error(str(error.get("type") or "api_error"), str(error.get("message") or chat)[:4000])
+        return anthropic_error(anthropic_error_type(status), str(error.get("message") or chat)[:4000])
     return chat_to_message(chat)

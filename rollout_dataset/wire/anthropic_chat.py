@@ -42,7 +42,7 @@ __all__ = [
     "message_to_assistant",
     "request_messages",
     "encode_events",
-    "request_problem",
+    "anthropic_error_type",
     "stop_reason",
     "usage",
 ]
@@ -321,43 +321,6 @@ def chat_to_message(chat: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-_ROLES = ("user", "assistant", "system")
-
-
-def request_problem(body: dict[str, Any]) -> str | None:
-    """What makes a Messages request invalid (the fields vLLM's request model requires), or None.
-
-    Args:
-        body: the parsed request.
-
-    Returns:
-        One sentence naming the field, or None when the request can be sent.
-    """
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        return "model: a non-empty string is required"
-    max_tokens = body.get("max_tokens")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
-        return "max_tokens: an integer is required"
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return "messages: a list of messages is required"
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in _ROLES:
-            return f"messages.{i}.role: one of {', '.join(_ROLES)} is required"
-        content = message.get("content")
-        if isinstance(content, list):
-            for j, block in enumerate(content):
-                if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-                    return f"messages.{i}.content.{j}: a content block with a type is required"
-        elif not isinstance(content, str):
-            return f"messages.{i}.content: a string or a list of content blocks is required"
-    for key in ("tools", "stop_sequences"):
-        if body.get(key) is not None and not isinstance(body[key], list):
-            return f"{key}: a list is required"
-    for i, tool in enumerate(body.get("tools") or ()):
-        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-            return f"tools.{i}.name: a string is required"
-    return None
 
 
 def message_to_assistant(message: Any) -> dict[str, Any] | None:
@@ -411,6 +374,27 @@ def request_messages(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[d
             message = {("reasoning_content" if k == "reasoning" else k): v for k, v in message.items()}
         messages.append(message)
     return messages, chat.get("tools") or []
+
+
+#: the Anthropic error type of each HTTP status the Messages API answers with (its published list).
+ANTHROPIC_ERROR_TYPES_BY_STATUS = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                                   403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                                   429: "rate_limit_error", 500: "api_error", 504: "timeout_error",
+                                   529: "overloaded_error"}
+
+
+def anthropic_error_type(status: int) -> str:
+    """The Anthropic error type for an HTTP status (another 4xx: invalid_request_error; 5xx: api_error).
+
+    Args:
+        status: the HTTP status of the error answer.
+
+    Returns:
+        e.g. ``"invalid_request_error"`` for 400 or 422.
+    """
+    if status in ANTHROPIC_ERROR_TYPES_BY_STATUS:
+        return ANTHROPIC_ERROR_TYPES_BY_STATUS[status]
+    return "invalid_request_error" if 400 <= status < 500 else "api_error"
 
 
 def anthropic_error(kind: str, message: str) -> dict[str, Any]:

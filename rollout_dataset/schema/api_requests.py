@@ -1,0 +1,62 @@
+"""Request bodies of the APIs the proxy and the local backend accept, checked against their published shapes.
+
+One definition per API, used by both the recording proxy (which answers 400 before anything reaches
+the model) and the local backend (which answers as the server would): the shape is a shipped JSON
+Schema (`schemas/messages_request.schema.json`), and numbers must be finite (JSON Schema cannot see
+NaN or Infinity, which Python's JSON reader accepts).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rollout_dataset.schema import schema_errors
+
+__all__ = ["MESSAGES_REQUEST_SCHEMA", "messages_request_problem", "non_finite_number"]
+
+#: the schema of a `/v1/messages` body.
+MESSAGES_REQUEST_SCHEMA = "messages_request"
+
+
+def non_finite_number(value: Any, path: str = "$") -> str | None:
+    """The JSON path of the first NaN or infinite number in a parsed body, or None.
+
+    Args:
+        value: the parsed JSON value.
+        path: the path of `value` itself.
+
+    Returns:
+        e.g. ``"$.temperature"``, or None when every number is finite.
+    """
+    stack = [(path, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return where
+        if isinstance(item, dict):
+            stack.extend((f"{where}.{k}", v) for k, v in reversed(list(item.items())))
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def messages_request_problem(body: Any) -> str | None:
+    """What makes a `/v1/messages` body invalid, in one line naming the field, or None.
+
+    Args:
+        body: the parsed request body.
+
+    Returns:
+        ``"<field>: <reason>"`` (e.g. ``"system: 123 is not valid under any of the given schemas"``),
+        or None when the body has the published shape.
+    """
+    errors = schema_errors(body, MESSAGES_REQUEST_SCHEMA)
+    if errors:
+        path, reason = errors[0]
+        field = path.removeprefix("$").removeprefix(".") or "body"
+        return f"{field}: {reason[:300]}"
+    where = non_finite_number(body)
+    if where is not None:
+        return f"{where.removeprefix('$.')}: a finite number is required (NaN and Infinity are not JSON numbers)"
+    return None
