@@ -296,3 +296,21 @@ def test_the_cli_prints_a_loopback_url_serves_it_and_stops_on_ctrl_c_with_exit_0
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "Traceback" not in err
+
+
+def test_a_request_for_another_host_name_is_refused(dataset_viewer):
+    # DNS rebinding: a page of evil.example whose name resolves to 127.0.0.1 sends its own Host
+    refused = httpx.get(dataset_viewer.url + "api/index", headers={"Host": "evil.example"})
+    assert refused.status_code == 400
+    assert httpx.get(dataset_viewer.url + "api/index").status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/api/rollout?id=nope", "/api/tokens?id=nope&seq=0", "/nope.html"])
+def test_a_404_names_no_path_of_this_machine(hostile_viewer, hostile_tree, path):
+    parts = urlsplit(hostile_viewer.url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    conn.request("GET", path)
+    response = conn.getresponse()
+    body = response.read().decode()
+    conn.close()
+    assert response.status == 404 and str(hostile_tree) not in body and "/tmp" not in body

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from starlette.applications import Starlette
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -125,6 +126,10 @@ def _int(request: Request, name: str, default: int, low: int = 0, high: int = 1 
     return value
 
 
+#: the Host names the viewer answers to (it serves on loopback only).
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
 def _not_found(what: str) -> JSONResponse:
     return JSONResponse({"error": what}, status_code=404)
 
@@ -139,13 +144,19 @@ def build_app(source: RolloutSource) -> Any:
         An ASGI app: the Starlette routes behind a GET-only guard that adds `SECURITY_HEADERS`
         (serve it with `rollout_dataset.server_runner`).
     """
+    root_text = str(source.root)
+
+    def not_found(what: str) -> JSONResponse:
+        """A 404 that names the rollout, never a path of this machine (the root shows as its name)."""
+        return _not_found(what.replace(root_text, source.root.name))
+
     scan = IndexScan(source)
     pages = static_dir()
 
     async def page(request: Request) -> Response:
         name = request.url.path.strip("/") or "index.html"
         if name not in _PAGES:
-            return _not_found("no such page")
+            return not_found("no such page")
         return FileResponse(pages / name, media_type="text/html")
 
     async def info(request: Request) -> Response:
@@ -165,7 +176,7 @@ def build_app(source: RolloutSource) -> Any:
         try:
             _, view, _ = load_view(source, rid)
         except RolloutNotFound:
-            return _not_found(f"no rollout {rid!r}")
+            return not_found(f"no rollout {rid!r}")
         except Exception as exc:  # shown in the page, never a dead server
             log.exception("rollout %s", rid)
             view = {"id": rid, "errors": [f"{type(exc).__name__}: {exc}"]}
@@ -183,7 +194,7 @@ def build_app(source: RolloutSource) -> Any:
             loaded, _, tokenizer = load_view(source, rid)
             return JSONResponse(token_window(loaded, seq, start, count, tokenizer))
         except (RolloutNotFound, KeyError) as exc:
-            return _not_found(str(exc))
+            return not_found(str(exc))
         except Exception as exc:  # named in the page, the server keeps serving
             log.exception("tokens of %s", rid)
             return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=500)
@@ -212,5 +223,7 @@ def build_app(source: RolloutSource) -> Any:
 
         await app(scope, receive, send_with_headers)
 
-    with_headers.state = app.state  # type: ignore[attr-defined]
-    return with_headers  # type: ignore[return-value]
+    # DNS rebinding: a page on another origin resolving its name to 127.0.0.1 gets a 400, not the API
+    guarded = TrustedHostMiddleware(with_headers, allowed_hosts=list(LOOPBACK_HOSTS))
+    guarded.state = app.state  # type: ignore[attr-defined]
+    return guarded  # type: ignore[return-value]

@@ -143,8 +143,17 @@ class RolloutSource:
         """The tokenizer to decode a rollout's ids with (a folder or ``builtin``), or None."""
         raise NotImplementedError
 
+    def _holds(self, path: Path) -> bool:
+        """Whether `path` is a folder inside the viewer's root (symlinks resolved)."""
+        try:
+            resolved = path.resolve(strict=True)
+            return resolved.is_dir() and resolved.is_relative_to(Path(self.root).resolve(strict=True))
+        except (OSError, RuntimeError):
+            return False
+
     def tokenizer(self, spec: str | None) -> tuple[Any, str | None]:
-        """Load a tokenizer for decoding (None and the reason when it cannot be loaded offline).
+        """Load a tokenizer for decoding: the built-in one or a folder inside the root, nothing else
+        (a Hub id or a path outside the root named in a rollout's files is refused, never fetched).
 
         Args:
             spec: from `tokenizer_spec`.
@@ -154,6 +163,10 @@ class RolloutSource:
         """
         if spec is None:
             return None, "no tokenizer is recorded for this rollout: ids are shown undecoded"
+        if spec != "builtin" and not self._holds(Path(spec)):
+            # a name from the rollout's own files: never a Hub request, never a path outside what was given
+            return None, (f"tokenizer {Path(spec).name!r} is not among the files given to the viewer (only the "
+                          "built-in one or a tokenizer folder inside PATH is loaded): ids are shown undecoded")
         from rollout_dataset.tokenizers import load_tokenizer
 
         try:
