@@ -226,3 +226,12 @@ def test_an_explicit_opt_out_runs_with_limits_only_and_the_report_says_so(isolat
     assert result.limit == "wall"
     assert _processes_running(child) == []
     assert run_in_sandbox("exit 7", unsafe=True).exit_code == 7
+
+
+@needs_allow_list
+@pytest.mark.skipif(not os.path.isfile("/etc/ssl/certs/ca-certificates.crt"), reason="no system CA bundle on this host")
+def test_the_system_ca_bundle_an_sdk_reads_is_visible_read_only():
+    code = ("import ssl\nssl.create_default_context(cafile='/etc/ssl/certs/ca-certificates.crt')\n"
+            "try:\n    open('/etc/ssl/certs/planted.pem', 'w')\nexcept OSError:\n    print('read-only')\n")
+    result = run_in_sandbox([PY, "-c", code])
+    assert result.exit_code == 0 and result.stdout.strip() == "read-only", result.stderr

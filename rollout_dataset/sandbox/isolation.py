@@ -53,6 +53,9 @@ SANDBOX_UID_RANGE = (2_000_000, 3_000_000)
 _USERNS_ID = 1000
 #: host files under /etc the runtime needs (dynamic linker cache, Debian alternatives, time zone)
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime")
+#: the system's TLS trust stores (public CA certificates), read-only: a harness inherits SSL_CERT_FILE /
+#: SSL_CERT_DIR (e.g. /etc/ssl/certs/ca-certificates.crt) and its SDK opens them when it builds a client
+TLS_TRUST_PATHS = ("/etc/ssl", "/etc/pki", "/etc/ca-certificates")
 #: the capabilities bwrap keeps when running as root (setpriv needs them, and bwrap enters the workdir
 #: owned by the sandbox user); setpriv then drops them all
 _SETPRIV_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH")
@@ -198,7 +201,7 @@ def bwrap_argv(argv: Sequence[str], spec: RootSpec, *, privileged: bool) -> list
     args += ["--proc", "/proc", "--dev", "/dev", "--size", str(int(spec.tmp_mb) * 1024 * 1024),
              "--perms", "1777", "--tmpfs", "/tmp", "--perms", "0755", "--dir", "/etc"]
     made = {Path("/tmp"), Path("/etc")}
-    for path in _ETC_FILES:
+    for path in (*_ETC_FILES, *TLS_TRUST_PATHS):
         args += ["--ro-bind-try", path, path]
     if spec.etc_dir is not None:
         for name in ("passwd", "group", "hosts"):
