@@ -55,7 +55,7 @@ _USERNS_ID = 1000
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime")
 #: the system's TLS trust stores (public CA certificates), read-only: a harness inherits SSL_CERT_FILE /
 #: SSL_CERT_DIR (e.g. /etc/ssl/certs/ca-certificates.crt) and its SDK opens them when it builds a client
-TLS_TRUST_PATHS = ("/etc/ssl", "/etc/pki", "/etc/ca-certificates")
+TLS_TRUST_PATHS = ("/etc/ssl/certs", "/etc/pki/tls/certs", "/etc/pki/ca-trust", "/etc/ca-certificates")
 #: the capabilities bwrap keeps when running as root (setpriv needs them, and bwrap enters the workdir
 #: owned by the sandbox user); setpriv then drops them all
 _SETPRIV_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH")
