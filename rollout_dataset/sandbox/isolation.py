@@ -201,8 +201,11 @@ def bwrap_argv(argv: Sequence[str], spec: RootSpec, *, privileged: bool) -> list
     args += ["--proc", "/proc", "--dev", "/dev", "--size", str(int(spec.tmp_mb) * 1024 * 1024),
              "--perms", "1777", "--tmpfs", "/tmp", "--perms", "0755", "--dir", "/etc"]
     made = {Path("/tmp"), Path("/etc")}
-    for path in (*_ETC_FILES, *TLS_TRUST_PATHS):
+    for path in _ETC_FILES:
         args += ["--ro-bind-try", path, path]
+    for path in TLS_TRUST_PATHS:
+        if os.path.isdir(path):  # its parents world-traversable, so the sandbox user reaches it
+            args += _parents_args(Path(path), made) + ["--ro-bind", path, path]
     if spec.etc_dir is not None:
         for name in ("passwd", "group", "hosts"):
             args += ["--ro-bind", str(spec.etc_dir / name), f"/etc/{name}"]
