@@ -157,21 +157,24 @@ class ToolNotInstalledError(RolloutDatasetError, FileNotFoundError):
 
     Args:
         tool: the missing program (``opencode``, ``bwrap``, ...).
-        install: the command that installs it.
+        install: the command that installs it, or (with `is_command` False) what to do instead.
         needed_for: what needs it (``--harness opencode``, ``the sandbox``, ...).
+        is_command: `install` is a command to run (shown as ``run `...` ``).
     """
 
-    def __init__(self, tool: str, install: str, needed_for: str) -> None:
+    def __init__(self, tool: str, install: str, needed_for: str, is_command: bool = True) -> None:
         self.tool = tool
         self.install = install
         self.needed_for = needed_for
-        super().__init__(f"{needed_for} needs {tool}, which is not installed: run `{install}`")
+        self.is_command = is_command
+        remedy = f"run `{install}`" if is_command else install
+        super().__init__(f"{needed_for} needs {tool}, which is not installed: {remedy}")
 
     def __str__(self) -> str:  # the message alone, not OSError's "[Errno ...]" form
         return self.args[0]
 
     def __reduce__(self):  # picklable (raised in a batch worker process)
-        return type(self), (self.tool, self.install, self.needed_for)
+        return type(self), (self.tool, self.install, self.needed_for, self.is_command)
 
 
 class ScorerError(RolloutDatasetError, RuntimeError):

@@ -69,6 +69,8 @@ def test_a_cmd_harness_whose_program_is_missing_is_named(bare_path):
     _tool(bare_path, "bwrap")
     _tool(bare_path, "socat")
     assert [m.tool for m in missing_tools('cmd:"my-agent --url {base_url}"')] == ["my-agent"]
+    assert str(missing_tools('cmd:"my-agent --url {base_url}"')[0].error()) == (
+        "--harness cmd: needs my-agent, which is not installed: install it, or give its absolute path in the command")
     _tool(bare_path, "my-agent")
     assert missing_tools('cmd:"my-agent --url {base_url}"') == []
     assert missing_tools('cmd:"cd {workdir} && anything"') == []  # shell syntax: left to the shell

@@ -51,17 +51,19 @@ class MissingTool:
 
     Args:
         tool: the program's name.
-        install: the command that installs it.
+        install: the command that installs it (or, with `is_command` False, what to do instead).
         needed_for: what needs it (for the message).
+        is_command: `install` is a command to run.
     """
 
     tool: str
     install: str
     needed_for: str
+    is_command: bool = True
 
     def error(self) -> ToolNotInstalledError:
         """The error to raise for it."""
-        return ToolNotInstalledError(self.tool, self.install, self.needed_for)
+        return ToolNotInstalledError(self.tool, self.install, self.needed_for, self.is_command)
 
 
 def _executable(path: str | None) -> bool:
@@ -111,7 +113,8 @@ def missing_tools(harness: str, *, unsafe_sandbox: bool = False) -> list[Missing
     elif harness.startswith("cmd:"):
         program = _command_program(harness[4:].strip().strip("\"'"))
         if program is not None and not _executable(shutil.which(program)):
-            missing.append(MissingTool(program, "install it, or give its absolute path", "--harness cmd:"))
+            missing.append(MissingTool(program, "install it, or give its absolute path in the command",
+                                       "--harness cmd:", is_command=False))
     has_bwrap = shutil.which("bwrap") is not None
     if not has_bwrap and not unsafe_sandbox:
         missing.append(MissingTool("bwrap (bubblewrap)", SYSTEM_DEPS_INSTALL,
