@@ -129,3 +129,27 @@ def test_an_unreachable_model_server_fails_the_capture_naming_its_url(tmp_path, 
     lines = _error_lines(err)
     assert code == 1 and len(lines) == 1 and lines[0].startswith("error: ") and url in lines[0], err
     assert "Connection refused" in lines[0] and "Traceback" not in out + err
+
+
+@pytest.fixture
+def port_in_use():
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    yield taken.getsockname()[1]
+    taken.close()
+
+
+@pytest.mark.parametrize("command", [["serve"], ["proxy", "--upstream", "http://127.0.0.1:9/v1"], ["view", "."]],
+                         ids=["serve", "proxy", "view"])
+def test_a_port_in_use_is_one_failure_with_one_line_naming_the_address(port_in_use, tmp_path, command, capsys):
+    if command[0] == "view":
+        command = ["view", str(Path(__file__).parent / "data" / "golden" / "coding_oracle")]
+    elif command[0] == "proxy":
+        command = [*command, "--trace-dir", str(tmp_path)]
+    code = main([*command, "--port", str(port_in_use)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert len(err) == 1 and err[0].startswith("error: ") and f"127.0.0.1:{port_in_use}" in err[0]
+    assert "address already in use" in err[0].lower() and err[0].endswith("(choose another --port or --host)")
+    assert "Errno" not in err[0]

@@ -141,8 +141,7 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 after a clean stop, 2 for a bad upstream URL or key variable.
 
-    Raises:
-        OSError: the address cannot be bound.
+    An address that cannot be bound is reported as `bind_failure` says (exit 1).
     """
     import logging
 
@@ -157,6 +156,13 @@ def run(args: argparse.Namespace) -> int:
         from rollout_dataset.cli.reporting import EXIT_USAGE, report_error
 
         return report_error(exc, EXIT_USAGE)
+    except OSError as exc:
+        from rollout_dataset.cli.reporting import bind_failure
+
+        failed = bind_failure(exc, args.host, args.port)
+        if failed is None:
+            raise
+        return failed
     finally:
         loop.close()
     return 0

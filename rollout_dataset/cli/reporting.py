@@ -19,6 +19,8 @@ a bug and keeps its traceback. With ``-v`` the traceback of a reported error is 
 
 from __future__ import annotations
 
+import errno
+
 import builtins
 import logging
 import sys
@@ -108,6 +110,32 @@ def error_line(error: BaseException | str) -> str:
     else:
         text = error
     return " ".join(text.split())
+
+
+#: errno values of an address that cannot be bound: in use, not on this machine, a privileged port.
+_BIND_ERRNOS = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES)
+
+
+def bind_failure(error: BaseException, host: str, port: int) -> int | None:
+    """Report a server's address that cannot be bound (one rule for `serve`, `proxy` and `view`).
+
+    A port in use is a failure of the run, not of its options: exit 1 with one line naming
+    ``HOST:PORT`` and the reason, ending ``(choose another --port or --host)``.
+
+    Args:
+        error: what starting the server raised.
+        host: the --host given.
+        port: the --port given.
+
+    Returns:
+        `EXIT_FAILED` after reporting, or None when `error` is not a bind failure.
+    """
+    if not isinstance(error, OSError) or error.errno not in _BIND_ERRNOS:
+        return None
+    reason = error.strerror or str(error)
+    where = f"{host}:{port}"
+    text = reason if where in reason else f"{where}: {reason[:1].lower()}{reason[1:]}"
+    return report_error(f"{text} (choose another --port or --host)", EXIT_FAILED)
 
 
 def exit_code_for(error: BaseException) -> int:

@@ -70,12 +70,13 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 after a clean stop, 2 on bad options (unknown policy, missing script or tokenizer).
     """
-    from rollout_dataset.cli.reporting import EXIT_USAGE, report_error
+    from rollout_dataset.cli.reporting import EXIT_USAGE, bind_failure, report_error
 
     if args.policy == "script" and not args.script:
         return report_error("--policy script needs --script FILE", EXIT_USAGE)
     try:
         asyncio.run(_serve(args))
     except (ValueError, FileNotFoundError, OSError) as exc:
-        return report_error(exc, EXIT_USAGE)
+        failed = bind_failure(exc, args.host, args.port)
+        return failed if failed is not None else report_error(exc, EXIT_USAGE)
     return 0

@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 when done, 1 when PATH holds no rollout or the address/OUT cannot be used, 2 for a bad port.
     """
+    from rollout_dataset.cli.reporting import bind_failure
     from rollout_dataset.errors import ArtifactError
 
     if not 0 <= args.port <= 65535:
@@ -66,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
         serve_viewer(args.path, args.host, args.port, on_ready=ready)
         return 0
     except (ArtifactError, FileExistsError, OSError) as exc:
+        failed = bind_failure(exc, args.host, args.port)
+        if failed is not None:
+            return failed
         # an OSError(errno, text) prints as "[Errno N] text": the text alone names the address
         print(f"error: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}", file=sys.stderr)
         return 1
