@@ -38,8 +38,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from rollout_dataset.wire.anthropic_chat import message_to_assistant, request_messages
-from rollout_dataset.wire.responses_chat import input_to_messages, output_to_message, tools_to_chat
+from rollout_dataset.wire.records import call_answer_chat, call_request_chat
 
 __all__ = [
     "TurnNode",
@@ -177,34 +176,10 @@ class TurnNode:
         return [str(((c or {}).get("function") or {}).get("name")) for c in calls]
 
 
-def _response_message(response: dict[str, Any]) -> dict[str, Any] | None:
-    choices = response.get("choices") or []
-    if not choices or not isinstance(choices[0], dict):
-        return None
-    choice = choices[0]
-    if isinstance(choice.get("message"), dict):
-        return choice["message"]
-    if "text" in choice:  # /v1/completions
-        return {"role": "assistant", "content": choice.get("text")}
-    return None
-
-
 def _node_from_record(node_id: int, record: dict[str, Any]) -> TurnNode:
-    request = record.get("request") if isinstance(record.get("request"), dict) else {}
     prompt = record.get("prompt_token_ids")
     sampled = record.get("completion_token_ids")
-    responses_api = str(record.get("endpoint") or "").rstrip("/").endswith("/responses")
-    messages_api = str(record.get("endpoint") or "").rstrip("/").endswith("/v1/messages")
-    if messages_api:  # Anthropic Messages: the chat vLLM's Anthropic layer renders (rollout_dataset.wire.anthropic_chat)
-        messages, tools = request_messages(request) if request.get("messages") is not None else ([], [])
-    elif responses_api:  # Responses API: the same chat messages vLLM renders (rollout_dataset.wire.responses_chat)
-        messages = input_to_messages(request)
-        tools = tools_to_chat(request.get("tools"))
-    else:
-        messages = request.get("messages")
-        if messages is None and "prompt" in request:
-            messages = [{"role": "user", "content": request.get("prompt")}]
-        tools = request.get("tools") or []
+    messages, tools = call_request_chat(record)  # one record -> chat mapping for every API (wire.records)
     return TurnNode(
         node_id=node_id,
         index=int(record.get("index", node_id)),
@@ -221,9 +196,7 @@ def _node_from_record(node_id: int, record: dict[str, Any]) -> TurnNode:
         harness_session_id=record.get("harness_session_id"),
         request_messages=list(messages or []),
         request_tools=list(tools) if isinstance(tools, list) else [],
-        response_message=(output_to_message(record["response"]) if responses_api
-                          else message_to_assistant(record["response"]) if messages_api
-                          else _response_message(record["response"])),
+        response_message=call_answer_chat(record),
         usage=record.get("usage") if isinstance(record.get("usage"), dict) else None,
         capture_level=str(record.get("capture_level", "none")),
         notes=[str(n) for n in record.get("notes") or []],

@@ -32,7 +32,7 @@ import numpy as np
 from rollout_dataset.artifact_files import ARTIFACT_FILES, SUMMARY_FILE
 from rollout_dataset.builder.configs import resolved_columns
 from rollout_dataset.errors import ArtifactError
-from rollout_dataset.wire.anthropic_chat import message_to_assistant, request_messages
+from rollout_dataset.wire.records import call_answer_chat, call_request_chat
 
 __all__ = [
     "ARTIFACT_FILES",
@@ -278,12 +278,9 @@ def response_message(response: Any) -> Any:
     return None
 
 
-def _is_messages_call(call: dict[str, Any]) -> bool:
-    return str(call.get("endpoint") or "").rstrip("/").endswith("/v1/messages")
-
-
 def call_answer(call: dict[str, Any]) -> Any:
-    """A recorded call's answer as a chat assistant message (Anthropic Messages answers converted).
+    """A recorded call's answer as a chat assistant message, without its null fields (every API:
+    `wire.records.call_answer_chat`).
 
     Args:
         call: a trace record.
@@ -291,28 +288,21 @@ def call_answer(call: dict[str, Any]) -> Any:
     Returns:
         The message dict (null fields left out), or None when the call has none.
     """
-    if _is_messages_call(call):
-        answer = message_to_assistant(call.get("response"))
-        return {k: v for k, v in answer.items() if v is not None} if answer else None
-    return response_message(call.get("response"))
+    answer = call_answer_chat(call)
+    return {k: v for k, v in answer.items() if v is not None} if isinstance(answer, dict) else None
 
 
 def call_chat_messages(call: dict[str, Any]) -> tuple[list[Any] | None, Any]:
-    """A recorded call's request as chat messages and tools (Anthropic Messages requests converted).
+    """A recorded call's request as chat messages and tools (every API: `wire.records.call_request_chat`).
 
     Args:
         call: a trace record.
 
     Returns:
-        ``(messages, tools)``; messages None when the request has no message list.
+        ``(messages, tools)``; messages None when the request has no conversation, tools None when none.
     """
-    request = call.get("request")
-    if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
-        return None, None
-    if _is_messages_call(call):
-        messages, tools = request_messages(request)
-        return messages, tools or None
-    return request["messages"], request.get("tools")
+    messages, tools = call_request_chat(call)
+    return messages, tools or None
 
 
 def trace_rows(art: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
@@ -469,12 +459,16 @@ def conversation_rows(art: dict[str, Any], seq_rows: list[dict[str, Any]]) -> li
     for seq in seq_rows:
         if not seq["trainable"] or not seq["node_ids"]:
             continue
-        call = calls.get(seq["node_ids"][-1]) or {}
-        chat_messages, chat_tools = call_chat_messages(call)  # Anthropic Messages calls read as chat
-        if chat_messages is None:
-            log.info("rollout %s sequence %d: last call has no chat messages; no conversations row",
-                     summary["rollout_id"], seq["sequence_index"])
+        call = calls.get(seq["node_ids"][-1])
+        if call is None:  # trace.json and rollout.json disagree: the trace config's own checks name it
+            log.warning("rollout %s sequence %d: its last call (index %d) is not in trace.json; no conversations row",
+                        summary["rollout_id"], seq["sequence_index"], seq["node_ids"][-1])
             continue
+        chat_messages, chat_tools = call_chat_messages(call)  # every API read as chat (wire.records)
+        if chat_messages is None:  # every trainable sequence has its row: a gap here is never silent
+            raise ArtifactError(f"rollout {summary['rollout_id']} sequence {seq['sequence_index']}: its last call "
+                                f"(index {seq['node_ids'][-1]}, {call.get('endpoint')}) reads as no chat "
+                                "conversation, so the conversations config would lose it")
         request = {"messages": chat_messages, "tools": chat_tools}
         answer = call_answer(call)
         messages = [chat_message(m) for m in request["messages"]] + ([chat_message(answer)] if answer else [])

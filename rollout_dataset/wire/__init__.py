@@ -4,6 +4,9 @@ One definition of each mapping, imported by the proxy (what it sends upstream), 
 (how it renders a prompt, as vLLM does) and the graph/export (how a recorded call reads as chat):
 
 - `rollout_dataset.wire.responses_chat`: the OpenAI Responses API <-> chat messages.
+- `rollout_dataset.wire.anthropic_chat`: the Anthropic Messages API <-> chat messages.
+- `rollout_dataset.wire.records`: a recorded call of any of these APIs as chat (request and answer):
+  the one mapping the graph, the `conversations`/`trace` rows and the trace sessions read.
 
 These modules import nothing of the package: no server, no I/O.
 """
