@@ -271,7 +271,7 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             if result.refused:  # the card keeps naming what earlier builds of this dataset left out too
                 earlier = load_card_options(out).refused if (out / CARD_OPTIONS_FILE).is_file() else ()
                 # the card names a folder by its own name, never by a path on this machine
-                names = tuple((Path(folder).name, reason.replace(str(Path(folder)), Path(folder).name))
+                names = tuple((Path(folder).name, reason.replace(str(Path(folder)), Path(folder).name)[:300])
                               for folder, reason in result.refused)
                 options = replace(options, refused=tuple(dict.fromkeys(earlier + names)))
             elif (out / CARD_OPTIONS_FILE).is_file():
