@@ -328,3 +328,14 @@ def test_cli_unknown_env_exits_two_listing_the_known_ones(tmp_path, capsys):
 def test_capture_refuses_a_batch_only_environment_naming_it(tmp_path, capsys):
     assert main(["capture", "--env", "test-standin", "--out-dir", str(tmp_path / "x")]) == 2
     assert "--env test-standin: this environment only runs in a batch" in capsys.readouterr().err
+
+
+def test_batch_refuses_an_out_folder_that_holds_something_else(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("not a batch")
+    code = main(["batch", "--env", "test-standin", "--smoke", "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err == [f"error: {out}: not empty and not a batch's folder (no batch.json); give a new or "
+                                 "empty --out, or the folder of the batch to resume"]
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # nothing written into it

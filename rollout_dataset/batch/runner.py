@@ -46,7 +46,7 @@ from rollout_dataset.batch.plots import write_plots
 from rollout_dataset.rewards.stepwise import stepwise_for_rollout, timeline_to_json
 from rollout_dataset.capture.artifacts import utc_now
 from rollout_dataset.files import write_text_atomic
-from rollout_dataset.errors import GuardrailError, UpstreamError, UpstreamStatusError
+from rollout_dataset.errors import DatasetDirError, GuardrailError, UpstreamError, UpstreamStatusError
 from rollout_dataset.proxy.redact import redact_url, redact_urls_in_text
 from rollout_dataset.schema import validate
 
@@ -84,6 +84,17 @@ def _read_json(path: Path) -> Any | None:
 def rollout_id_for(batch_id: str, seed: int, rollout_idx: int) -> str:
     """The deterministic rollout id (32 hex) of `(seed, rollout_idx)` in a batch."""
     return uuid.uuid5(uuid.UUID(batch_id), f"{seed}/{rollout_idx}").hex
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    """Refuse an --out that holds something other than a batch (a batch writes only where it may resume).
+
+    Raises:
+        DatasetDirError: `out_dir` is a non-empty folder without the batch's own `batch.json`.
+    """
+    if out_dir.is_dir() and not (out_dir / _BATCH_FILE).is_file() and any(out_dir.iterdir()):
+        raise DatasetDirError(f"{out_dir}: not empty and not a batch's folder (no {_BATCH_FILE}); give a new or "
+                              "empty --out, or the folder of the batch to resume")
 
 
 def _batch_id(out_dir: Path) -> str:
@@ -374,8 +385,10 @@ def run_batch(config: BatchConfig, run_one: RunOne | None = None, *, executor: E
         GuardrailError: no agent turns (mean 0 or more than half at 0), or some rollouts failed;
             the outputs are written first, the dataset is not built.
         ConfigError: an invalid configuration.
+        DatasetDirError: `config.out_dir` is a non-empty folder that is not a batch's.
     """
     out = config.out_dir
+    _check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     batch_id = _batch_id(out)
     _warn_on_changed_settings(config)
