@@ -153,3 +153,13 @@ def test_a_port_in_use_is_one_failure_with_one_line_naming_the_address(port_in_u
     assert len(err) == 1 and err[0].startswith("error: ") and f"127.0.0.1:{port_in_use}" in err[0]
     assert "address already in use" in err[0].lower() and err[0].endswith("(choose another --port or --host)")
     assert "Errno" not in err[0]
+
+
+def test_an_audit_that_fails_on_its_first_rollout_prints_only_its_error(local_backend_thread, tmp_path, capsys):
+    _file(tmp_path / "broken" / "rollout.json", "{bad")
+    _file(tmp_path / "broken" / "summary.json", "{}")
+    code = main(["audit", str(tmp_path), "--against", local_backend_thread.base_url, "--no-write"])
+    out, err = capsys.readouterr()
+    lines = _error_lines(err)
+    assert code == 1, err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err  # no progress line before it

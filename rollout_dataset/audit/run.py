@@ -169,14 +169,16 @@ def audit_rollout(rollout: AuditRollout, scorer: Scorer, worst_k: int = 10) -> R
     return RolloutAudit(rollout, doc, diffs)
 
 
-def audit(path: str | Path, scorer: Scorer, *, worst_k: int = 10, progress: bool = True) -> Iterator[RolloutAudit]:
+def audit(path: str | Path, scorer: Scorer, *, worst_k: int = 10, progress: bool = False) -> Iterator[RolloutAudit]:
     """Audit every rollout under `path`, one at a time (bounded memory).
 
     Args:
         path: artifact folder, tree of them, or built dataset.
         scorer: the scorer.
         worst_k: worst positions kept per rollout.
-        progress: show a tqdm bar (stderr).
+        progress: show a tqdm bar on stderr (off by default; the CLI turns it on). The bar opens
+            once the first rollout is scored, so an input or scorer that fails at once prints only
+            its error.
 
     Yields:
         One `RolloutAudit` per rollout.
@@ -187,10 +189,17 @@ def audit(path: str | Path, scorer: Scorer, *, worst_k: int = 10, progress: bool
     """
     from tqdm import tqdm
 
-    with tqdm(desc="audit", unit="rollout", disable=not progress) as bar:
+    bar = None
+    try:
         for rollout in iter_rollouts(path):
-            yield audit_rollout(rollout, scorer, worst_k)
+            result = audit_rollout(rollout, scorer, worst_k)
+            if bar is None:
+                bar = tqdm(desc="audit", unit="rollout", disable=not progress)
             bar.update(1)
+            yield result
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def dumps(doc: dict[str, Any]) -> str:

@@ -175,7 +175,7 @@ class BatchConfig:
         max_turns: agent turn budget per rollout.
         concurrency: rollouts in flight at once.
         executor: `local` (threads) or `ray`.
-        progress: show a progress bar.
+        progress: show a progress bar on stderr (off by default; the CLI turns it on).
         build_dataset: build `dataset/` from the artifacts at the end.
         tasks: task source passed to capture (`builtin`, a file, `hf:...`).
         n_prompts: size of the task set drawn from the source.
@@ -208,7 +208,7 @@ class BatchConfig:
     max_turns: int = 10
     concurrency: int = 8
     executor: str = "local"
-    progress: bool = True
+    progress: bool = False
     build_dataset: bool = True
     tasks: str = "builtin"
     n_prompts: int = 64

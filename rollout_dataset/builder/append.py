@@ -76,7 +76,7 @@ def _shown(folders: list[Path]) -> str:
 
 
 def append_to_dataset(artifact_dirs: Iterable[str | Path], dataset_dir: str | Path, *,
-                      template: str | Path | None = None, progress: bool = True,
+                      template: str | Path | None = None, progress: bool = False,
                       row_group_bytes: int = ROW_GROUP_BYTES, samples: str = "preview",
                       preview_chars: int = PREVIEW_CHARS, workers: int = 1) -> BuildResult:
     """Add rollouts to an existing dataset folder as new shards (see the module docstring).
@@ -85,7 +85,7 @@ def append_to_dataset(artifact_dirs: Iterable[str | Path], dataset_dir: str | Pa
         artifact_dirs: artifact folders, or folders holding them.
         dataset_dir: a dataset folder this tool built.
         template: the card template (default: the builder's).
-        progress: show a progress bar.
+        progress: show a progress bar on stderr (off by default; the CLI turns it on).
         row_group_bytes: see `build`.
         samples: see `build` (``"preview"`` or ``"full"``; shards of both modes coexist).
         workers: processes that build the new rollouts (see `build`).

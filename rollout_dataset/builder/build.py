@@ -173,7 +173,7 @@ def dataset_rollout_ids(dataset_dir: str | Path) -> set[str]:
 
 
 def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template: str | Path | None = None,
-          progress: bool = True, pretty_name: str = "Agent rollouts (rollout-dataset)",
+          progress: bool = False, pretty_name: str = "Agent rollouts (rollout-dataset)",
           license: str = "apache-2.0", row_group_bytes: int = ROW_GROUP_BYTES, samples: str = "preview",
           preview_chars: int = PREVIEW_CHARS, language: Iterable[str] = ("en",), homepage: str | None = None,
           repository: str | None = None, citation: str | None = None, workers: int = 1,
@@ -192,7 +192,7 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
         out_dir: the dataset folder: new, empty, or a dataset this tool built (extended: rollouts
             already in it are skipped). Anything else is refused.
         template: the card template (default: the repo's `dataset_card.md`).
-        progress: show a progress bar.
+        progress: show a progress bar on stderr (off by default: the library prints nothing; the CLI turns it on).
         pretty_name: the card's display name.
         license: the card's license id.
         row_group_bytes: Arrow bytes buffered per config (and per worker) before a row group is

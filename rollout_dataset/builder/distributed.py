@@ -168,7 +168,7 @@ def _part_error(index: int, part: BuildPart, reply: dict[str, Any]) -> Exception
 
 def build_on_ray(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, parts: int | None = None,
                  node_dirs: Mapping[str, Sequence[str | Path]] | None = None, num_cpus: int | None = None,
-                 template: str | Path | None = None, options: CardOptions | None = None, progress: bool = True,
+                 template: str | Path | None = None, options: CardOptions | None = None, progress: bool = False,
                  row_group_bytes: int = ROW_GROUP_BYTES, samples: str = "preview",
                  preview_chars: int = PREVIEW_CHARS) -> BuildResult:
     """Build (or extend) a dataset folder from artifact folders, one Ray task per part.
