@@ -139,3 +139,17 @@ demo-real: install real-model
 test-real-model: install-test
 	PYTHONPATH=$(CURDIR) REAL_MODEL_URL=$${REAL_MODEL_URL:?set REAL_MODEL_URL=http://127.0.0.1:18200/v1} REAL_MODEL_DIR=$(REAL_MODEL_DIR) \
 		REAL_MODEL_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -p no:cacheprovider -m real_model
+
+# Opt-in: TRL's SFTTrainer with assistant_only_loss on a built dataset's conversations (the stored
+# training chat template). TRL and its deps go into a venv of their own layered over $(VLLM_VENV)'s
+# CPU torch (a .pth file), so nothing heavy enters the test venv.
+TRL_VENV ?= .venv-trl
+$(TRL_VENV)/.installed-trl: $(VLLM_VENV)/.installed-vllm
+	[ -x $(TRL_VENV)/bin/python ] || $(PYTHON) -m venv $(TRL_VENV)
+	$(VLLM_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+		> $$($(TRL_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_vllm_venv.pth
+	$(TRL_VENV)/bin/pip install --quiet 'trl==1.16.*' datasets
+	touch $@
+.PHONY: test-trl
+test-trl: install-test $(TRL_VENV)/.installed-trl
+	TRL_PYTHON=$(TRL_VENV)/bin/python PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:cacheprovider -m trl tests/test_training_template.py

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from rollout_dataset.builder.training_template import TRAINING_TEMPLATE_FILE, training_template_of
 from rollout_dataset.errors import TokenizerMismatchError
 from rollout_dataset.files import write_bytes_atomic
 
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 TOKENIZER_DIR = "tokenizer"
 #: the files of a tokenizer that are copied when present (tokenizer.json is required).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "chat_template.json", "added_tokens.json", "generation_config.json")
+                   "chat_template.json", "added_tokens.json", "generation_config.json", TRAINING_TEMPLATE_FILE)
 _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token",
                  "additional_special_tokens")
 
@@ -46,7 +47,8 @@ class TokenizerFiles:
     Attributes:
         name: the name the capture gave it (``"builtin"``, a folder, a Hub id).
         files: file name -> bytes (always ``tokenizer.json``; ``special_tokens_map.json`` is derived
-            from ``tokenizer_config.json`` when the tokenizer ships none).
+            from ``tokenizer_config.json`` when the tokenizer ships none; `TRAINING_TEMPLATE_FILE`
+            from the chat template, see `rollout_dataset.builder.training_template`).
         sha256: SHA-256 of ``tokenizer.json``.
         hub_id: the Hub repo id for a Hub tokenizer, else None.
         revision: the resolved commit of that Hub repo, else None.
@@ -68,6 +70,9 @@ def _read_folder(folder: Path) -> dict[str, bytes]:
             config = {}
         special = {k: config[k] for k in _SPECIAL_KEYS if isinstance(config, dict) and config.get(k) is not None}
         files["special_tokens_map.json"] = (json.dumps(special, indent=2, ensure_ascii=False) + "\n").encode()
+    training = training_template_of(files)  # the chat template with {% generation %} markers, when its shape is known
+    if training is not None:
+        files[TRAINING_TEMPLATE_FILE] = training
     return files
 
 
