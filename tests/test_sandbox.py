@@ -235,3 +235,59 @@ def test_the_system_ca_bundle_an_sdk_reads_is_visible_read_only():
             "try:\n    open('/etc/ssl/certs/planted.pem', 'w')\nexcept OSError:\n    print('read-only')\n")
     result = run_in_sandbox([PY, "-c", code])
     assert result.exit_code == 0 and result.stdout.strip() == "read-only", result.stderr
+
+
+_HTTPS_SDK_CALL = r'''
+import http.server, json, ssl, sys, threading
+import openai
+
+class Models(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"object": "list", "data": [{"id": "tls-ok", "object": "model", "created": 0,
+                                                        "owned_by": "test"}]}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Models)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain("server.pem")
+server.socket = context.wrap_socket(server.socket, server_side=True)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+client = openai.OpenAI(base_url=f"https://localhost:{server.server_address[1]}/v1", api_key="dummy", max_retries=0)
+print(client.models.list().data[0].id)
+'''
+
+
+@needs_allow_list
+def test_an_sdk_in_the_sandbox_verifies_https_against_the_ca_bundle_ssl_cert_file_names(tmp_path):
+    # the openai SDK (httpx) loads SSL_CERT_FILE when it builds its client: the bundle, outside every
+    # folder the root holds, is mounted read-only; the https server runs on the sandbox's own loopback
+    trustme = pytest.importorskip("trustme")
+    authority = trustme.CA()
+    (tmp_path / "ca").mkdir()
+    authority.cert_pem.write_to_path(str(tmp_path / "ca" / "corp-ca.pem"))
+    work = tmp_path / "work"
+    work.mkdir()
+    authority.issue_cert("localhost").private_key_and_cert_chain_pem.write_to_path(str(work / "server.pem"))
+    (work / "call.py").write_text(_HTTPS_SDK_CALL)
+    with Sandbox(work, env={"SSL_CERT_FILE": str(tmp_path / "ca" / "corp-ca.pem")}) as box:
+        result = box.run([PY, "call.py"])
+    assert result.exit_code == 0 and result.stdout.strip() == "tls-ok", result.stderr[-2000:]
+
+
+@needs_allow_list
+def test_a_bundle_holding_a_private_key_is_not_mounted(tmp_path):
+    trustme = pytest.importorskip("trustme")
+    mixed = tmp_path / "mixed.pem"
+    trustme.CA().issue_cert("localhost").private_key_and_cert_chain_pem.write_to_path(str(mixed))
+    code = f"import os\nprint(os.path.exists({str(mixed)!r}))\n"
+    (tmp_path / "w").mkdir()
+    with Sandbox(tmp_path / "w", env={"SSL_CERT_FILE": str(mixed)}) as box:
+        result = box.run([PY, "-c", code])
+    assert result.exit_code == 0 and result.stdout.strip() == "False", result.stderr

@@ -38,7 +38,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = ["IsolationMode", "RootSpec", "probe_isolation", "isolation_report", "bwrap_argv", "runtime_paths",
            "ISOLATION_LEVELS", "SANDBOX_UID_RANGE", "require_isolation", "check_sandbox_ro_paths", "fresh_sandbox_uid", "write_etc"]
@@ -160,6 +160,78 @@ def runtime_paths() -> list[tuple[Path, Path]]:
                 continue
             pairs = [(s, d) for s, d in pairs if dest not in d.parents] + [(source, dest)]
     return pairs
+
+
+#: the variables naming the CA certificates a TLS client inside the sandbox loads (OpenSSL, httpx, requests)
+TLS_ENV_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+#: at most this many files of a CA folder are checked (a larger folder is not mounted)
+_MAX_CA_DIR_FILES = 5000
+_MAX_CA_FILE_BYTES = 16 * 1024 * 1024
+
+
+def _certificates_only(path: Path) -> bool:
+    """Whether `path` is a readable file of public certificates: no private key in it."""
+    try:
+        if not path.is_file() or path.stat().st_size > _MAX_CA_FILE_BYTES:
+            return False
+        return b"PRIVATE KEY" not in path.read_bytes()
+    except OSError:
+        return False
+
+
+def _certificate_folder(path: Path) -> bool:
+    """Whether `path` is a folder whose files are all certificates (no private key), checked one level deep."""
+    try:
+        entries = list(path.iterdir())
+    except OSError:
+        return False
+    if len(entries) > _MAX_CA_DIR_FILES:
+        return False
+    return all(_certificates_only(e) for e in entries if e.is_file() and not e.is_symlink()) and all(
+        not e.is_dir() or e.is_symlink() for e in entries)
+
+
+def tls_trust_mounts(env: Mapping[str, str]) -> list[tuple[Path, Path]]:
+    """The CA certificates a sandboxed TLS client is told to load, as read-only mounts.
+
+    A harness inherits ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` (and requests' and curl's bundle variables)
+    and its SDK (openai, anthropic: httpx) opens them when it builds a client; certifi's bundle is
+    the fallback. Each named file or folder is mounted read-only at the path the variable names (its
+    target when it is a symlink), unless it is already in the root (under ``/usr``, the runtime, a
+    `TLS_TRUST_PATHS` folder). A file or folder holding anything but certificates (a ``PRIVATE KEY``
+    block, a subfolder) is not mounted and is logged: it would hand a secret to the code.
+
+    Args:
+        env: the environment the sandboxed command gets.
+
+    Returns:
+        ``(source, destination)`` pairs.
+    """
+    named: list[tuple[str, str]] = []
+    for name in TLS_ENV_VARS:
+        value = env.get(name) or ""
+        values = value.split(os.pathsep) if name == "SSL_CERT_DIR" else [value]  # OpenSSL: a list of folders
+        named += [(name, v.strip()) for v in values if v.strip()]
+    try:
+        import certifi
+
+        named.append(("certifi", certifi.where()))
+    except ImportError:
+        pass
+    inside = [Path("/usr"), *(Path(p) for p in TLS_TRUST_PATHS), *(d for _, d in runtime_paths())]
+    mounts: list[tuple[Path, Path]] = []
+    for name, value in named:
+        dest = Path(os.path.abspath(value))
+        source = dest.resolve()
+        if any(dest == d or d in dest.parents for d in inside):
+            continue  # already in the root (a symlink there resolves as on the host)
+        if not (_certificates_only(source) or (source.is_dir() and _certificate_folder(source))):
+            log.warning("sandbox: %s names %s, which is not a file or folder of certificates only; not mounted",
+                        name, value)
+            continue
+        if all(d != dest for _, d in mounts):
+            mounts.append((source, dest))
+    return mounts
 
 
 def _parents_args(dest: Path, made: set[Path]) -> list[str]:

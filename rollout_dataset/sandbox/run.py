@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from rollout_dataset.errors import SandboxUnavailableError
 
 from .isolation import (RootSpec, bwrap_argv, fresh_sandbox_uid, isolation_report, probe_isolation,
-                        require_isolation, write_etc)
+                        require_isolation, tls_trust_mounts, write_etc)
 from .limits import Limits, RunResult, apply_rlimits, prlimit_args
 
 __all__ = ["Sandbox", "run_in_sandbox", "scrubbed_env", "tree_size"]
@@ -378,7 +378,8 @@ class Sandbox:
                 # removed on close, or when an unclosed sandbox is garbage-collected
                 weakref.finalize(self, shutil.rmtree, str(self._etc_dir), True)
             self._grant()
-            spec = RootSpec(workdir=self.workdir, rw_paths=self.rw_paths, ro_paths=self.ro_paths,
+            ro_paths = [*self.ro_paths, *tls_trust_mounts(self.environment())]  # the CA certificates TLS loads
+            spec = RootSpec(workdir=self.workdir, rw_paths=self.rw_paths, ro_paths=ro_paths,
                             masks=self.hidden_paths, tmp_mb=limits.tmp_mb, uid=self.uid, etc_dir=self._etc_dir,
                             extra_args=self.extra_bwrap_args)
             inner = bwrap_argv(list(argv), spec, privileged=self.mode.privileged)
