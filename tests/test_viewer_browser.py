@@ -202,3 +202,50 @@ def test_a_crafter_rollout_has_its_decision_timeline_tab(page, crafter_tree, sho
         assert rows.count() == len(decisions) + 1
         page.screenshot(path=shots / "crafter.png")
         _clean(page)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_named_tree(demo_folders, tmp_path_factory) -> tuple[Path, Path]:
+    """Two demo rollouts whose task.json names a tokenizer the viewer must not load: a Hub repo id an
+    attacker chose, and a complete tokenizer folder outside PATH (absolute path)."""
+    from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR
+
+    root = tmp_path_factory.mktemp("viewer-named-tokenizers") / "tree"
+    outside = root.parent / "outside-tokenizer"
+    shutil.copytree(BUILTIN_TOKENIZER_DIR, outside)
+    for name, spec in (("hub-id", "attacker/evil-tokenizer"), ("outside-path", str(outside))):
+        shutil.copytree(demo_folders[0] / "rollout-000", root / name)
+        task = json.loads((root / name / "task.json").read_text())
+        task["config"]["tokenizer"] = spec
+        (root / name / "task.json").write_text(json.dumps(task))
+    return root, outside
+
+
+def test_a_tokenizer_named_by_a_rollout_is_neither_fetched_nor_read_from_outside_path(page, tokenizer_named_tree,
+                                                                                       tmp_path, shots):
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    from hub_fixture import FakeHub
+
+    root, outside = tokenizer_named_tree
+    with FakeHub() as hub:
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), HF_ENDPOINT=hub.url,
+                   HF_HUB_OFFLINE="0", HF_HOME=str(tmp_path / "hf"))
+        proc = subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", "view", str(root)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            url = re.search(r"http://127\.0\.0\.1:\d+/", proc.stdout.readline()).group(0)
+            for rid in ("hub-id", "outside-path"):
+                _ready(page, f"{url}rollout.html?id={rid}")
+                note = page.locator("p.warn").first.inner_text()
+                assert "not among the files given to the viewer" in note and str(outside.parent) not in note
+                page.screenshot(path=shots / f"tokenizer-{rid}.png")
+                _clean(page)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+        assert hub.requests == [], "the viewer asked the Hub for a tokenizer a rollout named"
+    assert proc.returncode == 0 and "Traceback" not in err
