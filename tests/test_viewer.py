@@ -314,3 +314,15 @@ def test_a_404_names_no_path_of_this_machine(hostile_viewer, hostile_tree, path)
     body = response.read().decode()
     conn.close()
     assert response.status == 404 and str(hostile_tree) not in body and "/tmp" not in body
+
+
+def test_a_viewer_served_on_a_named_address_answers_that_host_and_loopback_names_only(demo_folders):
+    from starlette.testclient import TestClient
+
+    from rollout_dataset.viewer.app import build_app
+    from rollout_dataset.viewer.sources import open_source
+
+    client = TestClient(build_app(open_source(demo_folders[1]), host="192.0.2.7"))
+    assert client.get("/api/info", headers={"Host": "192.0.2.7:8080"}).status_code == 200
+    assert client.get("/api/info", headers={"Host": "localhost:8080"}).status_code == 200
+    assert client.get("/api/info", headers={"Host": "evil.example"}).status_code == 400

@@ -134,11 +134,13 @@ def _not_found(what: str) -> JSONResponse:
     return JSONResponse({"error": what}, status_code=404)
 
 
-def build_app(source: RolloutSource) -> Any:
+def build_app(source: RolloutSource, host: str | None = None) -> Any:
     """The viewer app over one source.
 
     Args:
         source: from `open_source`.
+        host: the address it is served on: a request may name it in ``Host`` besides the loopback
+            names (``--host 192.168.1.5``); a wildcard address (``0.0.0.0``, ``::``) adds nothing.
 
     Returns:
         An ASGI app: the Starlette routes behind a GET-only guard that adds `SECURITY_HEADERS`
@@ -224,6 +226,9 @@ def build_app(source: RolloutSource) -> Any:
         await app(scope, receive, send_with_headers)
 
     # DNS rebinding: a page on another origin resolving its name to 127.0.0.1 gets a 400, not the API
-    guarded = TrustedHostMiddleware(with_headers, allowed_hosts=list(LOOPBACK_HOSTS))
+    allowed = list(LOOPBACK_HOSTS)
+    if host and host not in ("0.0.0.0", "::", ""):
+        allowed.append(f"[{host}]" if ":" in host else host.lower())
+    guarded = TrustedHostMiddleware(with_headers, allowed_hosts=allowed)
     guarded.state = app.state  # type: ignore[attr-defined]
     return guarded  # type: ignore[return-value]

@@ -53,7 +53,7 @@ async def viewer_server(path: str | Path, host: str = "127.0.0.1", port: int = 0
         OSError: the address cannot be bound.
     """
     source = open_source(path)
-    server = UvicornServer(build_app(source), bind_socket(host, port, what="the viewer"))
+    server = UvicornServer(build_app(source, host), bind_socket(host, port, what="the viewer"))
     await server.start()
     try:
         yield ViewerServer(source, server, host)
