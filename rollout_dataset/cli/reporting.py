@@ -6,7 +6,8 @@ The contract (also in the `rollout_dataset.cli` docstring):
 | --- | --- |
 | 0 | done |
 | 1 | failed: the input was read but the work could not be done (a corrupt file, an unreachable
-      server, a refused push, a guardrail) |
+      server, a refused push, a guardrail, an address already in use: the environment, which the
+      user fixes by choosing another port, not a wrong command line; see `bind_failure`) |
 | 2 | usage: the command line is wrong (an unknown flag or value, a missing argument, a setting
       out of range, a tool that is not installed) |
 | 130 | interrupted (Ctrl-C) |
