@@ -155,6 +155,7 @@ print(json.dumps({{"live": trainer.processing_class.decode(live), "n_live": len(
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"TRL assistant_only_loss: {got['n_live']} of {got['n']} label positions live")
     assert 0 < got["n_live"] < got["n"]
     assert "<|im_start|>" not in got["live"] and "<tool_response>" not in got["live"]
     assert got["live"].endswith("<|im_end|>")
