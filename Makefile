@@ -152,4 +152,4 @@ $(TRL_VENV)/.installed-trl: $(VLLM_VENV)/.installed-vllm
 	touch $@
 .PHONY: test-trl
 test-trl: install-test $(TRL_VENV)/.installed-trl
-	TRL_PYTHON=$(TRL_VENV)/bin/python PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:cacheprovider -m trl tests/test_training_template.py
+	TRL_PYTHON=$(abspath $(TRL_VENV))/bin/python PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:cacheprovider -m trl tests/test_training_template.py
