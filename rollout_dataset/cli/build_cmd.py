@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         return report_error(exc, EXIT_FAILED)
     except OSError as exc:  # a full disk, a permission: named by the OS error, the dataset untouched
         return report_error(exc, EXIT_FAILED, note=f"{args.out} left as it was")
-    refused = getattr(result, "refused", [])  # --append and --executor ray check every folder strictly
+    refused = result.refused  # empty for --append and --executor ray: they check every folder strictly
     for folder, reason in refused:
         print(f"refused: {folder}: left out of the dataset: {reason}", file=sys.stderr)
     print(f"{result.out_dir}: {result.total_rollouts} rollouts "
