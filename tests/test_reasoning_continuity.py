@@ -96,7 +96,8 @@ def test_the_cause_is_read_from_the_texts_not_guessed_from_a_think_block():
     assert explain_content_change(sampled, "answer") == "reasoning_dropped"
     assert explain_content_change(sampled, "another answer") == "content_changed"  # a think block alone proves nothing
     assert explain_content_change("text\n<tool_call>", "text\n\n<tool_call>") == "whitespace_drift"
-    assert explain_content_change("<think>\nr", "") == "content_changed"  # no closing tag: not a dropped block
+    assert explain_content_change("<think>\nr", "") == "reply_all_reasoning"  # no closing tag: all reasoning, no content
+    assert explain_content_change("<think>\nr", "other") == "content_changed"
 
 
 def test_restoring_reasoning_keeps_the_harness_content_and_tool_calls():
