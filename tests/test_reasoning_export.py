@@ -16,7 +16,9 @@ from support.reasoning_episodes import Qwen3Chat, episode
 
 from rollout_dataset.builder.rows import sequence_rows
 from rollout_dataset.export import export_rollout
+from rollout_dataset.export.summary import summarise
 from rollout_dataset.reasoning import explain_reply_break
+from rollout_dataset.viewer.views import reasoning_positions
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +93,16 @@ def test_the_sequences_config_carries_whether_earlier_reasoning_is_absent(qwen3)
     doc = _export(episode("qwen3", "chat", "keeps"), qwen3)
     rows = sequence_rows({"rollout": doc, "summary": {"rollout_id": "r"}})
     assert [r["earlier_reasoning_absent"] for r in rows] == [False, True, True]
+
+
+def test_show_counts_the_breaks_by_cause_and_marks_sequences_without_earlier_reasoning(qwen3):
+    text = summarise(_export(episode("qwen3", "chat", "keeps"), qwen3))
+    assert "prefix breaks by cause: template_dropped_reasoning 2" in text
+    assert text.count("earlier reasoning absent") == 2
+
+
+def test_the_viewer_marks_think_block_tokens_even_in_a_window_that_opens_inside_one(qwen3):
+    ids = qwen3.encode("<think>\nplan\n</think>\n\nanswer")
+    marked = reasoning_positions(ids, 1, len(ids), qwen3)
+    close = ids.index(qwen3.convert_tokens_to_ids("</think>"))
+    assert marked == set(range(1, close + 1))

@@ -20,6 +20,7 @@ hold that call's prompt + sampled ids. The cause is read from where the two firs
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,12 +33,15 @@ from rollout_dataset.reasoning import (
 )
 from rollout_dataset.tokenizers import template_messages
 
-__all__ = ["BreakCause", "REASONING_CAUSES", "explain_break", "template_keeps_reasoning"]
+__all__ = ["BreakCause", "CAUSE_TAG", "REASONING_CAUSES", "explain_break", "template_keeps_reasoning"]
 
 log = logging.getLogger(__name__)
 
 #: causes after which the new sequence's prompt lacks reasoning the model sampled earlier
 REASONING_CAUSES = frozenset({"template_dropped_reasoning", "harness_dropped_reasoning", "reply_all_reasoning"})
+
+#: how a prefix_break finding's message names its cause code: ``... [template_dropped_reasoning] ...``
+CAUSE_TAG = re.compile(r"\[([a-z_]+)\]")
 
 _SENTENCES = {
     "history_rerendered": "the chat template rendered the same history differently",
@@ -62,6 +66,11 @@ class BreakCause:
         position: the first differing prompt position.
         sentence: the cause for people.
     """
+
+    @property
+    def tagged(self) -> str:
+        """Returns: the sentence with the code in brackets (`CAUSE_TAG` reads it back)."""
+        return f"{self.sentence} [{self.cause}]"
 
     cause: str
     status: str

@@ -421,7 +421,7 @@ def prefix_breaks(graph: RolloutGraph, tokenizer: Any = None,
         if score == 3 and graph.mode == "tokens":
             why = explain_break(earlier, root, tokenizer, kwargs_of(root.index) if kwargs_of else None)
             causes[root.index] = why
-            cause = f"{why.sentence} [{why.cause}]"
+            cause = why.tagged
             detail = (f"its messages extend call {earlier.index}'s history but its prompt ids do not hold "
                       f"that call's sampled ids from position {why.position}")
         elif score == 3:
