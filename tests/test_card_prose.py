@@ -59,3 +59,13 @@ def test_the_prose_stays_within_bounds_with_every_optional_paragraph(tmp_path):
     prose = "\n".join(card_prose_lines(text))
     assert "Notice:" in prose and "On-policy mode" in prose and "**Homepage:**" in prose and "org/r-traces" in prose
     assert len(card_prose_lines(text)) <= CARD_PROSE_MAX_LINES
+
+
+def test_the_on_policy_paragraph_counts_reasoning_dropped_once_apart_from_not_repaired():
+    continuity = {"agent_turns": 4, "exact": 1, "repaired": 1, "reasoning_dropped": 2, "not_repaired": 0,
+                  "not_repaired_reasons": {}}
+    rows = [{"rollout_id": "0", "scripted": True, "policy": "oracle", "continuity": json.dumps(continuity)}]
+    prose = "\n".join(card_prose_lines(render_card(rows)))
+    assert prose.count("`reasoning_dropped`") == 1
+    assert "50.0% starting a new sequence because the chat template drops earlier reasoning" in prose
+    assert "0.0% not repaired" in prose

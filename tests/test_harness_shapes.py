@@ -136,12 +136,14 @@ def test_retry_of_the_same_prompt_with_one_continued_is_one_discarded_sequence(t
 def test_template_that_drops_earlier_think_blocks_gives_a_root_per_turn_with_info_finding(tokenizer):
     server = Server(think_dropping(tokenizer))
     agent_loop(server, "You think first.", "fix the bug", 4, think=True)
-    doc = _export(server)
+    doc = export_rollout(server.records, session_id="shape", metadata={}, capture_level="tokens",
+                         tokenizer=server.tokenizer)  # decodes the ids and re-renders the history: names the cause
     assert doc["stats"]["n_roots"] == 4
     assert _roles(doc) == ["agent"] * 4 and all(s["trainable"] for s in doc["sequences"])
     breaks = [f for f in doc["findings"] if f["code"] == "prefix_break"]
     assert [f["call_index"] for f in breaks] == [1, 2, 3]
-    assert all(f["level"] == "INFO" and "think blocks dropped" in f["message"] for f in breaks)
+    assert all(f["level"] == "INFO" and "[template_dropped_reasoning]" in f["message"] for f in breaks)
+    assert all(s["earlier_reasoning_absent"] == (s["node_ids"][0] > 0) for s in doc["sequences"])
 
 
 def test_eval_capture_without_ids_keeps_structure_and_trains_nothing(tokenizer):
@@ -255,7 +257,10 @@ async def test_proxy_think_dropping_template_gives_a_root_per_turn(tmp_path, tok
     async def drive(client):
         await _loop(client, "You think first.", 3)
 
-    doc = _doc(await _captured(tmp_path, drive, tokenizer=think_dropping(tokenizer), steps=THINK_STEPS))
+    records = await _captured(tmp_path, drive, tokenizer=think_dropping(tokenizer), steps=THINK_STEPS)
+    doc = export_rollout(records, session_id="proxy", metadata={}, capture_level="tokens",
+                         tokenizer=think_dropping(tokenizer))
     assert doc["stats"]["n_roots"] == 3
     breaks = [f for f in doc["findings"] if f["code"] == "prefix_break"]
-    assert [f["call_index"] for f in breaks] == [1, 2] and all("think blocks dropped" in f["message"] for f in breaks)
+    assert [f["call_index"] for f in breaks] == [1, 2]
+    assert all("[template_dropped_reasoning]" in f["message"] for f in breaks)

@@ -96,7 +96,8 @@ def test_the_cause_is_read_from_the_texts_not_guessed_from_a_think_block():
     assert explain_content_change(sampled, "answer") == "reasoning_dropped"
     assert explain_content_change(sampled, "another answer") == "content_changed"  # a think block alone proves nothing
     assert explain_content_change("text\n<tool_call>", "text\n\n<tool_call>") == "whitespace_drift"
-    assert explain_content_change("<think>\nr", "") == "content_changed"  # no closing tag: not a dropped block
+    assert explain_content_change("<think>\nr", "") == "reply_all_reasoning"  # no closing tag: all reasoning, no content
+    assert explain_content_change("<think>\nr", "other") == "content_changed"
 
 
 def test_restoring_reasoning_keeps_the_harness_content_and_tool_calls():
@@ -104,3 +105,16 @@ def test_restoring_reasoning_keeps_the_harness_content_and_tool_calls():
     restored = restore_reasoning(message, "<think>\nr\n</think>\n\nanswer")
     assert restored == {"role": "assistant", "content": "<think>\nr\n</think>\n\nanswer", "tool_calls": [{"id": "a"}]}
     assert message["reasoning_content"] == "stale"
+
+
+async def test_a_reply_that_was_all_reasoning_is_named_so_not_framing_unclear(tmp_path, qwen3):
+    steps = [{"text": "<think>\nstill thinking about it"}, {"text": "<think>\nok\n</think>\n\nanswer"}]
+
+    async def chat(post):
+        messages = [{"role": "user", "content": "question 0"}]
+        await post(messages)  # vLLM's qwen3 parser puts it all in `reasoning`: content null, sent back empty
+        messages += [{"role": "assistant", "content": ""}, {"role": "user", "content": "question 1"}]
+        await post(messages)
+
+    records = await _session(tmp_path, qwen3, steps, chat)
+    assert _statuses(records)[1] == ("reasoning_dropped", "reply_all_reasoning")

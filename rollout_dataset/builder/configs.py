@@ -280,6 +280,7 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _s("rollout", "loss_mask", "list<int8>", field="sequences.[].loss_mask"),
         _s("rollout", "logprobs", "list<float32>", field="sequences.[].logprobs"),
         _s("rollout", "findings", "json", field="sequences.[].findings"),
+        _s("rollout", "earlier_reasoning_absent", "bool", field="sequences.[].earlier_reasoning_absent"),
         _c("env_reward", "float64", "The rollout's env_reward (copied from summary for convenience)."),
         _c("reward_after_penalties", "float64", "The rollout's reward_after_penalties (copied from summary)."),
         _GROUP,

@@ -394,6 +394,7 @@ def sequence_rows(art: dict[str, Any]) -> list[dict[str, Any]]:
             "loss_mask": mask,
             "logprobs": s.get("logprobs") or [],
             "findings": _dumps(s.get("findings", s.get("validation", []))),
+            "earlier_reasoning_absent": bool(s.get("earlier_reasoning_absent")),
             "env_reward": summary.get("env_reward"),
             "reward_after_penalties": summary.get("reward_after_penalties"),
         })

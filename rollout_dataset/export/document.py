@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable
 
+from rollout_dataset.export.breaks import BreakCause
 from rollout_dataset.export.continuity import continuity_of, continuity_summary
 from rollout_dataset.export.findings import (
     call_findings,
     finding,
     has_error,
-    prefix_break_findings,
+    prefix_breaks,
     retokenization_findings,
 )
 from rollout_dataset.export.sequences import AGENT, AUXILIARY, DISCARDED, PathSequence, assign_roles, build_sequences
@@ -60,6 +61,14 @@ def _node_roles(graph: RolloutGraph, sequences: list[PathSequence]) -> dict[int,
             if node_id not in roles or rank[seq.role] < rank[roles[node_id]]:
                 roles[node_id] = seq.role
     return roles
+
+
+def _earlier_reasoning_absent(root_index: int, causes: dict[int, BreakCause],
+                              recorded: dict[int, dict[str, Any]]) -> bool:
+    """Whether the prompt of a sequence starting at `root_index` lacks reasoning sampled before it."""
+    if root_index in causes:
+        return causes[root_index].reasoning_absent
+    return (recorded.get(root_index) or {}).get("status") == "reasoning_dropped"
 
 
 def export_rollout(
@@ -119,7 +128,10 @@ def export_rollout(
         rollout_findings.append(
             finding("eval_capture", f"capture level {capture_level!r}: structure only, token arrays empty, nothing trainable")
         )
-    rollout_findings += prefix_break_findings(graph)
+    break_findings, break_causes = prefix_breaks(
+        graph, tokenizer if with_tokens else None, lambda i: _chat_template_kwargs(by_index.get(i, {})) or {})
+    rollout_findings += break_findings
+    recorded_continuity = continuity_of(records)
     rollout_gate_ok = not has_error(rollout_findings)
 
     sequences = build_sequences(graph, with_tokens=with_tokens)
@@ -153,12 +165,13 @@ def export_rollout(
                 "logprobs": seq.logprobs,
                 "trainable": trainable,
                 "findings": found,
+                "earlier_reasoning_absent": _earlier_reasoning_absent(
+                    graph.get(seq.root_id).index, break_causes, recorded_continuity),
             }
         )
 
     roles = _node_roles(graph, sequences)
     trained = {i for row in rows if row["trainable"] for i in row["node_ids"]}
-    recorded_continuity = continuity_of(records)
     calls = []
     for node in graph.nodes():
         calls.append(

@@ -30,10 +30,11 @@ eval_capture              INFO     capture level below ``tokens``: nothing is tr
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
-from rollout_dataset.tokenizers import template_messages
+from rollout_dataset.export.breaks import BreakCause, explain_break
 from rollout_dataset.graph import RolloutGraph, TurnNode, normalise_message
+from rollout_dataset.tokenizers import template_messages
 
 __all__ = [
     "ERROR",
@@ -47,6 +48,7 @@ __all__ = [
     "retokenization_findings",
     "render_prompt_ids",
     "prefix_break_findings",
+    "prefix_breaks",
     "has_error",
 ]
 
@@ -286,26 +288,12 @@ def retokenization_findings(node: TurnNode, tokenizer: Any, request_kwargs: dict
     ]
 
 
-def _has_think(message: dict[str, Any] | None) -> bool:
-    if not isinstance(message, dict):
-        return False
-    if message.get("reasoning_content") or message.get("reasoning"):
-        return True
-    content = message.get("content")
-    return isinstance(content, str) and "<think>" in content
-
-
-def _assistant_think(message: Any) -> bool:
-    return isinstance(message, dict) and message.get("role") == "assistant" and _has_think(message)
-
-
 class _RequestNorms:
     """Normalised request messages per call, each computed from what is new since the last one.
 
     Consecutive calls of an agent loop resend the same history plus a few messages, so the leading
     messages equal to the previously computed call's (a C-level list comparison) reuse its
-    normalised forms; only the rest go through ``normalise_message``. Also tracks whether an
-    assistant message of the request carries think content, the same way. (Python equality is the
+    normalised forms; only the rest go through ``normalise_message``. (Python equality is the
     test, so a resent message that differs only by ``1`` vs ``1.0`` in a number keeps the earlier
     normal form; JSON from one harness never does that.)
     """
@@ -313,7 +301,6 @@ class _RequestNorms:
     def __init__(self, nodes: list[TurnNode]) -> None:
         self._nodes = nodes
         self._norms: dict[int, tuple] = {}
-        self._first_think: dict[int, int | None] = {}
         self._last: int | None = None
 
     def _shared(self, messages: list[Any]) -> int:
@@ -329,12 +316,7 @@ class _RequestNorms:
         messages = self._nodes[k].request_messages
         n = self._shared(messages)
         prev_norm = self._norms[self._last] if n else ()
-        prev_think = self._first_think[self._last] if n else None
         self._norms[k] = prev_norm[:n] + tuple(normalise_message(m) for m in messages[n:])
-        if prev_think is not None and prev_think < n:
-            self._first_think[k] = prev_think
-        else:
-            self._first_think[k] = next((i for i in range(n, len(messages)) if _assistant_think(messages[i])), None)
         self._last = k
 
     def norm(self, k: int) -> tuple:
@@ -342,12 +324,6 @@ class _RequestNorms:
         if k not in self._norms:
             self._compute(k)
         return self._norms[k]
-
-    def has_think(self, k: int) -> bool:
-        """Whether an assistant message in the request of the call at position ``k`` has think content."""
-        if k not in self._norms:
-            self._compute(k)
-        return self._first_think[k] is not None
 
 
 def _common_prefix(a: tuple, b: tuple) -> int:
@@ -359,24 +335,45 @@ def _common_prefix(a: tuple, b: tuple) -> int:
     return n
 
 
-def prefix_break_findings(graph: RolloutGraph) -> list[dict[str, Any]]:
+def prefix_break_findings(graph: RolloutGraph, tokenizer: Any = None) -> list[dict[str, Any]]:
     """An INFO finding for each new root that continues an earlier conversation, with the cause.
-
-    Causes: the chat template dropped earlier think blocks (the messages extend an earlier call's
-    history, the tokens do not, and that history had think content); the template re-rendered
-    history differently; the system prompt changed while the rest of the history grew; the history
-    was rewritten (a shared start, then different messages). A root sharing nothing with earlier
-    calls (a title generator, an unrelated conversation) gets no finding.
 
     Args:
         graph: the prefix graph.
+        tokenizer: decodes ids and renders chat (optional; see `prefix_breaks`).
 
     Returns:
         The findings, in arrival order.
     """
+    return prefix_breaks(graph, tokenizer)[0]
+
+
+def prefix_breaks(graph: RolloutGraph, tokenizer: Any = None,
+                  kwargs_of: Callable[[int], dict[str, Any]] | None = None
+                  ) -> tuple[list[dict[str, Any]], dict[int, BreakCause]]:
+    """Each new root that continues an earlier conversation: its finding and, in token mode, its cause.
+
+    When the messages extend an earlier call's history and the prompt ids do not hold its prompt +
+    sampled ids, the cause is read from the ids (`rollout_dataset.export.breaks.explain_break`:
+    template or harness dropped the reasoning, whitespace drift at a tool call, an end-of-turn token
+    re-rendered, an all-reasoning reply, a changed reply, history re-rendered); a think block alone
+    names nothing. Other causes: the system prompt changed while the rest of the history grew; the
+    history was rewritten (a shared start, then different messages). A root sharing nothing with
+    earlier calls (a title generator, an unrelated conversation) gets no finding.
+
+    Args:
+        graph: the prefix graph.
+        tokenizer: decodes ids (``decode``) and renders chat (``apply_chat_template``); without one a
+            break at the reply is ``reply_changed``.
+        kwargs_of: a call index's ``chat_template_kwargs``.
+
+    Returns:
+        ``(findings in arrival order, {root call index: BreakCause})``.
+    """
     nodes = graph.nodes()
+    causes: dict[int, BreakCause] = {}
     if len(graph.roots()) < 2:
-        return []
+        return [], causes
     requests = _RequestNorms(nodes)  # normalised lazily: most roots stop at the call just before
     norm_req = requests.norm
     hist_cache: dict[int, tuple] = {}
@@ -422,12 +419,11 @@ def prefix_break_findings(graph: RolloutGraph) -> list[dict[str, Any]]:
         score, k, e = best
         earlier = nodes[e]
         if score == 3 and graph.mode == "tokens":
-            path = [graph.get(x) for x in graph.path_to(earlier.node_id)]
-            if any(_has_think(n.response_message) for n in path) or requests.has_think(pos):
-                cause = "earlier think blocks dropped by the chat template"
-            else:
-                cause = "the chat template rendered the same history differently"
-            detail = f"its messages extend call {earlier.index}'s history but its prompt ids do not"
+            why = explain_break(earlier, root, tokenizer, kwargs_of(root.index) if kwargs_of else None)
+            causes[root.index] = why
+            cause = why.tagged
+            detail = (f"its messages extend call {earlier.index}'s history but its prompt ids do not hold "
+                      f"that call's sampled ids from position {why.position}")
         elif score == 3:
             cause = "the conversation continued but could not be linked"
             detail = f"its messages extend call {earlier.index}'s history"
@@ -444,4 +440,4 @@ def prefix_break_findings(graph: RolloutGraph) -> list[dict[str, Any]]:
                 call_index=root.index,
             )
         )
-    return out
+    return out, causes

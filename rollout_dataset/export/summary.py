@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
+
+from rollout_dataset.export.breaks import CAUSE_TAG as _CAUSE
 
 __all__ = ["summarise"]
 
@@ -39,11 +42,23 @@ def summarise(document: dict[str, Any]) -> str:
         f"  training: {stats['n_trainable_sequences']}/{stats['n_sequences']} sequence(s) trainable, "
         f"{stats['n_trainable_tokens']} trainable tokens",
     ]
+    continuity = document.get("continuity")
+    if isinstance(continuity, dict):
+        reasons = ", ".join(f"{k} {v}" for k, v in (continuity.get("not_repaired_reasons") or {}).items())
+        lines.append(
+            f"  on-policy continuity: {continuity.get('agent_turns')} agent turn(s): exact {continuity.get('exact')}, "
+            f"repaired {continuity.get('repaired')}, reasoning_dropped {continuity.get('reasoning_dropped', 0)}, "
+            f"not_repaired {continuity.get('not_repaired')}" + (f" ({reasons})" if reasons else ""))
+    causes = Counter(m.group(1) for f in document.get("findings", []) if f.get("code") == "prefix_break"
+                     for m in [_CAUSE.search(str(f.get("message")))] if m)
+    if causes:
+        lines.append("  prefix breaks by cause: " + ", ".join(f"{k} {v}" for k, v in sorted(causes.items())))
     for k, row in enumerate(document["sequences"]):
         lines.append(
             f"  seq {k} [{row['role']:<9}] root={row['root_id']:<4} turns={row['n_turns']:<3} "
             f"prompt={row['prompt_len']:<6} len={len(row['input_ids']):<7} trainable={row['n_trainable']:<6} "
             f"{'TRAIN' if row['trainable'] else '-':<5} turn_lengths={_lengths(row['turn_lengths'])}"
+            + ("  earlier reasoning absent" if row.get("earlier_reasoning_absent") else "")
         )
     seen = set()
     shown = []

@@ -32,6 +32,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from rollout_dataset.reasoning import THINK_CLOSE, explain_content_change
+
 __all__ = [
     "Continuity",
     "ParentLookup",
@@ -449,34 +451,6 @@ def plan_splice(parent: PastCall, parent_render: Sequence[int], render: Sequence
                                  f"closes the turn with id {rest[0]}")
     # cut by max_tokens: the template's end-of-turn token (rest[0]) closes the turn
     return SplicePlan(list(parent.prompt_ids) + sampled + rest, sampled_content=sampled, rendered_content=rendered)
-
-
-#: the reasoning block's closing tag (Qwen3, DeepSeek-R1 style templates).
-THINK_CLOSE = "</think>"
-
-
-def explain_content_change(sampled_text: str, rendered_text: str) -> str:
-    """Why the reply the server renders from the history differs from the reply the model sampled.
-
-    Only what the two texts show is used, never the mere presence of a think block.
-
-    Args:
-        sampled_text: the decoded sampled ids of the reply's content.
-        rendered_text: the decoded ids the server renders there from what the harness sent back.
-
-    Returns:
-        ``"reasoning_dropped"`` when the render is exactly the sampled text after its reasoning block
-        (``...</think>``; whitespace at the joins aside), ``"whitespace_drift"`` when the texts differ
-        only in whitespace (e.g. a doubled newline before ``<tool_call>``: the tool parser leaves a
-        trailing newline in `content` and the template adds one), else ``"content_changed"``.
-    """
-    if THINK_CLOSE in sampled_text:
-        after = sampled_text.split(THINK_CLOSE, 1)[1]
-        if after.strip() == rendered_text.strip():
-            return "reasoning_dropped"
-    if "".join(sampled_text.split()) == "".join(rendered_text.split()):
-        return "whitespace_drift"
-    return "content_changed"
 
 
 def restore_reasoning(message: Mapping[str, Any], sampled_text: str) -> dict[str, Any]:

@@ -296,6 +296,9 @@ class OnPolicyMode:
         (parent_render, _), (render, max_model_len), (blank_render, _) = await asyncio.gather(
             self.tokenize(parsed, parent.messages, headers), self.tokenize(parsed, messages, headers),
             self.tokenize(parsed, blank, headers))
+        if render == blank_render:  # the reply came back empty (e.g. all reasoning): locate it by a placeholder
+            placeholder = list(messages[:k]) + [{**blank_reply(messages[k]), "content": "."}] + list(messages[k + 1:])
+            blank_render, _ = await self.tokenize(parsed, placeholder, headers)
         plan = plan_splice(parent, parent_render, render, blank_render)
         if plan.target is None:
             return Continuity("not_repaired", idx, plan.reason, plan.detail)
@@ -306,6 +309,10 @@ class OnPolicyMode:
                                                      self.detokenize(model, plan.rendered_content, headers))
             if sampled != rendered:
                 cause = explain_content_change(sampled, rendered)
+                if cause == "reply_all_reasoning":
+                    return Continuity("reasoning_dropped", idx, "reply_all_reasoning",
+                                      "the reply was all reasoning (no </think> sampled), so the harness's content "
+                                      "is empty and the history holds none of it; the turn starts a new sequence")
                 if cause == "reasoning_dropped":
                     restored = await self._restored_plan(parsed, messages, k, sampled, parent, parent_render,
                                                          blank_render, headers)

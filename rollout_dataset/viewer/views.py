@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["index_record", "rollout_view", "token_window", "MAX_WINDOW"]
+from rollout_dataset.reasoning import THINK_CLOSE, THINK_OPEN
+
+__all__ = ["index_record", "reasoning_positions", "rollout_view", "token_window", "MAX_WINDOW"]
 
 #: the most tokens one window request returns.
 MAX_WINDOW = 4096
@@ -206,6 +208,39 @@ def _call_spans(sequence: dict[str, Any], trace: list[dict[str, Any]]) -> list[t
     return spans
 
 
+def reasoning_positions(ids: list[Any], start: int, end: int, tokenizer: Any) -> set[int]:
+    """Positions in ``[start, end)`` inside a reasoning block (``<think>`` through ``</think>``).
+
+    The state is followed from the sequence's start, so a window that opens inside a block is marked.
+
+    Args:
+        ids: the sequence's ids.
+        start: the window's first position.
+        end: one past its last.
+        tokenizer: knows the think tokens (None, or a vocabulary without them: nothing is marked).
+
+    Returns:
+        The marked positions.
+    """
+    convert = getattr(tokenizer, "convert_tokens_to_ids", None)
+    if convert is None:
+        return set()
+    opened, closed = convert(THINK_OPEN), convert(THINK_CLOSE)
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    if not isinstance(opened, int) or not isinstance(closed, int) or unknown in (opened, closed):
+        return set()
+    inside, marked = False, set()
+    for position in range(end):
+        token = int(ids[position])
+        if token == opened:
+            inside = True
+        if inside and position >= start:
+            marked.add(position)
+        if token == closed:
+            inside = False
+    return marked
+
+
 def token_window(loaded: dict[str, Any], sequence_index: int, start: int, count: int, tokenizer: Any) -> dict[str, Any]:
     """``count`` tokens of one sequence from ``start``, decoded one by one with special tokens kept.
 
@@ -217,8 +252,9 @@ def token_window(loaded: dict[str, Any], sequence_index: int, start: int, count:
         tokenizer: decodes ids (None: ids only).
 
     Returns:
-        ``{"total", "start", "tokens": [[id, text, special, mask, logprob, call, scorer_logprob], ...],
-        "call_starts": [position, ...]}``.
+        ``{"total", "start", "tokens": [[id, text, special, mask, logprob, call, scorer_logprob, reasoning],
+        ...], "call_starts": [position, ...]}``; ``reasoning`` marks a token inside a think block
+        (`reasoning_positions`).
 
     Raises:
         KeyError: no such sequence.
@@ -245,6 +281,7 @@ def token_window(loaded: dict[str, Any], sequence_index: int, start: int, count:
                                        clean_up_tokenization_spaces=False)
         specials = set(getattr(tokenizer, "all_special_ids", []) or [])
         specials.update(int(k) for k in (getattr(tokenizer, "added_tokens_decoder", None) or {}))
+    reasoning = reasoning_positions(ids, start, end, tokenizer)
     tokens = []
     span = 0
     for offset, token in enumerate(window):
@@ -255,6 +292,6 @@ def token_window(loaded: dict[str, Any], sequence_index: int, start: int, count:
         lp = float(logprobs[position]) if position < len(logprobs) else None
         score = scored[position] if position < len(scored) else None
         tokens.append([token, texts[offset], token in specials, int(mask[position]) if position < len(mask) else 0,
-                       lp, call, score])
+                       lp, call, score, position in reasoning])
     return {"sequence_index": sequence_index, "total": total, "start": start, "tokens": tokens,
             "call_starts": [s for s, _, _ in spans if start <= s < end]}

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import hashlib
 import os
 import struct
@@ -82,3 +83,76 @@ def harmony_encoding(cache_dir: str | None = None) -> Any:
     from openai_harmony import HarmonyEncodingName, load_harmony_encoding
 
     return load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+
+
+class HarmonyChat:
+    """gpt-oss Harmony as a chat tokenizer: `decode` and `apply_chat_template` through the genuine encoding.
+
+    Chat messages map to Harmony messages the way vLLM's gpt-oss path reads them: an assistant turn's
+    ``reasoning_content``/``reasoning`` is an ``analysis`` message, each tool call a ``commentary``
+    message to ``functions.NAME`` (JSON), ``content`` the ``final`` message; a tool result comes from
+    ``functions.NAME`` on ``commentary``. Rendering is the encoding's own (it drops analysis before a
+    later final answer, and renders ``<|end|>`` where ``<|return|>`` was sampled).
+    """
+
+    def __init__(self) -> None:
+        self.encoding = harmony_encoding()
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        """Args: ids: token ids. skip_special_tokens: ignored (Harmony's markers are the text). Returns: text."""
+        return self.encoding.decode(list(ids))
+
+    def messages(self, messages: list[dict[str, Any]]) -> list[Any]:
+        """Args: messages: chat messages. Returns: the Harmony messages."""
+        from openai_harmony import Author, Message, Role
+
+        out, names = [], {}
+        for m in messages:
+            role, content = m.get("role"), m.get("content") or ""
+            if role in ("system", "developer"):
+                out.append(Message.from_role_and_content(Role.DEVELOPER, content))
+            elif role == "user":
+                out.append(Message.from_role_and_content(Role.USER, content))
+            elif role == "tool":
+                name = "functions." + names.get(m.get("tool_call_id"), "tool")
+                out.append(Message.from_author_and_content(Author.new(Role.TOOL, name), content)
+                           .with_channel("commentary").with_recipient("assistant"))
+            elif role == "assistant":
+                reasoning = m.get("reasoning_content") or m.get("reasoning")
+                if reasoning:
+                    out.append(Message.from_role_and_content(Role.ASSISTANT, reasoning).with_channel("analysis"))
+                for call in m.get("tool_calls") or []:
+                    fn = call["function"]
+                    names[call.get("id")] = fn["name"]
+                    arguments = fn["arguments"] if isinstance(fn["arguments"], str) else json.dumps(fn["arguments"])
+                    out.append(Message.from_role_and_content(Role.ASSISTANT, arguments).with_channel("commentary")
+                               .with_recipient("functions." + fn["name"]).with_content_type("<|constrain|>json"))
+                if content:
+                    out.append(Message.from_role_and_content(Role.ASSISTANT, content).with_channel("final"))
+        return out
+
+    def render_ids(self, messages: list[dict[str, Any]]) -> list[int]:
+        """Args: messages: chat messages. Returns: the prompt ids for the next assistant turn."""
+        from openai_harmony import Conversation, Role
+
+        return list(self.encoding.render_conversation_for_completion(
+            Conversation.from_messages(self.messages(messages)), Role.ASSISTANT))
+
+    def sampled_ids(self, reply: dict[str, Any]) -> list[int]:
+        """The ids a gpt-oss model samples for an assistant turn: its messages, the last closed by `<|return|>`
+        (final answer) or `<|call|>` (tool call), the ones before by `<|end|>`."""
+        ids: list[int] = []
+        for message in self.messages([reply]):
+            ids += list(self.encoding.render(message))
+        header = len(self.encoding.encode("<|start|>assistant", allowed_special="all"))
+        ids = ids[header:]  # the generation prompt ends with <|start|>assistant
+        if not reply.get("tool_calls"):
+            end, ret = self.encoding.encode("<|end|>", allowed_special="all"), self.encoding.encode("<|return|>", allowed_special="all")
+            ids = ids[: -len(end)] + ret
+        return ids
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], tools: Any = None, add_generation_prompt: bool = True,
+                            tokenize: bool = True, **_: Any) -> Any:
+        """The render of `messages` (ids, or text with ``tokenize=False``), as an HF tokenizer's method."""
+        ids = self.render_ids(messages)
+        return ids if tokenize else self.decode(ids)

@@ -66,9 +66,9 @@ const tokenStore = {};
 const colourClass = (token) => colourBy === "audit" ? diffClass(token[4], token[6]) : lpClass(token[4]);
 
 function showTip(event, token, position) {
-  const [id, text, special, mask, lp, call, scored] = token;
+  const [id, text, special, mask, lp, call, scored, reasoning] = token;
   tip.replaceChildren(kvTable([
-    ["position", position], ["id", id], ["text", JSON.stringify(text)], ["special", special],
+    ["position", position], ["id", id], ["text", JSON.stringify(text)], ["special", special], ["reasoning", !!reasoning],
     ["loss mask", mask], ["logprob", mask ? lp : "n/a (context token)"], ["call", call],
     ...(scored !== null && scored !== undefined ? [["scorer logprob", scored], ["|Δ|", Math.abs(lp - scored)]] : []),
   ]));
@@ -107,7 +107,7 @@ function renderSequence(view, seq, container) {
       const position = page.start + k;
       if (starts.has(position)) fragment.appendChild(el("span", "callmark", "call " + token[5]));
       tokens[position] = token;
-      const span = el("span", "tok " + (token[3] ? "m1 " + colourClass(token) : "m0") + (token[2] ? " sp" : ""), token[1]);
+      const span = el("span", "tok " + (token[3] ? "m1 " + colourClass(token) : "m0") + (token[2] ? " sp" : "") + (token[7] ? " rs" : ""), token[1]);
       span.dataset.i = String(position);
       fragment.appendChild(span);
     });
@@ -128,6 +128,7 @@ function renderTokens(view) {
   legend.appendChild(el("span", "tok m0", "context (mask 0)"));
   for (const [cls, label] of [["lp0", "logprob > -0.1"], ["lp1", "> -0.5"], ["lp2", "> -1.5"], ["lp3", "> -3"], ["lp4", "≤ -3"]]) legend.appendChild(el("span", "tok m1 " + cls, label));
   legend.appendChild(el("span", "tok sp", "special token"));
+  legend.appendChild(el("span", "tok rs", "reasoning (think block)"));
   if (view.audit) {
     const toggle = el("button", null, "colour by audit |Δ|");
     toggle.addEventListener("click", () => {

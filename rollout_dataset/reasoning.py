@@ -1,0 +1,174 @@
+"""Why a reply the model sampled is not held, as sampled, by the next prompt: the rule, read from texts.
+
+One definition shared by the proxy's on-policy mode (`rollout_dataset.proxy.on_policy_upstream`) and
+the export's prefix-break findings (`rollout_dataset.export.findings`). Pure: no tokenizer, no I/O.
+
+Reasoning models sample a reasoning part before their answer: a ``<think>...</think>`` block
+(Qwen3, DeepSeek-R1 style) or, for gpt-oss Harmony, ``analysis`` channel messages before the
+``commentary`` (tool call) or ``final`` message. Chat templates drop that part from earlier turns by
+design (Qwen3 before a new user message; Harmony before a later final answer), and Harmony renders
+``<|end|>`` in history where the model sampled ``<|return|>``. The cause of a break is named from what
+the texts show, never from the mere presence of a think block.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+__all__ = [
+    "BREAK_STATUS",
+    "THINK_CLOSE",
+    "THINK_OPEN",
+    "explain_content_change",
+    "explain_reply_break",
+    "harness_sent_reasoning",
+    "reasoning_text",
+    "split_reasoning",
+]
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+#: Harmony: the header of each message the model samples after its first one
+HARMONY_NEXT_MESSAGE = "<|start|>assistant"
+HARMONY_ANALYSIS = "<|channel|>analysis"
+#: end-of-message tokens a sampled reply may end with (ChatML, Harmony final / tool call / message)
+END_MARKERS = ("<|im_end|>", "<|return|>", "<|call|>", "<|end|>", "<|endoftext|>", "<｜end▁of▁sentence｜>")
+
+#: the continuity status each break cause stands for: by design (``reasoning_dropped``) or a real,
+#: unexplained-by-design break (``not_repaired``; on-policy mode repairs the harness and whitespace ones)
+BREAK_STATUS: dict[str, str] = {
+    "template_dropped_reasoning": "reasoning_dropped",
+    "reply_all_reasoning": "reasoning_dropped",
+    "end_of_turn_rerendered": "reasoning_dropped",
+    "harness_dropped_reasoning": "not_repaired",
+    "whitespace_drift": "not_repaired",
+    "content_changed": "not_repaired",
+    "history_rerendered": "not_repaired",
+    "reply_changed": "not_repaired",
+}
+
+
+def split_reasoning(text: str) -> tuple[str | None, str]:
+    """The sampled reasoning part of a reply's text, and what follows it.
+
+    Args:
+        text: a reply as decoded from the sampled ids (special tokens kept).
+
+    Returns:
+        ``(reasoning, rest)``: ``reasoning`` runs through ``</think>`` (Qwen3 / DeepSeek-R1), or through
+        the header of the last Harmony message when analysis messages come before it; None when the text
+        has no closed reasoning part (then ``rest`` is the whole text).
+    """
+    if THINK_CLOSE in text:
+        head, tail = text.split(THINK_CLOSE, 1)
+        return head + THINK_CLOSE, tail
+    if HARMONY_ANALYSIS in text and HARMONY_NEXT_MESSAGE in text:
+        cut = text.rindex(HARMONY_NEXT_MESSAGE) + len(HARMONY_NEXT_MESSAGE)
+        return text[:cut], text[cut:]
+    return None, text
+
+
+def reasoning_text(text: str) -> str | None:
+    """The reasoning a reply's text holds, without its markers (think block or Harmony analysis), or None.
+
+    Args:
+        text: a decoded reply.
+
+    Returns:
+        The text between ``<think>`` and ``</think>``, stripped of newlines at its ends.
+    """
+    head, _ = split_reasoning(text)
+    if head is None:
+        return None
+    if THINK_CLOSE not in head:  # Harmony: the analysis messages' text
+        parts = [p.split("<|message|>", 1)[-1].split("<|end|>", 1)[0]
+                 for p in head.split(HARMONY_ANALYSIS)[1:]]
+        return "\n".join(parts) or None
+    inner = head[: -len(THINK_CLOSE)]
+    if THINK_OPEN in inner:
+        inner = inner.split(THINK_OPEN, 1)[1]
+    return inner.strip("\n")
+
+
+def _squash(text: str) -> str:
+    return "".join(text.split())
+
+
+def explain_content_change(sampled_text: str, rendered_text: str) -> str:
+    """Why the reply the server renders from the history differs from the reply the model sampled.
+
+    Args:
+        sampled_text: the decoded sampled ids of the reply's content.
+        rendered_text: the decoded ids the server renders there from what the harness sent back.
+
+    Returns:
+        ``"reasoning_dropped"`` when the render is exactly the sampled text after its reasoning part
+        (whitespace at the joins aside), ``"whitespace_drift"`` when the texts differ only in
+        whitespace (e.g. a doubled newline before ``<tool_call>``: the tool parser leaves a trailing
+        newline in `content` and the template adds one), ``"reply_all_reasoning"`` when the reply was
+        all reasoning (an opened ``<think>`` never closed) and the history holds nothing of it, else
+        ``"content_changed"``.
+    """
+    head, after = split_reasoning(sampled_text)
+    if head is not None and after.strip() == rendered_text.strip():
+        return "reasoning_dropped"
+    if _squash(sampled_text) == _squash(rendered_text):
+        return "whitespace_drift"
+    if head is None and sampled_text.lstrip().startswith(THINK_OPEN) and not rendered_text.strip():
+        return "reply_all_reasoning"
+    return "content_changed"
+
+
+def _strip_end(text: str) -> str:
+    for marker in END_MARKERS:
+        if text.endswith(marker):
+            return text[: -len(marker)]
+    return text
+
+
+def explain_reply_break(sampled_text: str, following_text: str) -> str:
+    """Why a prompt that continues a call does not hold that call's sampled reply as sampled.
+
+    Args:
+        sampled_text: the call's sampled ids, decoded (special tokens kept, end-of-turn token included).
+        following_text: the next prompt from where the call's prompt ended, decoded the same way (the
+            reply as the template rendered it, then the rest of the new prompt).
+
+    Returns:
+        ``end_of_turn_rerendered`` (the reply is there, closed by another end token: Harmony's
+        ``<|end|>`` for a sampled ``<|return|>``), ``reasoning_dropped`` (the history holds what
+        follows the reasoning part, not the reasoning), ``whitespace_drift``, ``reply_all_reasoning``
+        or ``content_changed``.
+    """
+    body = _strip_end(sampled_text)
+    if body and following_text.startswith(body):
+        return "end_of_turn_rerendered"
+    head, after = split_reasoning(body)
+    if head is not None and after.strip() and (
+            following_text.lstrip().startswith(after.strip()) or _squash(following_text).startswith(_squash(after))):
+        return "reasoning_dropped"
+    if _squash(body) and _squash(following_text).startswith(_squash(body)):
+        return "whitespace_drift"
+    if head is None and body.lstrip().startswith(THINK_OPEN):
+        return "reply_all_reasoning"
+    return "content_changed"
+
+
+def harness_sent_reasoning(message: Any) -> bool:
+    """Whether an assistant message the harness sent back carries reasoning.
+
+    Args:
+        message: one request message.
+
+    Returns:
+        True for a non-empty ``reasoning_content``/``reasoning``/``thinking`` field, or content holding
+        a closed think block or a Harmony analysis channel.
+    """
+    if not isinstance(message, Mapping):
+        return False
+    if any(isinstance(message.get(k), str) and message.get(k) for k in ("reasoning_content", "reasoning", "thinking")):
+        return True
+    content = message.get("content")
+    text = content if isinstance(content, str) else "".join(
+        str(p.get("text", "")) for p in content or [] if isinstance(p, Mapping)) if isinstance(content, list) else ""
+    return THINK_CLOSE in text or HARMONY_ANALYSIS in text
