@@ -1,0 +1,146 @@
+"""Harbor tasks in the coding environment: terminus-2's run, and the reward from the task's own verifier.
+
+- `--harness terminus-2` (Harbor tasks only): Harbor runs terminus-2 on the task in the bubblewrap
+  environment (`rollout_dataset.harbor.adapter.run_terminus`); the reward is what Harbor's verifier
+  wrote; Harbor's ATIF trajectory is kept as `HARBOR_TRAJECTORY_FILE` and cross-checked against the
+  trace (`crosscheck_trajectory`), any disagreement a finding in ``summary.json``'s ``harbor`` field;
+- any other harness on a Harbor task: the harness works in its sandbox's working directory (the
+  task's ``workdir``, ``/app`` by default, is that folder), then `verify_harbor_task` copies it into a
+  fresh task root, adds ``tests/`` and runs ``tests/test.sh`` there as Harbor would;
+- leakage: every line of 24+ characters of the task's ``tests/`` files that is not in the statement is
+  searched for in every recorded request (`harbor_leak_needles`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = ["HARBOR_TRAJECTORY_FILE", "TERMINUS_HARNESS", "MIN_NEEDLE_CHARS", "harbor_leak_needles",
+           "terminus_agent_kwargs", "verify_harbor_task", "read_reward", "crosscheck_trajectory"]
+
+logger = logging.getLogger(__name__)
+
+#: the artifact file holding Harbor's own ATIF trajectory of a terminus-2 rollout
+HARBOR_TRAJECTORY_FILE = "harbor_trajectory.json"
+#: the harness name
+TERMINUS_HARNESS = "terminus-2"
+#: lines of tests/ shorter than this are not searched for (they occur anywhere)
+MIN_NEEDLE_CHARS = 24
+
+
+def harbor_leak_needles(statement: str, held_out_text: list[str]) -> list[dict[str, str]]:
+    """The held-out lines of a Harbor task, as pseudo-tests for the leakage scan.
+
+    Args:
+        statement: what the agent was told.
+        held_out_text: the text of the task's ``tests/`` files.
+
+    Returns:
+        ``[{"input": line, "output": ""}]``, each line once.
+    """
+    seen: dict[str, None] = {}
+    for text in held_out_text:
+        for line in text.splitlines():
+            line = line.strip()
+            if len(line) >= MIN_NEEDLE_CHARS and line not in statement:
+                seen.setdefault(line)
+    return [{"input": line, "output": ""} for line in seen]
+
+
+def terminus_agent_kwargs(*, temperature: float, max_tokens: int, seed: int, context_tokens: int | None,
+                          max_turns: int) -> dict[str, Any]:
+    """terminus-2's kwargs: sampling it does not send itself, the context it must fit in, the turn budget.
+
+    Returns:
+        ``llm_call_kwargs`` (temperature, max_tokens, seed), ``model_info`` when the context is known,
+        and ``max_turns``.
+    """
+    kwargs: dict[str, Any] = {"llm_call_kwargs": {"temperature": temperature, "max_tokens": int(max_tokens),
+                                                  "seed": int(seed)}, "max_turns": int(max_turns)}
+    if context_tokens:
+        kwargs["model_info"] = {"max_input_tokens": int(context_tokens), "max_output_tokens": int(max_tokens),
+                                "input_cost_per_token": 0.0, "output_cost_per_token": 0.0}
+    return kwargs
+
+
+def read_reward(logs_dir: Path) -> tuple[float | None, str | None]:
+    """The reward a Harbor verifier wrote (``reward.txt``, else ``reward.json``'s ``reward``).
+
+    Returns:
+        ``(reward, None)``, or ``(None, why)`` when there is none or it is not a number.
+    """
+    text_file, json_file = logs_dir / "reward.txt", logs_dir / "reward.json"
+    try:
+        if text_file.is_file():
+            return float(text_file.read_text().strip()), None
+        if json_file.is_file():
+            value = json.loads(json_file.read_text()).get("reward")
+            return (float(value), None) if isinstance(value, (int, float)) else (None, "reward.json has no numeric reward")
+    except (ValueError, OSError, AttributeError) as exc:
+        return None, f"the verifier's reward file is not a number ({exc})"
+    return None, "the verifier wrote no /logs/verifier/reward.txt or reward.json"
+
+
+def verify_harbor_task(task_dir: Path, workdir: Path, harbor_fields: Mapping[str, Any]) -> tuple[float | None, str | None]:
+    """Run a Harbor task's ``tests/test.sh`` on the files a harness left in `workdir`.
+
+    A fresh task root (`rollout_dataset.harbor.bwrap_root.TaskRoot`): the working files copied to the
+    task's ``workdir`` (default ``/app``), ``tests/`` to ``/tests``; ``bash /tests/test.sh`` runs with the
+    task's verifier timeout, no network; every process it started is killed after.
+
+    Returns:
+        ``(reward, None)`` or ``(None, why)``.
+    """
+    from rollout_dataset.harbor.bwrap_root import TIMEOUT_EXIT, TaskRoot
+
+    root = TaskRoot(harbor_fields.get("workdir") or "/app", memory_mb=harbor_fields.get("memory_mb"))
+    try:
+        root.build()
+        shutil.copytree(workdir, root.host_path(harbor_fields.get("workdir") or "/app"), symlinks=True,
+                        dirs_exist_ok=True)
+        shutil.copytree(task_dir / "tests", root.host_path("/tests"), dirs_exist_ok=True)
+        code, output = root.run("bash /tests/test.sh", float(harbor_fields.get("verifier_timeout_sec") or 600.0))
+        if code == TIMEOUT_EXIT:
+            return None, f"the verifier timed out after {harbor_fields.get('verifier_timeout_sec')} s"
+        return read_reward(root.host_path("/logs/verifier"))
+    finally:
+        root.close()
+
+
+def crosscheck_trajectory(trajectory: Mapping[str, Any] | None, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Compare Harbor's ATIF trajectory with the proxy's trace: step count, token ids, logprobs.
+
+    Each agent step of the trajectory carrying ``metrics.completion_token_ids`` is matched, in order,
+    with the trace's calls; a step whose ids or logprobs differ from its call's is a finding.
+
+    Returns:
+        ``{"agent_steps", "calls", "matched", "findings": [...]}`` (``findings`` empty when they agree).
+    """
+    if not trajectory:
+        return {"agent_steps": 0, "calls": len(records), "matched": 0, "findings": ["no Harbor trajectory"]}
+    steps = [s for s in trajectory.get("steps") or [] if s.get("source") == "agent"]
+    generated = [s for s in steps if (s.get("metrics") or {}).get("completion_token_ids")]
+    calls = [r for r in records if (r.get("response") or {}).get("choices")]
+    findings: list[str] = []
+    matched = 0
+    for n, (step, record) in enumerate(zip(generated, calls)):
+        choice = record["response"]["choices"][0]
+        ids = choice.get("token_ids") or []
+        content = (choice.get("logprobs") or {}).get("content") or []
+        metrics = step["metrics"]
+        if list(metrics.get("completion_token_ids") or []) != list(ids):
+            findings.append(f"step {step.get('step_id')}: completion token ids differ from call {record.get('index')}")
+            continue
+        theirs = metrics.get("logprobs")
+        if theirs is not None and content and [round(float(x), 5) for x in theirs] != \
+                [round(float(c.get("logprob")), 5) for c in content]:
+            findings.append(f"step {step.get('step_id')}: logprobs differ from call {record.get('index')}")
+            continue
+        matched += 1
+    if len(generated) != len(calls):
+        findings.append(f"{len(generated)} trajectory steps with token ids, {len(calls)} recorded calls")
+    return {"agent_steps": len(steps), "calls": len(calls), "matched": matched, "findings": findings}
