@@ -117,8 +117,17 @@ class BwrapEnvironment(BaseEnvironment):
         shutil.copy2(source_path, target)
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        """Copy a host folder's contents into the root (merged with what is there)."""
-        shutil.copytree(source_dir, self._task_root.host_path(target_dir), dirs_exist_ok=True)
+        """Copy a host folder's contents into the root (merged with what is there); ``/tests`` is emptied
+        first, so nothing the agent planted there runs with the verifier."""
+        target = self._task_root.host_path(target_dir)
+        if target_dir.rstrip("/") == "/tests" and (target.exists() or target.is_symlink()):
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            else:
+                target.unlink()
+        shutil.copytree(source_dir, target, dirs_exist_ok=True)
+        if target_dir.rstrip("/") == "/tests":  # the verifier comes next: its log folder exists even if the agent removed it
+            self._task_root.build()
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         """Copy a file of the root to the host (a symlink leading out of the root is refused)."""

@@ -153,7 +153,7 @@ class CodingEpisode:
         import tempfile
 
         from rollout_dataset.harbor.adapter import run_terminus
-        from rollout_dataset.recipes.coding.harbor_tasks import terminus_agent_kwargs
+        from rollout_dataset.recipes.coding.harbor_tasks import INCOMPLETE, marked_complete, terminus_agent_kwargs
 
         config = self.config
         trials = Path(agent.stack.enter_context(tempfile.TemporaryDirectory(prefix="rollout-harbor-trial-")))
@@ -180,6 +180,9 @@ class CodingEpisode:
                                                                f"{run.stderr_tail[-600:]}"})
         if errors and stop_reason == "harness_exit":
             stop_reason = "harness_error"
+        elif stop_reason == "harness_exit" and run.trajectory is not None and not marked_complete(run.trajectory):
+            stop_reason = INCOMPLETE  # e.g. its tmux session was killed: terminus-2 then ends quietly
+            logger.warning("terminus-2 ended without marking the task complete")
         return AgentOutcome(stop_reason, run.stop_reason == "timeout", errors, [])
 
     def _score_harbor(self, records: list[dict[str, Any]], outcome: AgentOutcome) -> Score:

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["HARBOR_TRAJECTORY_FILE", "TERMINUS_HARNESS", "MIN_NEEDLE_CHARS", "harbor_leak_needles",
+__all__ = ["INCOMPLETE", "marked_complete", "HARBOR_TRAJECTORY_FILE", "TERMINUS_HARNESS", "MIN_NEEDLE_CHARS", "harbor_leak_needles",
            "terminus_agent_kwargs", "verify_harbor_task", "read_reward", "crosscheck_trajectory"]
 
 logger = logging.getLogger(__name__)
@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 HARBOR_TRAJECTORY_FILE = "harbor_trajectory.json"
 #: the harness name
 TERMINUS_HARNESS = "terminus-2"
+#: the stop reason of a terminus-2 run that ended without marking the task complete (its tmux session
+#: ended, its turn budget ran out, or it gave up): Harbor's verifier still scores what it left
+INCOMPLETE = "ended_without_task_complete"
 #: lines of tests/ shorter than this are not searched for (they occur anywhere)
 MIN_NEEDLE_CHARS = 24
 
@@ -65,6 +68,15 @@ def terminus_agent_kwargs(*, temperature: float, max_tokens: int, seed: int, con
         kwargs["model_info"] = {"max_input_tokens": int(context_tokens), "max_output_tokens": int(max_tokens),
                                 "input_cost_per_token": 0.0, "output_cost_per_token": 0.0}
     return kwargs
+
+
+def marked_complete(trajectory: Mapping[str, Any]) -> bool:
+    """Whether terminus-2 marked the task complete (ATIF: a ``mark_task_complete`` tool call in a step)."""
+    for step in trajectory.get("steps") or []:
+        for call in step.get("tool_calls") or []:
+            if isinstance(call, Mapping) and call.get("function_name") == "mark_task_complete":
+                return True
+    return False
 
 
 def read_reward(logs_dir: Path) -> tuple[float | None, str | None]:
