@@ -31,6 +31,8 @@ TERMINUS_HARNESS = "terminus-2"
 #: the stop reason of a terminus-2 run that ended without marking the task complete (its tmux session
 #: ended, its turn budget ran out, or it gave up): Harbor's verifier still scores what it left
 INCOMPLETE = "ended_without_task_complete"
+#: the context terminus-2 is told when the server's is not known (`--no-fit-context`, no /v1/models length)
+UNKNOWN_CONTEXT_TOKENS = 32768
 #: lines of tests/ shorter than this are not searched for (they occur anywhere)
 MIN_NEEDLE_CHARS = 24
 
@@ -59,15 +61,14 @@ def terminus_agent_kwargs(*, temperature: float, max_tokens: int, seed: int, con
     """terminus-2's kwargs: sampling it does not send itself, the context it must fit in, the turn budget.
 
     Returns:
-        ``llm_call_kwargs`` (temperature, max_tokens, seed), ``model_info`` when the context is known,
-        and ``max_turns``.
+        ``llm_call_kwargs`` (temperature, max_tokens, seed), ``model_info`` (Harbor requires it for a
+        ``hosted_vllm/`` model; `UNKNOWN_CONTEXT_TOKENS` when the context is not known) and ``max_turns``.
     """
-    kwargs: dict[str, Any] = {"llm_call_kwargs": {"temperature": temperature, "max_tokens": int(max_tokens),
-                                                  "seed": int(seed)}, "max_turns": int(max_turns)}
-    if context_tokens:
-        kwargs["model_info"] = {"max_input_tokens": int(context_tokens), "max_output_tokens": int(max_tokens),
-                                "input_cost_per_token": 0.0, "output_cost_per_token": 0.0}
-    return kwargs
+    return {"llm_call_kwargs": {"temperature": temperature, "max_tokens": int(max_tokens), "seed": int(seed)},
+            "max_turns": int(max_turns),
+            "model_info": {"max_input_tokens": int(context_tokens or UNKNOWN_CONTEXT_TOKENS),
+                           "max_output_tokens": int(max_tokens), "input_cost_per_token": 0.0,
+                           "output_cost_per_token": 0.0}}
 
 
 def marked_complete(trajectory: Mapping[str, Any]) -> bool:
