@@ -263,3 +263,29 @@ def test_the_environment_module_imports_only_harbor_the_stdlib_and_its_siblings(
                     assert node.module in ("rollout_dataset.harbor.reaper", "rollout_dataset.harbor.bwrap_root")
             elif isinstance(node, ast.Import):
                 assert all(a.name.split(".")[0] in allowed for a in node.names), name
+
+
+@pytest.mark.real_vllm
+@needs_harbor
+@needs_bwrap
+def test_terminus_2_against_genuine_vllm_ends_with_the_verifiers_reward_at_level_tokens(tmp_path):
+    """Opt-in (REAL_VLLM_URL, a 32k-context served model): the tiny random model never writes valid JSON
+    and always hits max_tokens, so terminus-2 runs until Harbor stops it on the agent budget; the
+    verifier then scores what is there."""
+    url = os.environ.get("REAL_VLLM_URL")
+    if not url:
+        pytest.skip("set REAL_VLLM_URL (a genuine vLLM, e.g. http://127.0.0.1:18000/v1)")
+    import httpx
+
+    model = httpx.get(url.rstrip("/") + "/models", timeout=10).json()["data"][0]["id"]
+    out = tmp_path / "out"
+    result = capture_rollout(CaptureConfig(out_dir=out, harness="terminus-2", tasks=HARBOR_BUILTIN_SOURCE,
+                                           task_index=_index(VOWEL), base_url=url, model=model, max_tokens=16,
+                                           max_turns=3, timeout_s=20))
+    summary = result.summary
+    assert summary["capture_level"] == "tokens" and summary["captured_calls"] >= 1
+    assert summary["stop_reason"] == "timeout" and summary["harbor"]["exception"].startswith("AgentTimeoutError")
+    assert summary["env_reward"] == 0.0 and summary["harbor"]["reward_source"] == "harbor_verifier"
+    calls = json.loads((out / "trace.json").read_text())["calls"]
+    assert all(c["response"]["choices"][0].get("token_ids") for c in calls if c.get("status") == 200)
+    assert _leftovers() == []

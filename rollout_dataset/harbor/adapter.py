@@ -51,6 +51,8 @@ _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSIO
 _HOST_SATISFIED = frozenset({"FROM", "WORKDIR", "ENV", "LABEL", "ARG", "CMD", "ENTRYPOINT", "USER", "SHELL",
                              "EXPOSE", "MAINTAINER", "STOPSIGNAL", "HEALTHCHECK", "VOLUME"})
 _STOP_GRACE_S = 5.0
+#: seconds a trial may take beyond its agent and verifier budgets (Harbor's start-up, environment set-up, teardown)
+HARBOR_SLACK_S = 120.0
 
 
 class HarborTaskUnsupportedError(ConfigError):
@@ -155,8 +157,11 @@ def environment_for(task_dir: Path) -> str:
 
 
 def harbor_command(harbor: str, task_dir: Path, trials_dir: Path, trial_name: str, *, base_url: str, model: str,
-                   environment: str, agent_kwargs: dict[str, Any]) -> list[str]:
+                   environment: str, agent_kwargs: dict[str, Any], agent_timeout_s: float | None = None) -> list[str]:
     """The ``harbor trials start`` command line (see the module docstring).
+
+    Args:
+        agent_timeout_s: the agent's time budget (``--agent-timeout``; None: the task's own).
 
     Returns:
         argv.
@@ -164,6 +169,8 @@ def harbor_command(harbor: str, task_dir: Path, trials_dir: Path, trial_name: st
     provider = "openai" if "/" in model else "hosted_vllm"
     argv = [harbor, "trials", "start", "-p", str(task_dir), "--trials-dir", str(trials_dir), "--trial-name", trial_name,
             "--agent", "terminus-2", "--model", f"{provider}/{model}", "--env", environment]
+    if agent_timeout_s is not None:
+        argv += ["--agent-timeout", str(float(agent_timeout_s))]
     kwargs = {"api_base": base_url, "collect_rollout_details": True, "record_terminal_session": False, **agent_kwargs}
     for key, value in kwargs.items():
         argv += ["--agent-kwarg", f"{key}={json.dumps(value)}"]
@@ -203,7 +210,8 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = _STOP_GRACE_S) -> None:
 
 def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str, api_key: str, timeout_s: float,
                  agent_kwargs: dict[str, Any] | None = None, should_stop: Callable[[], str | None] | None = None,
-                 harbor: str | None = None, poll_s: float = 0.2, trial_name: str = "trial") -> HarborRun:
+                 harbor: str | None = None, poll_s: float = 0.2, trial_name: str = "trial",
+                 verifier_timeout_s: float = 600.0) -> HarborRun:
     """One terminus-2 trial of a Harbor task, to its end, the time budget, or a stop request.
 
     Args:
@@ -212,7 +220,10 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
         base_url: the proxy's session base URL (ends in ``/v1``).
         model: the served model name.
         api_key: the dummy key terminus-2 sends.
-        timeout_s: wall-time budget of the whole trial (agent and verifier).
+        timeout_s: the agent's time budget: Harbor stops terminus-2 then (``AgentTimeoutError``) and its
+            verifier still scores what is there; the whole trial is killed past
+            ``timeout_s + verifier_timeout_s + HARBOR_SLACK_S``.
+        verifier_timeout_s: the task's verifier timeout (for the hard limit).
         agent_kwargs: more terminus-2 kwargs (``llm_call_kwargs``, ``model_info``, ``max_turns``).
         should_stop: polled; a returned reason stops the trial.
         harbor: the ``harbor`` executable (default `find_harbor`).
@@ -234,7 +245,8 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
     environment = environment_for(task_dir)
     trials_dir.mkdir(parents=True, exist_ok=True)
     argv = harbor_command(harbor, task_dir, trials_dir, trial_name, base_url=base_url, model=model,
-                          environment=environment, agent_kwargs=dict(agent_kwargs or {}))
+                          environment=environment, agent_kwargs=dict(agent_kwargs or {}), agent_timeout_s=timeout_s)
+    hard_limit = timeout_s + verifier_timeout_s + HARBOR_SLACK_S
     log_path = trials_dir / "harbor-output.log"
     start = time.monotonic()
     reason = "harness_exit"
@@ -243,7 +255,7 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
                                 env=_harbor_env(api_key), start_new_session=True, cwd=trials_dir)
         try:
             while proc.poll() is None:
-                if time.monotonic() - start >= timeout_s:
+                if time.monotonic() - start >= hard_limit:
                     reason = "timeout"
                     break
                 stop = should_stop() if should_stop else None
@@ -262,6 +274,8 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
     reward = rewards.get("reward")
     exc = result.get("exception_info") or None
     exception = f"{exc.get('exception_type')}: {exc.get('exception_message')}" if isinstance(exc, dict) else None
+    if reason == "harness_exit" and isinstance(exc, dict) and exc.get("exception_type") == "AgentTimeoutError":
+        reason = "timeout"  # Harbor stopped the agent on its budget; the verifier ran
     tail = log_path.read_bytes()[-4000:].decode("utf-8", "replace")
     logger.info("harbor trial %s: %s, reward %s, exception %s after %.1f s", trial_name, reason, reward, exception, wall)
     return HarborRun(trial_dir=trial_dir, exit_code=proc.returncode if reason == "harness_exit" else None,

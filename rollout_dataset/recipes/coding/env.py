@@ -162,9 +162,13 @@ class CodingEpisode:
                                        seed=config.effective_rollout_seed, context_tokens=context,
                                        max_turns=config.max_turns)
         watch = _TraceWatch(agent.trace_path)
+        fields = self.task_.metadata["harbor"]
+        # the agent's budget: --timeout-s, or the task's [agent] timeout_sec when shorter
+        budget = min(config.timeout_s, float(fields.get("agent_timeout_sec") or config.timeout_s))
         run = self.harbor_run = run_terminus(self.harbor_dir, trials, base_url=agent.base_url, model=agent.model,
-                                             api_key=agent.api_key, timeout_s=config.timeout_s, agent_kwargs=kwargs,
-                                             should_stop=watch)
+                                             api_key=agent.api_key, timeout_s=budget, agent_kwargs=kwargs,
+                                             should_stop=watch,
+                                             verifier_timeout_s=float(fields.get("verifier_timeout_sec") or 600.0))
         watch()
         if run.stop_reason == "upstream_error" or watch.failed:
             from rollout_dataset.capture.model_server import first_call_failure
@@ -173,7 +177,7 @@ class CodingEpisode:
             agent.raise_first_call(watch.failed or first_call_failure(read_trace(agent.trace_path)) or {})
         self.exit_code = run.exit_code
         errors, stop_reason = [], run.stop_reason
-        if run.exception:
+        if run.exception and run.stop_reason != "timeout":
             errors.append({"kind": "harness_error", "message": f"Harbor's trial raised {run.exception}"[:800]})
         elif run.stop_reason == "harness_exit" and run.exit_code not in (0, None):
             errors.append({"kind": "harness_error", "message": f"harbor exited with status {run.exit_code}: "
