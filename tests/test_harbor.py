@@ -137,9 +137,11 @@ def test_a_trajectory_whose_ids_differ_from_the_trace_is_a_finding():
     assert crosscheck_trajectory({"steps": [step]}, [record])["findings"] == []
     bad = {**step, "metrics": {"completion_token_ids": [1, 3], "logprobs": [-0.5, -0.25]}}
     assert crosscheck_trajectory({"steps": [bad]}, [record])["findings"] == [
-        "step 2: completion token ids differ from call 0"]
-    assert "1 trajectory steps with token ids, 2 recorded calls" in \
-        crosscheck_trajectory({"steps": [step]}, [record, record])["findings"]
+        "step 2: no recorded call sampled its token ids", "1 recorded call(s) match no trajectory step"]
+    off = {**step, "metrics": {"completion_token_ids": [1, 2], "logprobs": [-0.5, -0.3]}}
+    assert crosscheck_trajectory({"steps": [off]}, [record])["findings"][0] == "step 2: logprobs differ from call 0"
+    both = crosscheck_trajectory({"steps": [step]}, [record, record], {"summarization-1-summary": {"steps": [step]}})
+    assert both["findings"] == [] and both["subagent_steps"] == 1 and both["matched"] == 2
 
 
 # -- rollouts ---------------------------------------------------------------------------------------
@@ -165,6 +167,19 @@ def test_terminus_2_on_a_builtin_harbor_task_gets_the_verifiers_reward_at_level_
     assert all(c["request"].get("temperature") == 1.0 and c["request"].get("max_tokens") for c in calls)
     assert check_artifact_dir(out) == []
     assert _leftovers() == []
+
+
+@needs_harbor
+@needs_bwrap
+def test_terminus_2s_summarisation_calls_are_recorded_and_match_its_subagent_trajectories(tmp_path):
+    out = tmp_path / "out"  # a 5000-token context leaves under 8000 free: terminus-2 summarises every turn
+    result = capture_rollout(CaptureConfig(out_dir=out, harness="terminus-2", tasks=HARBOR_BUILTIN_SOURCE,
+                                           task_index=_index(VOWEL), local_max_model_len=5000, max_turns=2))
+    check = result.summary["harbor"]["trajectory"]
+    assert check["subagent_steps"] >= 3 and check["findings"] == []
+    assert check["matched"] == result.summary["captured_calls"] == check["agent_steps"] + check["subagent_steps"]
+    assert (out / "harbor_trajectory.summarization-1-summary.json").is_file()
+    assert check_artifact_dir(out) == [] and _leftovers() == []
 
 
 @needs_harbor

@@ -72,6 +72,7 @@ class HarborRun:
         exception: Harbor's exception type and message, when the trial raised one.
         result: ``result.json`` (empty when Harbor wrote none).
         trajectory: ``agent/trajectory.json`` (ATIF), None when absent.
+        subagent_trajectories: terminus-2's summarisation trajectories (``agent/trajectory.NAME.json``), by NAME.
         wall_s: how long it ran.
         stderr_tail: the end of Harbor's output.
     """
@@ -84,6 +85,7 @@ class HarborRun:
     exception: str | None = None
     result: dict[str, Any] = field(default_factory=dict)
     trajectory: dict[str, Any] | None = None
+    subagent_trajectories: dict[str, dict[str, Any]] = field(default_factory=dict)
     wall_s: float = 0.0
     stderr_tail: str = ""
 
@@ -167,7 +169,8 @@ def harbor_command(harbor: str, task_dir: Path, trials_dir: Path, trial_name: st
         argv.
     """
     provider = "openai" if "/" in model else "hosted_vllm"
-    argv = [harbor, "trials", "start", "-p", str(task_dir), "--trials-dir", str(trials_dir), "--trial-name", trial_name,
+    argv = [harbor, "trials", "start", "-p", str(Path(task_dir).resolve()), "--trials-dir", str(Path(trials_dir).resolve()),
+            "--trial-name", trial_name,
             "--agent", "terminus-2", "--model", f"{provider}/{model}", "--env", environment]
     if agent_timeout_s is not None:
         argv += ["--agent-timeout", str(float(agent_timeout_s))]
@@ -277,8 +280,23 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
     if reason == "harness_exit" and isinstance(exc, dict) and exc.get("exception_type") == "AgentTimeoutError":
         reason = "timeout"  # Harbor stopped the agent on its budget; the verifier ran
     tail = log_path.read_bytes()[-4000:].decode("utf-8", "replace")
+    if not result and reason == "harness_exit":  # Harbor failed before its trial wrote anything
+        last = [line.strip() for line in tail.splitlines() if line.strip()]
+        exception = f"harbor wrote no result.json (exit code {proc.returncode}): {last[-1] if last else 'no output'}"
     logger.info("harbor trial %s: %s, reward %s, exception %s after %.1f s", trial_name, reason, reward, exception, wall)
     return HarborRun(trial_dir=trial_dir, exit_code=proc.returncode if reason == "harness_exit" else None,
                      stop_reason=reason, reward=float(reward) if isinstance(reward, (int, float)) else None,
                      rewards=rewards, exception=exception, result=result,
-                     trajectory=_read_json(trial_dir / "agent" / "trajectory.json"), wall_s=wall, stderr_tail=tail)
+                     trajectory=_read_json(trial_dir / "agent" / "trajectory.json"),
+                     subagent_trajectories=_subagent_trajectories(trial_dir / "agent"), wall_s=wall, stderr_tail=tail)
+
+
+def _subagent_trajectories(agent_dir: Path) -> dict[str, dict[str, Any]]:
+    """``trajectory.NAME.json`` files of a trial's agent folder (terminus-2's summarisation subagents)."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted(agent_dir.glob("trajectory.*.json")) if agent_dir.is_dir() else []:
+        name = path.name[len("trajectory."):-len(".json")]
+        doc = _read_json(path)
+        if doc is not None and re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            found[name] = doc
+    return found

@@ -206,7 +206,7 @@ class CodingEpisode:
                 why = run.exception or "Harbor's verifier gave no reward"
             facts.update({"environment": environment_for(self.harbor_dir), "reward_source": "harbor_verifier",
                           "exception": run.exception, "rewards": run.rewards, "wall_s": round(run.wall_s, 3),
-                          "trajectory": crosscheck_trajectory(run.trajectory, records)})
+                          "trajectory": crosscheck_trajectory(run.trajectory, records, run.subagent_trajectories)})
         else:
             reward, why = verify_harbor_task(self.harbor_dir, self.box.workdir, fields)
             facts.update({"environment": "rollout-bwrap", "reward_source": "tests/test.sh", "exception": None})
@@ -272,12 +272,17 @@ class CodingEpisode:
         return fields
 
     def extra_files(self, outcome: AgentOutcome) -> dict[str, Any]:
-        """terminus-2: Harbor's ATIF trajectory (`harbor_trajectory.json`); else none (the batch replays
-        the trace for the timeline when it needs one)."""
+        """terminus-2: Harbor's ATIF trajectory (`harbor_trajectory.json`) and its summarisation subagents'
+        (`harbor_trajectory.NAME.json`); else none (the batch replays the trace for the timeline)."""
         from rollout_dataset.recipes.coding.harbor_tasks import HARBOR_TRAJECTORY_FILE
 
         run = self.harbor_run
-        return {HARBOR_TRAJECTORY_FILE: run.trajectory} if run is not None and run.trajectory else {}
+        if run is None or not run.trajectory:
+            return {}
+        files = {HARBOR_TRAJECTORY_FILE: run.trajectory}
+        stem = HARBOR_TRAJECTORY_FILE.removesuffix(".json")
+        files.update({f"{stem}.{name}.json": doc for name, doc in run.subagent_trajectories.items()})
+        return files
 
 
 def _check_harbor_harness(harness: str, task: Any) -> None:

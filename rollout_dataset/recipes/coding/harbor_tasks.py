@@ -124,36 +124,50 @@ def verify_harbor_task(task_dir: Path, workdir: Path, harbor_fields: Mapping[str
         root.close()
 
 
-def crosscheck_trajectory(trajectory: Mapping[str, Any] | None, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Compare Harbor's ATIF trajectory with the proxy's trace: step count, token ids, logprobs.
+def crosscheck_trajectory(trajectory: Mapping[str, Any] | None, records: list[dict[str, Any]],
+                          subagents: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """Compare Harbor's ATIF trajectories with the proxy's trace: token ids, logprobs, step count.
 
-    Each agent step of the trajectory carrying ``metrics.completion_token_ids`` is matched, in order,
-    with the trace's calls; a step whose ids or logprobs differ from its call's is a finding.
+    Every agent step carrying ``metrics.completion_token_ids``, of the main trajectory and of each
+    subagent's (terminus-2's summarisation calls), is matched with a recorded call whose sampled ids
+    are the same; its logprobs must equal the call's to 5 decimals. A step no call matches, and a call
+    no step matches, are findings.
 
     Returns:
-        ``{"agent_steps", "calls", "matched", "findings": [...]}`` (``findings`` empty when they agree).
+        ``{"agent_steps", "subagent_steps", "calls", "matched", "findings": [...]}`` (``findings`` empty
+        when they agree).
     """
-    if not trajectory:
-        return {"agent_steps": 0, "calls": len(records), "matched": 0, "findings": ["no Harbor trajectory"]}
-    steps = [s for s in trajectory.get("steps") or [] if s.get("source") == "agent"]
-    generated = [s for s in steps if (s.get("metrics") or {}).get("completion_token_ids")]
     calls = [r for r in records if (r.get("response") or {}).get("choices")]
+    if not trajectory:
+        return {"agent_steps": 0, "subagent_steps": 0, "calls": len(calls), "matched": 0,
+                "findings": ["no Harbor trajectory"]}
+    pending: dict[tuple[int, ...], list[dict[str, Any]]] = {}
+    for record in calls:
+        pending.setdefault(tuple(record["response"]["choices"][0].get("token_ids") or ()), []).append(record)
     findings: list[str] = []
+    counts = {"main": 0, "sub": 0}
     matched = 0
-    for n, (step, record) in enumerate(zip(generated, calls)):
-        choice = record["response"]["choices"][0]
-        ids = choice.get("token_ids") or []
-        content = (choice.get("logprobs") or {}).get("content") or []
-        metrics = step["metrics"]
-        if list(metrics.get("completion_token_ids") or []) != list(ids):
-            findings.append(f"step {step.get('step_id')}: completion token ids differ from call {record.get('index')}")
-            continue
-        theirs = metrics.get("logprobs")
-        if theirs is not None and content and [round(float(x), 5) for x in theirs] != \
-                [round(float(c.get("logprob")), 5) for c in content]:
-            findings.append(f"step {step.get('step_id')}: logprobs differ from call {record.get('index')}")
-            continue
-        matched += 1
-    if len(generated) != len(calls):
-        findings.append(f"{len(generated)} trajectory steps with token ids, {len(calls)} recorded calls")
-    return {"agent_steps": len(steps), "calls": len(calls), "matched": matched, "findings": findings}
+    sources = [("main", "", trajectory), *(("sub", f"{name} ", doc) for name, doc in sorted((subagents or {}).items()))]
+    for kind, label, doc in sources:
+        for step in doc.get("steps") or []:
+            metrics = step.get("metrics") or {}
+            if step.get("source") != "agent" or not metrics.get("completion_token_ids"):
+                continue
+            counts[kind] += 1
+            same = pending.get(tuple(metrics["completion_token_ids"])) or []
+            if not same:
+                findings.append(f"{label}step {step.get('step_id')}: no recorded call sampled its token ids")
+                continue
+            record = same.pop(0)
+            content = (record["response"]["choices"][0].get("logprobs") or {}).get("content") or []
+            theirs = metrics.get("logprobs")
+            if theirs is not None and content and [round(float(x), 5) for x in theirs] != \
+                    [round(float(c.get("logprob")), 5) for c in content]:
+                findings.append(f"{label}step {step.get('step_id')}: logprobs differ from call {record.get('index')}")
+                continue
+            matched += 1
+    unmatched = sum(len(v) for v in pending.values())
+    if unmatched:
+        findings.append(f"{unmatched} recorded call(s) match no trajectory step")
+    return {"agent_steps": counts["main"], "subagent_steps": counts["sub"], "calls": len(calls), "matched": matched,
+            "findings": findings}
