@@ -304,3 +304,13 @@ def test_terminus_2_against_genuine_vllm_ends_with_the_verifiers_reward_at_level
     calls = json.loads((out / "trace.json").read_text())["calls"]
     assert all(c["response"]["choices"][0].get("token_ids") for c in calls if c.get("status") == 200)
     assert _leftovers() == []
+
+
+def test_without_harbor_terminus_2_is_refused_naming_make_harbor(monkeypatch):
+    from rollout_dataset.harbor import adapter
+    from rollout_dataset.harness.requirements import missing_tools
+
+    monkeypatch.setattr(adapter, "find_harbor", lambda: None)
+    missing = missing_tools("terminus-2")
+    assert [(m.tool, m.install) for m in missing][:1] == [("harbor", "make harbor")]
+    assert str(missing[0].error()) == "--harness terminus-2 needs harbor, which is not installed: run `make harbor`"
