@@ -142,6 +142,7 @@ def test_a_trajectory_whose_ids_differ_from_the_trace_is_a_finding():
     assert crosscheck_trajectory({"steps": [off]}, [record])["findings"][0] == "step 2: logprobs differ from call 0"
     both = crosscheck_trajectory({"steps": [step]}, [record, record], {"summarization-1-summary": {"steps": [step]}})
     assert both["findings"] == [] and both["subagent_steps"] == 1 and both["matched"] == 2
+    assert both["subagent_calls"] == {"summarization-1-summary": [0]}
 
 
 # -- rollouts ---------------------------------------------------------------------------------------
@@ -177,6 +178,7 @@ def test_terminus_2s_summarisation_calls_are_recorded_and_match_its_subagent_tra
                                            task_index=_index(VOWEL), local_max_model_len=5000, max_turns=2))
     check = result.summary["harbor"]["trajectory"]
     assert check["subagent_steps"] >= 3 and check["findings"] == []
+    assert sum(len(v) for v in check["subagent_calls"].values()) == check["subagent_steps"]
     assert check["matched"] == result.summary["captured_calls"] == check["agent_steps"] + check["subagent_steps"]
     assert (out / "harbor_trajectory.summarization-1-summary.json").is_file()
     assert check_artifact_dir(out) == [] and _leftovers() == []

@@ -134,18 +134,21 @@ def crosscheck_trajectory(trajectory: Mapping[str, Any] | None, records: list[di
     no step matches, are findings.
 
     Returns:
-        ``{"agent_steps", "subagent_steps", "calls", "matched", "findings": [...]}`` (``findings`` empty
-        when they agree).
+        ``{"agent_steps", "subagent_steps", "calls", "matched", "subagent_calls", "findings": [...]}``:
+        ``subagent_calls`` maps each subagent (``summarization-1-summary``, ...) to the trace indices of
+        its calls (the graph has no structural mark for them: terminus-2 sends no tools, so they are
+        roots labelled ``agent`` like its main chain); ``findings`` is empty when they agree.
     """
     calls = [r for r in records if (r.get("response") or {}).get("choices")]
     if not trajectory:
-        return {"agent_steps": 0, "subagent_steps": 0, "calls": len(calls), "matched": 0,
+        return {"agent_steps": 0, "subagent_steps": 0, "calls": len(calls), "matched": 0, "subagent_calls": {},
                 "findings": ["no Harbor trajectory"]}
     pending: dict[tuple[int, ...], list[dict[str, Any]]] = {}
     for record in calls:
         pending.setdefault(tuple(record["response"]["choices"][0].get("token_ids") or ()), []).append(record)
     findings: list[str] = []
     counts = {"main": 0, "sub": 0}
+    subagent_calls: dict[str, list[Any]] = {}
     matched = 0
     sources = [("main", "", trajectory), *(("sub", f"{name} ", doc) for name, doc in sorted((subagents or {}).items()))]
     for kind, label, doc in sources:
@@ -159,6 +162,8 @@ def crosscheck_trajectory(trajectory: Mapping[str, Any] | None, records: list[di
                 findings.append(f"{label}step {step.get('step_id')}: no recorded call sampled its token ids")
                 continue
             record = same.pop(0)
+            if kind == "sub":
+                subagent_calls.setdefault(label.strip(), []).append(record.get("index"))
             content = (record["response"]["choices"][0].get("logprobs") or {}).get("content") or []
             theirs = metrics.get("logprobs")
             if theirs is not None and content and [round(float(x), 5) for x in theirs] != \
@@ -170,4 +175,4 @@ def crosscheck_trajectory(trajectory: Mapping[str, Any] | None, records: list[di
     if unmatched:
         findings.append(f"{unmatched} recorded call(s) match no trajectory step")
     return {"agent_steps": counts["main"], "subagent_steps": counts["sub"], "calls": len(calls), "matched": matched,
-            "findings": findings}
+            "subagent_calls": subagent_calls, "findings": findings}
