@@ -86,6 +86,13 @@ def test_a_dockerfile_that_installs_something_is_refused_naming_the_line(tmp_pat
     monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))  # no podman, no apptainer
     with pytest.raises(HarborTaskUnsupportedError, match=r"RUN apt-get install -y\s+gcc.*install podman or apptainer"):
         environment_for(task)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name, expected in (("apptainer", "singularity"), ("podman", "podman")):  # where one is installed, Harbor's own
+        (tools / name).write_text("#!/bin/sh\n")
+        (tools / name).chmod(0o755)
+        monkeypatch.setenv("PATH", str(tools))
+        assert environment_for(task) == expected
 
 
 def test_terminus_2_refuses_a_task_that_is_not_a_harbor_task(tmp_path):
