@@ -201,6 +201,23 @@ def test_a_builtin_harness_on_a_harbor_task_is_scored_by_the_tasks_test_sh(tmp_p
     assert result.summary["env_reward"] is not None and result.summary["env_reward"] > 0
 
 
+@needs_harbor
+@needs_bwrap
+def test_a_batch_runs_terminus_2_on_harbor_tasks_in_groups_with_the_verifiers_rewards(tmp_path):
+    from rollout_dataset.cli import main
+
+    out = tmp_path / "batch"
+    assert main(["batch", "--tasks", HARBOR_BUILTIN_SOURCE, "--env-option", "harness=terminus-2", "--seeds", "0-1",
+                 "--rollouts-per-seed", "1", "--concurrency", "2", "--no-progress", "--no-dataset",
+                 "--out", str(out)]) == 0
+    summaries = [json.loads(p.read_text()) for p in sorted((out / "rollouts").glob("*/summary.json"))]
+    assert len(summaries) == 2 and {s["harness"] for s in summaries} == {"terminus-2"}
+    assert len({s["task_id"] for s in summaries}) == 2  # seed s runs task s mod 3
+    assert all(s["harbor"]["reward_source"] == "harbor_verifier" and s["env_reward"] is not None
+               and s["capture_level"] == "tokens" for s in summaries)
+    assert _leftovers() == []
+
+
 def _terminus_step(keystrokes: str, done: bool = False) -> str:
     return json.dumps({"analysis": "a", "plan": "p", "commands": [{"keystrokes": keystrokes, "duration": 0.3}]
                        if keystrokes else [], "task_complete": done})
