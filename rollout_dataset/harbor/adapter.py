@@ -45,7 +45,7 @@ HARBOR_VERSION = "0.26.0"
 HARBOR_INSTALL = "make harbor"
 #: the `--env` of the bubblewrap environment
 ENVIRONMENT_SPEC = "rollout_dataset.harbor.bwrap_environment:BwrapEnvironment"
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+_REPO_ROOT = Path(__file__).resolve().parents[2]  # a checkout's root (its .venv-harbor)
 _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PROXY", re.IGNORECASE)
 #: Dockerfile instructions the host's own files satisfy (anything else needs an image)
 _HOST_SATISFIED = frozenset({"FROM", "WORKDIR", "ENV", "LABEL", "ARG", "CMD", "ENTRYPOINT", "USER", "SHELL",
@@ -180,11 +180,21 @@ def harbor_command(harbor: str, task_dir: Path, trials_dir: Path, trial_name: st
     return argv
 
 
-def _harbor_env(api_key: str) -> dict[str, str]:
+def _package_path(folder: Path) -> str:
+    """A folder holding only a link to this package, for Harbor's PYTHONPATH: the environment module is
+    importable, and nothing else of this venv (whose packages are built for another Python) shadows Harbor's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "rollout_dataset"
+    if not link.is_symlink():
+        link.symlink_to(Path(__file__).resolve().parents[1], target_is_directory=True)
+    return str(folder)
+
+
+def _harbor_env(api_key: str, python_path: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k)}
-    python_path = [str(_REPO_ROOT)]  # the environment module is imported from this checkout
+    env.pop("PYTHONHOME", None)
     env.update({"HOSTED_VLLM_API_KEY": api_key, "OPENAI_API_KEY": api_key, "HARBOR_TELEMETRY": "0",
-                "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": os.pathsep.join(python_path),
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": python_path,
                 "NO_COLOR": "1", "TERM": "dumb"})
     return env
 
@@ -255,7 +265,8 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
     reason = "harness_exit"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=_harbor_env(api_key), start_new_session=True, cwd=trials_dir)
+                                env=_harbor_env(api_key, _package_path(trials_dir / ".package")), start_new_session=True,
+                                cwd=trials_dir)
         try:
             while proc.poll() is None:
                 if time.monotonic() - start >= hard_limit:
