@@ -10,7 +10,7 @@ CODEX_VERSION ?= 0.171.0
 # keep in step with rollout_dataset/harness/claude_code.py CLAUDE_CODE_VERSION
 CLAUDE_CODE_VERSION ?= 2.1.328
 
-.PHONY: all venv reader-venv install install-test npm-tools system-deps demo lint test test-fast test-real-vllm bench docs clean
+.PHONY: all venv reader-venv install install-test npm-tools system-deps harbor demo lint test test-fast test-real-vllm bench docs clean
 
 all: test
 
@@ -41,11 +41,26 @@ $(NPM_STAMP):
 # System tools the sandbox needs (Debian packages): bubblewrap builds the allow-list root untrusted
 # code runs in, socat carries the recording proxy's port into an external harness's sandbox.
 # Chromium is the browser the viewer's tests drive headless (Playwright, executable_path=/usr/bin/chromium).
+# tmux is the terminal Harbor's terminus-2 drives inside a task's environment.
 # Installed only when missing (sudo when not root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
-	@command -v bwrap >/dev/null && command -v socat >/dev/null && command -v chromium >/dev/null || \
-		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap socat chromium; }
+	@command -v bwrap >/dev/null && command -v socat >/dev/null && command -v chromium >/dev/null && command -v tmux >/dev/null || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap socat chromium tmux; }
+
+# Harbor (PyPI `harbor`, terminus-2's runner) needs Python >= 3.12: a venv of its own, from pyenv's 3.12
+# (or python3.12/python3.13 on PATH; HARBOR_PYTHON overrides). `--harness terminus-2` finds .venv-harbor/bin/harbor.
+# keep in step with rollout_dataset/harbor/adapter.py HARBOR_VERSION
+HARBOR_VERSION ?= 0.26.0
+HARBOR_VENV ?= .venv-harbor
+HARBOR_PYTHON ?= $(shell for p in "$$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)"/versions/3.1[23]*/bin/python python3.12 python3.13; do \
+	command -v "$$p" >/dev/null 2>&1 && "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && { command -v "$$p"; break; }; done)
+$(HARBOR_VENV)/.installed-$(HARBOR_VERSION):
+	@[ -n "$(HARBOR_PYTHON)" ] || { echo "make harbor: needs Python >= 3.12 (install python3.12, or pyenv install 3.12; or set HARBOR_PYTHON=...)" >&2; exit 1; }
+	[ -x $(HARBOR_VENV)/bin/python ] || $(HARBOR_PYTHON) -m venv $(HARBOR_VENV)
+	$(HARBOR_VENV)/bin/pip install --quiet harbor==$(HARBOR_VERSION)
+	touch $@
+harbor: $(HARBOR_VENV)/.installed-$(HARBOR_VERSION)
 
 # A reader's environment: only what a user of the published dataset has (datasets, huggingface_hub,
 # tokenizers), never this package. The card's snippets and the Hub-copy test run in it.
@@ -71,7 +86,7 @@ lint: install-test
 	$(VENV)/bin/ruff check rollout_dataset tests bench real_model capture_scripts
 
 # The whole test suite, as CI runs it: lint first, then every test.
-test: lint npm-tools system-deps reader-venv
+test: lint npm-tools system-deps reader-venv harbor
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # Opt-in: wire-format checks against a genuine vLLM CPU server (see ../shared/tools/real-vllm).

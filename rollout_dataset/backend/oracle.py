@@ -7,6 +7,8 @@ the request:
 
 - the built-in harness (`write_file`, `run_examples`, `submit`): write `solution.py`, run the
   examples, submit;
+- no tools and terminus-2's JSON prompt (``"keystrokes"``; Harbor's terminus-2): the same steps as
+  keystroke batches in its JSON answer format, then ``"task_complete": true`` twice (it asks to confirm);
 - a `bash` tool, any case (mini-swe-agent, opencode; Claude Code's `Bash`): the same steps as shell commands, then
   ``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (mini-swe-agent's end marker) or a final text.
 
@@ -137,6 +139,23 @@ def _history(messages: list[dict[str, Any]]) -> tuple[list[tuple[str, dict]], st
     return calls, last_result
 
 
+#: what terminus-2's example run prints on a failure (the command's own text spells it ``EXAMPLES-""FAILED``)
+_TERMINUS_FAILED = "EXAMPLES-FAILED"
+
+
+def _is_terminus(messages: list[dict[str, Any]]) -> bool:
+    """terminus-2's conversation: its first user message asks for JSON with ``keystrokes``."""
+    first = next((m for m in messages if m.get("role") == "user"), None)
+    return first is not None and '"keystrokes"' in message_text(first.get("content"))
+
+
+def _terminus_examples(task: Any) -> str:
+    """One shell line running the visible examples; prints ``EXAMPLES-FAILED`` when one fails."""
+    checks = [f"[ \"$(printf %s {shlex.quote(t.input)} | python3 {SOLUTION_FILE})\" = {shlex.quote(t.output.rstrip())} ]"
+              for t in task.visible_tests]
+    return ("if " + " && ".join(checks or ["true"]) + "; then echo EXAMPLES-""PASSED; else echo EXAMPLES-\"\"FAILED; fi\n")
+
+
 def _examples_failed(result: str) -> bool:
     low = result.lower()
     return "fail" in low or "mismatch" in low or "traceback" in low
@@ -182,7 +201,32 @@ class OraclePolicy:
         bash = next((name for name in request.tool_names if name.lower() == "bash"), None)  # Claude Code: "Bash"
         if bash is not None:
             return self._bash_step(task, plan, calls, last, names, bash)
+        if not names and _is_terminus(request.messages):
+            return PolicyOutput(text=self._terminus_step(task, plan, request.messages))
         return PolicyOutput(text=f"Here is a solution:\n```python\n{task.reference_solution}```")
+
+    def _terminus_step(self, task: Any, plan: OraclePlan, messages: list[dict[str, Any]]) -> str:
+        """terminus-2's next JSON answer: write, run the examples, fix once if they failed, complete."""
+        done = sum(1 for m in messages if m.get("role") == "assistant")
+        last = message_text(messages[-1].get("content")) if messages else ""
+
+        def write(source: str) -> dict[str, Any]:
+            return {"keystrokes": f"cat > {SOLUTION_FILE} <<'ORACLE_EOF'\n{source.rstrip()}\nORACLE_EOF\n",
+                    "duration": 0.2}
+
+        run = {"keystrokes": _terminus_examples(task), "duration": 1.0}
+        if done == 0:
+            source = wrong_solution(task.reference_solution, plan.modulus) if plan.wrong_first else \
+                task.reference_solution
+            answer = {"analysis": "The task is new.", "plan": f"Write {SOLUTION_FILE}, then run the examples.",
+                      "commands": [write(source), run], "task_complete": False}
+        elif done == 1 and plan.wrong_first and plan.fix and _TERMINUS_FAILED in last:
+            answer = {"analysis": "An example failed.", "plan": "Fix the solution and run the examples again.",
+                      "commands": [write(task.reference_solution), run], "task_complete": False}
+        else:
+            answer = {"analysis": f"{SOLUTION_FILE} is written.", "plan": "Submit.", "commands": [],
+                      "task_complete": True}
+        return json.dumps(answer)
 
     @staticmethod
     def _writes(calls: list[tuple[str, dict]]) -> int:

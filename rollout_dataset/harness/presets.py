@@ -110,7 +110,7 @@ def _opencode_model(context_tokens: int | None, output_tokens: int | None) -> di
     return model
 
 
-PRESETS = ("mini-swe-agent", "opencode", "codex", "claude-code")
+PRESETS = ("mini-swe-agent", "opencode", "codex", "claude-code", "terminus-2")
 #: presets whose config takes the model's context and output limits (`resolve_harness(..., context_tokens=)`)
 CONTEXT_AWARE_PRESETS = ("opencode", "codex", "claude-code")
 
@@ -151,4 +151,7 @@ def resolve_harness(spec: str, *, context_tokens: int | None = None,
         from rollout_dataset.harness.claude_code import claude_code_preset
 
         return claude_code_preset(context_tokens=context_tokens, output_tokens=output_tokens)
+    if spec == "terminus-2":  # Harbor runs it (rollout_dataset.harbor.adapter); the command is for the record
+        return HarnessPreset("terminus-2", "harbor trials start --agent terminus-2 --env "
+                                           "rollout_dataset.harbor.bwrap_environment:BwrapEnvironment")
     raise ValueError(f"unknown --harness {spec!r}; use builtin, cmd:\"...\", {' or '.join(PRESETS)}")

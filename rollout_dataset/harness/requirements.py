@@ -10,6 +10,7 @@ raises `ToolNotInstalledError` naming the command that installs the missing one:
 | ``--harness opencode`` | ``opencode`` (`OPENCODE_BIN`, ``.npm-tools``, PATH) | ``make npm-tools`` |
 | ``--harness codex`` | ``codex`` (`CODEX_BIN`, ``.npm-tools``, PATH) | ``make npm-tools`` |
 | ``--harness claude-code`` | ``claude`` (`CLAUDE_CODE_BIN`, ``.npm-tools``, PATH) | ``make npm-tools`` |
+| ``--harness terminus-2`` | ``harbor`` (`HARBOR_BIN`, ``.venv-harbor``, PATH) | ``make harbor`` |
 | ``--harness mini-swe-agent`` | ``mini`` (next to this Python, or PATH) | ``pip install 'rollout-dataset[harnesses]'`` |
 | ``--harness cmd:"PROGRAM ..."`` | ``PROGRAM`` (when it is a plain program name or path) | (the user's own) |
 | the allow-list sandbox (every coding harness) | ``bwrap`` | ``make system-deps`` |
@@ -108,6 +109,13 @@ def missing_tools(harness: str, *, unsafe_sandbox: bool = False) -> list[Missing
         missing.append(MissingTool("codex", NPM_TOOLS_INSTALL, flag))
     elif harness == "claude-code" and find_claude_code() is None:
         missing.append(MissingTool("claude", NPM_TOOLS_INSTALL, flag))
+    elif harness == "terminus-2":
+        from rollout_dataset.harbor.adapter import HARBOR_INSTALL, find_harbor
+
+        if find_harbor() is None:
+            missing.append(MissingTool("harbor", HARBOR_INSTALL, flag))
+        if shutil.which("tmux") is None:
+            missing.append(MissingTool("tmux", SYSTEM_DEPS_INSTALL, f"{flag} (terminus-2's terminal)"))
     elif harness == "mini-swe-agent" and not _executable(shutil.which(find_mini())):
         missing.append(MissingTool("mini (mini-swe-agent)", HARNESSES_EXTRA_INSTALL, flag))
     elif harness.startswith("cmd:"):
@@ -119,7 +127,7 @@ def missing_tools(harness: str, *, unsafe_sandbox: bool = False) -> list[Missing
     if not has_bwrap and not unsafe_sandbox:
         missing.append(MissingTool("bwrap (bubblewrap)", SYSTEM_DEPS_INSTALL,
                                    "the allow-list sandbox (or opt out with --unsafe-sandbox)"))
-    if external and has_bwrap and not shutil.which("socat"):  # the sandbox is built, the port goes in by socat
+    if external and harness != "terminus-2" and has_bwrap and not shutil.which("socat"):  # the sandbox is built, the port goes in by socat
         missing.append(MissingTool("socat", SYSTEM_DEPS_INSTALL, f"{flag} (the proxy port inside its sandbox)"))
     return missing
 

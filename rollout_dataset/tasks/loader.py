@@ -6,6 +6,8 @@ Sources (the ``--tasks`` flag):
 - ``PATH.jsonl`` / ``PATH.json`` (one JSON object per line) or ``PATH.parquet`` — a local file;
 - ``DIR`` or ``DIR:SPLIT`` — a local folder, read through `datasets` exactly like a Hub dataset
   (data files, or a ``save_to_disk`` folder);
+- ``DIR`` holding Harbor task folders (``task.toml``, ``instruction.md``, ``tests/``), or one such
+  folder, and ``harbor-builtin`` (the shipped ones): see `harbor_format`;
 - ``hf:ORG/NAME`` or ``hf:ORG/NAME:SPLIT`` — a Hub dataset via ``datasets.load_dataset`` (needs the
   network or a warm cache; split defaults to ``train``).
 
@@ -30,6 +32,7 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import TaskIndexError, TaskSourceError
 from .builtin import BUILTIN_SOURCE, builtin_tasks
+from .harbor_format import HARBOR_BUILTIN_DIR, HARBOR_BUILTIN_SOURCE, is_harbor_task_set, load_harbor_tasks
 from .model import Task, TestCase, parse_examples
 
 __all__ = ["DEFAULT_COLUMNS", "load_tasks", "load_task_source", "select_task", "tasks_from_records"]
@@ -232,6 +235,8 @@ def load_task_source(source: str = BUILTIN_SOURCE, column_map: Mapping[str, str]
     """
     if source == BUILTIN_SOURCE:
         return builtin_tasks()
+    if source == HARBOR_BUILTIN_SOURCE:
+        return load_harbor_tasks(HARBOR_BUILTIN_DIR, HARBOR_BUILTIN_SOURCE)
     if source.startswith("hf:"):
         name, split = _split_suffix(source[3:])
         if not name or name.count("/") > 1:
@@ -245,6 +250,8 @@ def load_task_source(source: str = BUILTIN_SOURCE, column_map: Mapping[str, str]
     if not path.exists():
         raise TaskSourceError(f"task source {source!r}: no such file or folder {path} "
                               "(use builtin, a .jsonl/.parquet file, a folder, or hf:ORG/NAME[:SPLIT])")
+    if is_harbor_task_set(path):
+        return load_harbor_tasks(path)
     label = f"file:{path.resolve()}"
     if path.is_dir():
         rows = _read_with_datasets(str(path), split or "train", str(path))

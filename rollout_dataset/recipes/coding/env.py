@@ -24,6 +24,7 @@ from typing import Any, Mapping
 from rollout_dataset.recipes.coding.config import CaptureConfig
 from rollout_dataset.recipes.coding.flags import CODING_FLAGS
 from rollout_dataset.envs.base import AgentContext, AgentOutcome, CaptureSettings, EnvironmentBase, Score, TaskInfo
+from rollout_dataset.recipes.coding.harbor_tasks import TERMINUS_HARNESS
 from rollout_dataset.recipes.coding.statement import SOLUTION_NOTE, harness_statement
 
 __all__ = ["CodingEnvironment", "CodingEpisode", "coding_task_count"]
@@ -83,10 +84,15 @@ class CodingEpisode:
         self.preset = preset
         self.isolation = isolation
         self.harness = config.harness
-        self.statement = harness_statement(task.instruction)
+        from rollout_dataset.tasks.harbor_format import harbor_task_dir
+
+        self.harbor_dir = harbor_task_dir(task)  # a Harbor task: its instruction.md already says where the work goes
+        self.statement = task.instruction if self.harbor_dir else harness_statement(task.instruction)
         self.box: Any = None
         self.exit_code: int | None = None
         self.model: str | None = None
+        self.harbor_run: Any = None
+        self.harbor_facts: dict[str, Any] | None = None
 
     def harness_version(self) -> str | None:
         """The installed version of the harness preset (`summary.json` provenance), None if unknown."""
@@ -95,7 +101,9 @@ class CodingEpisode:
         return harness_version(self.harness)
 
     def run(self, agent: AgentContext) -> AgentOutcome:
-        """The harness in the allow-list sandbox, against the proxy's session URL."""
+        """The harness in the allow-list sandbox, against the proxy's session URL (terminus-2: Harbor runs it)."""
+        if self.preset is not None and self.preset.name == TERMINUS_HARNESS:
+            return self._run_terminus(agent)
         from rollout_dataset.recipes.coding.hiding import capture_hidden_paths
         from rollout_dataset.harness import BuiltinAgent, ToolBox, resolve_harness, run_external_harness
         from rollout_dataset.harness.presets import CONTEXT_AWARE_PRESETS
@@ -140,9 +148,81 @@ class CodingEpisode:
             stop_reason = "harness_error"
         return AgentOutcome(stop_reason, ext.timed_out, errors, [])
 
+    def _run_terminus(self, agent: AgentContext) -> AgentOutcome:
+        """Harbor's terminus-2 on the Harbor task, in the bubblewrap environment, through the proxy."""
+        import tempfile
+
+        from rollout_dataset.harbor.adapter import run_terminus
+        from rollout_dataset.recipes.coding.harbor_tasks import INCOMPLETE, marked_complete, terminus_agent_kwargs
+
+        config = self.config
+        trials = Path(agent.stack.enter_context(tempfile.TemporaryDirectory(prefix="rollout-harbor-trial-")))
+        context = agent.context_length() if config.fit_context else None
+        kwargs = terminus_agent_kwargs(temperature=config.temperature, max_tokens=config.max_tokens,
+                                       seed=config.effective_rollout_seed, context_tokens=context,
+                                       max_turns=config.max_turns)
+        watch = _TraceWatch(agent.trace_path)
+        fields = self.task_.metadata["harbor"]
+        # the agent's budget: --timeout-s, or the task's [agent] timeout_sec when shorter
+        budget = min(config.timeout_s, float(fields.get("agent_timeout_sec") or config.timeout_s))
+        run = self.harbor_run = run_terminus(self.harbor_dir, trials, base_url=agent.base_url, model=agent.model,
+                                             api_key=agent.api_key, timeout_s=budget, agent_kwargs=kwargs,
+                                             should_stop=watch,
+                                             verifier_timeout_s=float(fields.get("verifier_timeout_sec") or 600.0))
+        watch()
+        if run.stop_reason == "upstream_error" or watch.failed:
+            from rollout_dataset.capture.model_server import first_call_failure
+            from rollout_dataset.proxy import read_trace
+
+            agent.raise_first_call(watch.failed or first_call_failure(read_trace(agent.trace_path)) or {})
+        self.exit_code = run.exit_code
+        errors, stop_reason = [], run.stop_reason
+        if run.exception and run.stop_reason != "timeout":
+            errors.append({"kind": "harness_error", "message": f"Harbor's trial raised {run.exception}"[:800]})
+        elif run.stop_reason == "harness_exit" and run.exit_code not in (0, None):
+            errors.append({"kind": "harness_error", "message": f"harbor exited with status {run.exit_code}: "
+                                                               f"{run.stderr_tail[-600:]}"})
+        if errors and stop_reason == "harness_exit":
+            stop_reason = "harness_error"
+        elif stop_reason == "harness_exit" and run.trajectory is not None and not marked_complete(run.trajectory):
+            stop_reason = INCOMPLETE  # e.g. its tmux session was killed: terminus-2 then ends quietly
+            logger.warning("terminus-2 ended without marking the task complete")
+        return AgentOutcome(stop_reason, run.stop_reason == "timeout", errors, [])
+
+    def _score_harbor(self, records: list[dict[str, Any]], outcome: AgentOutcome) -> Score:
+        """The task's own verifier: Harbor's (terminus-2) or tests/test.sh on the harness's files; the leakage scan."""
+        from rollout_dataset.harbor.adapter import environment_for
+        from rollout_dataset.recipes.coding.harbor_tasks import (crosscheck_trajectory, harbor_leak_needles,
+                                                                 verify_harbor_task)
+        from rollout_dataset.recipes.coding.leakage import scan_for_leaks
+
+        task, fields = self.task_, dict(self.task_.metadata.get("harbor") or {})
+        run = self.harbor_run
+        facts: dict[str, Any] = {"task_dir": str(self.harbor_dir), "network": {"asked": fields.get("network_mode"),
+                                                                               "given": "none"}}
+        if run is not None:
+            reward, why = run.reward, None
+            if reward is None:
+                why = run.exception or "Harbor's verifier gave no reward"
+            facts.update({"environment": environment_for(self.harbor_dir), "reward_source": "harbor_verifier",
+                          "exception": run.exception, "rewards": run.rewards, "wall_s": round(run.wall_s, 3),
+                          "trajectory": crosscheck_trajectory(run.trajectory, records, run.subagent_trajectories)})
+        else:
+            reward, why = verify_harbor_task(self.harbor_dir, self.box.workdir, fields)
+            facts.update({"environment": "rollout-bwrap", "reward_source": "tests/test.sh", "exception": None})
+        self.harbor_facts = facts
+        needles = harbor_leak_needles(self.statement, list(task.metadata.get("held_out_text") or []))
+        hits = scan_for_leaks(self.statement, needles, records, None)
+        return Score(env_reward=reward, reward_after_penalties=reward, held_out_tests=0, verifier=True,
+                     unscored_reason=why if reward is None else None, leakage_hits=[h.to_dict() for h in hits],
+                     samples_header={"task": task.task_id, "reward": reward})
+
     def score(self, records: list[dict[str, Any]], turns: dict[str, Any], outcome: AgentOutcome,
               agent: AgentContext) -> Score:
-        """`solution.py` on the held-out tests, penalties, the leakage scan (and `--keep-workdir`)."""
+        """`solution.py` on the held-out tests, penalties, the leakage scan (and `--keep-workdir`);
+        a Harbor task's own verifier for a Harbor task."""
+        if self.harbor_dir is not None:
+            return self._score_harbor(records, outcome)
         from rollout_dataset.documents import agent_tool_counts
         from rollout_dataset.recipes.coding.leakage import scan_for_leaks
         from rollout_dataset.recipes.coding.workdir import copy_workdir
@@ -185,12 +265,48 @@ class CodingEpisode:
 
     def summary_fields(self, facts: Mapping[str, Any], outcome: AgentOutcome) -> dict[str, Any]:
         """The harness's exit code, the sandbox's isolation, provenance, continuity, context fitting."""
-        return {"harness_exit_code": self.exit_code, "isolation": self.isolation, "provenance": facts["provenance"],
-                "continuity": facts["continuity"], "context_fit": facts["context_fit"]}
+        fields = {"harness_exit_code": self.exit_code, "isolation": self.isolation, "provenance": facts["provenance"],
+                  "continuity": facts["continuity"], "context_fit": facts["context_fit"]}
+        if self.harbor_facts is not None:
+            fields["harbor"] = self.harbor_facts
+        return fields
 
     def extra_files(self, outcome: AgentOutcome) -> dict[str, Any]:
-        """None: the batch replays the trace for the timeline when it needs one."""
-        return {}
+        """terminus-2: Harbor's ATIF trajectory (`harbor_trajectory.json`) and its summarisation subagents'
+        (`harbor_trajectory.NAME.json`); else none (the batch replays the trace for the timeline)."""
+        from rollout_dataset.recipes.coding.harbor_tasks import HARBOR_TRAJECTORY_FILE
+
+        run = self.harbor_run
+        if run is None or not run.trajectory:
+            return {}
+        files = {HARBOR_TRAJECTORY_FILE: run.trajectory}
+        stem = HARBOR_TRAJECTORY_FILE.removesuffix(".json")
+        files.update({f"{stem}.{name}.json": doc for name, doc in run.subagent_trajectories.items()})
+        return files
+
+
+def _check_harbor_harness(harness: str, task: Any) -> None:
+    """terminus-2 runs Harbor tasks only, and only those whose environment this host can provide.
+
+    Raises:
+        ConfigError: terminus-2 on a task that is not a Harbor task.
+        HarborTaskUnsupportedError: the task's Dockerfile needs an image and no Podman/Apptainer is here.
+        ToolNotInstalledError: Harbor is not installed.
+    """
+    if harness != TERMINUS_HARNESS:
+        return
+    from rollout_dataset.errors import ConfigError, ToolNotInstalledError
+    from rollout_dataset.harbor.adapter import HARBOR_INSTALL, environment_for, find_harbor
+    from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_SOURCE, harbor_task_dir
+
+    folder = harbor_task_dir(task)
+    if folder is None:
+        raise ConfigError(f"--harness {TERMINUS_HARNESS} runs Harbor tasks: use --tasks {HARBOR_BUILTIN_SOURCE} or a "
+                          f"folder of Harbor task folders (task.toml, instruction.md, tests/test.sh); "
+                          f"task {task.task_id!r} comes from {task.source}")
+    environment_for(folder)
+    if find_harbor() is None:
+        raise ToolNotInstalledError("harbor", HARBOR_INSTALL, f"--harness {TERMINUS_HARNESS}")
 
 
 class CodingEnvironment(EnvironmentBase):
@@ -235,6 +351,7 @@ class CodingEnvironment(EnvironmentBase):
         check_sandbox_ro_paths(config.sandbox_ro_paths, [config.out_dir])
         tasks = load_tasks(config.tasks, n_prompts=config.n_prompts, seed=config.seed)
         task = select_task(tasks, config.task_index)
+        _check_harbor_harness(config.harness, task)
         logger.info("task index=%d id=%s held_out=%d dataset_seed=%d rollout_seed=%d", config.task_index,
                     task.task_id, len(task.held_out_tests), config.seed, config.effective_rollout_seed)
         return CodingEpisode(config, task, preset, isolation)

@@ -1,0 +1,140 @@
+"""A Harbor environment on bubblewrap: `--env rollout_dataset.harbor.bwrap_environment:BwrapEnvironment`.
+
+Harbor's `BaseEnvironment` contract (`start`, `stop`, `exec` with cwd/env/timeout/user,
+`upload_file/upload_dir/download_file/download_dir`) on the host's own files, no Docker:
+
+- the environment's root is a host folder (``<state>/root``) bound as ``/``; the host's ``/usr``
+  (and the ``/bin``, ``/lib*`` links) are bound read-only over it, with ``ld.so.cache``, the Debian
+  alternatives and the time zone; ``/etc/passwd`` and ``/etc/group`` are generated. Nothing else of
+  the host is in it: no checkout, no task folder (``tests/`` and ``solution/`` arrive only when
+  Harbor uploads them, the tests after the agent has finished), no trace, no secret;
+- every `exec` is a fresh ``bwrap``: new network namespace (loopback only: the model is reached by
+  terminus-2 from the host through the recording proxy, never from inside), new IPC/UTS namespaces,
+  all capabilities dropped, ``no_new_privs``; the PID namespace and ``/tmp`` (inside the root) are
+  shared, so the tmux server terminus-2 starts in one `exec` persists to the next;
+- limits: address space from the task's ``memory_mb``, file size, open files; a timed-out command's
+  process group is killed (SIGKILL);
+- every command carries a marker variable, so `stop()` kills every process the environment started
+  (tmux included) and removes the root; a detached reaper (`reaper.py`) does the same when Harbor
+  dies without stopping it.
+
+This module runs in Harbor's venv: it imports Harbor, the standard library and `bwrap_root`/`reaper`
+(standard library only; `rollout_dataset`'s own `__init__` imports nothing eagerly).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from harbor.environments.base import BaseEnvironment, ExecResult
+from harbor.environments.capabilities import EnvironmentCapabilities
+
+try:  # imported as rollout_dataset.harbor.bwrap_environment (the usual way) or from its folder
+    from rollout_dataset.harbor.bwrap_root import TIMEOUT_EXIT, TaskRoot, kill_group
+except ImportError:  # pragma: no cover - PYTHONPATH holds this folder only
+    from bwrap_root import TIMEOUT_EXIT, TaskRoot, kill_group  # type: ignore[no-redef]
+
+__all__ = ["BwrapEnvironment", "ENV_TYPE"]
+
+#: the environment's type name (Harbor's `type()`)
+ENV_TYPE = "rollout-bwrap"
+_OUTPUT_CAP = 1_000_000  # characters of stdout/stderr kept per exec
+
+
+class BwrapEnvironment(BaseEnvironment):
+    """Harbor's environment contract on bubblewrap (see the module docstring).
+
+    A task whose Dockerfile installs anything is refused before a trial starts, by the adapter
+    (`rollout_dataset.harbor.adapter.environment_for`); here only ``bwrap`` is required.
+    """
+
+    @staticmethod
+    def type() -> str:
+        """Returns: the type name, ``rollout-bwrap``."""
+        return ENV_TYPE
+
+    @property
+    def capabilities(self) -> EnvironmentCapabilities:
+        """No network ever (``disable_internet``); no GPUs, no allow-lists, no host mounts."""
+        return EnvironmentCapabilities(disable_internet=True)
+
+    def _validate_definition(self) -> None:
+        """Refuse where bwrap is missing; set up the (not yet built) root."""
+        if shutil.which("bwrap") is None:
+            raise FileNotFoundError("bwrap (bubblewrap) is not installed: run `make system-deps`")
+        config = self.task_env_config
+        self._task_root = TaskRoot(config.workdir, config.env or {}, config.memory_mb)
+        self._reaper: subprocess.Popen | None = None
+
+    async def start(self, force_build: bool) -> None:
+        """Build the root and start the reaper that cleans up if Harbor dies."""
+        self._task_root.build()
+        reaper = Path(__file__).with_name("reaper.py")
+        self._reaper = subprocess.Popen(
+            [sys.executable, str(reaper), str(os.getpid()), self._task_root.marker, str(self._task_root.state)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    async def stop(self, delete: bool) -> None:
+        """Kill every process of the environment (tmux included) and remove its root."""
+        self._task_root.close()
+        if self._reaper is not None and self._reaper.poll() is None:
+            self._reaper.kill()
+            self._reaper.wait()
+
+    async def exec(self, command: str, cwd: str | None = None, env: dict[str, str] | None = None,
+                   timeout_sec: int | None = None, user: str | int | None = None) -> ExecResult:
+        """Run `command` with ``bash -c`` in a fresh bwrap; on timeout its process group is killed.
+
+        Returns:
+            Exit code (124 on timeout, as `timeout(1)`), stdout and stderr (capped).
+        """
+        user = self._resolve_user(user)
+        if user not in (None, "root", 0, "0"):
+            self.logger.debug("bwrap environment: user %r runs as root (one user in this environment)", user)
+        proc = await asyncio.create_subprocess_exec(
+            *self._task_root.argv(command, cwd, self._merge_env(env)), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, **self._task_root.popen_kwargs())
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout=timeout_sec)
+        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            kill_group(proc.pid)
+            await proc.wait()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return ExecResult(stdout="", stderr=f"command timed out after {timeout_sec} s", return_code=TIMEOUT_EXIT)
+        return ExecResult(stdout=out.decode("utf-8", "replace")[-_OUTPUT_CAP:],
+                          stderr=err.decode("utf-8", "replace")[-_OUTPUT_CAP:], return_code=proc.returncode or 0)
+
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        """Copy a host file into the root."""
+        target = self._task_root.host_path(target_path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source_path, target)
+
+    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        """Copy a host folder's contents into the root (merged with what is there); ``/tests`` is emptied
+        first, so nothing the agent planted there runs with the verifier."""
+        target = self._task_root.host_path(target_dir)
+        if target_dir.rstrip("/") == "/tests" and (target.exists() or target.is_symlink()):
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            else:
+                target.unlink()
+        shutil.copytree(source_dir, target, dirs_exist_ok=True)
+        if target_dir.rstrip("/") == "/tests":  # the verifier comes next: its log folder exists even if the agent removed it
+            self._task_root.build()
+
+    async def download_file(self, source_path: str, target_path: Path | str) -> None:
+        """Copy a file of the root to the host (a symlink leading out of the root is refused)."""
+        source = self._task_root.host_path(source_path)
+        Path(target_path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target_path)
+
+    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        """Copy a folder of the root to the host; symlinks are copied as links, never followed."""
+        shutil.copytree(self._task_root.host_path(source_dir), target_dir, symlinks=True, dirs_exist_ok=True)

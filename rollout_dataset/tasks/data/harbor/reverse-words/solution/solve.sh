@@ -1,0 +1,7 @@
+#!/bin/bash
+cat > /app/solution.py <<'EOF'
+import sys
+
+line = sys.stdin.readline()
+print(" ".join(reversed(line.split())))
+EOF
