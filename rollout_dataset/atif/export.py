@@ -271,3 +271,34 @@ def trajectory_of_folder(folder: str | Path) -> dict[str, Any]:
         return json.loads((folder / name).read_text(encoding="utf-8"))
 
     return trajectory_document(load(TRACE_FILE).get("calls") or [], load(ROLLOUT_FILE), load(SUMMARY_FILE))
+
+
+def export_trajectories(paths: list[str | Path], out_dir: str | Path) -> list[Path]:
+    """Write `<rollout_id>.atif.json` under `out_dir` for every artifact folder under `paths`.
+
+    Each folder is checked as `validate` checks it first; files are written atomically.
+
+    Args:
+        paths: artifact folders or folders holding them (any depth).
+        out_dir: the output folder (created).
+
+    Returns:
+        The files written, in input order.
+
+    Raises:
+        ArtifactError: a path is missing or holds no artifact folder.
+        SchemaValidationError: a folder fails the check (its first failure names file and field).
+    """
+    from rollout_dataset.builder.inputs import find_artifact_dirs, load_checked_artifact
+    from rollout_dataset.files import write_text_atomic
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for folder in find_artifact_dirs(paths):
+        art = load_checked_artifact(folder)
+        doc = trajectory_document(art["trace"].get("calls") or [], art["rollout"], art["summary"])
+        target = out / f"{art['summary']['rollout_id']}.atif.json"
+        write_text_atomic(target, json.dumps(doc, ensure_ascii=False) + "\n")
+        written.append(target)
+    return written

@@ -463,3 +463,40 @@ def _iso_z(value: Any) -> str | None:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=_dt.timezone.utc)
     return moment.astimezone(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[list[Path], list[tuple[str, str]]]:
+    """Import each source into its own artifact folder under `stage`; a bad one is left out, named.
+
+    Each folder is written under a temporary name and renamed when whole, so a failure never leaves
+    half a folder among the finished ones.
+
+    Args:
+        sources: the trajectories (`find_atif_sources`).
+        stage: an empty folder (the caller removes it after the build).
+
+    Returns:
+        ``(artifact folders written, [(file, "file: field: reason"), ...] left out)``.
+    """
+    from rollout_dataset.builder.inputs import first_failure_line
+    from rollout_dataset.files import write_text_atomic
+
+    stage = Path(stage)
+    folders: list[Path] = []
+    refused: list[tuple[str, str]] = []
+    for n, source in enumerate(sources):
+        try:
+            documents = import_documents(source)
+        except SchemaValidationError as exc:
+            refused.append((str(source.file), first_failure_line(exc)))
+            continue
+        rid = documents[SUMMARY_FILE]["rollout_id"]
+        final = stage / f"{n:06d}-{rid}"
+        partial = stage / f".partial-{n:06d}"
+        partial.mkdir(parents=True)
+        for name, content in documents.items():
+            text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False) + "\n"
+            write_text_atomic(partial / name, text)
+        partial.rename(final)
+        folders.append(final)
+    return folders, refused
