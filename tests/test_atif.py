@@ -206,3 +206,17 @@ def test_export_command_writes_one_valid_trajectory_per_rollout(tmp_path, synthe
     files = list(out.glob("*.atif.json"))
     assert len(files) == 1
     atif.Trajectory.model_validate_json(files[0].read_text())
+
+
+def test_the_card_says_which_rollouts_came_from_atif(tmp_path, synthetic):
+    job = tmp_path / "job"
+    trajectory = trajectory_of_folder(synthetic)
+    del trajectory["trajectory_id"]  # the trial's own id then: not the captured rollout's
+    _trial(job, "good", trajectory, _result("good", 1.0))
+    out = tmp_path / "ds"
+    proc = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "build", str(job), str(synthetic), "--out",
+                           str(out), "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 rollouts (2 added" in proc.stdout
+    card = (out / "README.md").read_text()
+    assert "`atif:builtin" in card and "imported from an ATIF trajectory" in card

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from rollout_dataset.artifact_files import ROLLOUT_FILE, SUMMARY_FILE, TRACE_FILE
+from rollout_dataset.artifact_files import ROLLOUT_FILE, SUMMARY_FILE, TASK_FILE, TRACE_FILE
 from rollout_dataset.atif import ATIF_SCHEMA_VERSION
 from rollout_dataset.graph import RolloutGraph, TurnNode, build_graph
 
@@ -178,13 +178,16 @@ def _main_path(graph: RolloutGraph, roles: Mapping[int, str]) -> list[int]:
     return max(agent or paths, key=len) if paths else []
 
 
-def trajectory_document(records: list[dict[str, Any]], rollout: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]:
+def trajectory_document(records: list[dict[str, Any]], rollout: Mapping[str, Any], summary: Mapping[str, Any],
+                        task: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ATIF v1.8 trajectory of one rollout.
 
     Args:
         records: the trace records (`trace.json` calls).
         rollout: the rollout document (`rollout.json`): capture level and each call's role.
         summary: the summary (`summary.json`): rollout id, model, harness and its version, rewards.
+        task: the task (`task.json`): its configuration's tokenizer is kept, so an import builds
+            into the same dataset as the capture.
 
     Returns:
         The trajectory as a JSON-ready dict (null fields left out, as ATIF writers do).
@@ -237,7 +240,8 @@ def trajectory_document(records: list[dict[str, Any]], rollout: Mapping[str, Any
         "final_metrics": _final_metrics(steps, {
             "rollout_id": summary.get("rollout_id"), "env": summary.get("env"), "task_id": summary.get("task_id"),
             "capture_level": rollout.get("capture_level"), "env_reward": summary.get("env_reward"),
-            "reward_after_penalties": summary.get("reward_after_penalties"), "stop_reason": summary.get("stop_reason")}),
+            "reward_after_penalties": summary.get("reward_after_penalties"), "stop_reason": summary.get("stop_reason"),
+            "tokenizer": ((task or {}).get("config") or {}).get("tokenizer")}),
         "subagent_trajectories": subagents or None,
     }
     return _drop_none(document)
@@ -270,7 +274,7 @@ def trajectory_of_folder(folder: str | Path) -> dict[str, Any]:
     def load(name: str) -> Any:
         return json.loads((folder / name).read_text(encoding="utf-8"))
 
-    return trajectory_document(load(TRACE_FILE).get("calls") or [], load(ROLLOUT_FILE), load(SUMMARY_FILE))
+    return trajectory_document(load(TRACE_FILE).get("calls") or [], load(ROLLOUT_FILE), load(SUMMARY_FILE), load(TASK_FILE))
 
 
 def export_trajectories(paths: list[str | Path], out_dir: str | Path) -> list[Path]:
@@ -297,7 +301,7 @@ def export_trajectories(paths: list[str | Path], out_dir: str | Path) -> list[Pa
     written = []
     for folder in find_artifact_dirs(paths):
         art = load_checked_artifact(folder)
-        doc = trajectory_document(art["trace"].get("calls") or [], art["rollout"], art["summary"])
+        doc = trajectory_document(art["trace"].get("calls") or [], art["rollout"], art["summary"], art["task"])
         target = out / f"{art['summary']['rollout_id']}.atif.json"
         write_text_atomic(target, json.dumps(doc, ensure_ascii=False) + "\n")
         written.append(target)

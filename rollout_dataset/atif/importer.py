@@ -425,7 +425,8 @@ def import_documents(source: AtifSource) -> dict[str, Any]:
     agent = doc["agent"]
     task = TaskInfo(env=str(own.get("env") or ("harbor" if source.result else "atif")), task_id=task_id, task_index=0,
                     title=task_id, instruction=first_user, source=f"atif:{source.name}", dataset_seed=0, rollout_seed=0,
-                    n_prompts=1, config={"imported_from": source.name, "trial": result.get("trial_name")})
+                    n_prompts=1, config={"imported_from": source.name, "trial": result.get("trial_name"),
+                                                    **({"tokenizer": own["tokenizer"]} if isinstance(own.get("tokenizer"), str) else {})})
     document = export_rollout(records, session_id=session, capture_level=level,
                               metadata={"task_id": task_id, "model": agent.get("model_name"), "imported_from": "atif"})
     turns = turns_document(document, records)

@@ -225,8 +225,8 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
         VISIBLE_TESTS_FILE: task.visible_tests,
         HELD_OUT_TESTS_FILE: held_out_document(task),
         SAMPLES_FILE: _samples(document, records, tokenizer, header, (target, model) if settings.base_url else None),
-        TRAJECTORY_FILE: trajectory_document(records, document, summary),
     }
+    files[TRAJECTORY_FILE] = trajectory_document(records, document, summary, files[TASK_FILE])
     files.update(_checked_extra_files(episode.extra_files(outcome), files))
     redacted = write_artifacts(out_dir, files, secrets)
     if redacted:
