@@ -220,3 +220,19 @@ def test_the_card_says_which_rollouts_came_from_atif(tmp_path, synthetic):
     assert "2 rollouts (2 added" in proc.stdout
     card = (out / "README.md").read_text()
     assert "`atif:builtin" in card and "imported from an ATIF trajectory" in card
+
+
+def test_export_from_a_built_dataset_gives_the_trajectory_of_the_artifact_folder(tmp_path, synthetic):
+    out = tmp_path / "ds"
+    subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "build", str(synthetic), "--out", str(out),
+                    "--no-progress"], capture_output=True, text=True, timeout=120, check=True)
+    proc = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "export", "--format", "atif", str(out),
+                           "--out", str(tmp_path / "atif")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (file,) = (tmp_path / "atif").glob("*.atif.json")
+    from_dataset = atif.Trajectory.model_validate_json(file.read_text())
+    from_folder = atif.Trajectory.model_validate(trajectory_of_folder(synthetic))
+    assert [s.metrics.completion_token_ids if s.metrics else None for s in from_dataset.steps] == \
+        [s.metrics.completion_token_ids if s.metrics else None for s in from_folder.steps]
+    assert [s.message for s in from_dataset.steps] == [s.message for s in from_folder.steps]
+    assert len(from_dataset.subagent_trajectories) == len(from_folder.subagent_trajectories)

@@ -278,12 +278,13 @@ def trajectory_of_folder(folder: str | Path) -> dict[str, Any]:
 
 
 def export_trajectories(paths: list[str | Path], out_dir: str | Path) -> list[Path]:
-    """Write `<rollout_id>.atif.json` under `out_dir` for every artifact folder under `paths`.
+    """Write `<rollout_id>.atif.json` under `out_dir` for every rollout under `paths`.
 
-    Each folder is checked as `validate` checks it first; files are written atomically.
+    A path is an artifact folder, a folder holding them (any depth; each checked as `validate`
+    checks it), or a dataset `build` wrote (`atif.dataset`). Files are written atomically.
 
     Args:
-        paths: artifact folders or folders holding them (any depth).
+        paths: artifact folders, trees of them, or built datasets.
         out_dir: the output folder (created).
 
     Returns:
@@ -292,17 +293,28 @@ def export_trajectories(paths: list[str | Path], out_dir: str | Path) -> list[Pa
     Raises:
         ArtifactError: a path is missing or holds no artifact folder.
         SchemaValidationError: a folder fails the check (its first failure names file and field).
+        ValueError: a dataset's request cell was cut to the cell limit and cannot be restored.
     """
+    from rollout_dataset.atif.dataset import dataset_rollouts, is_dataset_dir
     from rollout_dataset.builder.inputs import find_artifact_dirs, load_checked_artifact
     from rollout_dataset.files import write_text_atomic
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for folder in find_artifact_dirs(paths):
-        art = load_checked_artifact(folder)
-        doc = trajectory_document(art["trace"].get("calls") or [], art["rollout"], art["summary"], art["task"])
-        target = out / f"{art['summary']['rollout_id']}.atif.json"
+
+    def write(doc: dict[str, Any], rid: str) -> None:
+        target = out / f"{rid}.atif.json"
         write_text_atomic(target, json.dumps(doc, ensure_ascii=False) + "\n")
         written.append(target)
+
+    for path in map(Path, paths):
+        if path.is_dir() and is_dataset_dir(path):
+            for records, rollout, summary, task in dataset_rollouts(path):
+                write(trajectory_document(records, rollout, summary, task), summary["rollout_id"])
+            continue
+        for folder in find_artifact_dirs([path]):
+            art = load_checked_artifact(folder)
+            write(trajectory_document(art["trace"].get("calls") or [], art["rollout"], art["summary"], art["task"]),
+                  art["summary"]["rollout_id"])
     return written
