@@ -236,3 +236,13 @@ def test_export_from_a_built_dataset_gives_the_trajectory_of_the_artifact_folder
         [s.metrics.completion_token_ids if s.metrics else None for s in from_folder.steps]
     assert [s.message for s in from_dataset.steps] == [s.message for s in from_folder.steps]
     assert len(from_dataset.subagent_trajectories) == len(from_folder.subagent_trajectories)
+
+
+def test_a_folder_with_neither_artifacts_nor_trajectories_is_still_named(tmp_path, synthetic):
+    job = tmp_path / "job"
+    _trial(job, "good", trajectory_of_folder(synthetic), _result("good", 1.0))
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "build", str(job), str(tmp_path / "empty"),
+                           "--out", str(tmp_path / "ds"), "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "empty: no artifact folder" in proc.stderr
+    assert not (tmp_path / "ds").exists() and not list(tmp_path.glob(".atif-import-*"))

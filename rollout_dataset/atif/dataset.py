@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rollout_dataset.builder.readers import trace_request, turn_token_arrays
+from rollout_dataset.trace_integrity import in_arrival_order
 
 __all__ = ["is_dataset_dir", "dataset_rollouts"]
 
@@ -74,7 +75,7 @@ def dataset_rollouts(dataset: str | Path) -> Iterator[tuple[list[dict[str, Any]]
         tokens = summary.get("capture_level") == "tokens"
         arrays = turn_token_arrays(turn_rows, sequences.get(rid, [])) if tokens and turn_rows else {}
         records = []
-        for row in sorted(trace_rows, key=lambda r: r["call_index"]):
+        for row in trace_rows:
             ids = arrays.get(row["call_index"])
             records.append({
                 "index": row["call_index"], "call_id": row["call_id"], "session": row["session"],
@@ -88,6 +89,7 @@ def dataset_rollouts(dataset: str | Path) -> Iterator[tuple[list[dict[str, Any]]
                 "requested_sampling_params": _json(row.get("requested_sampling_params")) or {},
                 "capture_level": row.get("capture_level"),
             })
+        records = in_arrival_order(records)
         rollout = {"session_id": trace_rows[0]["session"] if trace_rows else rid,
                    "capture_level": summary.get("capture_level"),
                    "calls": [{"index": t["call_index"], "role": t["role"]} for t in turn_rows]}

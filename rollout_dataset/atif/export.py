@@ -52,7 +52,7 @@ def _text(content: Any) -> str:
 def _tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     """The answer's tool calls as ATIF `ToolCall`s (arguments that are no JSON object kept raw in extra)."""
     out = []
-    for j, call in enumerate(message.get("tool_calls") or []):
+    for call in message.get("tool_calls") or []:
         if not isinstance(call, dict):
             continue
         function = call.get("function") if isinstance(call.get("function"), dict) else {}

@@ -47,7 +47,7 @@ from rollout_dataset.envs.base import Score, TaskInfo
 from rollout_dataset.errors import SchemaValidationError
 from rollout_dataset.export import export_rollout, turns_document
 from rollout_dataset.schema import schema_errors
-from rollout_dataset.trace_integrity import reseal
+from rollout_dataset.trace_integrity import in_arrival_order, reseal
 
 __all__ = ["AtifSource", "HARBOR_RESULT_FILE", "HARBOR_TRAJECTORY", "ATIF_SUFFIX", "find_atif_sources",
            "import_documents", "split_inputs"]
@@ -134,13 +134,15 @@ def split_inputs(paths: Iterable[str | Path]) -> tuple[list[str], list[AtifSourc
         ``(artifact inputs, ATIF sources)``: a folder holding both is in both lists.
     """
     artifacts: list[str] = []
+    sources: list[AtifSource] = []
     for p in map(Path, paths):
-        if p.is_dir() and ((p / SUMMARY_FILE).exists() or any(
-                SUMMARY_FILE in files for _, _, files in os.walk(p, followlinks=False))):
-            artifacts.append(str(p))
-        elif not p.exists():
-            artifacts.append(str(p))  # the builder names it
-    return artifacts, find_atif_sources(paths)
+        found = [s for s in _sources_in(p) if s not in sources] if p.exists() else []
+        sources.extend(found)
+        holds_artifacts = p.is_dir() and ((p / SUMMARY_FILE).exists() or any(
+            SUMMARY_FILE in files for _, _, files in os.walk(p, followlinks=False)))
+        if holds_artifacts or not found:
+            artifacts.append(str(p))  # a path holding nothing is named by the builder ("no artifact folder")
+    return artifacts, sources
 
 
 # --- reading and checking ---------------------------------------------------------------------
@@ -361,7 +363,7 @@ def records_of(doc: dict[str, Any], session: str, source: str) -> tuple[list[dic
     if None in indices or len(set(indices)) != len(indices):
         indices = list(range(len(calls)))
     records = [_record(call, idx, session, level, source) for call, idx in zip(calls, indices)]  # type: ignore[arg-type]
-    return sorted(records, key=lambda r: r["index"]), level, reason
+    return in_arrival_order(records), level, reason
 
 
 # --- trajectory (+ Harbor result) -> artifact documents ---------------------------------------

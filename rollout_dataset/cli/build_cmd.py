@@ -104,7 +104,11 @@ def _import_atif(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]]:
     parent = Path(args.out).absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
     stage = tempfile.TemporaryDirectory(dir=parent, prefix=".atif-import-")
-    folders, refused = write_imported(sources, stage.name)
+    try:
+        folders, refused = write_imported(sources, stage.name)
+    except BaseException:  # a full disk: nothing of the import is left behind
+        stage.cleanup()
+        raise
     args.artifacts = artifacts + ([stage.name] if folders else [])
     return stage, refused
 
