@@ -16,6 +16,8 @@ __all__ = [
     "SUMMARY_FILE",
     "TASK_FILE",
     "TRACE_FILE",
+    "TRAJECTORY_FILE",
+    "DERIVED_ARTIFACT_FILES",
     "TURNS_FILE",
     "VISIBLE_TESTS_FILE",
 ]
@@ -37,6 +39,8 @@ HELD_OUT_TESTS_FILE = "held_out_tests.json"
 SUMMARY_FILE = "summary.json"
 #: the sequences rendered for a person, special tokens shown.
 SAMPLES_FILE = "samples.md"
+#: the rollout as an ATIF v1.8 trajectory (Harbor's interchange format; `rollout_dataset.atif`).
+TRAJECTORY_FILE = "trajectory.json"
 
 #: every file an artifact folder written by `capture` holds, in the order they are checked.
 ARTIFACT_FILES: tuple[str, ...] = (
@@ -49,6 +53,10 @@ ARTIFACT_FILES: tuple[str, ...] = (
     SUMMARY_FILE,
     SAMPLES_FILE,
 )
+
+#: files `capture` also writes, derived from the ones above (so a folder written without them, by an
+#: older capture or by hand, stays valid; `rollout-dataset export --format atif` writes them for any folder).
+DERIVED_ARTIFACT_FILES: tuple[str, ...] = (TRAJECTORY_FILE,)
 
 #: file name -> JSON schema name (`rollout_dataset/schema/schemas/<name>.schema.json`), for its JSON documents.
 ARTIFACT_JSON_SCHEMAS: dict[str, str] = {

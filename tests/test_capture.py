@@ -9,6 +9,7 @@ import pytest
 from rollout_dataset.backend.oracle import oracle_plan
 from rollout_dataset.capture import capture_rollout
 from rollout_dataset.recipes.coding import CaptureConfig
+from rollout_dataset.artifact_files import DERIVED_ARTIFACT_FILES
 from rollout_dataset.schema.check import ARTIFACT_FILES, validate_path
 from rollout_dataset.tasks import load_tasks
 
@@ -47,7 +48,7 @@ def test_oracle_captures_on_three_tasks_see_rewards_of_one_and_below_one(capture
 def test_every_capture_writes_every_artifact_and_they_validate(captures):
     for result in captures:
         assert result.ok, (result.errors, result.validation_failures)
-        assert sorted(p.name for p in result.out_dir.iterdir()) == sorted(ARTIFACT_FILES)
+        assert sorted(p.name for p in result.out_dir.iterdir()) == sorted(ARTIFACT_FILES + DERIVED_ARTIFACT_FILES)
         assert validate_path(result.out_dir) == []
 
 

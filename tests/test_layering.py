@@ -29,6 +29,13 @@ RULES = [
         id="trainer-facing",
     ),
     pytest.param(
+        "ATIF in and out is trainer-facing and pure: no server, no HTTP client, no capture",
+        ("atif/",),
+        ("rollout_dataset.backend", "rollout_dataset.proxy", "rollout_dataset.server_runner", "rollout_dataset.capture",
+         "rollout_dataset.batch", "rollout_dataset.cli", "httpx"),
+        id="atif",
+    ),
+    pytest.param(
         "the server runner knows no server: it imports neither the proxy nor the backend",
         ("server_runner.py",),
         ("rollout_dataset.proxy", "rollout_dataset.backend", "rollout_dataset.capture"),
@@ -62,7 +69,7 @@ RULES = [
     pytest.param(
         "nothing below the command line imports a concrete environment (the registry names them)",
         ("backend/", "batch/", "builder/", "capture/", "envs/", "export/", "harness/", "proxy/", "rewards/",
-         "sandbox/", "schema/", "tasks/", "documents.py", "graph.py", "render.py", "errors.py", "files.py",
+         "sandbox/", "schema/", "tasks/", "documents.py", "atif/", "graph.py", "render.py", "errors.py", "files.py",
          "tokenizers.py", "trace_integrity.py", "server_runner.py", "wire/", "package_paths.py", "artifact_files.py", "hub/", "audit/", "viewer/",
          "_version.py"),
         ("rollout_dataset.recipes",),

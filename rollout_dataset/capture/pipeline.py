@@ -41,9 +41,11 @@ from rollout_dataset.artifact_files import (
     SUMMARY_FILE,
     TASK_FILE,
     TRACE_FILE,
+    TRAJECTORY_FILE,
     TURNS_FILE,
     VISIBLE_TESTS_FILE,
 )
+from rollout_dataset.atif.export import trajectory_document
 from rollout_dataset.capture.artifacts import utc_now, write_artifacts
 from rollout_dataset.capture.result import CaptureResult
 from rollout_dataset.documents import (
@@ -224,6 +226,7 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
         HELD_OUT_TESTS_FILE: held_out_document(task),
         SAMPLES_FILE: _samples(document, records, tokenizer, header, (target, model) if settings.base_url else None),
     }
+    files[TRAJECTORY_FILE] = trajectory_document(records, document, summary, files[TASK_FILE])
     files.update(_checked_extra_files(episode.extra_files(outcome), files))
     redacted = write_artifacts(out_dir, files, secrets)
     if redacted:

@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("rollout_dataset.cli.validate_cmd", "validate artifact files against their schemas"),
     "show": ("rollout_dataset.cli.show_cmd", "print one screen about a captured rollout"),
     "build": ("rollout_dataset.cli.build_cmd", "build a multi-config parquet dataset from artifacts"),
+    "export": ("rollout_dataset.cli.export_cmd", "write rollouts as ATIF trajectories (Harbor's interchange format)"),
     "push": ("rollout_dataset.cli.push_cmd", "push a built dataset to the Hugging Face Hub (append-safe)"),
     "compact": ("rollout_dataset.cli.compact_cmd", "merge small parquet shards of a dataset folder or Hub repo"),
     "batch": ("rollout_dataset.cli.batch_cmd", "run seeds x rollouts with statistics, plots and a report"),

@@ -1,0 +1,505 @@
+"""ATIF trajectories (bare files, Harbor trial and job folders) as artifact documents for `build`.
+
+Each agent step that called a model becomes one trace record of a chat completion: the request is
+the chat so far (system, user, earlier answers, tool results), the answer is the step's message,
+reasoning and tool calls, and the ids and logprobs come from the step's `metrics`. Those records
+go through the same `export_rollout` / `turns_document` / `summary_document` code a capture uses,
+so the builder reads an imported rollout exactly as a captured one.
+
+A trajectory whose every model step carries `prompt_token_ids`, `completion_token_ids` and
+`logprobs` is imported at capture level `tokens`; otherwise at `text`, the first missing field
+named in `summary.json`'s `imported_from.level_reason`. Nothing is invented beyond what the
+artifact schemas require (see docs/atif.md for each such value). A bad file raises
+`SchemaValidationError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import datetime as _dt
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from rollout_dataset.artifact_files import (
+    HELD_OUT_TESTS_FILE,
+    ROLLOUT_FILE,
+    SAMPLES_FILE,
+    SUMMARY_FILE,
+    TASK_FILE,
+    TRACE_FILE,
+    TRAJECTORY_FILE,
+    TURNS_FILE,
+    VISIBLE_TESTS_FILE,
+)
+from rollout_dataset.atif.export import EXTRA_KEY
+from rollout_dataset.documents import (
+    RolloutCounts,
+    held_out_document,
+    samples_text,
+    summary_document,
+    task_document,
+)
+from rollout_dataset.envs.base import Score, TaskInfo
+from rollout_dataset.errors import SchemaValidationError
+from rollout_dataset.export import export_rollout, turns_document
+from rollout_dataset.schema import schema_errors
+from rollout_dataset.trace_integrity import in_arrival_order, reseal
+
+__all__ = ["AtifSource", "HARBOR_RESULT_FILE", "HARBOR_TRAJECTORY", "ATIF_SUFFIX", "find_atif_sources",
+           "import_documents", "split_inputs"]
+
+#: a Harbor trial folder's result (`TrialResult`) and its agent's ATIF trajectory.
+HARBOR_RESULT_FILE = "result.json"
+HARBOR_TRAJECTORY = Path("agent") / TRAJECTORY_FILE
+#: a bare ATIF file is named `trajectory.json` or `<name>.atif.json`.
+ATIF_SUFFIX = ".atif.json"
+
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass(frozen=True)
+class AtifSource:
+    """One trajectory to import.
+
+    Attributes:
+        file: the ATIF file.
+        root: the input it was found under (names in messages and on the card are relative to it).
+        result: the Harbor trial's `result.json`, when the file is a trial's `agent/trajectory.json`.
+    """
+
+    file: Path
+    root: Path
+    result: Path | None = None
+
+    @property
+    def name(self) -> str:
+        """The file relative to its input's parent (what the card and summary name)."""
+        try:
+            return str(self.file.relative_to(self.root.parent))
+        except ValueError:
+            return self.file.name
+
+
+def _is_atif_name(name: str) -> bool:
+    return name == TRAJECTORY_FILE or name.endswith(ATIF_SUFFIX)
+
+
+def _sources_in(path: Path) -> Iterator[AtifSource]:
+    """ATIF files under one input (symlinked folders not entered; artifact folders' own export skipped)."""
+    if path.is_file():
+        if _is_atif_name(path.name) or path.suffix == ".json":
+            trial = path.parent.parent
+            result = trial / HARBOR_RESULT_FILE if path.parent.name == "agent" else None
+            yield AtifSource(path, path, result if result and result.is_file() else None)
+        return
+    for parent, dirs, files in os.walk(path, followlinks=False):
+        dirs.sort()
+        if SUMMARY_FILE in files:  # an artifact folder: its trajectory.json is its own export
+            continue
+        here = Path(parent)
+        for name in sorted(files):
+            if not _is_atif_name(name):
+                continue
+            result = here.parent / HARBOR_RESULT_FILE if here.name == "agent" else None
+            yield AtifSource(here / name, path, result if result is not None and result.is_file() else None)
+
+
+def find_atif_sources(paths: Iterable[str | Path]) -> list[AtifSource]:
+    """The ATIF trajectories under the inputs: Harbor trials (`<trial>/agent/trajectory.json` with
+    `<trial>/result.json`), job folders holding trials, and bare `trajectory.json` / `*.atif.json` files.
+
+    Args:
+        paths: files or folders given to `build`.
+
+    Returns:
+        The sources in input order, each tree sorted.
+    """
+    out: list[AtifSource] = []
+    for p in map(Path, paths):
+        out.extend(s for s in _sources_in(p) if s not in out)
+    return out
+
+
+def split_inputs(paths: Iterable[str | Path]) -> tuple[list[str], list[AtifSource]]:
+    """Split `build`'s inputs into those holding artifact folders and the ATIF trajectories.
+
+    Args:
+        paths: files or folders given to `build`.
+
+    Returns:
+        ``(artifact inputs, ATIF sources)``: a folder holding both is in both lists.
+    """
+    artifacts: list[str] = []
+    sources: list[AtifSource] = []
+    for p in map(Path, paths):
+        found = [s for s in _sources_in(p) if s not in sources] if p.exists() else []
+        sources.extend(found)
+        holds_artifacts = p.is_dir() and ((p / SUMMARY_FILE).exists() or any(
+            SUMMARY_FILE in files for _, _, files in os.walk(p, followlinks=False)))
+        if holds_artifacts or not found:
+            artifacts.append(str(p))  # a path holding nothing is named by the builder ("no artifact folder")
+    return artifacts, sources
+
+
+# --- reading and checking ---------------------------------------------------------------------
+
+
+def _load(path: Path, what: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SchemaValidationError([(str(path), "$", f"cannot read the {what}: {exc}")]) from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise SchemaValidationError([(str(path), "$", f"not valid JSON (a truncated file?): {exc}")]) from None
+
+
+def _ours(obj: dict[str, Any]) -> dict[str, Any]:
+    extra = obj.get("extra")
+    mine = extra.get(EXTRA_KEY) if isinstance(extra, dict) else None
+    return mine if isinstance(mine, dict) else {}
+
+
+def _is_model_step(step: dict[str, Any]) -> bool:
+    return step["source"] == "agent" and step.get("llm_call_count") != 0 and not step.get("is_copied_context")
+
+
+def _check_order_and_ids(doc: dict[str, Any], where: str, file: str) -> list[tuple[str, str, str]]:
+    """Steps in order (step_id 1, 2, ...), logprobs aligned to ids, each prompt extending the previous one."""
+    failures = []
+    previous: tuple[int, list[int]] | None = None
+    for i, step in enumerate(doc["steps"]):
+        if step["step_id"] != i + 1:
+            failures.append((file, f"{where}.steps[{i}].step_id",
+                             f"is {step['step_id']}, expected {i + 1}: steps are out of order"))
+        metrics = step.get("metrics") or {}
+        ids, out, lps = metrics.get("prompt_token_ids"), metrics.get("completion_token_ids"), metrics.get("logprobs")
+        if lps is not None and out is not None and len(lps) != len(out):
+            failures.append((file, f"{where}.steps[{i}].metrics.logprobs",
+                             f"has {len(lps)} values for {len(out)} completion_token_ids"))
+        if not _is_model_step(step) or ids is None:
+            continue
+        if previous is not None and ids[: len(previous[1])] != previous[1]:
+            at = next((k for k, (a, b) in enumerate(zip(ids, previous[1])) if a != b), min(len(ids), len(previous[1])))
+            failures.append((file, f"{where}.steps[{i}].metrics.prompt_token_ids",
+                             f"does not extend the previous prompt (steps[{previous[0]}]): they differ at position {at}"))
+        previous = (i, ids)
+    for k, sub in enumerate(doc.get("subagent_trajectories") or []):
+        failures += _check_order_and_ids(sub, f"{where}.subagent_trajectories[{k}]", file)
+    return failures
+
+
+def read_trajectory(path: Path) -> dict[str, Any]:
+    """Read and check one ATIF file.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The trajectory document.
+
+    Raises:
+        SchemaValidationError: not JSON, not a valid ATIF trajectory (for the fields the importer
+            reads), steps out of order, misaligned logprobs, or a prompt that does not extend the
+            previous one; each failure names the file and the field.
+    """
+    doc = _load(path, "ATIF trajectory")
+    failures = [(str(path), where, reason) for where, reason in schema_errors(doc, "atif_trajectory")]
+    if not failures:
+        failures = _check_order_and_ids(doc, "$", str(path))
+    if failures:
+        raise SchemaValidationError(failures)
+    return doc
+
+
+# --- trajectory -> trace records ------------------------------------------------------------
+
+
+def _text(message: Any) -> str:
+    if isinstance(message, str):
+        return message
+    parts = []
+    for part in message or []:
+        if isinstance(part, dict) and part.get("type") == "text":
+            parts.append(str(part.get("text") or ""))
+        elif isinstance(part, dict):
+            parts.append(f"[{part.get('type')}: {(part.get('source') or {}).get('path')}]")
+    return "".join(parts)
+
+
+def _assistant(step: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": _text(step["message"])}
+    if step.get("reasoning_content"):
+        message["reasoning_content"] = step["reasoning_content"]
+    calls = []
+    for call in step.get("tool_calls") or []:
+        mine = _ours(call)
+        arguments = mine["raw_arguments"] if "raw_arguments" in mine else json.dumps(call["arguments"], ensure_ascii=False)
+        calls.append({"id": None if mine.get("id_missing") else call["tool_call_id"], "type": "function",
+                      "function": {"name": call["function_name"], "arguments": arguments}})
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _observations(step: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for result in (step.get("observation") or {}).get("results") or []:
+        call_id = result.get("source_call_id") or _ours(result).get("tool_call_id")
+        content = _text(result.get("content"))
+        out.append({"role": "tool", "tool_call_id": call_id, "content": content} if call_id is not None
+                   else {"role": "user", "content": content})
+    return out
+
+
+def _seconds(timestamp: Any) -> float | None:
+    if not isinstance(timestamp, str):
+        return None
+    try:
+        return _dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass
+class _Call:
+    order: int
+    call_index: int | None
+    where: str
+    step: dict[str, Any]
+    messages: list[dict[str, Any]]
+    tools: list[Any]
+    model: str | None
+
+
+def _calls(doc: dict[str, Any], where: str, order: list[int]) -> Iterator[_Call]:
+    """The model calls of one trajectory and its subagents, with the chat each one was sent."""
+    agent = doc["agent"]
+    tools = agent.get("tool_definitions") or []
+    messages: list[dict[str, Any]] = []
+    for i, step in enumerate(doc["steps"]):
+        mine = _ours(step)
+        if step["source"] in ("system", "user"):
+            role = mine.get("chat_role") if mine.get("chat_role") in ("developer", "system", "user") else step["source"]
+            messages.append({"role": role, "content": _text(step["message"])})
+            continue
+        if _is_model_step(step):
+            order[0] += 1
+            index = mine.get("call_index")
+            yield _Call(order[0], index if isinstance(index, int) and index >= 0 else None, f"{where}.steps[{i}]", step,
+                        list(messages), mine.get("tool_definitions", tools), step.get("model_name") or agent.get("model_name"))
+        messages.append(_assistant(step))
+        messages.extend(_observations(step))
+    for k, sub in enumerate(doc.get("subagent_trajectories") or []):
+        yield from _calls(sub, f"{where}.subagent_trajectories[{k}]", order)
+
+
+def _level(calls: list[_Call]) -> tuple[str, str | None]:
+    """`tokens` when every call has ids and logprobs, else `text` and the first missing field."""
+    if not calls:
+        return "text", "the trajectory has no model step"
+    for call in calls:
+        metrics = call.step.get("metrics") or {}
+        for field in ("prompt_token_ids", "completion_token_ids", "logprobs"):
+            if metrics.get(field) is None:
+                return "text", f"{call.where}.metrics.{field} is missing, so no token-exact sequences"
+    return "tokens", None
+
+
+def _record(call: _Call, index: int, session: str, level: str, source: str) -> dict[str, Any]:
+    step, metrics, mine = call.step, call.step.get("metrics") or {}, _ours(call.step)
+    answer = _assistant(step)
+    usage = None
+    if metrics.get("prompt_tokens") is not None or metrics.get("completion_tokens") is not None:
+        usage = {"prompt_tokens": metrics.get("prompt_tokens"), "completion_tokens": metrics.get("completion_tokens")}
+        if metrics.get("cached_tokens") is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": metrics["cached_tokens"]}
+    request: dict[str, Any] = {"model": call.model, "messages": call.messages}
+    if call.tools:
+        request["tools"] = call.tools
+    finish = mine.get("finish_reason")
+    at = _seconds(step.get("timestamp"))
+    tokens = level == "tokens"
+    sampling = mine.get("requested_sampling_params") if isinstance(mine.get("requested_sampling_params"), dict) else {}
+    return {
+        "schema_version": 1, "index": index, "call_id": hashlib.sha256(f"{source}:{call.where}".encode()).hexdigest()[:32],
+        "session": session, "started_at": at or 0.0, "ended_at": at or 0.0, "latency_ms": 0.0, "method": "POST",
+        "endpoint": "/v1/chat/completions", "stream": False, "status": 200, "request_headers": {}, "request": request,
+        "upstream_changes": {},
+        "response": {"object": "chat.completion", "model": call.model,
+                     "choices": [{"index": 0, "message": answer, "finish_reason": finish}], "usage": usage},
+        "prompt_token_ids": metrics.get("prompt_token_ids") if tokens else None,
+        "completion_token_ids": metrics.get("completion_token_ids") if tokens else None,
+        "per_token_logps": metrics.get("logprobs") if tokens else None,
+        "finish_reason": finish, "usage": usage, "requested_sampling_params": sampling,
+        "effective_sampling_params": sampling, "capture_level": level, "token_source": None,
+        "harness_session_id": None,
+        "notes": [f"imported from ATIF {source} {call.where}" + ("" if at else "; no timestamp: times are 0")],
+        "error": None,
+    }
+
+
+def records_of(doc: dict[str, Any], session: str, source: str) -> tuple[list[dict[str, Any]], str, str | None]:
+    """The trace records of a checked trajectory.
+
+    Args:
+        doc: the trajectory (from `read_trajectory`).
+        session: the session name the records carry.
+        source: the file's name, for the records' notes.
+
+    Returns:
+        ``(records in index order, capture level, why it is below tokens or None)``. The records
+        keep the arrival indices an exported trajectory recorded (`extra.rollout_dataset.call_index`)
+        when every call has a distinct one, else the document's order (main path, then subagents).
+    """
+    calls = list(_calls(doc, "$", [0]))
+    level, reason = _level(calls)
+    indices = [c.call_index for c in calls]
+    if None in indices or len(set(indices)) != len(indices):
+        indices = list(range(len(calls)))
+    records = [_record(call, idx, session, level, source) for call, idx in zip(calls, indices)]  # type: ignore[arg-type]
+    return in_arrival_order(records), level, reason
+
+
+# --- trajectory (+ Harbor result) -> artifact documents ---------------------------------------
+
+
+def _trial_outcome(result_path: Path) -> tuple[dict[str, Any], float | None, dict[str, Any]]:
+    """A Harbor `result.json`: the result, its reward (`verifier_result.rewards.reward`), all numeric rewards.
+
+    Raises:
+        SchemaValidationError: not JSON, or the verifier crashed (no `verifier_result` and an
+            `exception_info`).
+    """
+    result = _load(result_path, "Harbor trial result")
+    if not isinstance(result, dict):
+        raise SchemaValidationError([(str(result_path), "$", "is not a JSON object (a Harbor TrialResult)")])
+    verifier = result.get("verifier_result")
+    rewards = verifier.get("rewards") if isinstance(verifier, dict) else None
+    exception = result.get("exception_info")
+    if not isinstance(rewards, dict) and isinstance(exception, dict):
+        kind = str(exception.get("exception_type") or "an exception")
+        message = str(exception.get("exception_message") or "").splitlines()[0:1]
+        raise SchemaValidationError([(str(result_path), "$.verifier_result",
+                                      f"is null: the trial failed before the verifier scored it ({kind}"
+                                      f"{': ' + message[0][:200] if message else ''}); no reward to train on")])
+    numeric = {k: v for k, v in (rewards or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    reward = numeric.get("reward", next(iter(numeric.values())) if len(numeric) == 1 else None)
+    return result, (float(reward) if reward is not None else None), numeric
+
+
+def _rollout_id(doc: dict[str, Any], result: dict[str, Any], raw: bytes) -> str:
+    """An exported trajectory's own rollout id, else the Harbor trial's id, else a digest of the file."""
+    for candidate in (doc.get("trajectory_id"), str(result.get("id") or "").replace("-", "")):
+        if isinstance(candidate, str) and _HEX32.match(candidate):
+            return candidate
+    return hashlib.sha256(raw).hexdigest()[:32]
+
+
+def import_documents(source: AtifSource) -> dict[str, Any]:
+    """The artifact documents of one ATIF trajectory, ready to write (`trajectory.json` included, as read).
+
+    Args:
+        source: the trajectory (and the Harbor trial's `result.json`, if any).
+
+    Returns:
+        file name -> document (a dict for `.json` names, text otherwise).
+
+    Raises:
+        SchemaValidationError: the trajectory or the trial result is bad (see `read_trajectory`),
+            or the trial's verifier crashed; one `(file, json path, reason)` per failure.
+    """
+    doc = read_trajectory(source.file)
+    result, reward, rewards = _trial_outcome(source.result) if source.result else ({}, None, {})
+    own = _ours(doc.get("final_metrics") or {})
+    if not source.result and isinstance(own.get("env_reward"), (int, float)):
+        reward = float(own["env_reward"])
+    rid = _rollout_id(doc, result, source.file.read_bytes())
+    session = str(doc.get("session_id") or rid)
+    records, level, reason = records_of(doc, session, source.name)
+    first_user = next((_text(s["message"]) for s in doc["steps"] if s["source"] == "user"), "")
+    task_id = str(result.get("task_name") or own.get("task_id") or source.file.stem)
+    agent = doc["agent"]
+    task = TaskInfo(env=str(own.get("env") or ("harbor" if source.result else "atif")), task_id=task_id, task_index=0,
+                    title=task_id, instruction=first_user, source=f"atif:{source.name}", dataset_seed=0, rollout_seed=0,
+                    n_prompts=1, config={"imported_from": source.name, "trial": result.get("trial_name"),
+                                                    **({"tokenizer": own["tokenizer"]} if isinstance(own.get("tokenizer"), str) else {})})
+    document = export_rollout(records, session_id=session, capture_level=level,
+                              metadata={"task_id": task_id, "model": agent.get("model_name"), "imported_from": "atif"})
+    turns = turns_document(document, records)
+    created = result.get("started_at") or next((s.get("timestamp") for s in doc["steps"] if s.get("timestamp")), None)
+    created_at = _iso_z(created) or "1970-01-01T00:00:00Z"
+    extra: dict[str, Any] = {"imported_from": {"format": "atif", "file": source.name, "trial": result.get("trial_name"),
+                                               "level_reason": reason}}
+    if rewards:
+        extra["env_metrics"] = {f"verifier_{k}": v for k, v in rewards.items()}
+    summary = summary_document(
+        rollout_id=rid, created_at=created_at, task=task, model=str(agent.get("model_name") or "unknown"),
+        harness=f"atif:{agent['name']}", counts=RolloutCounts.of(records, document, turns),
+        score=Score(env_reward=reward, reward_after_penalties=reward), timed_out=False,
+        stop_reason=str(own.get("stop_reason") or "unknown"), capture_level=level, timings={}, errors=[], extra=extra)
+    header = {"rollout": rid, "reward": reward, "imported_from": source.name}
+    trace = reseal({"schema_version": 1, "session": session, "calls": records})
+    return {
+        TRACE_FILE: trace, ROLLOUT_FILE: document, TURNS_FILE: turns, TASK_FILE: task_document(task),
+        VISIBLE_TESTS_FILE: "", HELD_OUT_TESTS_FILE: held_out_document(task), SUMMARY_FILE: summary,
+        SAMPLES_FILE: samples_text(document, records, None, header,
+                                   reason="Imported from an ATIF trajectory: no tokenizer was recorded, so the token "
+                                          "stream is not rendered."),
+        TRAJECTORY_FILE: doc,
+    }
+
+
+def _iso_z(value: Any) -> str | None:
+    """An ISO 8601 time as UTC with a ``Z`` suffix, to the second (None when it does not parse)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=_dt.timezone.utc)
+    return moment.astimezone(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[list[Path], list[tuple[str, str]]]:
+    """Import each source into its own artifact folder under `stage`; a bad one is left out, named.
+
+    Each folder is written under a temporary name and renamed when whole, so a failure never leaves
+    half a folder among the finished ones.
+
+    Args:
+        sources: the trajectories (`find_atif_sources`).
+        stage: an empty folder (the caller removes it after the build).
+
+    Returns:
+        ``(artifact folders written, [(file, "file: field: reason"), ...] left out)``.
+    """
+    from rollout_dataset.builder.inputs import first_failure_line
+    from rollout_dataset.files import write_text_atomic
+
+    stage = Path(stage)
+    folders: list[Path] = []
+    refused: list[tuple[str, str]] = []
+    for n, source in enumerate(sources):
+        try:
+            documents = import_documents(source)
+        except SchemaValidationError as exc:
+            refused.append((str(source.file), first_failure_line(exc)))
+            continue
+        rid = documents[SUMMARY_FILE]["rollout_id"]
+        final = stage / f"{n:06d}-{rid}"
+        partial = stage / f".partial-{n:06d}"
+        partial.mkdir(parents=True)
+        for name, content in documents.items():
+            text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False) + "\n"
+            write_text_atomic(partial / name, text)
+        partial.rename(final)
+        folders.append(final)
+    return folders, refused
