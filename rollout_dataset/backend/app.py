@@ -18,7 +18,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -267,8 +267,9 @@ def _message_parts(g: Generation, tool_choice: Any) -> tuple[str | None, list[di
     return content or "", parsed.tool_calls, finish
 
 
-async def _chat_stream(state, common: CommonParams, gens, fmt, rid, created, prompt_ids, parse_tools, want_logprobs,
-                       top_k, tool_choice) -> AsyncIterator[str]:
+async def _chat_stream(state: BackendState, common: CommonParams, gens: list[Generation], fmt: P.TokenFormatter,
+                       rid: str, created: int, prompt_ids: Sequence[int], parse_tools: bool, want_logprobs: bool,
+                       top_k: int, tool_choice: Any) -> AsyncIterator[str]:
     model = common.model
     for i, g in enumerate(gens):
         role_choice = {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
@@ -332,7 +333,7 @@ async def _completions(request: Request, state: BackendState) -> Response:
         prompt_text_for_policy = state.tokenizer.decode(prompt_ids, skip_special_tokens=False)
     else:
         prompt_text_for_policy = prompt_text
-    gens = []
+    gens: list[Generation] = []
     for i in range(common.n):
         req = PolicyRequest(messages=[{"role": "user", "content": prompt_text_for_policy}], seed=common.seed,
                             sampling=common.sampling, turn=0, endpoint="completions", model=common.model,
@@ -361,7 +362,8 @@ async def _completions(request: Request, state: BackendState) -> Response:
                                               P.usage_dict(len(prompt_ids), n_out), state.fingerprint))
 
 
-async def _completion_stream(state, common: CommonParams, gens, fmt, rid, created, prompt_ids, k) -> AsyncIterator[str]:
+async def _completion_stream(state: BackendState, common: CommonParams, gens: list[Generation], fmt: P.TokenFormatter,
+                             rid: str, created: int, prompt_ids: Sequence[int], k: int | None) -> AsyncIterator[str]:
     model = common.model
     for i, g in enumerate(gens):
         offset = 0
@@ -542,6 +544,8 @@ def create_backend_app(
         Route("/health", _health, methods=["GET"]),
         Route("/version", _handler(_version), methods=["GET"]),
     ]
-    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _server_error})
+    # starlette types every handler as taking any Exception; _http_error is registered for HTTPException only
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error,  # type: ignore[dict-item]
+                                                       Exception: _server_error})
     app.state.backend = state
     return app

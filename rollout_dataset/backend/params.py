@@ -329,7 +329,7 @@ def logprob_params(body: dict) -> tuple[bool, int]:
 
 
 
-def completion_prompt(body: dict, tokenizer) -> tuple[str | None, list[int]]:
+def completion_prompt(body: dict, tokenizer: Any) -> tuple[str | None, list[int]]:
     """The prompt of `/v1/completions`: a string or token ids (a list holding one of those is accepted).
 
     Args:

@@ -91,7 +91,7 @@ def usage_dict(prompt_tokens: int, completion_tokens: int, full: bool = True) ->
     Returns:
         The usage dict.
     """
-    usage = {
+    usage: dict[str, int | None] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
@@ -111,7 +111,7 @@ class TokenFormatter:
         as_token_ids: render tokens as `token_id:N`.
     """
 
-    def __init__(self, tokenizer, model: BigramModel, as_token_ids: bool) -> None:
+    def __init__(self, tokenizer: Any, model: BigramModel, as_token_ids: bool) -> None:
         self.tokenizer = tokenizer
         self.model = model
         self.as_token_ids = as_token_ids
