@@ -241,8 +241,13 @@ class Episode(Protocol):
     provenance in `summary.json` (coding's presets); without it the version is None.
     """
 
-    session: str | None
-    harness: str
+    # read-only members (properties): a class attribute of a narrower type, `session = "crafter"`,
+    # satisfies them, as a plain annotation (settable, so invariant) would not
+    @property
+    def session(self) -> str | None: ...
+
+    @property
+    def harness(self) -> str: ...
 
     def run(self, agent: AgentContext) -> AgentOutcome:
         """Run the agent against `agent.base_url` until it stops.
@@ -297,11 +302,21 @@ class Environment(Protocol):
             None to name the environment only.
     """
 
-    name: str
-    description: str
-    default_policy: str
-    capture_flags: Sequence[CaptureFlag]
-    flag_scope: str | None
+    # read-only members, as in `Episode`
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def default_policy(self) -> str: ...
+
+    @property
+    def capture_flags(self) -> Sequence[CaptureFlag]: ...
+
+    @property
+    def flag_scope(self) -> str | None: ...
 
     def config_class(self) -> type:
         """The dataclass configuring one rollout (`CaptureConfig` for coding)."""
