@@ -269,7 +269,7 @@ def _message_parts(g: Generation, tool_choice: Any) -> tuple[str | None, list[di
 
 async def _chat_stream(state: BackendState, common: CommonParams, gens: list[Generation], fmt: P.TokenFormatter,
                        rid: str, created: int, prompt_ids: Sequence[int], parse_tools: bool, want_logprobs: bool,
-                       top_k: int, tool_choice: Any) -> AsyncIterator[str]:
+                       top_k: int, tool_choice: Any) -> AsyncIterator[bytes]:
     model = common.model
     for i, g in enumerate(gens):
         role_choice = {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
@@ -363,7 +363,7 @@ async def _completions(request: Request, state: BackendState) -> Response:
 
 
 async def _completion_stream(state: BackendState, common: CommonParams, gens: list[Generation], fmt: P.TokenFormatter,
-                             rid: str, created: int, prompt_ids: Sequence[int], k: int | None) -> AsyncIterator[str]:
+                             rid: str, created: int, prompt_ids: Sequence[int], k: int | None) -> AsyncIterator[bytes]:
     model = common.model
     for i, g in enumerate(gens):
         offset = 0

@@ -224,7 +224,7 @@ def _event(kind: str, seq: int, payload: dict[str, Any]) -> bytes:
     return encode_json_event({**payload, "sequence_number": seq, "type": kind}, kind)
 
 
-async def _events(start: dict, final: dict, answer: _Answer, logprobs: list | None) -> AsyncIterator[str]:
+async def _events(start: dict, final: dict, answer: _Answer, logprobs: list | None) -> AsyncIterator[bytes]:
     """vLLM's Responses event sequence for one answer (text deltas per token, then function calls)."""
     seq = 0
 
