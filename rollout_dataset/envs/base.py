@@ -244,10 +244,12 @@ class Episode(Protocol):
     # read-only members (properties): a class attribute of a narrower type, `session = "crafter"`,
     # satisfies them, as a plain annotation (settable, so invariant) would not
     @property
-    def session(self) -> str | None: ...
+    def session(self) -> str | None:
+        """The proxy session's name (None: the rollout id)."""
 
     @property
-    def harness(self) -> str: ...
+    def harness(self) -> str:
+        """The harness name recorded in `summary.json`."""
 
     def run(self, agent: AgentContext) -> AgentOutcome:
         """Run the agent against `agent.base_url` until it stops.
@@ -304,19 +306,24 @@ class Environment(Protocol):
 
     # read-only members, as in `Episode`
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The `--env` name."""
 
     @property
-    def description(self) -> str: ...
+    def description(self) -> str:
+        """One line for help texts."""
 
     @property
-    def default_policy(self) -> str: ...
+    def default_policy(self) -> str:
+        """The local backend's scripted player for it."""
 
     @property
-    def capture_flags(self) -> Sequence[CaptureFlag]: ...
+    def capture_flags(self) -> Sequence[CaptureFlag]:
+        """The `capture` flags that are this environment's own."""
 
     @property
-    def flag_scope(self) -> str | None: ...
+    def flag_scope(self) -> str | None:
+        """How a refusal names what the flags are for, or None to name the environment only."""
 
     def config_class(self) -> type:
         """The dataclass configuring one rollout (`CaptureConfig` for coding)."""
