@@ -6,6 +6,7 @@ from the local backend. Real proxy in front of the local backend; the shape is o
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -14,6 +15,9 @@ import pytest
 
 from rollout_dataset.backend import EchoPolicy, LocalBackend, PolicyOutput, PolicyRequest
 from rollout_dataset.proxy import CaptureProxy, read_trace
+from rollout_dataset.schema.api_requests import responses_request_problem
+
+REAL = os.environ.get("REAL_VLLM_URL", "").rstrip("/")
 
 GOOD = {"model": "local", "input": "hi", "max_output_tokens": 8}
 
@@ -41,7 +45,12 @@ BAD = {
         {"input": [{"role": "user", "content": [{"type": "output_text", "text": "x"}]}]}, "input[0].content[0].type"),
     "an input_text part without text": ({"input": [{"role": "user", "content": [{"type": "input_text"}]}]},
                                         "input[0].content[0]"),
+    "an assistant message with a refusal part": (
+        {"input": [{"role": "user", "content": "a"},
+                   {"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]}]},
+        "input[1].content"),
     "instructions as a number": ({"instructions": 3}, "instructions"),
+    "tools as null": ({"tools": "null"}, "tools"),
     "a function tool without name": ({"tools": [{"type": "function", "parameters": {}}]}, "tools[0]"),
     "tool_choice as an unknown string": ({"tool_choice": "sometimes"}, "tool_choice"),
     "include as a string": ({"include": "message.output_text.logprobs"}, "include"),
@@ -67,7 +76,7 @@ class CountingPolicy(EchoPolicy):
 
 
 def _body(change: dict) -> bytes:
-    body = {key: value for key, value in {**GOOD, **change}.items() if value is not None}
+    body = {key: None if value == "null" else value for key, value in {**GOOD, **change}.items() if value is not None}
     return json.dumps(body).encode()  # NaN as the bare token Python's (and the proxy's) JSON reader accepts
 
 
@@ -204,3 +213,34 @@ async def test_hundreds_of_generated_bodies_get_no_server_error_and_are_all_reco
     assert 0 < statuses.count(200) < 300  # the bodies exercise both sides of the shape
     records = read_trace(proxy.trace_path("s"))
     assert [record["status"] for record in records] == statuses + [200]  # every call recorded, as answered
+
+
+#: bodies vLLM 0.32 answers with a 500 (it reads every assistant part's `text`)
+VLLM_ANSWERS_500 = {"an assistant message with a refusal part"}
+#: bodies vLLM 0.32's validator coerces or takes that the published shape refuses (docs/capture.md)
+STRICTER_THAN_VLLM = {"temperature as a string", "stream as a string", "enable_response_messages as a string",
+                      "a function_call_output without call_id", "NaN deep in a tool's parameters"}
+
+
+@pytest.mark.real_vllm
+@pytest.mark.skipif(not REAL, reason="set REAL_VLLM_URL to compare with vLLM")
+def test_every_body_vllm_refuses_for_its_shape_is_refused_by_the_schema():
+    model = httpx.get(f"{REAL}/models", timeout=30).json()["data"][0]["id"]
+    rng = random.Random(11)
+    bodies = [(case, json.loads(_body({**change, "model": model}))) for case, (change, _) in BAD.items()]
+    bodies += [(None, {**body, "model": model} if body.get("model") == "local" else body)
+               for body in (_fuzzed_body(rng) for _ in range(300))]
+    shape_refusals = 0
+    with httpx.Client(timeout=120) as client:
+        for case, body in bodies:
+            # a fresh connection each: vLLM drops one it answered with a 500
+            answer = client.post(f"{REAL}/responses", content=json.dumps(body).encode(),
+                                 headers={**JSON, "connection": "close"})
+            ours = responses_request_problem(body)
+            assert answer.status_code < 500 or case in VLLM_ANSWERS_500, (body, answer.text[:500])
+            if answer.status_code == 400 and answer.json()["error"]["type"] == "Bad Request":  # its validator
+                shape_refusals += 1
+                assert ours is not None, (body, answer.text[:500])
+            if case is not None:
+                assert (answer.status_code >= 400) == (case not in STRICTER_THAN_VLLM), (case, answer.text[:300])
+    assert shape_refusals > 50
