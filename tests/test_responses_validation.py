@@ -119,6 +119,17 @@ async def test_the_local_backend_refuses_the_same_body_with_the_same_error(stack
     assert policy.calls == 0
 
 
+@pytest.mark.parametrize("endpoint", ["/responses", "/messages"])
+async def test_a_body_nested_too_deep_to_parse_is_a_400_from_the_backend(stack, endpoint):
+    _, _, backend_url, policy = stack
+    deep = "[" * 50_000 + "]" * 50_000
+    async with httpx.AsyncClient(timeout=30) as client:
+        response = await client.post(backend_url.removesuffix("/responses") + endpoint, headers=JSON,
+                                     content=f'{{"model": "local", "input": "hi", "metadata": {deep}}}'.encode())
+    assert response.status_code == 400, response.text[:300]
+    assert policy.calls == 0
+
+
 async def test_keys_the_shape_does_not_list_are_accepted_and_ignored_as_vllm_does(stack):
     proxy, url, _, policy = stack
     async with httpx.AsyncClient(timeout=30) as client:
