@@ -1,7 +1,8 @@
 """`/v1/responses` bodies off the published request shape get a 400 in OpenAI's error shape
 (`invalid_request_error`, the field as `param`), are recorded, and never reach the model; the same
 from the local backend. Real proxy in front of the local backend; the shape is one JSON Schema
-(`schema/schemas/responses_request.schema.json`)."""
+(`schema/schemas/responses_request.schema.json`). With REAL_VLLM_URL set, the same bodies go to a genuine
+vLLM 0.32 too: every body its validator refuses, the schema refuses."""
 
 from __future__ import annotations
 
