@@ -110,6 +110,14 @@ async def test_a_body_off_the_published_shape_is_a_recorded_openai_400_naming_th
     assert records[0]["prompt_token_ids"] is None and policy.calls == 0  # nothing reached the model
 
 
+async def test_a_body_that_is_not_json_is_a_recorded_openai_400_too(stack):
+    proxy, url, _, policy = stack
+    async with httpx.AsyncClient(timeout=30) as client:
+        response = await client.post(url, content=b'{"model": "local", "input": ', headers=JSON)
+    assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
+    assert read_trace(proxy.trace_path("s"))[0]["status"] == 400 and policy.calls == 0
+
+
 @pytest.mark.parametrize("case", list(BAD))
 async def test_the_local_backend_refuses_the_same_body_with_the_same_error(stack, case):
     _, _, backend_url, policy = stack

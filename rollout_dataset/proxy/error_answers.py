@@ -14,6 +14,7 @@ from rollout_dataset.proxy.asgi_types import Send
 from rollout_dataset.proxy.call import Call
 from rollout_dataset.proxy.jsoncodec import dumps_standard
 from rollout_dataset.wire.anthropic_chat import anthropic_error, anthropic_error_type
+from rollout_dataset.wire.responses_chat import RESPONSES_ENDPOINT
 
 __all__ = ["ErrorAnswers", "JSON_HEADERS", "error_body", "error_event", "call_error_body", "call_error_event",
            "unrecorded_message"]
@@ -48,7 +49,7 @@ def call_error_body(call: Call, status: int, message: str, kind: str, param: str
     (on `/v1/responses` with OpenAI's type names, `invalid_request_error` for a refused body)."""
     if call.anthropic:
         return anthropic_error(_anthropic_type(status, kind), message)
-    if call.kind == "responses":
+    if call.endpoint == RESPONSES_ENDPOINT:
         return error_body(status, message, RESPONSES_ERROR_TYPES.get(kind, kind), param)
     return error_body(status, message, kind, param)
 
