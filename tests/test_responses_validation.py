@@ -77,6 +77,7 @@ class CountingPolicy(EchoPolicy):
 
 
 def _body(change: dict) -> bytes:
+    """GOOD with `change`: a key set to None is left out, one set to "null" is sent as JSON null."""
     body = {key: None if value == "null" else value for key, value in {**GOOD, **change}.items() if value is not None}
     return json.dumps(body).encode()  # NaN as the bare token Python's (and the proxy's) JSON reader accepts
 
