@@ -14,6 +14,7 @@ from rollout_dataset.proxy.asgi_types import Send
 from rollout_dataset.proxy.call import Call
 from rollout_dataset.proxy.jsoncodec import dumps_standard
 from rollout_dataset.wire.anthropic_chat import anthropic_error, anthropic_error_type
+from rollout_dataset.wire.responses_chat import RESPONSES_ENDPOINT
 
 __all__ = ["ErrorAnswers", "JSON_HEADERS", "error_body", "error_event", "call_error_body", "call_error_event",
            "unrecorded_message"]
@@ -23,8 +24,8 @@ log = logging.getLogger(__name__)
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
-def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+def error_body(status: int, message: str, kind: str, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 def error_event(status: int, message: str, kind: str) -> bytes:
     """An SSE event carrying an OpenAI-style error: how a stream that cannot finish normally ends."""
@@ -35,13 +36,22 @@ ANTHROPIC_ERROR_TYPES = {"bad_request": "invalid_request_error", "context_exhaus
                          "proxy_overloaded": "overloaded_error"}
 
 
+#: the OpenAI error type of each proxy error kind on the Responses API (its published error shape)
+RESPONSES_ERROR_TYPES = {"bad_request": "invalid_request_error"}
+
+
 def _anthropic_type(status: int, kind: str) -> str:
     return ANTHROPIC_ERROR_TYPES.get(kind) or anthropic_error_type(status)
 
 
-def call_error_body(call: Call, status: int, message: str, kind: str) -> dict[str, Any]:
-    """The error body in the call's own API: Anthropic-shaped for `/v1/messages`, OpenAI-shaped otherwise."""
-    return anthropic_error(_anthropic_type(status, kind), message) if call.anthropic else error_body(status, message, kind)
+def call_error_body(call: Call, status: int, message: str, kind: str, param: str | None = None) -> dict[str, Any]:
+    """The error body in the call's own API: Anthropic-shaped for `/v1/messages`, OpenAI-shaped otherwise
+    (on `/v1/responses` with OpenAI's type names, `invalid_request_error` for a refused body)."""
+    if call.anthropic:
+        return anthropic_error(_anthropic_type(status, kind), message)
+    if call.endpoint == RESPONSES_ENDPOINT:
+        return error_body(status, message, RESPONSES_ERROR_TYPES.get(kind, kind), param)
+    return error_body(status, message, kind, param)
 
 
 def call_error_event(call: Call, status: int, message: str, kind: str) -> bytes:
@@ -58,8 +68,9 @@ def unrecorded_message(failure: RecordWriteError) -> str:
 class ErrorAnswers:
     """The proxy's error replies (a mixin of `rollout_dataset.proxy.app.ProxyApp`)."""
 
-    async def _reply_error(self, call: Call, send: Send, status: int, kind: str, message: str) -> None:
-        body = call_error_body(call, status, message, kind)
+    async def _reply_error(self, call: Call, send: Send, status: int, kind: str, message: str,
+                           param: str | None = None) -> None:
+        body = call_error_body(call, status, message, kind, param)
         call.fail(kind, message)
         call.status = status
         call.response = body

@@ -22,6 +22,7 @@ from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import recorded_headers, redact_body, valid_session_id
 from rollout_dataset.proxy.messages_capture import CHAT_ENDPOINT, MESSAGES_ENDPOINT, messages_problem
 from rollout_dataset.proxy.tokens import GENERATION_ENDPOINTS, TokenRequest, prepare_request, sampling_params
+from rollout_dataset.schema.api_requests import problem_field, responses_request_problem
 from rollout_dataset.wire.anthropic_chat import IGNORED_FIELDS, ChatStreamToMessages, messages_to_chat
 
 __all__ = ["RequestSide"]
@@ -114,6 +115,12 @@ class RequestSide:
             if call.request is parsed and spliceable(body):
                 call.raw_request = body  # recorded as received: no re-encoding of a long context
             call.stream = parsed.get("stream") is True
+            if kind == "responses" and (problem := responses_request_problem(parsed)) is not None:
+                call.requested = sampling_params(parsed)
+                call.effective = dict(call.requested)
+                await self._reply_error(call, send, 400, "bad_request", f"request body of {endpoint}: {problem}",
+                                        param=problem_field(problem))
+                return
             limits: dict[str, int] = {}
             if self.fitter is not None:
                 plan = await self.fitter.plan(kind, parsed, raw_headers)
