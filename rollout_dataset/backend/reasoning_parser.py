@@ -17,7 +17,8 @@ does, read in `vllm/parser/qwen3.py` + `vllm/parser/engine/` (qwen3), `vllm/reas
   is reasoning (possibly ""), the rest content (null when empty); no `</think>`: all reasoning,
   content null, no tool calls. Reasoning tokens: ids strictly inside `<think>`…`</think>` only.
 - Streaming (one token per chunk): the `<think>` and `</think>` chunks carry `delta: {}` (ids and
-  logprobs only), reasoning chunks `{"reasoning": text}`, then content/tool-call deltas as without a
+  logprobs only), reasoning chunks `{"reasoning": text}` (deepseek_r1 also for a token with no text,
+  such as the eos: `{"reasoning": ""}`; qwen3 sends `{}`), then content/tool-call deltas as without a
   parser. Before the first token vLLM looks at the prompt: if reasoning already ended there, the
   whole reply streams as content (qwen3: the last of `</think>` / `<think>` / `<|im_start|>` /
   `<|im_end|>` counting back is `</think>`, or thinking is off; deepseek_r1: the last of
@@ -183,7 +184,9 @@ class ReasoningStream:
             self.ended = True  # an implicit end: the tool call is parsed as one
             self.content_text += delta_text
             return None, delta_text
-        return ({"reasoning": delta_text} if delta_text else None), None
+        if not delta_text and p.name == "qwen3":
+            return None, None  # deepseek_r1 streams `{"reasoning": ""}` for a token with no text (the eos)
+        return {"reasoning": delta_text}, None
 
 
 def make_reasoning_parser(name: str, tokenizer: Any) -> ReasoningParser:
