@@ -48,7 +48,13 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, int] | None]] = {
     "no_opening_think": ({"tools": TOOLS}, ("replace", GO)),
     "no_end_tool_call_in_reasoning": ({"tools": TOOLS}, ("append", DOUBLE_NEWLINE)),
     "prompt_already_closed_reasoning": ({"tools": TOOLS}, ("replace", THINK_END)),
+    "tool_loop_prompt_keeps_earlier_reasoning": ({"tools": TOOLS}, None),
 }
+#: the earlier turns of the tool-loop case: Qwen3's template keeps this reasoning (no user turn after it;
+#: vLLM 0.32 reads the message's `reasoning`, and drops a `reasoning_content`)
+TOOL_LOOP = [{"role": "user", "content": "list the files"},
+             {"role": "assistant", "content": "", "reasoning": "Plan.",
+              "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}]
 _IDS: dict[str, list[int]] = {}  # case -> the ids the genuine server sampled (without the final <|im_end|>)
 
 
@@ -71,6 +77,8 @@ def local():
 def _body(case: str, base: str) -> dict:
     extras, ending = CASES[case]
     messages = [{"role": "user", "content": case}]
+    if case.startswith("tool_loop"):
+        messages = TOOL_LOOP + [{"role": "tool", "tool_call_id": "c1", "content": case}]
     body = {"model": "scripted-qwen3", "messages": messages, "return_token_ids": True, "logprobs": True,
             "top_logprobs": 1, "temperature": 0, "max_tokens": 60, **extras}
     if ending is not None:
@@ -114,6 +122,7 @@ def _comparable(x: Any, key: str = "") -> Any:
 def _message_view(resp: dict) -> dict:
     choice = resp["choices"][0]
     return {"message": _comparable(choice["message"]), "finish_reason": choice["finish_reason"],
+            "prompt_token_ids": resp["prompt_token_ids"],
             "token_ids": choice["token_ids"], "usage": resp["usage"],
             "logprob_tokens": [c["token"] for c in choice["logprobs"]["content"]],
             "keys": (list(resp), list(choice), list(choice["message"]))}
