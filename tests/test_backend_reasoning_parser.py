@@ -23,8 +23,8 @@ TOOLS = [{"type": "function", "function": {"name": "ls", "description": "list fi
 #: turn 0 thinks then calls a tool; turn 1 (one assistant message in the history) thinks then answers
 SCRIPT = {"steps": [{"reasoning": "Plan: list files.", "text": "Listing.", "tool_calls": [{"name": "ls"}]},
                     {"reasoning": "It worked.", "text": "Done."}]}
-#: a reply with a tool call and no think block: deepseek_r1 reads it all as reasoning
-R1_SCRIPT = {"steps": [{"text": "Plan.", "tool_calls": [{"name": "ls"}]}]}
+#: turn 0: a tool call and no think block (deepseek_r1 reads it all as reasoning); turn 1 thinks
+R1_SCRIPT = {"steps": [{"text": "Plan.", "tool_calls": [{"name": "ls"}]}, {"reasoning": "Again.", "text": "Done."}]}
 ASK = [{"role": "user", "content": "list the files"}]
 SECOND_TURN = ASK + [{"role": "assistant", "content": "Listing."}, {"role": "user", "content": "and now?"}]
 
@@ -160,6 +160,15 @@ def test_deepseek_r1_counts_only_tokens_inside_think_tags(qwen3_tokenizer):
 def test_deepseek_r1_streams_the_eos_of_unfinished_reasoning_as_an_empty_reasoning_delta(r1):
     last = _stream(r1, tools=TOOLS)[-2]["choices"][0]
     assert (last["token_ids"], last["delta"]) == ([IM_END], {"reasoning": ""})
+
+
+def test_deepseek_r1_streams_a_tool_loop_reply_as_content_when_the_prompt_keeps_earlier_reasoning(r1):
+    loop = ASK + [{"role": "assistant", "content": "", "reasoning": "Plan.", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}]
+    streamed = "".join(c["choices"][0]["delta"].get("content", "") for c in _stream(r1, loop, tools=TOOLS)[1:-1])
+    assert streamed == "<think>\nAgain.\n</think>\n\nDone."  # Qwen3 kept "</think>" in the prompt
+    assert _chat(r1, loop, tools=TOOLS)["choices"][0]["message"]["reasoning"] == "\nAgain.\n"
 
 
 def test_without_a_reasoning_parser_think_text_stays_in_content(qwen3_tokenizer):
