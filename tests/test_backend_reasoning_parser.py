@@ -20,13 +20,18 @@ from support.genuine_templates import qwen3_tokenizer_dir
 THINK, END_THINK, TOOL_CALL, IM_END = 151667, 151668, 151657, 151645
 TOOLS = [{"type": "function", "function": {"name": "ls", "description": "list files",
                                            "parameters": {"type": "object", "properties": {}}}}]
-#: turn 0 thinks then calls a tool; turn 1 (one assistant message in the history) thinks then answers
+#: turn 0 thinks then calls a tool; turn 1 (one assistant message in the history) thinks then answers;
+#: turn 2 calls a tool with no think tags; turn 3 never leaves reasoning
 SCRIPT = {"steps": [{"reasoning": "Plan: list files.", "text": "Listing.", "tool_calls": [{"name": "ls"}]},
-                    {"reasoning": "It worked.", "text": "Done."}]}
+                    {"reasoning": "It worked.", "text": "Done."},
+                    {"text": "Plan.", "tool_calls": [{"name": "ls"}]},
+                    {"text": "Still thinking"}]}
 #: turn 0: a tool call and no think block (deepseek_r1 reads it all as reasoning); turn 1 thinks
 R1_SCRIPT = {"steps": [{"text": "Plan.", "tool_calls": [{"name": "ls"}]}, {"reasoning": "Again.", "text": "Done."}]}
 ASK = [{"role": "user", "content": "list the files"}]
 SECOND_TURN = ASK + [{"role": "assistant", "content": "Listing."}, {"role": "user", "content": "and now?"}]
+THIRD_TURN = SECOND_TURN + [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "again"}]
+FOURTH_TURN = THIRD_TURN + [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "more"}]
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +134,19 @@ def test_a_stream_after_a_prompt_that_closed_reasoning_is_all_content(qwen3, qwe
 def test_qwen3_with_enable_thinking_false_answers_content_only(qwen3):
     message = _chat(qwen3, SECOND_TURN, chat_template_kwargs={"enable_thinking": False})["choices"][0]["message"]
     assert message["reasoning"] is None and message["content"].startswith("<think>")
+
+
+def test_qwen3_streams_a_tool_call_that_ends_reasoning_without_think_end(qwen3):
+    chunks = [c["choices"][0] for c in _stream(qwen3, THIRD_TURN, tools=TOOLS)[1:-1]]
+    assert "".join(c["delta"].get("reasoning", "") for c in chunks) == "Plan.\n"
+    assert [tc["function"].get("name") for c in chunks for tc in c["delta"].get("tool_calls") or []][0] == "ls"
+    assert chunks[-1]["finish_reason"] == "tool_calls"
+
+
+def test_qwen3_streams_the_eos_of_unfinished_reasoning_as_an_empty_delta(qwen3):
+    last = _stream(qwen3, FOURTH_TURN)[-2]["choices"][0]
+    assert (last["token_ids"], last["delta"]) == ([IM_END], {})
+    assert _chat(qwen3, FOURTH_TURN)["choices"][0]["message"]["content"] is None
 
 
 def test_qwen3_reads_reasoning_without_an_opening_think(qwen3_tokenizer):
