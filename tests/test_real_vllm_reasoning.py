@@ -47,6 +47,7 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, int] | None]] = {
     "thinking_disabled": ({"tools": TOOLS, "chat_template_kwargs": {"enable_thinking": False}}, None),
     "no_opening_think": ({"tools": TOOLS}, ("replace", GO)),
     "no_end_tool_call_in_reasoning": ({"tools": TOOLS}, ("append", DOUBLE_NEWLINE)),
+    "no_end_tool_call_markup_without_tools": ({}, ("append", DOUBLE_NEWLINE)),
     "prompt_already_closed_reasoning": ({"tools": TOOLS}, ("replace", THINK_END)),
     "tool_loop_prompt_keeps_earlier_reasoning": ({"tools": TOOLS}, None),
 }

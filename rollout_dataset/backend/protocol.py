@@ -94,7 +94,7 @@ def usage_dict(prompt_tokens: int, completion_tokens: int, full: bool = True,
     Returns:
         The usage dict.
     """
-    usage = {
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
