@@ -131,6 +131,16 @@ def test_a_stream_after_a_prompt_that_closed_reasoning_is_all_content(qwen3, qwe
     assert not any("reasoning" in c["choices"][0]["delta"] for c in chunks[1:-1])
 
 
+def test_include_reasoning_false_hides_reasoning_and_with_it_ids_and_logprobs(qwen3):
+    choice = _chat(qwen3, SECOND_TURN, include_reasoning=False)["choices"][0]
+    assert (choice["message"]["reasoning"], choice["token_ids"], choice["logprobs"]) == (None, None, None)
+    assert choice["message"]["content"] == "\n\nDone."
+    chunks = [c["choices"][0] for c in _stream(qwen3, SECOND_TURN, include_reasoning=False)[1:-1]]
+    assert [c["delta"] for c in chunks] == [{"content": "\n\n", "reasoning": None}, {"content": "Done", "reasoning": None},
+                                            {"content": ".", "reasoning": None}, {}]
+    assert {c["token_ids"] for c in chunks} == {None}
+
+
 def test_qwen3_with_enable_thinking_false_answers_content_only(qwen3):
     message = _chat(qwen3, SECOND_TURN, chat_template_kwargs={"enable_thinking": False})["choices"][0]["message"]
     assert message["reasoning"] is None and message["content"].startswith("<think>")

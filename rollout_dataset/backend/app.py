@@ -238,9 +238,14 @@ async def _chat(request: Request, state: BackendState) -> Response:
     thinking = bool((template_kwargs or {}).get("enable_thinking", True))  # vLLM: qwen3 reads this
     reasoning_tokens = (sum(state.reasoning.reasoning_tokens(g.token_ids, thinking) for g in gens)
                         if state.reasoning is not None else None)
+    # vLLM 0.32: `include_reasoning: false` under a reasoning parser hides the reasoning and, with it,
+    # every choice's `token_ids` and logprobs (they would show the reasoning's tokens)
+    hide = state.reasoning is not None and not bool_param(body, "include_reasoning", True)
+    if hide:
+        want_logprobs = False
     if common.stream:
         stream = _chat_stream(state, common, gens, fmt, rid, created, prompt_ids, parse_tools, want_logprobs, top_k,
-                              tool_choice, thinking, reasoning_tokens)
+                              tool_choice, thinking, reasoning_tokens, hide)
         return StreamingResponse(stream, media_type="text/event-stream")
     choices = []
     for i, g in enumerate(gens):
@@ -251,7 +256,8 @@ async def _chat(request: Request, state: BackendState) -> Response:
             content, calls, finish = text, [], g.finish_reason
         logprobs = P.chat_logprobs(g.steps, fmt, top_k) if want_logprobs else None
         choices.append(P.chat_choice(i, content, calls, logprobs, finish, g.stop_reason,
-                                     g.token_ids if common.return_token_ids else None, reasoning))
+                                     g.token_ids if common.return_token_ids and not hide else None,
+                                     None if hide else reasoning))
     resp = P.chat_response(rid, created, common.model, choices,
                            P.usage_dict(len(prompt_ids), n_out, reasoning_tokens=reasoning_tokens),
                            state.fingerprint, prompt_ids if common.return_token_ids else None)
@@ -281,7 +287,7 @@ def _message_parts(text: str, engine_finish: str, tool_choice: Any) -> tuple[str
 
 async def _chat_stream(state, common: CommonParams, gens, fmt, rid, created, prompt_ids, parse_tools, want_logprobs,
                        top_k, tool_choice, thinking: bool = True,
-                       reasoning_tokens: int | None = None) -> AsyncIterator[str]:
+                       reasoning_tokens: int | None = None, hide_reasoning: bool = False) -> AsyncIterator[str]:
     model = common.model
     for i, g in enumerate(gens):
         role_choice = {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
@@ -301,6 +307,8 @@ async def _chat_stream(state, common: CommonParams, gens, fmt, rid, created, pro
             delta: dict[str, Any] | None = None
             if thinker is not None:  # reasoning first; what follows `</think>` takes the usual path
                 delta, piece = thinker.feed(step.token_id, step.delta)
+                if hide_reasoning:
+                    delta = None
             if piece is None:
                 pass
             elif parser is not None:
@@ -311,8 +319,12 @@ async def _chat_stream(state, common: CommonParams, gens, fmt, rid, created, pro
             else:
                 delta = {"content": piece} if piece else None
             logprobs = P.chat_logprobs([step], fmt, top_k) if want_logprobs else None
+            if hide_reasoning and delta:  # vLLM sets `reasoning: null` on every delta it still sends
+                delta = {k: delta[k] if k != "reasoning" else None
+                         for k in ("content", "reasoning", "tool_calls") if k in delta or k == "reasoning"}
+            send_ids = common.return_token_ids and not hide_reasoning
             if delta is None:
-                if not last and logprobs is None and not common.return_token_ids:
+                if not last and logprobs is None and not send_ids:
                     continue
                 delta = {}
             choice: dict[str, Any] = {"index": i, "delta": delta, "logprobs": logprobs}
@@ -327,7 +339,7 @@ async def _chat_stream(state, common: CommonParams, gens, fmt, rid, created, pro
                 choice["stop_reason"] = g.stop_reason
                 if not common.include_usage:
                     extra["system_fingerprint"] = state.fingerprint
-            choice["token_ids"] = [step.token_id] if common.return_token_ids else None
+            choice["token_ids"] = [step.token_id] if send_ids else None
             yield _sse(P.chat_chunk(rid, created, model, choice, **extra))
     if common.include_usage:
         n_out = sum(len(g.steps) for g in gens)
