@@ -162,3 +162,17 @@ def test_local_reasoning_answer_matches_genuine_vllm(local, case):
     mine = _post(local.base_url, body_local)
     assert _message_view(mine) == _message_view(real)
     assert _chunk_view(_stream(local.base_url, body_local)) == _chunk_view(_one_token_chunks(body))
+
+
+def test_genuine_vllm_renders_an_earlier_turns_reasoning_key_and_drops_reasoning_content():
+    """A wire fact the local backend departs from (docs/backend.md): vLLM 0.32 hands the template an
+    assistant message's `reasoning` (as `reasoning_content` too) and ignores a `reasoning_content` sent."""
+    def render(reasoning: dict) -> list[int]:
+        turn = {k: v for k, v in TOOL_LOOP[1].items() if k != "reasoning"} | reasoning
+        messages = [TOOL_LOOP[0], turn, {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}]
+        return httpx.post(f"{REAL.removesuffix('/v1')}/tokenize", timeout=60, json={
+            "model": "scripted-qwen3", "messages": messages, "add_generation_prompt": True}).json()["tokens"]
+
+    without = render({})
+    assert THINK_END not in without and THINK_END in render({"reasoning": "Plan."})
+    assert render({"reasoning_content": "Plan."}) == without
