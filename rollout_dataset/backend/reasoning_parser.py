@@ -157,7 +157,6 @@ class ReasoningStream:
 
     parser: ReasoningParser
     ended: bool = False
-    content_text: str = ""
 
     def feed(self, token_id: int, delta_text: str) -> tuple[dict[str, Any] | None, str | None]:
         """Classify one sampled token.
@@ -173,7 +172,6 @@ class ReasoningStream:
         """
         p = self.parser
         if self.ended:
-            self.content_text += delta_text
             return None, delta_text
         if token_id == p.end_id:
             self.ended = True
@@ -182,7 +180,6 @@ class ReasoningStream:
             return None, None
         if p.name == "qwen3" and token_id == p.tool_start_id:
             self.ended = True  # an implicit end: the tool call is parsed as one
-            self.content_text += delta_text
             return None, delta_text
         if not delta_text and p.name == "qwen3":
             return None, None  # deepseek_r1 streams `{"reasoning": ""}` for a token with no text (the eos)
