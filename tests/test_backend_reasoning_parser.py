@@ -214,3 +214,17 @@ def test_serve_refuses_an_unknown_reasoning_parser_with_exit_2(capsys):
 def test_a_tokenizer_without_think_tokens_cannot_take_a_reasoning_parser():
     with pytest.raises(ValueError, match="no <think>"):
         make_reasoning_parser("qwen3", type("T", (), {"get_vocab": lambda self: {"a": 0}})())
+
+
+def test_the_builtin_chat_harness_sends_the_reasoning_back_so_a_tool_loop_prompt_keeps_it(qwen3):
+    import time
+
+    from rollout_dataset.harness.chat import ChatTurnClient
+
+    body = {"model": "local", "messages": list(ASK), "tools": TOOLS, "return_token_ids": True}
+    with ChatTurnClient(f"{qwen3}/chat/completions", api_key="k") as chat:
+        first = chat.turn(body, time.monotonic() + 60)
+        assert first.assistant is not None and first.assistant["reasoning"].strip() == "Plan: list files."
+        messages = ASK + [first.assistant, {"role": "tool", "tool_call_id": first.tool_calls[0]["id"], "content": "a.txt"}]
+    answer = _chat(qwen3, messages, tools=TOOLS)
+    assert THINK in answer["prompt_token_ids"] and END_THINK in answer["prompt_token_ids"]
