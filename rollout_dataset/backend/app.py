@@ -28,6 +28,8 @@ from starlette.routing import Route
 from rollout_dataset.backend import protocol as P
 from rollout_dataset.backend.bigram import BigramModel, bigram_for_tokenizer
 from rollout_dataset.backend.engine import Generation, generate
+from rollout_dataset.backend.harmony import HARMONY_TOKENIZER, HarmonyTokenizer, load_harmony_tokenizer
+from rollout_dataset.backend.harmony_reply import HARMONY_REASONING_PARSER
 from rollout_dataset.backend.hermes import StreamingToolParser, parse_tool_calls
 from rollout_dataset.backend.params import (
     CommonParams,
@@ -73,6 +75,8 @@ class BackendState:
         tokenizer_spec: how the tokenizer was named (for `/v1/models` root).
         policy_name: the policy's name (`/version` reports it: every answer is scripted).
         reasoning: vLLM's `--reasoning-parser` (`qwen3`, `deepseek_r1`) bound to the tokenizer, or None.
+        harmony_reasoning: `--reasoning-parser openai_gptoss` on a Harmony tokenizer (the analysis
+            channel is surfaced as `reasoning`).
     """
 
     tokenizer: Any
@@ -85,6 +89,12 @@ class BackendState:
     tokenizer_spec: str
     policy_name: str = "custom"
     reasoning: ReasoningParser | None = None
+    harmony_reasoning: bool = False
+
+    @property
+    def harmony(self) -> bool:
+        """Returns: the tokenizer is gpt-oss Harmony (chat prompts rendered by `openai_harmony`)."""
+        return isinstance(self.tokenizer, HarmonyTokenizer)
 
     @property
     def fingerprint(self) -> str:
@@ -207,6 +217,10 @@ async def _models(request: Request, state: BackendState) -> Response:
 
 async def _chat(request: Request, state: BackendState) -> Response:
     body = await _json_body(request)
+    if state.harmony:
+        from rollout_dataset.backend.harmony_endpoint import harmony_chat
+
+        return await harmony_chat(state, body, _respond)
     messages, tools, tool_choice, template_kwargs = chat_inputs(body)
     common = common_params(body, state.served_model_name, state.max_model_len, state.return_tokens_as_token_ids)
     want_logprobs, top_k = logprob_params(body)
@@ -447,7 +461,12 @@ async def _messages_count_tokens(request: Request, state: BackendState) -> Respo
 async def _tokenize(request: Request, state: BackendState) -> Response:
     body = await _json_body(request)
     tok = state.tokenizer
-    if "messages" in body:
+    if "messages" in body and state.harmony:  # vLLM 0.32's /tokenize uses the HF template here (docs/backend.md)
+        from rollout_dataset.backend.harmony_endpoint import harmony_request_prompt
+
+        messages, tools, _, _ = chat_inputs(body)
+        ids = harmony_request_prompt(state, body, messages, tools)
+    elif "messages" in body:
         messages, tools, _, kwargs = chat_inputs(body)
         try:
             text = render_chat(tok, messages, tools, bool_param(body, "add_generation_prompt", True), kwargs)
@@ -523,11 +542,14 @@ def create_backend_app(
     return_tokens_as_token_ids: bool = False,
     policy_kwargs: dict | None = None,
     reasoning_parser: str | None = None,
+    harmony_start_date: str | None = None,
 ) -> Starlette:
     """Build the local backend's ASGI app.
 
     Args:
-        tokenizer: `"builtin"`, a tokenizer folder, a Hub id, or a loaded transformers tokenizer.
+        tokenizer: `"builtin"`, `"harmony"` (gpt-oss's o200k_harmony; chat prompts rendered by
+            `openai_harmony` as vLLM 0.32 does for gpt-oss: `rollout_dataset.backend.harmony`), a
+            tokenizer folder, a Hub id, or a loaded tokenizer.
         policy: a policy object or a registered policy name (`echo`, `script`, `oracle`, ...).
         served_model_name: the model name clients must use (or omit).
         script: the script file or steps for `policy="script"`.
@@ -537,7 +559,9 @@ def create_backend_app(
             (vLLM's `--return-tokens-as-token-ids`).
         policy_kwargs: extra keyword arguments for `make_policy`.
         reasoning_parser: vLLM's `--reasoning-parser` (`qwen3` or `deepseek_r1`; see
-            `rollout_dataset.backend.reasoning_parser`), or None for none.
+            `rollout_dataset.backend.reasoning_parser`; `openai_gptoss` with the Harmony tokenizer),
+            or None for none.
+        harmony_start_date: the Harmony system message's `Current date` (YYYY-MM-DD; None: today).
 
     Returns:
         The Starlette app (its `state.backend` is the `BackendState`).
@@ -549,7 +573,16 @@ def create_backend_app(
     spec = tokenizer if isinstance(tokenizer, str) else getattr(tokenizer, "name_or_path", "custom")
     if Path(str(spec)).resolve() == BUILTIN_TOKENIZER_DIR.resolve():
         spec = "builtin"  # not this machine's install path
-    tok = load_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
+    if tokenizer == HARMONY_TOKENIZER:
+        tok = load_harmony_tokenizer(harmony_start_date)
+    else:
+        tok = load_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
+    harmony = isinstance(tok, HarmonyTokenizer)
+    if harmony and reasoning_parser not in (None, HARMONY_REASONING_PARSER):
+        raise ValueError(f"--reasoning-parser {reasoning_parser}: Harmony (gpt-oss) takes only "
+                         f"{HARMONY_REASONING_PARSER}, as vLLM")
+    if not harmony and reasoning_parser == HARMONY_REASONING_PARSER:
+        raise ValueError(f"--reasoning-parser {HARMONY_REASONING_PARSER} needs --tokenizer {HARMONY_TOKENIZER}")
     if isinstance(policy, str):
         kwargs = dict(policy_kwargs or {})
         if script is not None:
@@ -567,7 +600,8 @@ def create_backend_app(
         return_tokens_as_token_ids=return_tokens_as_token_ids,
         tokenizer_spec=str(spec),
         policy_name=policy_name(policy),
-        reasoning=make_reasoning_parser(reasoning_parser, tok) if reasoning_parser else None,
+        reasoning=make_reasoning_parser(reasoning_parser, tok) if reasoning_parser and not harmony else None,
+        harmony_reasoning=harmony and reasoning_parser == HARMONY_REASONING_PARSER,
     )
     routes = [
         Route("/v1/models", _handler(_models), methods=["GET"]),

@@ -114,6 +114,7 @@ def generate(
     include_stop_str_in_output: bool = False,
     ignore_eos: bool = False,
     ids: Sequence[int] | None = None,
+    stop_token_ids: Sequence[int] = (),
 ) -> Generation:
     """Produce the engine output for a text the policy chose.
 
@@ -129,6 +130,8 @@ def generate(
         ignore_eos: do not append the eos token (the output then ends with finish reason "length").
         ids: emit exactly these ids instead of encoding `emitted_text` (e.g. a non-canonical
             tokenization of some text); the eos is appended as for text.
+        stop_token_ids: ids that end the output as the eos does, kept in the ids with no text; the
+            stop reason is the id (vLLM's `stop_token_ids`, e.g. gpt-oss's `<|call|>`).
 
     Returns:
         The `Generation`.
@@ -150,6 +153,10 @@ def generate(
             gen.steps.append(TokenStep(tok, "", lp, prev, tuple(pending)))
             gen.finish_reason = "stop"
             gen.text = text
+            return gen
+        if tok in stop_token_ids:
+            gen.steps.append(TokenStep(tok, "", lp, prev, tuple(pending)))
+            gen.finish_reason, gen.stop_reason, gen.text = "stop", tok, text
             return gen
         held = tuple(pending)
         pending.append(tok)
