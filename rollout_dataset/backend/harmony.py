@@ -152,7 +152,7 @@ def harmony_encoding(cache_dir: str | None = None) -> Any:
 
 @lru_cache(maxsize=1)
 def _byte_to_unicode() -> dict[int, str]:
-    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     return bytes_to_unicode()
 

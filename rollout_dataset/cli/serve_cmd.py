@@ -1,8 +1,12 @@
 """`rollout-dataset serve`: run the local vLLM-compatible backend until interrupted.
 
-    rollout-dataset serve [--host 127.0.0.1] [--port 8000] [--tokenizer builtin|PATH|HUB_ID]
+    rollout-dataset serve [--host 127.0.0.1] [--port 8000] [--tokenizer builtin|harmony|PATH|HUB_ID]
                           [--policy echo|script|oracle] [--script FILE] [--served-model-name local]
-                          [--reasoning-parser qwen3|deepseek_r1]
+                          [--reasoning-parser qwen3|deepseek_r1|openai_gptoss]
+
+`--tokenizer harmony` serves gpt-oss's Harmony format as vLLM 0.32 serves a `gpt_oss` model (prompts
+rendered by openai-harmony); `--reasoning-parser openai_gptoss` then surfaces the analysis channel as
+`reasoning`, as vLLM's parser of that name.
 
 Prints the base URL (ending in /v1) once the server listens.
 """
@@ -23,7 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
-    parser.add_argument("--tokenizer", default="builtin", help="builtin, a tokenizer folder, or a Hub id")
+    parser.add_argument("--tokenizer", default="builtin",
+                        help="builtin, harmony (gpt-oss o200k_harmony: chat prompts rendered by openai-harmony, "
+                             "as vLLM 0.32 serves a gpt_oss model), a tokenizer folder, or a Hub id")
     parser.add_argument("--policy", default="echo", help="what the model says: echo, script, oracle, ...")
     parser.add_argument("--script", default=None, help="JSON/YAML script of steps (with --policy script)")
     parser.add_argument("--served-model-name", default="local", help="model name clients use (default local)")
@@ -32,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="report logprob tokens as token_id:N (as vLLM's flag of the same name)")
     parser.add_argument("--reasoning-parser", default=None, metavar="NAME",
                         help="qwen3 or deepseek_r1: split <think> reasoning into the message's `reasoning` as "
-                             "vLLM 0.32's parser of that name does (the tokenizer needs <think>/</think> tokens)")
+                             "vLLM 0.32's parser of that name does (the tokenizer needs <think>/</think> tokens); "
+                             "openai_gptoss (with --tokenizer harmony): the analysis channel as `reasoning`")
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -77,15 +84,19 @@ def run(args: argparse.Namespace) -> int:
     """
     from rollout_dataset.cli.reporting import EXIT_USAGE, bind_failure, report_error
 
+    from rollout_dataset.backend.harmony_reply import HARMONY_REASONING_PARSER
     from rollout_dataset.backend.reasoning_parser import REASONING_PARSERS
 
+    parsers = (*REASONING_PARSERS, HARMONY_REASONING_PARSER)
     if args.policy == "script" and not args.script:
         return report_error("--policy script needs --script FILE", EXIT_USAGE)
-    if args.reasoning_parser is not None and args.reasoning_parser not in REASONING_PARSERS:
-        return report_error(f"--reasoning-parser {args.reasoning_parser!r}: choose from {', '.join(REASONING_PARSERS)}",
+    if args.reasoning_parser is not None and args.reasoning_parser not in parsers:
+        return report_error(f"--reasoning-parser {args.reasoning_parser!r}: choose from {', '.join(parsers)}",
                             EXIT_USAGE)
     try:
         asyncio.run(_serve(args))
+    except ImportError as exc:  # --tokenizer harmony without openai-harmony / quicktok-v1: names the install
+        return report_error(exc, EXIT_USAGE)
     except (ValueError, FileNotFoundError, OSError) as exc:
         failed = bind_failure(exc, args.host, args.port)
         return failed if failed is not None else report_error(exc, EXIT_USAGE)
