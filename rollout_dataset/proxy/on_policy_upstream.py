@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 import httpx
 
 from rollout_dataset.proxy.jsoncodec import dumps_standard, loads
+from rollout_dataset.proxy.on_policy_harmony import HarmonyBridge, harmony_bridge
 from rollout_dataset.proxy.on_policy import (
     Continuity,
     PastCall,
@@ -59,6 +60,8 @@ _REPAIR_DETAIL = {
     "harness_dropped_reasoning": "the harness sent the reply back without its reasoning, which the template keeps "
                                  "here; the sampled reasoning was put back, so the prompt differs from what the "
                                  "harness sent",
+    "harmony_rerendered": "Harmony re-renders the sampled tool call's header in history (commentary json for the "
+                          "sampled commentary <|constrain|>json); the sampled ids were sent",
 }
 
 
@@ -145,6 +148,7 @@ class OnPolicyMode:
         self.others = others
         self.honoured: bool | None = None  # None: not probed yet
         self.off_reason: str | None = None
+        self.harmony_models: dict[Any, bool] = {}  # per model name: the server renders it as Harmony
         self._probe_lock = asyncio.Lock()
 
     # ---- server calls -------------------------------------------------------------------------
@@ -291,6 +295,13 @@ class OnPolicyMode:
         if parsed.get("echo") or not text_only([m for m in messages if isinstance(m, dict)]):
             return Continuity("not_repaired", idx, "server_would_ignore",
                               "echo or non-text content: the server ignores given prompt ids then")
+        bridged = await harmony_bridge(self.tokenize, self.detokenize, self.harmony_models, parsed, messages, parent,
+                                       headers)
+        if isinstance(bridged, Continuity):
+            return bridged
+        if isinstance(bridged, HarmonyBridge):
+            return await self._send(parsed, prepared, idx, bridged.target, bridged.render, bridged.max_model_len,
+                                    bridged.reason, headers)
         k = len(parent.message_keys)
         blank = list(messages[:k]) + [blank_reply(messages[k])] + list(messages[k + 1:])
         (parent_render, _), (render, max_model_len), (blank_render, _) = await asyncio.gather(
@@ -326,17 +337,23 @@ class OnPolicyMode:
                 elif cause != "whitespace_drift":
                     return Continuity("not_repaired", idx, cause, content_mismatch_detail(sampled, rendered))
                 repair_reason = cause
-        if plan.target == render:
+        return await self._send(parsed, prepared, idx, plan.target, render, max_model_len, repair_reason, headers)
+
+    async def _send(self, parsed: dict[str, Any], prepared: Prepared, idx: int, target: list[int], render: list[int],
+                    max_model_len: int | None, repair_reason: str | None,
+                    headers: list[tuple[bytes, bytes]]) -> Continuity:
+        """Send `target` as the prompt ids (after the context and probe checks), or say why not."""
+        if target == render:
             return Continuity("exact", idx)
-        overflow = context_overflow(len(plan.target), len(render), max_model_len, parsed)
+        overflow = context_overflow(len(target), len(render), max_model_len, parsed)
         if overflow:
             return Continuity("not_repaired", idx, "context_overflow", overflow)
-        if self.honoured is None and not await self.probe(parsed.get("model"), plan.target[:PROBE_IDS], headers):
+        if self.honoured is None and not await self.probe(parsed.get("model"), target[:PROBE_IDS], headers):
             return Continuity("not_repaired", idx, "server_ignores_prompt_ids", self.off_reason)
-        prepared.target = plan.target
-        prepared.body = _with_prompt_ids(prepared.body, plan.target)
+        prepared.target = target
+        prepared.body = _with_prompt_ids(prepared.body, target)
         return Continuity("repaired", idx, repair_reason, _REPAIR_DETAIL.get(repair_reason),
-                          drift=drift_of(render, plan.target))
+                          drift=drift_of(render, target))
 
     async def _restored_plan(self, parsed: dict[str, Any], messages: list[Any], k: int, sampled: str,
                              parent: PastCall, parent_render: list[int], blank_render: list[int],

@@ -1,0 +1,96 @@
+"""On-policy continuity for gpt-oss Harmony, on the genuine encoding (openai-harmony, o200k offline).
+
+The local backend serves Harmony (`tokenizer="harmony"`, reasoning parser `openai_gptoss`); the script
+policy samples analysis + a commentary tool call per step, then analysis + a final answer. Harmony
+re-renders a sampled tool call's header and drops analysis before a final answer; the proxy bridges
+the tool loop from the sampled ids and lets a new user turn start a new sequence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from rollout_dataset.backend import LocalBackend
+from rollout_dataset.export import export_rollout
+from rollout_dataset.export.continuity import continuity_of
+from rollout_dataset.proxy import CaptureProxy, read_trace
+from rollout_dataset.proxy.on_policy_harmony import parse_harmony_reply, reply_change
+
+TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command",
+                                           "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}]
+STEPS = [{"reasoning": f"Plan {k}.", "tool_calls": [{"name": "bash", "arguments": {"cmd": f"echo {k}"}}]}
+         for k in range(3)] + [{"reasoning": "All done.", "text": "Done."}, {"reasoning": "Again.", "text": "Yes."}]
+
+
+async def _session(tmp_path: Path, keep_analysis: bool) -> list[dict]:
+    async with LocalBackend(tokenizer="harmony", policy="script", script={"steps": STEPS},
+                            reasoning_parser="openai_gptoss", harmony_start_date="2026-12-04") as backend:
+        async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path, on_policy=True) as proxy:
+            url = proxy.session_base_url("s") + "/chat/completions"
+            async with httpx.AsyncClient(timeout=60) as client:
+                messages: list[dict] = [{"role": "user", "content": "run three commands"}]
+                for k in range(5):
+                    response = await client.post(url, json={"model": "local", "messages": messages, "tools": TOOLS})
+                    assert response.status_code == 200, response.text
+                    reply = response.json()["choices"][0]["message"]
+                    sent = {"role": "assistant", "content": reply["content"]}
+                    if keep_analysis:
+                        sent["reasoning"] = reply["reasoning"]
+                    if reply.get("tool_calls"):
+                        sent["tool_calls"] = reply["tool_calls"]
+                    messages.append(sent)
+                    for call in reply.get("tool_calls") or []:
+                        messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"out {k}"})
+                    if not reply.get("tool_calls"):
+                        messages.append({"role": "user", "content": "sure?"})
+            return read_trace(proxy.trace_path("s"), seal=proxy.seal("s"))
+
+
+def _statuses(records: list[dict]) -> list[tuple[str, str | None]]:
+    by_index = continuity_of(records)
+    return [(by_index[r["index"]]["status"], by_index[r["index"]]["reason"]) for r in records]
+
+
+def _held(records: list[dict]) -> list[bool]:
+    return [child["prompt_token_ids"][: len(p := parent["prompt_token_ids"] + parent["completion_token_ids"])] == p
+            for parent, child in zip(records, records[1:])]
+
+
+async def test_a_harmony_tool_loop_whose_harness_drops_analysis_gets_it_back(tmp_path):
+    records = await _session(tmp_path, keep_analysis=False)
+    assert _statuses(records)[:4] == [("exact", "new_conversation")] + [("repaired", "harness_dropped_reasoning")] * 3
+    assert _held(records)[:3] == [True, True, True]  # each prompt holds every id sampled before it
+
+
+async def test_a_harmony_tool_loop_that_keeps_analysis_is_bridged_over_the_rerendered_call_header(tmp_path):
+    records = await _session(tmp_path, keep_analysis=True)
+    assert _statuses(records)[1:4] == [("repaired", "harmony_rerendered")] * 3
+    assert _held(records)[:3] == [True, True, True]
+
+
+async def test_a_new_user_turn_after_a_final_answer_is_reasoning_dropped_a_new_sequence(tmp_path):
+    records = await _session(tmp_path, keep_analysis=False)
+    assert _statuses(records)[4] == ("reasoning_dropped", "template_dropped_reasoning")
+    assert _held(records)[3] is False  # analysis dropped, <|end|> for <|return|>: the server's render was sent
+
+
+async def test_a_harmony_tool_loop_exports_as_one_trainable_sequence_and_the_next_user_turn_as_another(tmp_path):
+    from rollout_dataset.backend.harmony import load_harmony_tokenizer
+
+    records = await _session(tmp_path, keep_analysis=False)
+    doc = export_rollout(records, session_id="s", capture_level="tokens", tokenizer=load_harmony_tokenizer())
+    assert doc["stats"]["n_trainable_sequences"] == 2
+    assert [f for f in doc["findings"] if f["code"] == "prefix_break" and "not_repaired" in f["message"]] == []
+
+
+def test_a_reply_the_harness_edited_is_content_changed_not_restored():
+    sampled = parse_harmony_reply("<|channel|>analysis<|message|>Plan.<|end|><|start|>assistant to=functions.bash"
+                                  '<|channel|>commentary <|constrain|>json<|message|>{"cmd": "ls"}<|call|>')
+    call = {"id": "c", "type": "function", "function": {"name": "bash", "arguments": '{"cmd":"ls"}'}}
+    assert reply_change(sampled, {"role": "assistant", "content": None, "tool_calls": [call]}) == "reasoning_dropped"
+    assert reply_change(sampled, {"role": "assistant", "content": None, "reasoning": "Plan.",
+                                  "tool_calls": [call]}) == "same"
+    edited = {**call, "function": {"name": "bash", "arguments": '{"cmd": "rm -rf /"}'}}
+    assert reply_change(sampled, {"role": "assistant", "content": None, "tool_calls": [edited]}) == "content_changed"
