@@ -12,9 +12,14 @@ Scenarios:
   content ends with the newline a hermes tool parser leaves before ``<tool_call>`` (the template adds one);
 - ``qwen3 multi-turn chat``: a user message per turn, replies sent back as received.
 
-gpt-oss Harmony (the genuine `openai-harmony` encoding, offline): trace records built from its
-renders (`tests/support/reasoning_episodes.py`), mode off only (the local backend does not serve
-Harmony; with the mode on the proxy needs a server that renders Harmony).
+gpt-oss Harmony (the genuine `openai-harmony` encoding, offline): rollouts captured the same way from
+the local backend serving Harmony as vLLM 0.32 serves gpt-oss (`tokenizer="harmony"`,
+`reasoning_parser="openai_gptoss"`), the script policy sampling an analysis message then a
+commentary tool call (or a final answer), the harness sending `reasoning` back or not:
+
+- ``harmony tool loop, harness drops analysis`` / ``keeps analysis``: one user message, tool calls,
+  a final answer;
+- ``harmony multi-turn chat``: a user message per turn, analysis then a final answer each.
 
 Per scenario and mode: prefix breaks per rollout, trainable sequences per rollout, trained tokens per
 rollout, and the share of agent turns ``exact`` / ``repaired`` / ``reasoning_dropped`` /
@@ -45,10 +50,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/support/: the genuine templates and episode records
 
-from support.genuine_templates import HarmonyChat  # noqa: E402
-from support.reasoning_episodes import TOOLS, Qwen3Chat, episode  # noqa: E402
+from support.reasoning_episodes import TOOLS, Qwen3Chat  # noqa: E402
 
 from rollout_dataset.backend import LocalBackend  # noqa: E402
+from rollout_dataset.backend.harmony import load_harmony_tokenizer  # noqa: E402
 from rollout_dataset.export import export_rollout  # noqa: E402
 from rollout_dataset.export.breaks import CAUSE_TAG  # noqa: E402
 from rollout_dataset.proxy import CaptureProxy, read_trace  # noqa: E402
@@ -116,6 +121,58 @@ async def capture_qwen3(tokenizer: Any, kind: str, harness: str, on_policy: bool
     return out
 
 
+def _harmony_steps(kind: str, turns: int) -> list[dict[str, Any]]:
+    if kind == "chat":
+        return [{"reasoning": f"Thinking about {k}.", "text": f"answer {k}"} for k in range(turns)]
+    return [{"reasoning": f"Plan {k}.", "tool_calls": [{"name": "bash", "arguments": {"cmd": f"echo {k}"}}]}
+            for k in range(turns - 1)] + [{"reasoning": "All done.", "text": "Done."}]
+
+
+async def _drive_harmony(post, kind: str, turns: int, harness: str) -> None:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a careful agent."}]
+    if kind != "chat":
+        messages.append({"role": "user", "content": "run the commands"})
+    for k in range(turns):
+        if kind == "chat":
+            messages.append({"role": "user", "content": f"question {k}"})
+        reply = await post(messages)
+        sent: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
+        if harness == "keeps" and reply.get("reasoning"):
+            sent["reasoning"] = reply["reasoning"]
+        if reply.get("tool_calls"):
+            sent["tool_calls"] = reply["tool_calls"]
+        messages.append(sent)
+        for call in reply.get("tool_calls") or []:
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"output {k}"})
+        if not reply.get("tool_calls") and kind != "chat":
+            break
+
+
+async def capture_harmony(kind: str, harness: str, on_policy: bool, rollouts: int, turns: int) -> list[list[dict]]:
+    """Capture `rollouts` Harmony sessions through the proxy from the local backend serving Harmony."""
+    out = []
+    script = {"steps": _harmony_steps(kind, turns), "final": "Done."}
+    with tempfile.TemporaryDirectory() as tmp:
+        async with LocalBackend(tokenizer="harmony", policy="script", script=script,
+                                reasoning_parser="openai_gptoss") as backend:
+            async with CaptureProxy(upstream=backend.base_url, trace_dir=Path(tmp), on_policy=on_policy) as proxy:
+                async with httpx.AsyncClient(timeout=120) as client:
+                    for r in range(rollouts):
+                        url = proxy.session_base_url(f"h{r}") + "/chat/completions"
+
+                        async def post(messages: list[dict], url: str = url) -> dict:
+                            body: dict[str, Any] = {"model": "local", "messages": messages, "max_tokens": 96}
+                            if kind != "chat":
+                                body["tools"] = TOOLS
+                            response = await client.post(url, json=body)
+                            response.raise_for_status()
+                            return response.json()["choices"][0]["message"]
+
+                        await _drive_harmony(post, kind, turns, harness)
+                        out.append(read_trace(proxy.trace_path(f"h{r}"), seal=proxy.seal(f"h{r}")))
+    return out
+
+
 def figures(sessions: list[list[dict]], tokenizer: Any) -> dict[str, Any]:
     """The figures of one scenario and mode over its rollouts."""
     breaks = sequences = trained = 0
@@ -161,13 +218,13 @@ async def main() -> None:
         for mode in (False, True):
             sessions = await capture_qwen3(qwen3, kind, harness, mode, args.rollouts, args.turns)
             rows.append({"scenario": label, "on_policy": mode, **figures(sessions, qwen3)})
-    harmony = HarmonyChat()
+    harmony = load_harmony_tokenizer()
     for label, kind, harness in (("harmony tool loop, harness drops analysis", "tool_loop", "drops"),
                                  ("harmony tool loop, harness keeps analysis", "tool_loop", "keeps"),
                                  ("harmony multi-turn chat", "chat", "keeps")):
-        sessions = [episode("harmony", kind, harness, n=args.turns, session=f"h{r}") for r in range(args.rollouts)]
-        rows.append({"scenario": label, "on_policy": False, **figures(sessions, harmony)})
-        rows.append({"scenario": label, "on_policy": True, "not_measured": "needs a server that renders Harmony"})
+        for mode in (False, True):
+            sessions = await capture_harmony(kind, harness, mode, args.rollouts, args.turns)
+            rows.append({"scenario": label, "on_policy": mode, **figures(sessions, harmony)})
     header = (f"{'scenario':<44} {'mode':<4} {'breaks':>6} {'seqs':>5} {'tokens':>7} "
               f"{'exact':>6} {'repair':>6} {'r_drop':>6} {'not_rep':>7}")
     print(header)

@@ -13,6 +13,8 @@ the texts show, never from the mere presence of a think block.
 
 from __future__ import annotations
 
+import re
+
 from typing import Any, Mapping
 
 __all__ = [
@@ -32,6 +34,7 @@ THINK_CLOSE = "</think>"
 #: Harmony: the header of each message the model samples after its first one
 HARMONY_NEXT_MESSAGE = "<|start|>assistant"
 HARMONY_ANALYSIS = "<|channel|>analysis"
+HARMONY_MESSAGE = "<|message|>"
 #: end-of-message tokens a sampled reply may end with (ChatML, Harmony final / tool call / message)
 END_MARKERS = ("<|im_end|>", "<|return|>", "<|call|>", "<|end|>", "<|endoftext|>", "<｜end▁of▁sentence｜>")
 
@@ -43,6 +46,7 @@ BREAK_STATUS: dict[str, str] = {
     "end_of_turn_rerendered": "reasoning_dropped",
     "harness_dropped_reasoning": "not_repaired",
     "whitespace_drift": "not_repaired",
+    "harmony_rerendered": "not_repaired",
     "content_changed": "not_repaired",
     "history_rerendered": "not_repaired",
     "reply_changed": "not_repaired",
@@ -138,9 +142,61 @@ def explain_reply_break(sampled_text: str, following_text: str) -> str:
     Returns:
         ``end_of_turn_rerendered`` (the reply is there, closed by another end token: Harmony's
         ``<|end|>`` for a sampled ``<|return|>``), ``reasoning_dropped`` (the history holds what
-        follows the reasoning part, not the reasoning), ``whitespace_drift``, ``reply_all_reasoning``
-        or ``content_changed``.
+        follows the reasoning part, not the reasoning), ``whitespace_drift``, ``reply_all_reasoning``,
+        ``harmony_rerendered`` (the same Harmony messages, their headers written another way: vLLM
+        renders a tool call ``assistant to=functions.X<|channel|>commentary json`` where gpt-oss
+        samples ``<|channel|>commentary to=functions.X <|constrain|>json``) or ``content_changed``.
+        A Harmony reply whose headers were re-rendered is judged on its messages (analysis dropped:
+        ``reasoning_dropped``).
     """
+    cause = _explain_reply_break(sampled_text, following_text)
+    if cause != "content_changed" or HARMONY_MESSAGE not in sampled_text + following_text:
+        return cause
+    canonical = _explain_reply_break(harmony_canonical(sampled_text), harmony_canonical(following_text))
+    if canonical == "end_of_turn_rerendered" and _end(sampled_text) == _end_at(following_text, sampled_text):
+        return "harmony_rerendered"
+    return canonical if canonical != "end_of_turn_rerendered" else "end_of_turn_rerendered"
+
+
+_HARMONY_HEADER = re.compile(r"(<\|start\|>)?([^<\s]*)([^<]*?)<\|channel\|>(\w+)([^<]*?)(?:<\|constrain\|>)?([^<]*?)"
+                             r"<\|message\|>")
+_RECIPIENT = re.compile(r"to=(\S+)")
+
+
+def harmony_canonical(text: str) -> str:
+    """Harmony text with every message header written one way, for comparing messages across renders.
+
+    ``[<|start|>AUTHOR][ to=R]<|channel|>C[ to=R][ <|constrain|>T | T]<|message|>`` becomes
+    ``[<|start|>AUTHOR]<|channel|>C to=R<|message|>`` (the content type dropped: vLLM writes ``json``
+    where gpt-oss samples ``<|constrain|>json``).
+
+    Args:
+        text: decoded Harmony ids.
+
+    Returns:
+        The text with canonical headers.
+    """
+    def header(m: re.Match[str]) -> str:
+        recipient = _RECIPIENT.search(m.group(3) + " " + m.group(5))
+        to = f" to={recipient.group(1)}" if recipient else ""
+        return f"{m.group(1) or ''}{m.group(2)}<|channel|>{m.group(4)}{to}<|message|>"
+
+    return _HARMONY_HEADER.sub(header, text)
+
+
+def _end(text: str) -> str | None:
+    return next((m for m in END_MARKERS if text.endswith(m)), None)
+
+
+def _end_at(following: str, sampled: str) -> str | None:
+    """The end marker that closes the reply in `following` (the first after its last message header)."""
+    body = harmony_canonical(_strip_end(sampled))
+    rest = harmony_canonical(following)[len(body):]
+    return next((m for m in END_MARKERS if rest.startswith(m)), None)
+
+
+def _explain_reply_break(sampled_text: str, following_text: str) -> str:
+    """`explain_reply_break` on texts as given."""
     body = _strip_end(sampled_text)
     if body and following_text.startswith(body):
         return "end_of_turn_rerendered"

@@ -94,3 +94,15 @@ def test_a_reply_the_harness_edited_is_content_changed_not_restored():
                                   "tool_calls": [call]}) == "same"
     edited = {**call, "function": {"name": "bash", "arguments": '{"cmd": "rm -rf /"}'}}
     assert reply_change(sampled, {"role": "assistant", "content": None, "tool_calls": [edited]}) == "content_changed"
+
+
+def test_a_rerendered_tool_call_header_is_named_harmony_rerendered_not_content_changed():
+    from rollout_dataset.reasoning import explain_reply_break
+
+    sampled = ("<|channel|>analysis<|message|>Plan.<|end|><|start|>assistant to=functions.bash"
+               '<|channel|>commentary <|constrain|>json<|message|>{"cmd": "ls"}<|call|>')
+    call = ' to=functions.bash<|channel|>commentary json<|message|>{"cmd": "ls"}<|call|><|start|>functions.bash'
+    assert explain_reply_break(sampled, "<|channel|>analysis<|message|>Plan.<|end|><|start|>assistant" + call) == \
+        "harmony_rerendered"
+    assert explain_reply_break(sampled, call) == "reasoning_dropped"  # the analysis is missing too
+    assert explain_reply_break(sampled, call.replace('"ls"', '"rm"')) == "content_changed"

@@ -11,7 +11,9 @@ hold that call's prompt + sampled ids. The cause is read from where the two firs
   (the harness sent the reply back without its reasoning where the template keeps it),
   ``end_of_turn_rerendered`` (Harmony renders ``<|end|>`` where ``<|return|>`` was sampled),
   ``whitespace_drift`` (e.g. a doubled newline before ``<tool_call>``), ``reply_all_reasoning`` (the
-  reply was all reasoning; its content is empty), ``content_changed``;
+  reply was all reasoning; its content is empty), ``harmony_rerendered`` (the same Harmony messages
+  with their headers written another way: vLLM's ``commentary json`` for a sampled
+  ``commentary <|constrain|>json`` tool call), ``content_changed``;
 - without a tokenizer: ``reply_changed`` (the ids show where, not why).
 
 `rollout_dataset.reasoning.BREAK_STATUS` maps each cause to a continuity status.
@@ -51,6 +53,8 @@ _SENTENCES = {
     "whitespace_drift": "the reply differs from the sampled one only in whitespace (e.g. a doubled newline "
                         "before a tool call: the tool parser left a newline in content and the template adds one)",
     "reply_all_reasoning": "the reply was all reasoning (no end of reasoning sampled), so its content is empty",
+    "harmony_rerendered": "the history holds the same Harmony messages with their headers written another way "
+                          "(a tool call's `commentary json` for the sampled `commentary <|constrain|>json`)",
     "content_changed": "the reply in the history differs from the sampled one",
     "reply_changed": "the reply in the history differs from the sampled ids (give a tokenizer to name why)",
 }
