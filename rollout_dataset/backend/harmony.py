@@ -254,8 +254,11 @@ def _text(content: Any) -> str | None:
         return content
     if not isinstance(content, list):
         return None
-    texts = [p if isinstance(p, str) else p.get("text") for p in content if isinstance(p, (str, dict))]
-    texts = [t for t in texts if t is not None]
+    texts: list[str] = []
+    for part in content:
+        text = part if isinstance(part, str) else part.get("text") if isinstance(part, dict) else None
+        if isinstance(text, str):
+            texts.append(text)
     return "".join(texts) if texts else None
 
 
@@ -353,8 +356,8 @@ def harmony_prompt_ids(encoding: Any, messages: Sequence[Mapping[str, Any]],
     harmony = [Message.from_role_and_content(Role.SYSTEM, system.with_conversation_start_date(date))]
     if instructions or tools:
         harmony.append(_developer(instructions, tools))
-    names = {call.get("id"): (call.get("function") or {}).get("name")
-             for m in chat for call in (m.get("tool_calls") or []) if isinstance(call, Mapping)}
+    names: dict[Any, str] = {call.get("id"): str((call.get("function") or {}).get("name") or "")
+                             for m in chat for call in (m.get("tool_calls") or []) if isinstance(call, Mapping)}
     for message in chat:
         try:
             harmony.extend(_chat_to_harmony(message, names))
