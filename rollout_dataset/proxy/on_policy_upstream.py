@@ -257,7 +257,9 @@ class OnPolicyMode:
             The decision; never raises (failures become a ``not_repaired`` continuity).
         """
         t0 = time.perf_counter()
-        messages = parsed.get("messages") if isinstance(parsed.get("messages"), list) else []
+        messages = parsed.get("messages")
+        if not isinstance(messages, list):
+            messages = []
         prepared = Prepared(body, Continuity("not_repaired"), message_keys=[message_key(m) for m in messages],
                             context=request_context(parsed), messages=messages)
         try:
@@ -326,17 +328,19 @@ class OnPolicyMode:
                 elif cause != "whitespace_drift":
                     return Continuity("not_repaired", idx, cause, content_mismatch_detail(sampled, rendered))
                 repair_reason = cause
-        if plan.target == render:
+        target = plan.target
+        assert target is not None  # plan_splice gave one above, and `_restored_plan` returns none without
+        if target == render:
             return Continuity("exact", idx)
-        overflow = context_overflow(len(plan.target), len(render), max_model_len, parsed)
+        overflow = context_overflow(len(target), len(render), max_model_len, parsed)
         if overflow:
             return Continuity("not_repaired", idx, "context_overflow", overflow)
-        if self.honoured is None and not await self.probe(parsed.get("model"), plan.target[:PROBE_IDS], headers):
+        if self.honoured is None and not await self.probe(parsed.get("model"), target[:PROBE_IDS], headers):
             return Continuity("not_repaired", idx, "server_ignores_prompt_ids", self.off_reason)
-        prepared.target = plan.target
-        prepared.body = _with_prompt_ids(prepared.body, plan.target)
-        return Continuity("repaired", idx, repair_reason, _REPAIR_DETAIL.get(repair_reason),
-                          drift=drift_of(render, plan.target))
+        prepared.target = target
+        prepared.body = _with_prompt_ids(prepared.body, target)
+        return Continuity("repaired", idx, repair_reason, _REPAIR_DETAIL.get(repair_reason) if repair_reason is not None else None,
+                          drift=drift_of(render, target))
 
     async def _restored_plan(self, parsed: dict[str, Any], messages: list[Any], k: int, sampled: str,
                              parent: PastCall, parent_render: list[int], blank_render: list[int],

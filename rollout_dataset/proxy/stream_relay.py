@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
@@ -122,7 +122,7 @@ class StreamRelay:
                 out.clear()
                 await send({"type": "http.response.body", "body": body, "more_body": True})
 
-        response.stream = _ReadHook(response.stream, digits.watch, flush)
+        response.stream = _ReadHook(cast(httpx.AsyncByteStream, response.stream), digits.watch, flush)
         try:
             async with aclosing(EventSource(response).aiter_sse()) as events:
                 async for event in events:
