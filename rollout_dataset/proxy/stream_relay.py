@@ -11,9 +11,10 @@ byte. The record is written before the stream's last bytes are sent.
 from __future__ import annotations
 
 import asyncio
+import codecs
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any, cast
+from typing import Any
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
@@ -95,8 +96,9 @@ class StreamRelay:
         names = answer.upstream_headers
         answer.status = response.status_code
         if plain_utf8(names.get("content-type", "")):
-            response.encoding = "utf-8"  # what httpx would pick anyway, without its per-call charset parsing
+            encoding = "utf-8"  # what httpx would pick anyway, without its per-call charset parsing
         else:
+            encoding = response.encoding or "utf-8"
             # events are decoded with the upstream's charset and re-framed as UTF-8: say so
             headers = [(k, b"text/event-stream; charset=utf-8" if k == b"content-type" else v) for k, v in headers]
         delivery.started = True
@@ -110,21 +112,20 @@ class StreamRelay:
         # Long integers (which orjson cannot parse exactly) are looked for once per read, over the read
         # and the 18 bytes before it: from the first read with 19 digits in a row on, each event is
         # looked at on its own. Only for identity-encoded UTF-8, where digits are single bytes.
-        encoding = response.encoding or "utf-8"
-        digits = _DigitWatch(careful=encoding != "utf-8"
-                             or names.get("content-encoding", "identity").strip().lower() != "identity")
+        identity = names.get("content-encoding", "identity").strip().lower() == "identity"
+        digits = _DigitWatch(careful=encoding != "utf-8" or not identity)
         out: list[bytes] = []  # the events of the current read, re-framed
 
         async def flush() -> None:  # one send per upstream read: every complete event it held
             if out:
                 call.timing.first_byte()
-                body = b"".join(out)
+                data = b"".join(out)
                 out.clear()
-                await send({"type": "http.response.body", "body": body, "more_body": True})
+                await send({"type": "http.response.body", "body": data, "more_body": True})
 
-        response.stream = _ReadHook(cast(httpx.AsyncByteStream, response.stream), digits.watch, flush)
+        text = _EventText(response, encoding, identity, digits.watch, flush)
         try:
-            async with aclosing(EventSource(response).aiter_sse()) as events:
+            async with aclosing(EventSource(text).aiter_sse()) as events:
                 async for event in events:
                     data = event.data
                     if data == "[DONE]":
@@ -205,27 +206,42 @@ class _DigitWatch:
             self._before = window[-18:]
 
 
-class _ReadHook(httpx.AsyncByteStream):
-    """An upstream body whose reads are watched, with `before_next` awaited before each further read.
+class _EventText(httpx.Response):
+    """The upstream's event stream as httpx-sse reads it, decoded one upstream read at a time.
 
-    httpx-sse pulls the next read only once every event of the one before has been taken, so
-    `before_next` sends those events to the harness together: one write per upstream read.
+    `httpx_sse.EventSource` reads a response's text (`aiter_text`); this one decodes each read of the
+    upstream body straight away (undecodable bytes become U+FFFD, as httpx's text decoding does),
+    lets `on_read` look at its bytes, and awaits `before_next` before the next read: httpx-sse asks
+    for more text only once every event of the read before has been taken, so `before_next` sends
+    those events to the harness together (one write per upstream read).
+
+    Args:
+        upstream: the upstream response, headers read.
+        encoding: the body's charset.
+        identity: the body is not content-encoded (read raw; else decoded by httpx).
+        on_read: called with each read's bytes.
+        before_next: awaited after the events of a read were taken, before the next read.
     """
 
-    def __init__(self, inner: httpx.AsyncByteStream, on_read: Callable[[bytes], None],
+    def __init__(self, upstream: httpx.Response, encoding: str, identity: bool, on_read: Callable[[bytes], None],
                  before_next: Callable[[], Awaitable[None]]) -> None:
-        self._inner = inner
+        super().__init__(upstream.status_code, headers=upstream.headers)
+        self._upstream = upstream
+        self._charset = encoding
+        self._identity = identity
         self._on_read = on_read
         self._before_next = before_next
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for raw in self._inner:
+    async def aiter_text(self, chunk_size: int | None = None) -> AsyncIterator[str]:
+        """The body's text, one piece per upstream read (`chunk_size` is not used)."""
+        decode = codecs.getincrementaldecoder(self._charset)(errors="replace").decode
+        upstream = self._upstream
+        async for raw in (upstream.aiter_raw() if self._identity else upstream.aiter_bytes()):
             self._on_read(raw)
-            yield raw
+            text = decode(raw)
+            if text:
+                yield text
             await self._before_next()
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 def plain_utf8(ctype: str) -> bool:
