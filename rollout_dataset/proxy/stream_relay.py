@@ -236,7 +236,9 @@ class _EventText(httpx.Response):
         """The body's text, one piece per upstream read (`chunk_size` is not used)."""
         decode = codecs.getincrementaldecoder(self._charset)(errors="replace").decode
         upstream = self._upstream
-        async for raw in (upstream.aiter_raw() if self._identity else upstream.aiter_bytes()):
+        # identity: the transport's reads as they come (what `aiter_raw` yields, without its chunker layer)
+        reads = upstream.stream if self._identity else upstream.aiter_bytes()
+        async for raw in reads:  # type: ignore[union-attr]  # an async transport's stream is async
             self._on_read(raw)
             text = decode(raw)
             if text:
