@@ -109,21 +109,19 @@ class StreamRelay:
         tail = b""
         strip = token_req.needs_strip
         translator = call.asked.translator if isinstance(call.asked.translator, ChatStreamToMessages) else None
-        # Long integers (which orjson cannot parse exactly) are looked for once per read, over the read
-        # and the 18 bytes before it: from the first read with 19 digits in a row on, each event is
-        # looked at on its own. Only for identity-encoded UTF-8, where digits are single bytes.
         identity = names.get("content-encoding", "identity").strip().lower() == "identity"
-        digits = _DigitWatch(careful=encoding != "utf-8" or not identity)
         out: list[bytes] = []  # the events of the current read, re-framed
+        timing = call.timing
 
         async def flush() -> None:  # one send per upstream read: every complete event it held
             if out:
-                call.timing.first_byte()
+                if timing.ttft_ms is None:
+                    timing.first_byte()
                 data = b"".join(out)
                 out.clear()
                 await send({"type": "http.response.body", "body": data, "more_body": True})
 
-        text = _EventText(response, encoding, identity, digits.watch, flush)
+        text = _EventText(response, encoding, identity, flush)  # long integers looked for once per read
         try:
             async with aclosing(EventSource(text).aiter_sse()) as events:
                 async for event in events:
@@ -140,7 +138,7 @@ class StreamRelay:
                         raw_events.append(data)
                         kept += len(data)
                     try:
-                        chunk, nonfinite = loads_event(data, digits_checked=not digits.careful)
+                        chunk, nonfinite = loads_event(data, digits_checked=not text.careful)
                         call.nonfinite = call.nonfinite or nonfinite
                     except ValueError:
                         chunk = None
@@ -190,47 +188,35 @@ class StreamRelay:
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
-class _DigitWatch:
-    """Whether any read so far (with the 18 bytes before it) held 19 digits in a row."""
-
-    __slots__ = ("careful", "_before")
-
-    def __init__(self, careful: bool) -> None:
-        self.careful = careful
-        self._before = b""
-
-    def watch(self, raw: bytes) -> None:
-        if not self.careful:
-            window = self._before + raw
-            self.careful = has_digit_run(window)
-            self._before = window[-18:]
-
-
 class _EventText(httpx.Response):
     """The upstream's event stream as httpx-sse reads it, decoded one upstream read at a time.
 
     `httpx_sse.EventSource` reads a response's text (`aiter_text`); this one decodes each read of the
-    upstream body straight away (undecodable bytes become U+FFFD, as httpx's text decoding does),
-    lets `on_read` look at its bytes, and awaits `before_next` before the next read: httpx-sse asks
-    for more text only once every event of the read before has been taken, so `before_next` sends
-    those events to the harness together (one write per upstream read).
+    upstream body straight away (undecodable bytes become U+FFFD, as httpx's text decoding does) and
+    awaits `before_next` before the next read: httpx-sse asks for more text only once every event of
+    the read before has been taken, so `before_next` sends those events to the harness together (one
+    write per upstream read).
+
+    `careful` says whether any read so far, with the 18 bytes before it, held 19 digits in a row (an
+    integer orjson could not parse exactly; `rollout_dataset.proxy.jsoncodec.has_digit_run`): until
+    then events need no look of their own. It starts True for any body but identity-encoded UTF-8,
+    where digits are single bytes.
 
     Args:
         upstream: the upstream response, headers read.
         encoding: the body's charset.
         identity: the body is not content-encoded (read raw; else decoded by httpx).
-        on_read: called with each read's bytes.
         before_next: awaited after the events of a read were taken, before the next read.
     """
 
-    def __init__(self, upstream: httpx.Response, encoding: str, identity: bool, on_read: Callable[[bytes], None],
+    def __init__(self, upstream: httpx.Response, encoding: str, identity: bool,
                  before_next: Callable[[], Awaitable[None]]) -> None:
         super().__init__(upstream.status_code, headers=upstream.headers)
         self._upstream = upstream
         self._charset = encoding
         self._identity = identity
-        self._on_read = on_read
         self._before_next = before_next
+        self.careful = encoding != "utf-8" or not identity
 
     async def aiter_text(self, chunk_size: int | None = None) -> AsyncIterator[str]:
         """The body's text, one piece per upstream read (`chunk_size` is not used)."""
@@ -238,8 +224,12 @@ class _EventText(httpx.Response):
         upstream = self._upstream
         # identity: the transport's reads as they come (what `aiter_raw` yields, without its chunker layer)
         reads = upstream.stream if self._identity else upstream.aiter_bytes()
+        before = b""
         async for raw in reads:  # type: ignore[union-attr]  # an async transport's stream is async
-            self._on_read(raw)
+            if not self.careful:
+                window = before + raw
+                self.careful = has_digit_run(window)
+                before = window[-18:]
             text = decode(raw)
             if text:
                 yield text
