@@ -22,6 +22,7 @@ __all__ = [
     "explain_content_change",
     "explain_reply_break",
     "harness_sent_reasoning",
+    "odd_reasoning",
     "reasoning_text",
     "split_reasoning",
 ]
@@ -172,3 +173,33 @@ def harness_sent_reasoning(message: Any) -> bool:
     text = content if isinstance(content, str) else "".join(
         str(p.get("text", "")) for p in content or [] if isinstance(p, Mapping)) if isinstance(content, list) else ""
     return THINK_CLOSE in text or HARMONY_ANALYSIS in text
+
+
+_REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
+
+
+def odd_reasoning(message: Any) -> str | None:
+    """What is ambiguous about the reasoning in an assistant message a harness sent back, if anything.
+
+    Chat templates read reasoning from a field or from a think block in `content` (Qwen3's splits
+    `content` at ``</think>``): a message holding both, or a ``</think>`` with no ``<think>`` before it,
+    is rendered as the template decides, and the recorded prompt ids are the only truth about it.
+
+    Args:
+        message: one request message.
+
+    Returns:
+        A clause naming the ambiguity (``"reasoning both in reasoning_content and as a think block in
+        content"``, ``"a </think> in content with no <think> before it"``), or None.
+    """
+    if not isinstance(message, Mapping) or message.get("role") != "assistant":
+        return None
+    content = message.get("content")
+    text = content if isinstance(content, str) else "".join(
+        str(p.get("text", "")) for p in content if isinstance(p, Mapping)) if isinstance(content, list) else ""
+    field = next((k for k in _REASONING_FIELDS if isinstance(message.get(k), str) and message.get(k)), None)
+    if field and THINK_CLOSE in text:
+        return f"reasoning both in {field} and as a think block in content"
+    if THINK_CLOSE in text and THINK_OPEN not in text.split(THINK_CLOSE, 1)[0]:
+        return f"a {THINK_CLOSE} in content with no {THINK_OPEN} before it"
+    return None

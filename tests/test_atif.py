@@ -246,3 +246,19 @@ def test_a_folder_with_neither_artifacts_nor_trajectories_is_still_named(tmp_pat
                            "--out", str(tmp_path / "ds"), "--no-progress"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "empty: no artifact folder" in proc.stderr
     assert not (tmp_path / "ds").exists() and not list(tmp_path.glob(".atif-import-*"))
+
+
+def test_a_library_build_takes_atif_files_through_imported_inputs_and_leaves_no_import_folder(tmp_path, synthetic):
+    from rollout_dataset import build
+    from rollout_dataset.atif.importer import imported_inputs
+
+    bare = tmp_path / "one.atif.json"
+    bare.write_text(json.dumps(trajectory_of_folder(synthetic)))
+    broken = tmp_path / "broken.atif.json"
+    broken.write_text("{")
+    out = tmp_path / "ds"
+    with imported_inputs([bare, broken], out) as inputs:
+        result = build(inputs.paths, out)
+    assert result.total_rollouts == 1
+    assert [Path(file).name for file, _ in inputs.refused] == ["broken.atif.json"]
+    assert not list(tmp_path.glob(".atif-import-*"))

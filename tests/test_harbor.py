@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from rollout_dataset.artifact_files import ROLLOUT_FILE, SUMMARY_FILE, TRAJECTORY_FILE
+from rollout_dataset.atif.importer import AtifSource, import_documents
 from rollout_dataset.capture import capture_rollout
 from rollout_dataset.errors import ConfigError, TaskSourceError
 from rollout_dataset.harbor.adapter import (ENVIRONMENT_SPEC, HarborTaskUnsupportedError, dockerfile_needs,
@@ -175,6 +177,35 @@ def test_terminus_2_on_a_builtin_harbor_task_gets_the_verifiers_reward_at_level_
     assert all(c["request"].get("temperature") == 1.0 and c["request"].get("max_tokens") for c in calls)
     assert check_artifact_dir(out) == []
     assert _leftovers() == []
+
+
+@pytest.fixture(scope="module")
+def terminus_rollout(tmp_path_factory) -> Path:
+    """One terminus-2 rollout on a built-in Harbor task: its artifact folder."""
+    if find_harbor() is None or shutil.which("bwrap") is None:
+        pytest.skip("needs Harbor (make harbor) and bwrap (make system-deps)")
+    out = tmp_path_factory.mktemp("terminus") / "out"
+    result = capture_rollout(CaptureConfig(out_dir=out, harness="terminus-2", tasks=HARBOR_BUILTIN_SOURCE,
+                                           task_index=_index(VOWEL), rollout_seed=5))
+    assert result.ok, result.errors
+    return out
+
+
+def test_harbors_own_validator_accepts_the_trajectory_the_capture_exports(terminus_rollout):
+    harbor_python = Path(find_harbor()).parent / "python"
+    checked = subprocess.run([str(harbor_python), "-m", "harbor.utils.trajectory_validator",
+                              str(terminus_rollout / TRAJECTORY_FILE)], capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_harbors_own_trajectory_imports_at_level_tokens_with_the_captures_sequences(terminus_rollout, tmp_path):
+    bare = tmp_path / "terminus.atif.json"
+    shutil.copy(terminus_rollout / HARBOR_TRAJECTORY_FILE, bare)
+    imported = import_documents(AtifSource(bare, tmp_path))
+    assert imported[SUMMARY_FILE]["capture_level"] == "tokens"
+    captured = json.loads((terminus_rollout / ROLLOUT_FILE).read_text())["sequences"]
+    assert [(s["input_ids"], s["loss_mask"], s["logprobs"]) for s in imported[ROLLOUT_FILE]["sequences"]] == \
+        [(s["input_ids"], s["loss_mask"], s["logprobs"]) for s in captured]
 
 
 @needs_harbor

@@ -106,3 +106,57 @@ def test_the_viewer_marks_think_block_tokens_even_in_a_window_that_opens_inside_
     marked = reasoning_positions(ids, 1, len(ids), qwen3)
     close = ids.index(qwen3.convert_tokens_to_ids("</think>"))
     assert marked == set(range(1, close + 1))
+
+
+# Bad input: recorded, stated in findings, never a crash, never merged into wrong tokens.
+
+PLAIN_CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _two_calls(tokenizer, sampled_text: str, sent_back: dict) -> list[dict]:
+    """Two calls of one chat: the reply sampled as `sampled_text`, sent back as `sent_back`."""
+    from support.synthetic_records import make_record
+
+    def render(messages):
+        return [int(x) for x in tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                              return_dict=False)]
+
+    first = [{"role": "user", "content": "q1"}]
+    sampled = tokenizer.encode(sampled_text, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    answer = {"role": "assistant", "reasoning": "x", "content": "answer"}
+    second = first + [sent_back, {"role": "user", "content": "q2"}]
+    return [make_record(0, render(first), sampled, messages=first, response_message=answer),
+            make_record(1, render(second), sampled, messages=second, response_message=answer)]
+
+
+def _codes(doc) -> list[str]:
+    return [f["code"] for f in doc["findings"]]
+
+
+def test_reasoning_sent_both_as_a_field_and_in_content_is_stated_and_the_ids_stay_the_servers(qwen3):
+    sent = {"role": "assistant", "reasoning_content": "x", "content": "<think>\nx\n</think>\n\nanswer"}
+    records = _two_calls(qwen3, "<think>\nx\n</think>\n\nanswer", sent)
+    doc = _export(records, qwen3)
+    assert "reasoning_ambiguous" in _codes(doc)
+    assert any("both in reasoning_content and as a think block" in f["message"] for f in doc["findings"])
+    assert [s["input_ids"] for s in doc["sequences"]] == [records[1]["prompt_token_ids"]
+                                                          + records[1]["completion_token_ids"]]
+
+
+def test_a_think_close_without_an_open_in_sent_back_content_is_stated(qwen3):
+    sent = {"role": "assistant", "content": "x</think>answer"}
+    doc = _export(_two_calls(qwen3, "<think>\nx\n</think>\n\nanswer", sent), qwen3)
+    assert any(f["code"] == "reasoning_ambiguous" and "</think> in content with no <think>" in f["message"]
+               for f in doc["findings"])
+
+
+def test_a_reasoning_field_the_template_has_no_place_for_is_a_drop_by_design(qwen3):
+    import copy
+
+    plain = copy.copy(qwen3)
+    plain.chat_template = PLAIN_CHATML
+    sent = {"role": "assistant", "reasoning_content": "x", "content": "answer"}
+    doc = _export(_two_calls(plain, "<think>\nx\n</think>\n\nanswer", sent), plain)
+    assert _causes(doc) == ["template_dropped_reasoning"]
+    assert [s["earlier_reasoning_absent"] for s in doc["sequences"]] == [False, True]

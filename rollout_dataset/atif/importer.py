@@ -16,7 +16,9 @@ artifact schemas require (see docs/atif.md for each such value). A bad file rais
 from __future__ import annotations
 
 import hashlib
+import contextlib
 import json
+import tempfile
 import os
 import re
 import datetime as _dt
@@ -50,7 +52,7 @@ from rollout_dataset.schema import schema_errors
 from rollout_dataset.trace_integrity import in_arrival_order, reseal
 
 __all__ = ["AtifSource", "HARBOR_RESULT_FILE", "HARBOR_TRAJECTORY", "ATIF_SUFFIX", "find_atif_sources",
-           "import_documents", "split_inputs"]
+           "import_documents", "split_inputs", "write_imported", "ImportedInputs", "imported_inputs"]
 
 #: a Harbor trial folder's result (`TrialResult`) and its agent's ATIF trajectory.
 HARBOR_RESULT_FILE = "result.json"
@@ -503,3 +505,44 @@ def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[li
         partial.rename(final)
         folders.append(final)
     return folders, refused
+
+
+@dataclass
+class ImportedInputs:
+    """What `imported_inputs` gives: the build's inputs with every trajectory turned into an artifact folder.
+
+    Attributes:
+        paths: the artifact folders (and trees) given, plus the folder holding the imported ones.
+        refused: ``(file, "file: field: reason")`` of each trajectory left out.
+    """
+
+    paths: list[str]
+    refused: list[tuple[str, str]]
+
+
+@contextlib.contextmanager
+def imported_inputs(paths: Iterable[str | Path], beside: str | Path) -> Iterator[ImportedInputs]:
+    """Build inputs in which Harbor trials, job folders and bare ATIF files are artifact folders.
+
+    The trajectories are imported into a temporary folder next to `beside` (the dataset folder to
+    build: the same file system), removed when the block ends, whatever happens in it.
+
+    Args:
+        paths: what `build` would take, mixed with ATIF sources (`find_atif_sources`).
+        beside: the dataset folder the build writes.
+
+    Yields:
+        The inputs to give `rollout_dataset.build`, and the trajectories left out (named).
+
+    Raises:
+        OSError: the import folder could not be written (a full disk); nothing of it is left.
+    """
+    artifacts, sources = split_inputs(paths)
+    if not sources:
+        yield ImportedInputs(list(artifacts), [])
+        return
+    parent = Path(beside).absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=parent, prefix=".atif-import-") as stage:
+        folders, refused = write_imported(sources, stage)
+        yield ImportedInputs(list(artifacts) + ([stage] if folders else []), refused)

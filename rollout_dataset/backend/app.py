@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ from rollout_dataset.backend.prompt_logprobs import prompt_logprobs, prompt_logp
 from rollout_dataset.backend.reused_prompt import reused_prompt_ids
 from rollout_dataset.backend.emitted import emitted_text as _emitted_text, scrub_surrogates as _scrub
 from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR, encode_text, load_tokenizer, render_chat
+from rollout_dataset.wire.sse import DONE, encode_event, encode_json_event
 
 __all__ = ["create_backend_app", "BackendState", "DEFAULT_MAX_MODEL_LEN", "MAX_LOGPROBS"]
 
@@ -125,8 +125,8 @@ async def _json_body(request: Request) -> dict:
 # endpoints
 
 
-def _sse(obj: Any) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
+def _sse(obj: Any) -> bytes:
+    return encode_json_event(obj)
 
 
 def _error_response(exc: RequestError) -> JSONResponse:
@@ -313,7 +313,7 @@ async def _chat_stream(state, common: CommonParams, gens, fmt, rid, created, pro
         n_out = sum(len(g.steps) for g in gens)
         yield _sse(P.usage_chunk(rid, created, model, "chat.completion.chunk",
                                  P.usage_dict(len(prompt_ids), n_out, full=False), state.fingerprint))
-    yield "data: [DONE]\n\n"
+    yield encode_event(DONE)
 
 
 async def _completions(request: Request, state: BackendState) -> Response:
@@ -388,7 +388,7 @@ async def _completion_stream(state, common: CommonParams, gens, fmt, rid, create
         n_out = sum(len(g.steps) for g in gens)
         yield _sse(P.usage_chunk(rid, created, model, "text_completion",
                                  P.usage_dict(len(prompt_ids), n_out, full=False), state.fingerprint))
-    yield "data: [DONE]\n\n"
+    yield encode_event(DONE)
 
 
 async def _responses(request: Request, state: BackendState) -> Response:

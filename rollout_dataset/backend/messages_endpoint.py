@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from rollout_dataset.backend.params import RequestError, chat_inputs, json_body
 from rollout_dataset.schema.api_requests import messages_request_problem
 from rollout_dataset.tokenizers import encode_text, render_chat
+from rollout_dataset.wire.sse import DONE, aiter_events
 from rollout_dataset.wire.anthropic_chat import (
     ChatStreamToMessages,
     anthropic_error,
@@ -91,16 +92,11 @@ async def messages_endpoint(request: Request, state: Any, chat: ChatHandler) -> 
 
 async def _events(chunks: AsyncIterator[Any]) -> AsyncIterator[bytes]:
     converter = ChatStreamToMessages()
-    async for item in chunks:
-        text = item.decode("utf-8") if isinstance(item, bytes) else item
-        for block in text.split("\n\n"):
-            if not block.startswith("data: "):
-                continue
-            data = block[len("data: "):]
-            if data == "[DONE]":
-                yield encode_events(converter.done())
-            else:
-                yield encode_events(converter.feed(json.loads(data)))
+    async for event in aiter_events(chunks):
+        if event.data == DONE:
+            yield encode_events(converter.done())
+        else:
+            yield encode_events(converter.feed(json.loads(event.data)))
 
 
 async def count_tokens_endpoint(request: Request, state: Any) -> Response:

@@ -16,7 +16,6 @@ stored), built-in tools (dropped), `background`.
 
 from __future__ import annotations
 
-import json
 import secrets
 from typing import Any, AsyncIterator
 
@@ -31,6 +30,7 @@ from rollout_dataset.backend.params import RequestError, check_context, common_p
 from rollout_dataset.backend.policies import PolicyRequest
 from rollout_dataset.tokenizers import encode_text, render_chat
 from rollout_dataset.wire.responses_chat import input_to_messages, tools_to_chat
+from rollout_dataset.wire.sse import encode_json_event
 
 __all__ = ["responses_endpoint", "LOGPROBS_INCLUDE"]
 
@@ -220,16 +220,15 @@ async def responses_endpoint(request: Request, state: Any, respond: Any) -> Resp
     return StreamingResponse(_events(start, final, answer, stream_logprobs), media_type="text/event-stream")
 
 
-def _event(kind: str, seq: int, payload: dict[str, Any]) -> str:
-    data = {**payload, "sequence_number": seq, "type": kind}
-    return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+def _event(kind: str, seq: int, payload: dict[str, Any]) -> bytes:
+    return encode_json_event({**payload, "sequence_number": seq, "type": kind}, kind)
 
 
 async def _events(start: dict, final: dict, answer: _Answer, logprobs: list | None) -> AsyncIterator[str]:
     """vLLM's Responses event sequence for one answer (text deltas per token, then function calls)."""
     seq = 0
 
-    def ev(kind: str, payload: dict[str, Any]) -> str:
+    def ev(kind: str, payload: dict[str, Any]) -> bytes:
         nonlocal seq
         seq += 1
         return _event(kind, seq - 1, payload)

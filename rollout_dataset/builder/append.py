@@ -3,7 +3,7 @@
 `append_to_dataset(artifact_dirs, dataset_dir)`:
 
 1. refuses a `dataset_dir` that is not a dataset built by this tool (missing, empty, or anything
-   else: `DatasetDirError` naming it) and takes the build lock on it (`staging.locked_out_dir`: a
+   else: `DatasetDirError` naming it) and takes the build lock on it (`staging.exclusive`: a
    second append or build into the same folder is refused while this one runs);
 2. skips, without building them, the artifact folders whose ``summary.json`` names a rollout the
    dataset already holds (reported in `BuildResult.skipped`);
@@ -14,7 +14,7 @@
    rows of rollouts already there dropped exactly as `push` drops them; shards moved in under new
    names that sort after the existing ones), renders the card over old + new
    (`builder.merge.write_card`, with the dataset's stored card options), fsyncs;
-5. swaps the staging folder in with one atomic `renameat2(RENAME_EXCHANGE)` (`staging.commit`).
+5. swaps the staging folder in with one atomic `renameat2(RENAME_EXCHANGE)` (`staging.staged`).
 
 Why the whole folder is swapped rather than the new shards renamed into ``data/<config>/`` one by
 one: a reader listing the folder between two such renames would see the new rollout's `summary`
@@ -109,9 +109,7 @@ def append_to_dataset(artifact_dirs: Iterable[str | Path], dataset_dir: str | Pa
     require_dataset(out)
     folders = find_artifact_dirs(artifact_dirs)
     result = BuildResult(out_dir=Path(dataset_dir), rows={c: 0 for c in CONFIG_NAMES})
-    with staging.terminate_raises(), staging.locked_out_dir(out):
-        require_dataset(out)  # again, under the lock
-        check_shards(out)
+    with staging.exclusive(out, require_dataset, check_shards):  # checked again under the lock
         present = dataset_rollout_ids(out)
         todo, there = split_present(folders, present)
         for folder, rid in there:
@@ -121,7 +119,7 @@ def append_to_dataset(artifact_dirs: Iterable[str | Path], dataset_dir: str | Pa
             result.total_rollouts = len(present)
             log.info("%s: every rollout given is already there; nothing appended", out)
             return result
-        with staging.staging_folder(out) as stage:
+        with staging.staged(out) as stage:
             identity = tokenizer_identity(stage, str(out))
             part = stage / PARTS_DIR / "append"
             built = build(todo, part, template=template, progress=progress, row_group_bytes=row_group_bytes,
@@ -134,8 +132,6 @@ def append_to_dataset(artifact_dirs: Iterable[str | Path], dataset_dir: str | Pa
             staging.checkpoint("merged")
             written += write_card(stage, load_card_options(stage), template=template, result=result)
             staging.fsync_tree(written)
-            staging.checkpoint("staged")
-            staging.commit(stage, out)
     result.readme = Path(dataset_dir) / "README.md"
     log.info("appended to %s: %d rollouts added, %d skipped, %d in total", out, len(result.added),
              len(result.skipped), result.total_rollouts)

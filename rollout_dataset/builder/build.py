@@ -244,15 +244,13 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
     out = Path(out_dir).absolute()
     staging.check_out_dir(out)
     result = BuildResult(out_dir=Path(out_dir))
-    with staging.terminate_raises(), staging.locked_out_dir(out):
-        staging.check_out_dir(out)  # again, under the lock
-        check_shards(out)
+    with staging.exclusive(out, staging.check_out_dir, check_shards):  # checked again under the lock
         present = dataset_rollout_ids(out)
         existing_summaries = sorted((out / "data" / DEFAULT_CONFIG).glob("*.parquet"))
         tokenizers = TokenizerRegistry(iter_summary_rows(existing_summaries, ["rollout_id", "tokenizer",
                                                                               "tokenizer_sha256"]),
                                        stored_tokenizer_sha256(out))
-        with staging.staging_folder(out) as stage:
+        with staging.staged(out) as stage:
             expected, skip = plan_inputs(folders, present)
             present.clear()
             specs = split_parts(folders, expected, skip, workers) if folders else []
@@ -281,8 +279,6 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
                                       template=template)
             result.bytes_per_config = finished.bytes_per_config
             result.total_rollouts = finished.total_rollouts
-            staging.checkpoint("staged")
-            staging.commit(stage, out)
     result.readme = Path(out_dir) / "README.md"
     log.info("built %s: %d rollouts added, %d skipped, %d refused, %d in total", out, len(result.added),
              len(result.skipped), len(result.refused), result.total_rollouts)

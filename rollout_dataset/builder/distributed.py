@@ -238,9 +238,7 @@ def _build(ray: Any, affinity: Any, folders: list[str], n: int, pinned: list[Bui
            progress: bool) -> BuildResult:
     result = BuildResult(out_dir=given, rows={c: 0 for c in CONFIG_NAMES})
     remote = ray.remote(num_cpus=1, max_retries=0)(build_part)
-    with staging.terminate_raises(), staging.locked_out_dir(out):
-        staging.check_out_dir(out)  # again, under the lock
-        check_shards(out)
+    with staging.exclusive(out, staging.check_out_dir, check_shards):  # checked again under the lock
         present = dataset_rollout_ids(out)
         # what the driver sees: rollouts already there are not built again
         todo, there = split_present(folders, present)
@@ -250,7 +248,7 @@ def _build(ray: Any, affinity: Any, folders: list[str], n: int, pinned: list[Bui
             result.total_rollouts = len(present)
             log.info("%s: every rollout given is already there; nothing built", out)
             return result
-        with staging.staging_folder(out) as stage:
+        with staging.staged(out) as stage:
             identity = tokenizer_identity(stage, str(out))
             refs = {}
             for i, part in enumerate(plan):
@@ -296,8 +294,6 @@ def _build(ray: Any, affinity: Any, folders: list[str], n: int, pinned: list[Bui
             staging.checkpoint("merged")
             written += write_card(stage, options, template=template, result=result)
             staging.fsync_tree(written)
-            staging.checkpoint("staged")
-            staging.commit(stage, out)
     result.readme = given / "README.md"
     log.info("built %s on Ray from %d part(s): %d rollouts added, %d skipped, %d in total", out, len(plan),
              len(result.added), len(result.skipped), result.total_rollouts)

@@ -37,7 +37,7 @@ import shutil
 import signal
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import yaml
 
@@ -45,7 +45,7 @@ from rollout_dataset.errors import DatasetDirError
 
 __all__ = ["DATASET_TAG", "is_built_dataset", "check_out_dir", "restore_aside", "clean_stale", "locked_out_dir",
            "staging_folder", "fsync_tree", "commit", "terminate_raises", "checkpoint", "exchange_folders",
-           "link_or_copy"]
+           "link_or_copy", "exclusive", "staged"]
 
 log = logging.getLogger(__name__)
 
@@ -412,3 +412,45 @@ def terminate_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+# The staging sequence, once: every writer of a dataset folder (build, append, the distributed build)
+# runs `with exclusive(out, checks...):` then `with staged(out) as stage:` and writes only in `stage`.
+
+
+@contextlib.contextmanager
+def exclusive(out: str | Path, *checks: Callable[[Path], None]) -> Iterator[None]:
+    """Own the dataset folder `out`: SIGTERM raises, the build lock is held, and `checks` pass under it.
+
+    Args:
+        out: the dataset folder (created empty if missing; removed again if still empty at the end).
+        checks: each called with `out` once the lock is held (what was true before the lock may not be).
+
+    Raises:
+        DatasetDirError: another build holds the lock.
+        Exception: whatever a check raises.
+    """
+    out = Path(out)
+    with terminate_raises(), locked_out_dir(out):
+        for check in checks:
+            check(out)
+        yield
+
+
+@contextlib.contextmanager
+def staged(out: str | Path) -> Iterator[Path]:
+    """A staging folder holding `out`'s files, swapped in as `out` when the block ends normally.
+
+    The writer fsyncs what it wrote (`fsync_tree`); an exception (SIGTERM included, inside
+    `exclusive`) leaves `out` as it was and removes the staging folder.
+
+    Args:
+        out: the dataset folder, held by `exclusive`.
+
+    Yields:
+        The staging folder to write the new dataset in.
+    """
+    with staging_folder(out) as stage:
+        yield stage
+        checkpoint("staged")
+        commit(stage, out)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 __all__ = ["add_arguments", "run"]
 
@@ -84,35 +83,6 @@ def _citation(path: str | None) -> str | None:
         raise ConfigError(f"--citation-file {path}: {exc.strerror or exc}") from None
 
 
-def _import_atif(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str]]]:
-    """Turn the ATIF trajectories among the inputs into artifact folders in a temporary folder.
-
-    Harbor trials and job folders and bare ATIF files (`rollout_dataset.atif.importer`) are imported
-    into a folder beside `--out` (removed after the build); `args.artifacts` then names it in their
-    place. A trajectory that fails a check is left out and returned, named.
-
-    Returns:
-        ``(the temporary folder or None, [(file, reason), ...] left out)``.
-    """
-    import tempfile
-
-    from rollout_dataset.atif.importer import split_inputs, write_imported
-
-    artifacts, sources = split_inputs(args.artifacts)
-    if not sources:
-        return None, []
-    parent = Path(args.out).absolute().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    stage = tempfile.TemporaryDirectory(dir=parent, prefix=".atif-import-")
-    try:
-        folders, refused = write_imported(sources, stage.name)
-    except BaseException:  # a full disk: nothing of the import is left behind
-        stage.cleanup()
-        raise
-    args.artifacts = artifacts + ([stage.name] if folders else [])
-    return stage, refused
-
-
 def run(args: argparse.Namespace) -> int:
     """Build the dataset, print what was written, push when PUSH_TO_DATASET is set.
 
@@ -123,29 +93,37 @@ def run(args: argparse.Namespace) -> int:
         0 on success, 1 on an invalid artifact, a refused --out or a failed push, 2 without inputs
         (errors: one ``error:`` line on stderr, `rollout_dataset.cli.reporting`).
     """
-    from rollout_dataset.builder import build
-    from rollout_dataset.builder.inputs import first_failure_line
-    from rollout_dataset.errors import RolloutDatasetError, SchemaValidationError
-    from rollout_dataset.cli.push_env import maybe_push_from_env
+    from rollout_dataset.atif.importer import imported_inputs
+    from rollout_dataset.cli.build_extend import wants_extended
     from rollout_dataset.cli.reporting import EXIT_FAILED, EXIT_USAGE, report_error
-
-    from rollout_dataset.cli.build_extend import run_extended, wants_extended
 
     if not args.artifacts and not args.node_dir:
         return report_error("give at least one artifact folder (or --node-dir with --executor ray)", EXIT_USAGE)
     if args.skip_invalid and wants_extended(args):
         return report_error("--skip-invalid works with a plain build, not with --append or --executor ray", EXIT_USAGE)
     try:
-        atif_stage, atif_refused = _import_atif(args)
-    except OSError as exc:
+        with imported_inputs(args.artifacts, args.out) as inputs:
+            for _file, reason in inputs.refused:  # the reason names the file and the field
+                print(f"refused: {reason} (left out of the dataset)", file=sys.stderr)
+            if not inputs.paths and not args.node_dir:
+                return report_error(f"no input left to build: all {len(inputs.refused)} ATIF trajectories were "
+                                    "refused", EXIT_FAILED, note=f"{args.out} left as it was")
+            args.artifacts = inputs.paths
+            return _build_and_report(args)
+    except OSError as exc:  # the import folder could not be written: nothing of it is left
         return report_error(exc, EXIT_FAILED, note=f"{args.out} left as it was")
-    for _file, reason in atif_refused:  # the reason names the file and the field
-        print(f"refused: {reason} (left out of the dataset)", file=sys.stderr)
-    if not args.artifacts and not args.node_dir:
-        if atif_stage is not None:
-            atif_stage.cleanup()
-        return report_error(f"no input left to build: all {len(atif_refused)} ATIF trajectories were refused",
-                            EXIT_FAILED, note=f"{args.out} left as it was")
+
+
+def _build_and_report(args: argparse.Namespace) -> int:
+    """Build (or append, or build on Ray) from `args.artifacts`, report, push: `run`'s exit code."""
+    from rollout_dataset.builder import build
+    from rollout_dataset.builder.inputs import first_failure_line
+    from rollout_dataset.errors import RolloutDatasetError, SchemaValidationError
+    from rollout_dataset.cli.push_env import maybe_push_from_env
+    from rollout_dataset.cli.reporting import EXIT_FAILED, report_error
+
+    from rollout_dataset.cli.build_extend import run_extended, wants_extended
+
     try:
         card = dict(pretty_name=args.pretty_name, license=args.license, language=args.language or ("en",),
                     homepage=args.homepage, repository=args.repository, citation=_citation(args.citation_file))
@@ -162,9 +140,6 @@ def run(args: argparse.Namespace) -> int:
         return report_error(exc, EXIT_FAILED)
     except OSError as exc:  # a full disk, a permission: named by the OS error, the dataset untouched
         return report_error(exc, EXIT_FAILED, note=f"{args.out} left as it was")
-    finally:
-        if atif_stage is not None:
-            atif_stage.cleanup()
     refused = result.refused  # empty for --append and --executor ray: they check every folder strictly
     for folder, reason in refused:
         print(f"refused: {folder}: left out of the dataset: {reason}", file=sys.stderr)

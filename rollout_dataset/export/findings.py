@@ -22,6 +22,7 @@ call_error                WARN     the call failed (upstream error, disconnect) 
 trace_note                INFO     a note the proxy left on the record
 retokenization_unavailable INFO    the chat template could not re-render the request
 prefix_break              INFO     a new root that continues an earlier conversation, with cause
+reasoning_ambiguous       INFO     a sent-back assistant turn holds reasoning a template may read two ways
 no_generation_calls       WARN     the trace holds no generation call at all
 eval_capture              INFO     capture level below ``tokens``: nothing is trainable
 ========================  =======  =============================================================
@@ -34,6 +35,7 @@ from typing import Any, Callable
 
 from rollout_dataset.export.breaks import BreakCause, explain_break
 from rollout_dataset.graph import RolloutGraph, TurnNode, normalise_message
+from rollout_dataset.reasoning import odd_reasoning
 from rollout_dataset.tokenizers import template_messages
 
 __all__ = [
@@ -68,6 +70,7 @@ FINDING_CODES: dict[str, str] = {
     "trace_note": INFO,
     "retokenization_unavailable": INFO,
     "prefix_break": INFO,
+    "reasoning_ambiguous": INFO,
     "no_generation_calls": WARN,
     "eval_capture": INFO,
 }
@@ -225,6 +228,12 @@ def call_findings(node: TurnNode, *, tokens_expected: bool) -> list[dict[str, An
         )
     for note in node.notes:
         out.append(finding("trace_note", f"call {i}: {note}", call_index=i))
+    for m, message in enumerate(node.request_messages):
+        odd = odd_reasoning(message)
+        if odd:
+            out.append(finding("reasoning_ambiguous", f"call {i}: request message {m} (assistant) holds {odd}; the "
+                               "chat template renders it as it decides: the prompt ids show what the model saw",
+                               call_index=i))
     return out
 
 

@@ -30,6 +30,8 @@ import json
 import uuid
 from typing import Any, Iterable
 
+from rollout_dataset.wire.sse import encode_json_event, iter_events
+
 __all__ = [
     "BILLING_HEADER_PREFIX",
     "IGNORED_FIELDS",
@@ -566,11 +568,9 @@ def assemble_events(text: str) -> dict[str, Any] | None:
     """
     message: dict[str, Any] | None = None
     blocks: dict[int, dict[str, Any]] = {}
-    for line in text.splitlines():
-        if not line.startswith("data:"):
-            continue
+    for sse in iter_events(text):
         try:
-            event = json.loads(line[5:].strip())
+            event = json.loads(sse.data)
         except ValueError:
             continue
         kind = event.get("type") if isinstance(event, dict) else None
@@ -611,5 +611,4 @@ def encode_events(events: Iterable[tuple[str, dict[str, Any]]]) -> bytes:
     Returns:
         The bytes to send.
     """
-    return "".join(f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
-                   for name, data in events).encode("utf-8")
+    return b"".join(encode_json_event(data, name) for name, data in events)
