@@ -15,6 +15,7 @@ from rollout_dataset.proxy.call import Call
 from rollout_dataset.proxy.call_record import CallRecorder
 from rollout_dataset.proxy.jsoncodec import dumps_standard
 from rollout_dataset.wire.anthropic_chat import anthropic_error, anthropic_error_type
+from rollout_dataset.wire.sse import encode_event
 
 __all__ = ["ErrorAnswerer", "send_json", "JSON_HEADERS", "error_body", "error_event", "call_error_body", "call_error_event",
            "unrecorded_message"]
@@ -39,7 +40,7 @@ def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
 
 def error_event(status: int, message: str, kind: str) -> bytes:
     """An SSE event carrying an OpenAI-style error: how a stream that cannot finish normally ends."""
-    return b"data: " + dumps_standard(error_body(status, message, kind)) + b"\n\n"
+    return encode_event(dumps_standard(error_body(status, message, kind)))
 
 #: the Anthropic error type of each proxy error kind (the kind itself stays in the record's `error`)
 ANTHROPIC_ERROR_TYPES = {"bad_request": "invalid_request_error", "context_exhausted": "invalid_request_error",
@@ -58,7 +59,7 @@ def call_error_body(call: Call, status: int, message: str, kind: str) -> dict[st
 def call_error_event(call: Call, status: int, message: str, kind: str) -> bytes:
     """The SSE event that ends a stream of the call's API with an error (Anthropic: an ``error`` event)."""
     if call.asked.anthropic:
-        return b"event: error\ndata: " + dumps_standard(anthropic_error(_anthropic_type(status, kind), message)) + b"\n\n"
+        return encode_event(dumps_standard(anthropic_error(_anthropic_type(status, kind), message)), "error")
     return error_event(status, message, kind)
 
 

@@ -29,6 +29,7 @@ from rollout_dataset.proxy.responses_capture import ResponsesAssembler
 from rollout_dataset.proxy.streaming import StreamAssembler
 from rollout_dataset.proxy.tokens import TokenRequest, strip_response
 from rollout_dataset.wire.anthropic_chat import ChatStreamToMessages, encode_events
+from rollout_dataset.wire.sse import encode_event
 
 __all__ = ["StreamRelay", "frame", "frame_json", "plain_utf8"]
 
@@ -254,23 +255,9 @@ def assembled(call: Call, assembler: StreamAssembler | ResponsesAssembler, raw_e
         return "\n".join(raw_events)
 
 def frame(event: ServerSentEvent, data: str) -> bytes:
-    """One event re-framed for the harness, its data unchanged (single-line data: no copy but the encode)."""
-    if not event.id and (not event.event or event.event == "message") and "\n" not in data:
-        return b"data: " + data.encode("utf-8") + b"\n\n"
-    head = ""
-    if event.event and event.event != "message":
-        head += f"event: {event.event}\n"
-    if event.id:
-        head += f"id: {event.id}\n"
-    if "\n" in data:
-        body = "".join(f"data: {line}\n" for line in data.split("\n"))
-    else:
-        body = f"data: {data}\n"
-    return (head + body + "\n").encode("utf-8")
+    """One event re-framed for the harness, its data unchanged (`rollout_dataset.wire.sse.encode_event`)."""
+    return encode_event(data, event.event, event.id)
 
 def frame_json(event: ServerSentEvent, value: Any, nonfinite: bool) -> bytes:
     """An edited (stripped) event, its data encoded once (see `rollout_dataset.proxy.jsoncodec.dumps_event`)."""
-    data = dumps_event(value, nonfinite)
-    if not event.id and (not event.event or event.event == "message"):
-        return b"data: " + data + b"\n\n"
-    return frame(event, data.decode("utf-8"))
+    return encode_event(dumps_event(value, nonfinite), event.event, event.id)
