@@ -54,6 +54,20 @@ class RequestPart:
         self.native_request: Any = None  # the Messages request as received, for an upstream with no chat endpoint
         self.on_policy: Prepared | None = None  # on-policy mode's decision for a chat call
 
+    def as_received(self) -> Any:
+        """Undo the Messages → chat rewrite: the upstream has no chat endpoint (not vLLM).
+
+        The call is then forwarded as it came and recorded at level ``text`` (kind ``messages``).
+
+        Returns:
+            The Messages request as the harness sent it (the `httpx.Request` the rewriter kept).
+        """
+        request = self.native_request
+        self.translator = self.upstream_request = self.native_request = None
+        self.kind = "messages"
+        self.upstream_changes, self.effective = {}, dict(self.requested)
+        return request
+
 
 class AnswerPart:
     """The answer side of a call: what the upstream sent and what the harness got (the relays)."""

@@ -89,10 +89,7 @@ class UpstreamRelay:
                 call.notes.append(f"the model server at {url} has no chat completions endpoint "
                                   f"(HTTP {response.status_code}); the Messages call was forwarded as it came "
                                   "and recorded as text")
-                asked.translator = asked.upstream_request = None
-                asked.kind, token_req = "messages", None
-                asked.upstream_changes, asked.effective = {}, dict(asked.requested)
-                request, asked.native_request = asked.native_request, None
+                request, token_req = asked.as_received(), None
                 url = redact_url(str(request.url))
                 response = await self._send_upstream(call, request, url, send)
                 if response is None:
