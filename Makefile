@@ -81,9 +81,11 @@ npm-tools: $(NPM_STAMP)
 demo: install system-deps
 	$(PY) -m rollout_dataset.demo
 
-# The lint gate (ruff; rules in pyproject.toml [tool.ruff]): zero findings, checked first by `make test`.
+# The lint gate, checked first by `make test`: ruff (rules in pyproject.toml [tool.ruff]), then mypy
+# over the package (settings in [tool.mypy]); zero findings from each.
 lint: install-test
 	$(VENV)/bin/ruff check rollout_dataset tests bench real_model capture_scripts
+	$(VENV)/bin/mypy
 
 # The whole test suite, as CI runs it: lint first, then every test.
 test: lint npm-tools system-deps reader-venv harbor

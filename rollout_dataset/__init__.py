@@ -33,8 +33,9 @@ _EXPORTS: dict[str, str] = {
     "turns_document": "rollout_dataset.export",
     "summarise": "rollout_dataset.export",
     "render_samples": "rollout_dataset.render",
-    "build": "rollout_dataset.builder",
-    "BuildResult": "rollout_dataset.builder",
+    "build": "rollout_dataset.builder.build",  # the defining module: through the package, mypy takes the
+    # name `build` for the submodule rollout_dataset.builder.build and reports a redefinition
+    "BuildResult": "rollout_dataset.builder.build",
     "push": "rollout_dataset.hub",
     "PushResult": "rollout_dataset.hub",
     "run_batch": "rollout_dataset.batch",
@@ -83,7 +84,7 @@ if TYPE_CHECKING:  # static imports for type checkers (`X as X`: an explicit re-
     from rollout_dataset.graph import build_graph as build_graph
     from rollout_dataset.export import export_rollout as export_rollout, turns_document as turns_document, summarise as summarise
     from rollout_dataset.render import render_samples as render_samples
-    from rollout_dataset.builder import build as build, BuildResult as BuildResult
+    from rollout_dataset.builder.build import build as build, BuildResult as BuildResult
     from rollout_dataset.hub import push as push, PushResult as PushResult
     from rollout_dataset.batch import run_batch as run_batch, BatchConfig as BatchConfig, BatchResult as BatchResult
     from rollout_dataset.rewards.config import StepRewardConfig as StepRewardConfig

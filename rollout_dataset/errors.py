@@ -83,7 +83,8 @@ class SchemaValidationError(RolloutDatasetError, ValueError):
         lines = [f"{f}: {p}: {r}" for f, p, r in self.failures]
         super().__init__("\n".join(lines) if lines else "validation failed")
 
-    def __reduce__(self):  # picklable (a build part in another process raises it)
+    # picklable (a build part in another process raises it)
+    def __reduce__(self) -> tuple[type[SchemaValidationError], tuple[list[tuple[str, str, str]]]]:
         return type(self), (self.failures,)
 
 
@@ -173,7 +174,8 @@ class ToolNotInstalledError(RolloutDatasetError, FileNotFoundError):
     def __str__(self) -> str:  # the message alone, not OSError's "[Errno ...]" form
         return self.args[0]
 
-    def __reduce__(self):  # picklable (raised in a batch worker process)
+    # picklable (raised in a batch worker process)
+    def __reduce__(self) -> tuple[type[ToolNotInstalledError], tuple[str, str, str, bool]]:
         return type(self), (self.tool, self.install, self.needed_for, self.is_command)
 
 

@@ -36,7 +36,7 @@ import json
 import logging
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from rollout_dataset.wire.records import call_answer_chat, call_request_chat
 
@@ -254,7 +254,7 @@ class _PrefixIndex:
         """Whether some indexed sequence is at most ``length`` long (so could be a prefix)."""
         return bool(self._lengths) and self._lengths[0] <= length
 
-    def longest(self, seq: list[int], is_prefix, start: tuple[int, Any, int | None] | None = None) -> tuple[int | None, Any]:
+    def longest(self, seq: list[int], is_prefix: Callable[[int, int], bool], start: tuple[int, Any, int | None] | None = None) -> tuple[int | None, Any]:
         """The node whose full sequence is the longest prefix of ``seq`` (latest on ties).
 
         Args:
@@ -549,7 +549,7 @@ def build_graph(records: Iterable[dict[str, Any]]) -> RolloutGraph:
         prompts = [n.prompt_ids for n in nodes]
         sampled = [n.sampled_ids for n in nodes]
     else:
-        intern: dict[str, int] = {}
+        intern: dict[tuple[Any, ...], int] = {}
 
         def ids(messages: list[Any]) -> list[int]:
             return [intern.setdefault(normalise_message(m), len(intern)) for m in messages]

@@ -86,6 +86,12 @@ def bind_socket(host: str = "127.0.0.1", port: int = 0, backlog: int = DEFAULT_B
     return sock
 
 
+@contextlib.contextmanager
+def _no_signal_capture() -> Iterator[None]:
+    """Stands in for uvicorn's `Server.capture_signals`: the signals stay the caller's."""
+    yield
+
+
 class UvicornServer:
     """uvicorn serving one app on an already bound socket, in the running event loop.
 
@@ -103,14 +109,16 @@ class UvicornServer:
         self.sock = sock
         self.own_socket = own_socket
         # httptools (uvicorn's C parser) as "auto" picks; no proxy-header rewriting (a middleware layer
-        # per request that nothing here needs).
+        # per request that nothing here needs). uvicorn annotates both timeouts `int` but hands them to
+        # loop.call_later / asyncio.timeout, which take fractional seconds: its annotation is too narrow.
         config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
-                                server_header=server_header, date_header=server_header, proxy_headers=False, timeout_graceful_shutdown=graceful_s,
-                                backlog=DEFAULT_BACKLOG, timeout_keep_alive=keep_alive_s)
+                                server_header=server_header, date_header=server_header, proxy_headers=False,
+                                timeout_graceful_shutdown=graceful_s,  # type: ignore[arg-type]
+                                backlog=DEFAULT_BACKLOG, timeout_keep_alive=keep_alive_s)  # type: ignore[arg-type]
         self.server = uvicorn.Server(config)
         # Signals are the caller's (the CLI's handlers, a worker's SIGTERM): uvicorn would otherwise take
         # SIGINT/SIGTERM while it serves from the main thread and raise them again once stopped.
-        self.server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+        self.server.capture_signals = _no_signal_capture  # type: ignore[method-assign]
         self._task: asyncio.Task[Any] | None = None
 
     @property

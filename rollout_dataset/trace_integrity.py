@@ -164,10 +164,10 @@ def written_order(records: Sequence[Any]) -> list[int] | None:
     for position, record in enumerate(records):
         if not isinstance(record, dict) or CHAIN_FIELD not in record:
             return None
-        link = record[CHAIN_FIELD]
-        if not (link is None or isinstance(link, str)) or link in by_previous:
+        previous = record[CHAIN_FIELD]
+        if not (previous is None or isinstance(previous, str)) or previous in by_previous:
             return None
-        by_previous[link] = position
+        by_previous[previous] = position
     order: list[int] = []
     link: str | None = None
     while link in by_previous:  # from the first record (link None) to the last

@@ -117,7 +117,8 @@ def test_a_timed_out_rollout_keeps_its_partial_capture(tmp_path, agent_cmd, monk
     monkeypatch.setenv("AGENT_SOLUTION", task.reference_solution)
     monkeypatch.setenv("AGENT_SLEEP", "60")
     out = tmp_path / "out"
-    result = capture_rollout(CaptureConfig(out_dir=out, task_index=1, harness=agent_cmd, timeout_s=3))
+    # the 60 s sleep is what times out; 8 s leaves the agent's one call room on a loaded 2-core machine
+    result = capture_rollout(CaptureConfig(out_dir=out, task_index=1, harness=agent_cmd, timeout_s=8))
     summary = result.summary
     assert summary["timed_out"] is True and summary["stop_reason"] == "timeout"
     assert summary["captured_calls"] == 1 and summary["env_reward"] == 1.0

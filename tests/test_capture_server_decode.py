@@ -40,3 +40,35 @@ def test_server_tokenizer_renders_a_conversation_as_the_server_does(local_backen
 def test_a_server_without_detokenize_is_a_named_upstream_error():
     with ServerTokenizer("http://127.0.0.1:9/v1", "m") as remote, pytest.raises(UpstreamError, match="/detokenize"):
         remote.decode([1, 2, 3])
+
+
+def test_an_answer_without_text_or_tokens_is_an_upstream_error_naming_the_url():
+    import http.server
+    import threading
+
+    class EmptyAnswers(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), EmptyAnswers)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        with ServerTokenizer(url, "m") as remote:
+            with pytest.raises(UpstreamError, match=r"127\.0\.0\.1:\d+/detokenize: no 'prompt' text"):
+                remote.decode([1, 2, 3])
+            with pytest.raises(UpstreamError, match=r"127\.0\.0\.1:\d+/tokenize: no 'tokens' list"):
+                remote.apply_chat_template([{"role": "user", "content": "hi"}])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

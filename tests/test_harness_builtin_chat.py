@@ -45,10 +45,11 @@ def _turns(responses: list[Response], n: int, report_url: str | None = None):
             return [chat.turn({"model": "m", "messages": []}, deadline) for _ in range(n)], chat.calls
 
 
-def test_the_assistant_message_carries_tool_calls_in_request_form_and_the_reasoning():
-    (turn,), calls = _turns([_reply({"content": None, "tool_calls": [TOOL_CALL], "reasoning_content": "think"})], 1)
+@pytest.mark.parametrize("key", ["reasoning", "reasoning_content"])  # vLLM 0.32's key, and older servers'
+def test_the_assistant_message_carries_tool_calls_in_request_form_and_the_reasoning(key):
+    (turn,), calls = _turns([_reply({"content": None, "tool_calls": [TOOL_CALL], key: "think"})], 1)
     assert calls == 1 and turn.stop_reason is None
-    assert turn.assistant == {"role": "assistant", "content": None, "reasoning_content": "think",
+    assert turn.assistant == {"role": "assistant", "content": None, "reasoning": "think",
                               "tool_calls": [{"id": "call_1", "type": "function", "function": {
                                   "name": "act", "arguments": "{\"actions\": [\"noop\"]}"}}]}
     assert turn.tool_calls == turn.assistant["tool_calls"]

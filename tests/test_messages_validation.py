@@ -88,4 +88,5 @@ async def test_hundreds_of_generated_bodies_get_no_server_error_and_are_all_reco
             statuses.append((await client.post(url, json=_fuzzed_body(rng))).status_code)
         assert (await client.post(url, json=GOOD)).status_code == 200  # the proxy is alive
     assert all(status < 500 for status in statuses), sorted(set(statuses))
-    assert len(read_trace(proxy.trace_path("s"))) == 301
+    records = read_trace(proxy.trace_path("s"))
+    assert [record["status"] for record in records] == statuses + [200]  # every call recorded, as answered

@@ -43,7 +43,7 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        parts = [text for p in content if isinstance(p, dict) and isinstance(text := p.get("text"), str)]
         if len(parts) == len(content):
             return "".join(parts)
     return json.dumps(content, ensure_ascii=False)
@@ -55,7 +55,8 @@ def _tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     for call in message.get("tool_calls") or []:
         if not isinstance(call, dict):
             continue
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        function = call.get("function")
+        function = function if isinstance(function, dict) else {}
         raw = function.get("arguments")
         extra: dict[str, Any] = {}
         try:
@@ -197,8 +198,10 @@ def trajectory_document(records: list[dict[str, Any]], rollout: Mapping[str, Any
     roles = {int(c["index"]): str(c.get("role")) for c in rollout.get("calls") or [] if isinstance(c, dict)}
     main = _main_path(graph, roles)
     emitted = set(main)
-    provenance = summary.get("provenance") if isinstance(summary.get("provenance"), dict) else {}
-    harness = provenance.get("harness") if isinstance(provenance.get("harness"), dict) else {}
+    provenance = summary.get("provenance")
+    provenance = provenance if isinstance(provenance, dict) else {}
+    harness = provenance.get("harness")
+    harness = harness if isinstance(harness, dict) else {}
     version = harness.get("version") if isinstance(harness.get("version"), str) else None
 
     def agent_of(nodes: list[TurnNode]) -> dict[str, Any]:

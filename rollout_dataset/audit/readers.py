@@ -135,7 +135,7 @@ def _dataset_rollouts(dataset: Path, batch_rows: int = 64) -> Iterator[AuditRoll
         batches = ds.to_batches(columns=_SEQ_COLUMNS, batch_size=batch_rows)
         current: AuditRollout | None = None
         for batch in batches:
-            cols = {name: batch.column(name).to_pylist() for name in _SEQ_COLUMNS}
+            cols: dict[str, list[Any]] = {name: batch.column(name).to_pylist() for name in _SEQ_COLUMNS}
             for i in range(batch.num_rows):
                 rid = cols["rollout_id"][i]
                 if current is not None and current.rollout_id != rid:

@@ -91,8 +91,8 @@ def _diagnose(seq_pairs: list[tuple[list[float], list[float]]], prompts: list[li
                     "their own ids under the scorer's tokenizer: the ids come from another tokenizer"})
         return out
     aligned = left = right = 0.0
-    for c, s in seq_pairs:
-        fit_aligned, fit_left, fit_right = shifted_fit(c, s)
+    for captured, scored in seq_pairs:
+        fit_aligned, fit_left, fit_right = shifted_fit(captured, scored)
         aligned, left, right = aligned + fit_aligned, left + fit_left, right + fit_right
     if min(left, right) < 0.5 * aligned:
         side = "one position later" if left < right else "one position earlier"
@@ -132,7 +132,7 @@ def audit_rollout(rollout: AuditRollout, scorer: Scorer, worst_k: int = 10) -> R
                                   scorer.supports_temperature)
         if reason:
             not_comparable[call_index] = reason
-        else:
+        elif t is not None:  # comparability gives a temperature whenever it gives no reason
             temps[call_index] = t
     requests, owners = [], []
     for seq in rollout.sequences:
@@ -148,10 +148,13 @@ def audit_rollout(rollout: AuditRollout, scorer: Scorer, worst_k: int = 10) -> R
     for seq, row in zip(owners, scored):
         calls = dict(seq.sampled_calls())
         c_list, s_list = [], []
-        for pos in sorted(p for p in calls if row[p] is not None and calls[p] in temps):
-            diffs.add(seq.logprobs[pos], row[pos], seq.sequence_index, pos, seq.input_ids[pos], calls[pos])
+        for pos in sorted(p for p in calls if calls[p] in temps):
+            score = row[pos]
+            if score is None:
+                continue
+            diffs.add(seq.logprobs[pos], score, seq.sequence_index, pos, seq.input_ids[pos], calls[pos])
             c_list.append(float(seq.logprobs[pos]))
-            s_list.append(float(row[pos]))
+            s_list.append(float(score))
         sequences_doc.append({"sequence_index": seq.sequence_index,
                               "scorer_logprobs": [None if v is None else float(v) for v in row]})
         pairs.append((c_list, s_list))

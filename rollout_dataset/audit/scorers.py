@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, cast
 
 from rollout_dataset.errors import ScorerError
 
@@ -180,7 +180,8 @@ class TransformersScorer:
         self._torch = torch
         try:
             self._tok = AutoTokenizer.from_pretrained(model)
-            self._lm = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype)).to(device).eval()
+            # transformers wraps PreTrainedModel.to in functools.wraps, whose typing loses the method's self
+            self._lm = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, dtype)).to(device).eval()  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a model it cannot load; named as ScorerError
             raise ScorerError(f"--model {model}: could not load ({type(exc).__name__}: {exc})") from None
 
@@ -217,7 +218,8 @@ class TransformersScorer:
 
     def decode(self, token_id: int) -> str:
         """The token's text."""
-        return self._tok.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        # one sequence of ids decodes to one string (transformers annotates decode for batches as well)
+        return cast("str", self._tok.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False))
 
     def canonical_ids(self, ids: Sequence[int]) -> list[int] | None:
         """Decode then encode with the model's tokenizer (no special tokens added)."""

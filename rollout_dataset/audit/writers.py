@@ -20,14 +20,15 @@ __all__ = ["write_audit_json", "AuditConfigWriter", "AUDIT_SCHEMA", "card_statem
 AUDIT_FILE = "audit.json"
 _SUMMARY_FLOATS = ("mean_abs_diff", "max_abs_diff", "share_over_1e-3", "share_over_1e-2", "share_over_1e-1",
                    "kl_k1", "kl_k3")
+_AUDIT_FIELDS: list[tuple[str, pa.DataType]] = [
+    ("rollout_id", pa.string()), ("scorer", pa.string()), ("model", pa.string()), ("dtype", pa.string()),
+    ("url", pa.string()), ("tokens_scored", pa.int64()),
+    *[(name, pa.float64()) for name in _SUMMARY_FLOATS],
+    *[(f"ratio_{k}", pa.float64()) for k in QUANTILES],
+    ("n_not_comparable", pa.int32()), ("findings", pa.string()), ("not_comparable", pa.string()),
+    ("worst", pa.string()), ("sequences", pa.string())]
 #: the `audit` config: one row per rollout, keyed by rollout_id as in every other config
-AUDIT_SCHEMA = pa.schema(
-    [("rollout_id", pa.string()), ("scorer", pa.string()), ("model", pa.string()), ("dtype", pa.string()),
-     ("url", pa.string()), ("tokens_scored", pa.int64())]
-    + [(name, pa.float64()) for name in _SUMMARY_FLOATS]
-    + [(f"ratio_{k}", pa.float64()) for k in QUANTILES]
-    + [("n_not_comparable", pa.int32()), ("findings", pa.string()), ("not_comparable", pa.string()),
-       ("worst", pa.string()), ("sequences", pa.string())])
+AUDIT_SCHEMA = pa.schema(_AUDIT_FIELDS)
 
 
 def _atomic_write(path: Path, text: str) -> None:

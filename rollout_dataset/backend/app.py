@@ -17,7 +17,7 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -45,6 +45,7 @@ from rollout_dataset.backend.params import (
 )
 from rollout_dataset.backend.policies import Policy, PolicyOutput, PolicyRequest, make_policy
 from rollout_dataset.backend.prompt_logprobs import prompt_logprobs, prompt_logprobs_param
+from rollout_dataset.backend.reasoning_parser import ReasoningParser, make_reasoning_parser
 from rollout_dataset.backend.reused_prompt import reused_prompt_ids
 from rollout_dataset.backend.emitted import emitted_text as _emitted_text, scrub_surrogates as _scrub
 from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR, encode_text, load_tokenizer, render_chat
@@ -71,6 +72,7 @@ class BackendState:
         return_tokens_as_token_ids: the server-wide default of `return_tokens_as_token_ids`.
         tokenizer_spec: how the tokenizer was named (for `/v1/models` root).
         policy_name: the policy's name (`/version` reports it: every answer is scripted).
+        reasoning: vLLM's `--reasoning-parser` (`qwen3`, `deepseek_r1`) bound to the tokenizer, or None.
     """
 
     tokenizer: Any
@@ -82,6 +84,7 @@ class BackendState:
     return_tokens_as_token_ids: bool
     tokenizer_spec: str
     policy_name: str = "custom"
+    reasoning: ReasoningParser | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -232,43 +235,60 @@ async def _chat(request: Request, state: BackendState) -> Response:
     fmt = P.TokenFormatter(state.tokenizer, state.model, common.as_token_ids)
     rid, created = P.chat_completion_id(), P.now()
     n_out = sum(len(g.steps) for g in gens)
+    thinking = bool((template_kwargs or {}).get("enable_thinking", True))  # vLLM: qwen3 reads this
+    reasoning_tokens = (sum(state.reasoning.reasoning_tokens(g.token_ids, thinking) for g in gens)
+                        if state.reasoning is not None else None)
+    # vLLM 0.32: `include_reasoning: false` under a reasoning parser hides the reasoning and, with it,
+    # every choice's `token_ids` and logprobs (they would show the reasoning's tokens)
+    hide = state.reasoning is not None and not bool_param(body, "include_reasoning", True)
+    if hide:
+        want_logprobs = False
     if common.stream:
         stream = _chat_stream(state, common, gens, fmt, rid, created, prompt_ids, parse_tools, want_logprobs, top_k,
-                              tool_choice)
+                              tool_choice, thinking, reasoning_tokens, hide)
         return StreamingResponse(stream, media_type="text/event-stream")
     choices = []
     for i, g in enumerate(gens):
-        content, calls, finish = _message_parts(g, tool_choice) if parse_tools else (g.text, [], g.finish_reason)
+        reasoning, text = state.reasoning.split(g.text, thinking) if state.reasoning is not None else (None, g.text)
+        if parse_tools and text is not None:
+            content, calls, finish = _message_parts(text, g.finish_reason, tool_choice)
+        else:
+            content, calls, finish = text, [], g.finish_reason
         logprobs = P.chat_logprobs(g.steps, fmt, top_k) if want_logprobs else None
         choices.append(P.chat_choice(i, content, calls, logprobs, finish, g.stop_reason,
-                                     g.token_ids if common.return_token_ids else None))
-    resp = P.chat_response(rid, created, common.model, choices, P.usage_dict(len(prompt_ids), n_out),
+                                     g.token_ids if common.return_token_ids and not hide else None,
+                                     None if hide else reasoning))
+    resp = P.chat_response(rid, created, common.model, choices,
+                           P.usage_dict(len(prompt_ids), n_out, reasoning_tokens=reasoning_tokens),
                            state.fingerprint, prompt_ids if common.return_token_ids else None)
     return JSONResponse(resp)
 
 
-def _message_parts(g: Generation, tool_choice: Any) -> tuple[str | None, list[dict], str]:
+def _message_parts(text: str, engine_finish: str, tool_choice: Any) -> tuple[str | None, list[dict], str]:
     """Content, tool calls and finish reason of a choice, as vLLM 0.32 with the hermes parser gives
     them: `auto` drops whitespace-only content and finishes with `tool_calls`; `required` and a named
     function (parsed the same way, hermes being a strict structural-tag parser) give content "" when
-    there is none, and a named function finishes with the engine's own reason."""
-    parsed = parse_tool_calls(g.text)
+    there is none, and a named function finishes with the engine's own reason. `text` is the reply
+    after a reasoning parser took its reasoning out."""
+    parsed = parse_tool_calls(text)
     if tool_choice in (None, "auto"):
         if not parsed.tools_called:
-            return g.text, [], g.finish_reason
+            return text, [], engine_finish
         content = parsed.content if parsed.content and parsed.content.strip() else None
         return content, parsed.tool_calls, "tool_calls"
-    content = parsed.content if parsed.tools_called else g.text
+    content = parsed.content if parsed.tools_called else text
     if not parsed.tools_called and not (content or "").strip():
         content = None
-    finish = g.finish_reason
+    finish = engine_finish
     if tool_choice == "required" and parsed.tools_called and finish == "stop":
         finish = "tool_calls"
     return content or "", parsed.tool_calls, finish
 
 
-async def _chat_stream(state, common: CommonParams, gens, fmt, rid, created, prompt_ids, parse_tools, want_logprobs,
-                       top_k, tool_choice) -> AsyncIterator[str]:
+async def _chat_stream(state: BackendState, common: CommonParams, gens: list[Generation], fmt: P.TokenFormatter,
+                       rid: str, created: int, prompt_ids: Sequence[int], parse_tools: bool, want_logprobs: bool,
+                       top_k: int, tool_choice: Any, thinking: bool = True, reasoning_tokens: int | None = None,
+                       hide_reasoning: bool = False) -> AsyncIterator[bytes]:
     model = common.model
     for i, g in enumerate(gens):
         role_choice = {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
@@ -277,22 +297,35 @@ async def _chat_stream(state, common: CommonParams, gens, fmt, rid, created, pro
                                 prompt_token_ids=list(prompt_ids) if common.return_token_ids else None,
                                 prompt_text=None))
         parser = StreamingToolParser() if parse_tools else None
+        thinker = state.reasoning.stream(prompt_ids, thinking) if state.reasoning is not None else None
         tools_streamed = False
         text = ""
         for j, step in enumerate(g.steps):
             if state.token_delay:
                 await asyncio.sleep(state.token_delay)
             last = j == len(g.steps) - 1
-            text += step.delta
-            if parser is not None:
-                delta = parser.update(text) if step.delta else None
+            piece: str | None = step.delta
+            delta: dict[str, Any] | None = None
+            if thinker is not None:  # reasoning first; what follows `</think>` takes the usual path
+                delta, piece = thinker.feed(step.token_id, step.delta)
+                if hide_reasoning:
+                    delta = None
+            if piece is None:
+                pass
+            elif parser is not None:
+                text += piece
+                delta = parser.update(text) if piece else None
                 if delta and "tool_calls" in delta:
                     tools_streamed = True
             else:
-                delta = {"content": step.delta} if step.delta else None
+                delta = {"content": piece} if piece else None
             logprobs = P.chat_logprobs([step], fmt, top_k) if want_logprobs else None
+            if hide_reasoning and delta:  # vLLM sets `reasoning: null` on every delta it still sends
+                delta = {k: delta[k] if k != "reasoning" else None
+                         for k in ("content", "reasoning", "tool_calls") if k in delta or k == "reasoning"}
+            send_ids = common.return_token_ids and not hide_reasoning
             if delta is None:
-                if not last and logprobs is None and not common.return_token_ids:
+                if not last and logprobs is None and not send_ids:
                     continue
                 delta = {}
             choice: dict[str, Any] = {"index": i, "delta": delta, "logprobs": logprobs}
@@ -307,12 +340,13 @@ async def _chat_stream(state, common: CommonParams, gens, fmt, rid, created, pro
                 choice["stop_reason"] = g.stop_reason
                 if not common.include_usage:
                     extra["system_fingerprint"] = state.fingerprint
-            choice["token_ids"] = [step.token_id] if common.return_token_ids else None
+            choice["token_ids"] = [step.token_id] if send_ids else None
             yield _sse(P.chat_chunk(rid, created, model, choice, **extra))
     if common.include_usage:
         n_out = sum(len(g.steps) for g in gens)
         yield _sse(P.usage_chunk(rid, created, model, "chat.completion.chunk",
-                                 P.usage_dict(len(prompt_ids), n_out, full=False), state.fingerprint))
+                                 P.usage_dict(len(prompt_ids), n_out, full=False, reasoning_tokens=reasoning_tokens),
+                                 state.fingerprint))
     yield encode_event(DONE)
 
 
@@ -332,7 +366,7 @@ async def _completions(request: Request, state: BackendState) -> Response:
         prompt_text_for_policy = state.tokenizer.decode(prompt_ids, skip_special_tokens=False)
     else:
         prompt_text_for_policy = prompt_text
-    gens = []
+    gens: list[Generation] = []
     for i in range(common.n):
         req = PolicyRequest(messages=[{"role": "user", "content": prompt_text_for_policy}], seed=common.seed,
                             sampling=common.sampling, turn=0, endpoint="completions", model=common.model,
@@ -361,7 +395,8 @@ async def _completions(request: Request, state: BackendState) -> Response:
                                               P.usage_dict(len(prompt_ids), n_out), state.fingerprint))
 
 
-async def _completion_stream(state, common: CommonParams, gens, fmt, rid, created, prompt_ids, k) -> AsyncIterator[str]:
+async def _completion_stream(state: BackendState, common: CommonParams, gens: list[Generation], fmt: P.TokenFormatter,
+                             rid: str, created: int, prompt_ids: Sequence[int], k: int | None) -> AsyncIterator[bytes]:
     model = common.model
     for i, g in enumerate(gens):
         offset = 0
@@ -487,6 +522,7 @@ def create_backend_app(
     token_delay: float = 0.0,
     return_tokens_as_token_ids: bool = False,
     policy_kwargs: dict | None = None,
+    reasoning_parser: str | None = None,
 ) -> Starlette:
     """Build the local backend's ASGI app.
 
@@ -500,12 +536,14 @@ def create_backend_app(
         return_tokens_as_token_ids: server-wide default for `return_tokens_as_token_ids`
             (vLLM's `--return-tokens-as-token-ids`).
         policy_kwargs: extra keyword arguments for `make_policy`.
+        reasoning_parser: vLLM's `--reasoning-parser` (`qwen3` or `deepseek_r1`; see
+            `rollout_dataset.backend.reasoning_parser`), or None for none.
 
     Returns:
         The Starlette app (its `state.backend` is the `BackendState`).
 
     Raises:
-        ValueError: unknown policy name or bad script.
+        ValueError: unknown policy name or bad script, or a reasoning parser the tokenizer cannot serve.
         FileNotFoundError: tokenizer or script file missing.
     """
     spec = tokenizer if isinstance(tokenizer, str) else getattr(tokenizer, "name_or_path", "custom")
@@ -529,6 +567,7 @@ def create_backend_app(
         return_tokens_as_token_ids=return_tokens_as_token_ids,
         tokenizer_spec=str(spec),
         policy_name=policy_name(policy),
+        reasoning=make_reasoning_parser(reasoning_parser, tok) if reasoning_parser else None,
     )
     routes = [
         Route("/v1/models", _handler(_models), methods=["GET"]),
@@ -542,6 +581,8 @@ def create_backend_app(
         Route("/health", _health, methods=["GET"]),
         Route("/version", _handler(_version), methods=["GET"]),
     ]
-    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _server_error})
+    # starlette types every handler as taking any Exception; _http_error is registered for HTTPException only
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error,  # type: ignore[dict-item]
+                                                       Exception: _server_error})
     app.state.backend = state
     return app

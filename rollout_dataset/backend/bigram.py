@@ -17,7 +17,7 @@ import math
 import threading
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR
 
@@ -138,7 +138,7 @@ _CACHE: dict[tuple[str, int], BigramModel] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def bigram_for_tokenizer(tokenizer, corpus_path: str | Path = CORPUS_PATH) -> BigramModel:
+def bigram_for_tokenizer(tokenizer: Any, corpus_path: str | Path = CORPUS_PATH) -> BigramModel:
     """The bigram model of a tokenizer, fitted on the built-in corpus (cached).
 
     Args:

@@ -25,12 +25,15 @@ def emitted_text(out: PolicyOutput) -> str:
         out: the policy's answer.
 
     Returns:
-        The assistant turn as the chat template renders it (tool calls included), lone surrogates
-        replaced; ``""`` when the policy gave token ids (those are emitted as they are).
+        The assistant turn as the chat template renders it (a think block first when the policy
+        gave reasoning, tool calls included), lone surrogates replaced; ``""`` when the policy gave token ids (those are emitted as they are).
     """
     if out.token_ids is not None:
         return ""  # the ids themselves are emitted (see `generate(ids=...)`)
-    return scrub_surrogates(render_assistant_text(out.text, [c.as_dict() for c in out.tool_calls]))
+    body = render_assistant_text(out.text, [c.as_dict() for c in out.tool_calls])
+    if out.reasoning is not None:  # Qwen3's layout of a think block
+        body = f"<think>\n{out.reasoning}\n</think>\n\n{body}"
+    return scrub_surrogates(body)
 
 
 def scrub_surrogates(value: Any) -> Any:

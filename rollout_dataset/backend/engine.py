@@ -13,7 +13,7 @@ and `max_tokens` ends it with finish reason `length`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 from rollout_dataset.backend.bigram import BigramModel
 from rollout_dataset.tokenizers import encode_text
@@ -68,7 +68,7 @@ class Generation:
         return [s.logprob for s in self.steps]
 
 
-def context_encode(tokenizer, prompt_text: str | None, prompt_ids: Sequence[int], text: str) -> list[int]:
+def context_encode(tokenizer: Any, prompt_text: str | None, prompt_ids: Sequence[int], text: str) -> list[int]:
     """Encode `text` as it tokenizes right after the prompt.
 
     Args:
@@ -103,7 +103,7 @@ def _earliest_stop(text: str, start: int, stops: Sequence[str]) -> tuple[int, st
 
 
 def generate(
-    tokenizer,
+    tokenizer: Any,
     model: BigramModel,
     prompt_ids: Sequence[int],
     emitted_text: str,

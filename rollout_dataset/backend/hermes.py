@@ -119,7 +119,7 @@ class StreamingToolParser:
 
     @staticmethod
     def _call_bodies(text: str) -> list[tuple[str, bool]]:
-        bodies = []
+        bodies: list[tuple[str, bool]] = []
         pos = 0
         while True:
             start = text.find(TOOL_CALL_START, pos)

@@ -11,7 +11,7 @@ gets those by sending the chat completion itself.
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -35,7 +35,9 @@ ChatHandler = Callable[[Request, Any], Awaitable[Response]]
 
 
 def _error(exc: RequestError) -> JSONResponse:
-    error = exc.body.get("error") if isinstance(exc.body.get("error"), dict) else exc.body
+    error = exc.body.get("error")
+    if not isinstance(error, dict):
+        error = exc.body
     return JSONResponse(anthropic_error(anthropic_error_type(exc.code), str(error.get("message"))), status_code=exc.code)
 
 
@@ -90,7 +92,7 @@ async def messages_endpoint(request: Request, state: Any, chat: ChatHandler) -> 
     return JSONResponse(chat_to_message(parsed))
 
 
-async def _events(chunks: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+async def _events(chunks: AsyncIterable[Any]) -> AsyncIterator[bytes]:
     converter = ChatStreamToMessages()
     async for event in aiter_events(chunks):
         if event.data == DONE:

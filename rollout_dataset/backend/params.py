@@ -76,7 +76,7 @@ async def json_body(request: Request) -> dict:
         The parsed body.
 
     Raises:
-        RequestError: the body is not JSON or not an object.
+        RequestError: the body is not JSON (or nests too deep to parse) or not an object.
     """
     raw = await request.body()
     try:
@@ -84,6 +84,8 @@ async def json_body(request: Request) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise validation_error("body", "json_invalid", f"JSON decode error: {exc}",
                                raw[:200].decode("utf-8", "replace")) from None
+    except RecursionError:
+        raise validation_error("body", "json_invalid", "JSON decode error: nested too deep", None) from None
     if not isinstance(body, dict):
         raise validation_error("body", "model_attributes_type", "Input should be a valid dictionary or object", body)
     return body
@@ -329,7 +331,7 @@ def logprob_params(body: dict) -> tuple[bool, int]:
 
 
 
-def completion_prompt(body: dict, tokenizer) -> tuple[str | None, list[int]]:
+def completion_prompt(body: dict, tokenizer: Any) -> tuple[str | None, list[int]]:
     """The prompt of `/v1/completions`: a string or token ids (a list holding one of those is accepted).
 
     Args:

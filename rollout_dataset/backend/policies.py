@@ -76,11 +76,14 @@ class PolicyOutput:
         tool_calls: tool calls, emitted in hermes form after the text.
         token_ids: emit exactly these ids instead (their decoded text is the answer, tool-call
             markup included): a way to force a tokenization that is not the tokenizer's own.
+        reasoning: a think block said before the text (`<think>\nREASONING\n</think>\n\n`, Qwen3's
+            layout), for serving with a reasoning parser.
     """
 
     text: str = ""
     tool_calls: list[ToolCallSpec] = field(default_factory=list)
     token_ids: list[int] | None = None
+    reasoning: str | None = None
 
 
 @dataclass
@@ -252,19 +255,22 @@ def _parse_step(raw: Any, where: str) -> PolicyOutput:
                 or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)):
             raise ValueError(f"{where}: 'token_ids' must be a non-empty list of non-negative integers")
         return PolicyOutput(token_ids=list(ids))
-    unknown = set(raw) - {"text", "tool_calls", "tool_call"}
+    unknown = set(raw) - {"text", "tool_calls", "tool_call", "reasoning"}
     if unknown:
-        raise ValueError(f"{where}: unknown keys {sorted(unknown)} (allowed: text, tool_calls)")
+        raise ValueError(f"{where}: unknown keys {sorted(unknown)} (allowed: text, tool_calls, reasoning)")
     text = raw.get("text", "") or ""
     if not isinstance(text, str):
         raise ValueError(f"{where}: 'text' must be a string")
+    reasoning = raw.get("reasoning")
+    if reasoning is not None and not isinstance(reasoning, str):
+        raise ValueError(f"{where}: 'reasoning' must be a string")
     calls_raw = raw.get("tool_calls", [raw["tool_call"]] if "tool_call" in raw else [])
     if not isinstance(calls_raw, list):
         raise ValueError(f"{where}: 'tool_calls' must be a list")
     calls = [_parse_call(c, f"{where}.tool_calls[{i}]") for i, c in enumerate(calls_raw)]
-    if not text and not calls:
-        raise ValueError(f"{where}: a step needs 'text' or 'tool_calls'")
-    return PolicyOutput(text=text, tool_calls=calls)
+    if not text and not calls and reasoning is None:
+        raise ValueError(f"{where}: a step needs 'text', 'tool_calls' or 'reasoning'")
+    return PolicyOutput(text=text, tool_calls=calls, reasoning=reasoning)
 
 
 def load_script(source: str | Path | Sequence[Any] | Mapping[str, Any]) -> tuple[list[PolicyOutput], str]:
@@ -338,7 +344,8 @@ class ScriptPolicy:
         if 0 <= request.turn < len(self.steps):
             step = self.steps[request.turn]
             return PolicyOutput(text=step.text, tool_calls=list(step.tool_calls),
-                                token_ids=list(step.token_ids) if step.token_ids is not None else None)
+                                token_ids=list(step.token_ids) if step.token_ids is not None else None,
+                                reasoning=step.reasoning)
         return PolicyOutput(text=self.final)
 
 

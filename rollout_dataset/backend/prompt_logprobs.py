@@ -11,9 +11,12 @@ the model's at temperature 1 whatever the request's sampling. vLLM refuses ``pro
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from rollout_dataset.backend.params import RequestError
+
+if TYPE_CHECKING:
+    from rollout_dataset.backend.bigram import BigramModel
 
 __all__ = ["prompt_logprobs_param", "prompt_logprobs"]
 
@@ -44,7 +47,7 @@ def prompt_logprobs_param(body: dict) -> int | None:
     return value
 
 
-def prompt_logprobs(model, tokenizer, prompt_ids: Sequence[int], n: int) -> list[dict[str, Any] | None]:
+def prompt_logprobs(model: BigramModel, tokenizer: Any, prompt_ids: Sequence[int], n: int) -> list[dict[str, Any] | None]:
     """The `prompt_logprobs` list of one prompt under the backend's bigram model.
 
     Args:

@@ -80,18 +80,21 @@ def error_body(message: str, type_: str = "BadRequestError", param: str | None =
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-def usage_dict(prompt_tokens: int, completion_tokens: int, full: bool = True) -> dict:
+def usage_dict(prompt_tokens: int, completion_tokens: int, full: bool = True,
+               reasoning_tokens: int | None = None) -> dict:
     """The usage object (`full`: with the null detail keys of non-streaming responses).
 
     Args:
         prompt_tokens: number of prompt tokens.
         completion_tokens: number of generated tokens (all choices).
         full: include `prompt_tokens_details`/`completion_tokens_details` (null).
+        reasoning_tokens: with a reasoning parser, vLLM 0.32 adds
+            `completion_tokens_details: {"reasoning_tokens": N}` (streamed usage chunk too).
 
     Returns:
         The usage dict.
     """
-    usage = {
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
@@ -99,6 +102,8 @@ def usage_dict(prompt_tokens: int, completion_tokens: int, full: bool = True) ->
     if full:
         usage["prompt_tokens_details"] = None
         usage["completion_tokens_details"] = None
+    if reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return usage
 
 
@@ -111,7 +116,7 @@ class TokenFormatter:
         as_token_ids: render tokens as `token_id:N`.
     """
 
-    def __init__(self, tokenizer, model: BigramModel, as_token_ids: bool) -> None:
+    def __init__(self, tokenizer: Any, model: BigramModel, as_token_ids: bool) -> None:
         self.tokenizer = tokenizer
         self.model = model
         self.as_token_ids = as_token_ids
@@ -230,6 +235,7 @@ def chat_choice(
     finish_reason: str,
     stop_reason: Any,
     token_ids: list[int] | None,
+    reasoning: str | None = None,
 ) -> dict:
     """One choice of a non-streaming chat completion (vLLM's key set and order).
 
@@ -241,6 +247,7 @@ def chat_choice(
         finish_reason: stop, length or tool_calls.
         stop_reason: the stop string, or None.
         token_ids: the generated ids (None unless `return_token_ids`).
+        reasoning: the message's `reasoning` (vLLM 0.32's key; set by a reasoning parser).
 
     Returns:
         The choice dict.
@@ -255,7 +262,7 @@ def chat_choice(
     }
     if tool_calls:
         message["tool_calls"] = tool_calls
-    message["reasoning"] = None
+    message["reasoning"] = reasoning
     return {
         "index": index,
         "message": message,

@@ -28,6 +28,7 @@ from rollout_dataset.backend.engine import Generation, generate
 from rollout_dataset.backend.hermes import parse_tool_calls
 from rollout_dataset.backend.params import RequestError, check_context, common_params, int_param, json_body
 from rollout_dataset.backend.policies import PolicyRequest
+from rollout_dataset.schema.api_requests import problem_field, responses_request_problem
 from rollout_dataset.tokenizers import encode_text, render_chat
 from rollout_dataset.wire.responses_chat import input_to_messages, tools_to_chat
 from rollout_dataset.wire.sse import encode_json_event
@@ -162,9 +163,14 @@ async def responses_endpoint(request: Request, state: Any, respond: Any) -> Resp
         The JSON response, or an event stream when `stream` is true.
 
     Raises:
-        RequestError: a refused request (vLLM's message and param).
+        RequestError: a refused request: a body off the published shape
+            (`rollout_dataset.schema.api_requests.responses_request_problem`, type `invalid_request_error`),
+            else vLLM's message and param.
     """
     body = await json_body(request)
+    problem = responses_request_problem(body)
+    if problem is not None:  # the published shape: OpenAI's error type, the field as param
+        raise RequestError(problem, param=problem_field(problem), type_="invalid_request_error")
     if body.get("previous_response_id") is not None:
         raise RequestError("previous_response_id is not supported by the local backend (nothing is stored)",
                            param="previous_response_id")
@@ -224,7 +230,7 @@ def _event(kind: str, seq: int, payload: dict[str, Any]) -> bytes:
     return encode_json_event({**payload, "sequence_number": seq, "type": kind}, kind)
 
 
-async def _events(start: dict, final: dict, answer: _Answer, logprobs: list | None) -> AsyncIterator[str]:
+async def _events(start: dict, final: dict, answer: _Answer, logprobs: list | None) -> AsyncIterator[bytes]:
     """vLLM's Responses event sequence for one answer (text deltas per token, then function calls)."""
     seq = 0
 

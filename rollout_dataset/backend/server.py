@@ -83,7 +83,7 @@ class LocalBackend:
         return f"{self.root_url}/v1"
 
     @property
-    def tokenizer(self):
+    def tokenizer(self) -> Any:
         """Returns: the serving tokenizer."""
         return self.app.state.backend.tokenizer
 

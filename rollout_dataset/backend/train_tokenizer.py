@@ -21,6 +21,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rollout_dataset.backend.template import (
     CHAT_TEMPLATE,
@@ -30,6 +31,9 @@ from rollout_dataset.backend.template import (
     SPECIAL_TOKENS,
 )
 from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR
+
+if TYPE_CHECKING:  # transformers is imported on first use
+    from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 __all__ = [
     "VOCAB_SIZE",
@@ -57,7 +61,7 @@ def _training_texts(corpus: str) -> list[str]:
     return [p for p in cleaned.split("\n\n") if p.strip()]
 
 
-def train_tokenizer(corpus_path: str | Path = CORPUS_PATH, vocab_size: int = VOCAB_SIZE):
+def train_tokenizer(corpus_path: str | Path = CORPUS_PATH, vocab_size: int = VOCAB_SIZE) -> PreTrainedTokenizerFast:
     """Train the byte-level BPE and wrap it with its chat template.
 
     Args:
@@ -107,7 +111,7 @@ def train_tokenizer(corpus_path: str | Path = CORPUS_PATH, vocab_size: int = VOC
     return fast
 
 
-def save_tokenizer(tokenizer, out_dir: str | Path) -> Path:
+def save_tokenizer(tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:
     """Save a trained tokenizer (transformers layout) into `out_dir`.
 
     Args:

@@ -254,7 +254,7 @@ def _stats_by_seed(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str,
         by_seed: dict[int, list[Mapping[str, Any]]] = {}
         for r in records:
             by_seed.setdefault(r["seed"], []).append(r)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for seed, rs in by_seed.items():
             rows.append(
                 {
@@ -425,7 +425,8 @@ def run_batch(config: BatchConfig, run_one: RunOne | None = None, *, executor: E
             if outcome.error is not None:
                 err = outcome.error
                 if err.type == "UpstreamStatusError" and err.status is not None:
-                    raise UpstreamStatusError(int(err.status), redact_url(err.url or str(job.settings.get("base_url"))),
+                    # redact_url gives None for None only: a string in, a string out
+                    raise UpstreamStatusError(int(err.status), redact_url(err.url or str(job.settings.get("base_url"))) or "",
                                               redact_urls_in_text(err.message or ""))
                 if err.type == "UpstreamError":  # the model server cannot be reached: no rollout can succeed
                     raise UpstreamError(err.message)
@@ -493,7 +494,7 @@ def _write_outputs(
             validate(record, "run_record")
         write_text_atomic(runs_dir / f"{strategy}.jsonl", "".join(json.dumps(r, sort_keys=False) + "\n" for r in records))
 
-    models = sorted({d.get("model") for d in finished if d.get("model")} | ({config.model} if config.model else set()))
+    models = sorted({model for d in finished if (model := d.get("model"))} | ({config.model} if config.model else set()))
     turns = [d["num_steps"] for d in finished]
     summary = {
         "schema_version": 1,

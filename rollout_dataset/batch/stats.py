@@ -90,7 +90,7 @@ def pearson(x: Sequence[Any], y: Sequence[Any]) -> float | None:
     return _pearson_arrays(*paired(x, y))
 
 
-def rankdata(values: Sequence[float]) -> np.ndarray:
+def rankdata(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """Ranks 1..n with ties given their average rank (scipy's `rankdata(method="average")`)."""
     arr = np.asarray(values, dtype=np.float64)
     order = np.argsort(arr, kind="mergesort")

@@ -34,7 +34,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -168,7 +168,8 @@ def dataset_rollout_ids(dataset_dir: str | Path) -> set[str]:
     """
     ids: set[str] = set()
     for shard in (Path(dataset_dir) / "data" / DEFAULT_CONFIG).glob("*.parquet"):
-        ids.update(_read_shard(shard, ["rollout_id"]).column("rollout_id").to_pylist())
+        # rollout_id is a non-null string column (configs.py), so no None comes back
+        ids.update(cast("list[str]", _read_shard(shard, ["rollout_id"]).column("rollout_id").to_pylist()))
     return ids
 
 
@@ -435,7 +436,7 @@ def _crash_message(futures: dict, marks: Path, processes: list) -> str:
             continue
         at = read_progress(marks / f"{spec.part}.at")
         code = exits.get(at[0]) if at else None
-        if code not in (None, 0, -signal.SIGTERM):
+        if at and code not in (None, 0, -signal.SIGTERM):  # a code means `at` named the pid
             how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
             died.append(f"{_folder_at(spec, marks)} (part {spec.part}, pid {at[0]}, {how})")
         else:

@@ -36,7 +36,7 @@ import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -155,7 +155,8 @@ def shard_rollout_ids(path: Path) -> list[str]:
     Raises:
         OSError, pyarrow.ArrowException: the shard is unreadable.
     """
-    return pq.read_table(str(path), columns=["rollout_id"]).column("rollout_id").to_pylist()
+    # rollout_id is a non-null string column (configs.py), so no None comes back
+    return cast("list[str]", pq.read_table(str(path), columns=["rollout_id"]).column("rollout_id").to_pylist())
 
 
 def duplicate_drops(id_lists: Sequence[Sequence[str] | None]) -> list[set[str]]:

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:  # imported on first use at runtime (datasets is slow to import)
+    import datasets
 
 __all__ = [
     "Column",
@@ -446,7 +449,7 @@ def features_yaml(config: str) -> list[dict[str, Any]]:
     return [{"name": c.name, **_feature_dict(c.dtype)} for c in resolved_columns(config)]
 
 
-def features(config: str):
+def features(config: str) -> datasets.Features:
     """The `datasets.Features` of a config (what `load_dataset` returns for it).
 
     Args:

@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import orjson
 from tqdm.auto import tqdm
@@ -130,7 +130,11 @@ def artifact_rollout_id(folder: str | Path) -> str | None:
     return rid if isinstance(rid, str) else None
 
 
-def split_present(folders: Sequence[Path], present: set[str]) -> tuple[list[Path], list[tuple[Path, str]]]:
+#: a folder as the caller gives it (a path, or a string for the Ray build), handed back the same
+_Folder = TypeVar("_Folder", str, Path)
+
+
+def split_present(folders: Sequence[_Folder], present: set[str]) -> tuple[list[_Folder], list[tuple[_Folder, str]]]:
     """Separate the folders whose rollout a dataset already holds (append and the Ray build skip them).
 
     Args:
@@ -141,8 +145,8 @@ def split_present(folders: Sequence[Path], present: set[str]) -> tuple[list[Path
         ``(to build, already there)``: the folders to build, and ``(folder, rollout id)`` of the
         others, both in input order.
     """
-    todo: list[Path] = []
-    there: list[tuple[Path, str]] = []
+    todo: list[_Folder] = []
+    there: list[tuple[_Folder, str]] = []
     for folder in folders:
         rid = artifact_rollout_id(folder)
         if rid is not None and rid in present:
@@ -250,7 +254,7 @@ def build_part(spec: PartSpec, stage: str | Path, prefix: str, *, tokenizer_iden
     tokenizers = TokenizerRegistry.seeded(*tokenizer_identity)
     writer = PartWriter(stage, prefix, spec.part, row_group_bytes=row_group_bytes, shard_bytes=shard_bytes)
     result = PartResult(part=spec.part)
-    names: dict[str | None, None] = {}
+    names: dict[str | None, str] = {}  # tokenizer name -> the first folder naming it
     marker = os.open(progress_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) if progress_file else None
     try:
         for i, folder in enumerate(tqdm(spec.folders, desc=f"build part {spec.part}", unit="rollout",
@@ -268,12 +272,12 @@ def build_part(spec: PartSpec, stage: str | Path, prefix: str, *, tokenizer_iden
             os.close(marker)
     result.shards = {c: [str(p) for p in writer.shards[c]] for c in CONFIG_NAMES}
     result.arrow_bytes = {c: arrow_num_bytes(writer.shards[c]) for c in CONFIG_NAMES}
-    result.tokenizers = [(name, where) for name, where in names.items()]  # type: ignore[misc]
+    result.tokenizers = list(names.items())
     return result
 
 
 def _build_one(folder: Path, expected: str | None, skip: bool, stage: Path, writer: PartWriter,
-               tokenizers: TokenizerRegistry, result: PartResult, names: dict, *, samples: str,
+               tokenizers: TokenizerRegistry, result: PartResult, names: dict[str | None, str], *, samples: str,
                preview_chars: int, skip_invalid: bool = False) -> None:
     """Check one folder and add its rows (or skip it, or with `skip_invalid` leave out a refused one); fills `result`."""
     try:
@@ -295,7 +299,7 @@ def _build_one(folder: Path, expected: str | None, skip: bool, stage: Path, writ
         return
     name = tokenizer_name(art)
     tok = tokenizers.check(name, str(folder))
-    names.setdefault(name, str(folder))  # type: ignore[arg-type]
+    names.setdefault(name, str(folder))
     art.update(tokenizer_sha256=tok.sha256 if tok else None, tokenizer_revision=tok.revision if tok else None)
     try:
         rows, stats = rollout_rows(art, samples, preview_chars=preview_chars)

@@ -177,7 +177,7 @@ def tokenizer_name(art: dict[str, Any]) -> str | None:
     return tokenizer or art["summary"].get("model")
 
 
-def summary_row(art: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
+def summary_row(art: dict[str, Any], counts: dict[str, int | str]) -> dict[str, Any]:
     """The `summary` row of one rollout.
 
     Args:
@@ -198,7 +198,8 @@ def summary_row(art: dict[str, Any], counts: dict[str, int]) -> dict[str, Any]:
     prov = prov if isinstance(prov, dict) else {}
 
     def part(name: str) -> dict[str, Any]:
-        return prov.get(name) if isinstance(prov.get(name), dict) else {}
+        value = prov.get(name)
+        return value if isinstance(value, dict) else {}
 
     extra = {"tokenizer": tokenizer_name(art), "sampling_params": params,
              "served_model_id": part("model").get("id"), "served_model_root": part("model").get("root"),
@@ -434,7 +435,8 @@ def chat_message(message: Any) -> dict[str, Any]:
         calls = []
         for call in message["tool_calls"]:
             call = call if isinstance(call, dict) else {}
-            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+            function = call.get("function")
+            fn = function if isinstance(function, dict) else {}
             calls.append({"id": _text(call.get("id")), "type": _text(call.get("type")),
                           "function": {"name": _text(fn.get("name")), "arguments": _text(fn.get("arguments"))}})
     reasoning = message.get("reasoning_content", message.get("reasoning"))
@@ -674,7 +676,7 @@ def rollout_rows(art: dict[str, Any], samples: str = "preview",
     held = held_out_test_rows(art)
     sample = sample_rows(art, samples, preview_chars=preview_chars)
     conversations = conversation_rows(art, seqs)
-    counts = {"n_sequences": len(seqs), "n_conversations": len(conversations), "n_trace_rows": len(trace), "n_turn_rows": len(turns),
+    counts: dict[str, int | str] = {"n_sequences": len(seqs), "n_conversations": len(conversations), "n_trace_rows": len(trace), "n_turn_rows": len(turns),
               "n_held_out_rows": len(held), "n_sample_rows": len(sample), "samples_mode": samples,
               "n_cut_cells": n_cut, "n_unique_tokens": unique,
               "longest_sequence_tokens": max((len(r["input_ids"]) for r in seqs), default=0)}

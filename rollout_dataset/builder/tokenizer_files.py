@@ -182,7 +182,7 @@ class TokenizerRegistry:
     """
 
     def __init__(self, existing_rows: Iterable[dict[str, Any]] = (), stored_sha256: str | None = None) -> None:
-        self._by_name: dict[str, TokenizerFiles | None] = {}
+        self._by_name: dict[str | None, TokenizerFiles | None] = {}
         self.identity: str | None = None  # sha256, or "name:<name>" when the files were not found
         self.origin = ""
         self.tokenizer: TokenizerFiles | None = None

@@ -181,6 +181,15 @@ def _cached_or_local(name: str) -> bool:
 
 
 def load_offline_tokenizer(name: str, *, allow_download: bool = True) -> Any:
+    """The capture's tokenizer for the cross-check and samples.md, or None (logged) when it cannot be had.
+
+    Args:
+        name: a tokenizer folder, a Hub id, or ``"builtin"``.
+        allow_download: fetch a Hub tokenizer that is not cached (False: only a local or cached one).
+
+    Returns:
+        A transformers tokenizer, or None when it is not cached (without `allow_download`) or fails to load.
+    """
     from rollout_dataset.tokenizers import load_tokenizer
 
     if not allow_download and not _cached_or_local(name):

@@ -217,16 +217,17 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
         errors=list(errors),
         extra=episode.summary_fields(facts, outcome))
     header = {"rollout": rollout_id, **score.samples_header, "stop_reason": outcome.stop_reason}
+    task_doc = task_document(task)
     files = {
         TRACE_FILE: {"schema_version": 1, "session": session, "seal": seal.to_dict(), "calls": records},
         ROLLOUT_FILE: document,
         TURNS_FILE: turns,
-        TASK_FILE: task_document(task),
+        TASK_FILE: task_doc,
         VISIBLE_TESTS_FILE: task.visible_tests,
         HELD_OUT_TESTS_FILE: held_out_document(task),
         SAMPLES_FILE: _samples(document, records, tokenizer, header, (target, model) if settings.base_url else None),
     }
-    files[TRAJECTORY_FILE] = trajectory_document(records, document, summary, files[TASK_FILE])
+    files[TRAJECTORY_FILE] = trajectory_document(records, document, summary, task_doc)
     files.update(_checked_extra_files(episode.extra_files(outcome), files))
     redacted = write_artifacts(out_dir, files, secrets)
     if redacted:

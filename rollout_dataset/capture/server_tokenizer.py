@@ -81,7 +81,7 @@ class ServerTokenizer:
             raise ValueError("ServerTokenizer.decode keeps special tokens (the server's /detokenize does)")
         text = self._post("/detokenize", {"model": self.model, "tokens": [int(i) for i in ids]}).get("prompt")
         if not isinstance(text, str):
-            raise UpstreamError(f"{self.root}/detokenize: no 'prompt' text in the answer")
+            raise UpstreamError(f"{self.target.shown('/detokenize')}: no 'prompt' text in the answer")
         return text
 
     def apply_chat_template(self, messages: list[dict[str, Any]], tools: Any = None, tokenize: bool = False,
@@ -106,5 +106,5 @@ class ServerTokenizer:
             body["tools"] = tools
         ids = self._post("/tokenize", body).get("tokens")
         if not isinstance(ids, list):
-            raise UpstreamError(f"{self.root}/tokenize: no 'tokens' list in the answer")
+            raise UpstreamError(f"{self.target.shown('/tokenize')}: no 'tokens' list in the answer")
         return ids if tokenize else self.decode(ids)

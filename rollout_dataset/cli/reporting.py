@@ -49,7 +49,8 @@ def _reported_errors() -> tuple[type[BaseException], ...]:
     `rollout_dataset.errors`)."""
     found: list[type[BaseException]] = [_errors.RolloutDatasetError]
     for name in _errors.__all__:
-        for base in getattr(_errors, name).__mro__:
+        error_class: type = getattr(_errors, name)
+        for base in error_class.__mro__:
             if getattr(builtins, base.__name__, None) is base and base not in (BaseException, Exception, object) \
                     and base not in found:
                 found.append(base)

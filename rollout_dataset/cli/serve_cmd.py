@@ -2,6 +2,7 @@
 
     rollout-dataset serve [--host 127.0.0.1] [--port 8000] [--tokenizer builtin|PATH|HUB_ID]
                           [--policy echo|script|oracle] [--script FILE] [--served-model-name local]
+                          [--reasoning-parser qwen3|deepseek_r1]
 
 Prints the base URL (ending in /v1) once the server listens.
 """
@@ -29,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=131072, help="context length in tokens (default 131072)")
     parser.add_argument("--return-tokens-as-token-ids", action="store_true",
                         help="report logprob tokens as token_id:N (as vLLM's flag of the same name)")
+    parser.add_argument("--reasoning-parser", default=None, metavar="NAME",
+                        help="qwen3 or deepseek_r1: split <think> reasoning into the message's `reasoning` as "
+                             "vLLM 0.32's parser of that name does (the tokenizer needs <think>/</think> tokens)")
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -46,6 +50,7 @@ async def _serve(args: argparse.Namespace) -> None:
         script=args.script,
         max_model_len=args.max_model_len,
         return_tokens_as_token_ids=args.return_tokens_as_token_ids,
+        reasoning_parser=args.reasoning_parser,
     )
     async with backend:
         print(backend.base_url, flush=True)
@@ -72,8 +77,13 @@ def run(args: argparse.Namespace) -> int:
     """
     from rollout_dataset.cli.reporting import EXIT_USAGE, bind_failure, report_error
 
+    from rollout_dataset.backend.reasoning_parser import REASONING_PARSERS
+
     if args.policy == "script" and not args.script:
         return report_error("--policy script needs --script FILE", EXIT_USAGE)
+    if args.reasoning_parser is not None and args.reasoning_parser not in REASONING_PARSERS:
+        return report_error(f"--reasoning-parser {args.reasoning_parser!r}: choose from {', '.join(REASONING_PARSERS)}",
+                            EXIT_USAGE)
     try:
         asyncio.run(_serve(args))
     except (ValueError, FileNotFoundError, OSError) as exc:

@@ -241,8 +241,15 @@ class Episode(Protocol):
     provenance in `summary.json` (coding's presets); without it the version is None.
     """
 
-    session: str | None
-    harness: str
+    # read-only members (properties): a class attribute of a narrower type, `session = "crafter"`,
+    # satisfies them, as a plain annotation (settable, so invariant) would not
+    @property
+    def session(self) -> str | None:
+        """The proxy session's name (None: the rollout id)."""
+
+    @property
+    def harness(self) -> str:
+        """The harness name recorded in `summary.json`."""
 
     def run(self, agent: AgentContext) -> AgentOutcome:
         """Run the agent against `agent.base_url` until it stops.
@@ -297,11 +304,26 @@ class Environment(Protocol):
             None to name the environment only.
     """
 
-    name: str
-    description: str
-    default_policy: str
-    capture_flags: Sequence[CaptureFlag]
-    flag_scope: str | None
+    # read-only members, as in `Episode`
+    @property
+    def name(self) -> str:
+        """The `--env` name."""
+
+    @property
+    def description(self) -> str:
+        """One line for help texts."""
+
+    @property
+    def default_policy(self) -> str:
+        """The local backend's scripted player for it."""
+
+    @property
+    def capture_flags(self) -> Sequence[CaptureFlag]:
+        """The `capture` flags that are this environment's own."""
+
+    @property
+    def flag_scope(self) -> str | None:
+        """How a refusal names what the flags are for, or None to name the environment only."""
 
     def config_class(self) -> type:
         """The dataclass configuring one rollout (`CaptureConfig` for coding)."""

@@ -48,8 +48,8 @@ def capture_level_of(records: Iterable[dict[str, Any]]) -> str:
 
 
 def _chat_template_kwargs(record: dict[str, Any]) -> dict[str, Any]:
-    request = record.get("request") if isinstance(record.get("request"), dict) else {}
-    kwargs = request.get("chat_template_kwargs")
+    request = record.get("request")
+    kwargs = request.get("chat_template_kwargs") if isinstance(request, dict) else None
     return dict(kwargs) if isinstance(kwargs, dict) else {}
 
 
@@ -136,7 +136,7 @@ def export_rollout(
 
     sequences = build_sequences(graph, with_tokens=with_tokens)
     assign_roles(graph, sequences)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for seq in sequences:
         if seq.role == DISCARDED and not include_discarded:
             continue

@@ -324,7 +324,7 @@ class _RequestNorms:
     def _compute(self, k: int) -> None:
         messages = self._nodes[k].request_messages
         n = self._shared(messages)
-        prev_norm = self._norms[self._last] if n else ()
+        prev_norm = self._norms[self._last] if n and self._last is not None else ()  # n > 0: there is a last
         self._norms[k] = prev_norm[:n] + tuple(normalise_message(m) for m in messages[n:])
         self._last = k
 

@@ -77,7 +77,8 @@ def _flatten(nodes: list[TurnNode]) -> tuple[list[int], list[int], list[float], 
     input_ids = leaf.prompt_ids + leaf.sampled_ids
     mask = [0] * len(input_ids)  # filled by slice assignment: no per-token Python loop
     logprobs = [0.0] * len(input_ids)
-    ones, reach = 0, 0  # the sampled ranges of a path are disjoint and ascending; else count at the end
+    ones: int | None = 0  # the sampled ranges of a path are disjoint and ascending; else count at the end
+    reach = 0
     for node in nodes:
         start = len(node.prompt_ids)
         end = start + len(node.sampled_ids)

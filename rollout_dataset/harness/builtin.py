@@ -119,7 +119,7 @@ class BuiltinAgent(ChatAgentBase):
                 messages.append(step.assistant)
                 if not step.tool_calls:
                     return result("final_answer")
-                decision = {"turn": turn, "tools": [], "changed_solution": False, "ran_code": False,
+                decision: dict[str, Any] = {"turn": turn, "tools": [], "changed_solution": False, "ran_code": False,
                             "examples_passed": None}
                 submitted = False
                 for tc in step.tool_calls:

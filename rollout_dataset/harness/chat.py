@@ -36,7 +36,7 @@ class ChatTurn:
 
     Args:
         assistant: the assistant message to append (``role``, ``content``, ``tool_calls`` when the
-            model called tools, ``reasoning_content`` when it reasoned); None when the turn failed.
+            model called tools, ``reasoning`` when it reasoned); None when the turn failed.
         stop_reason: ``timeout``, ``upstream_error`` or ``context_exhausted`` (the proxy found the
             prompt fills the model's context) when the run must stop, else None.
         error: the failure message for ``upstream_error``.
@@ -60,8 +60,9 @@ def _assistant_message(message: dict[str, Any]) -> dict[str, Any]:
             {"id": tc.get("id"), "type": "function",
              "function": {"name": tc["function"]["name"], "arguments": tc["function"].get("arguments", "")}}
             for tc in tool_calls]
-    if message.get("reasoning_content"):
-        assistant["reasoning_content"] = message["reasoning_content"]
+    reasoning = message.get("reasoning") or message.get("reasoning_content")  # vLLM >= 0.11's key, then the older one
+    if isinstance(reasoning, str) and reasoning:
+        assistant["reasoning"] = reasoning  # sent back as vLLM's key (its chat endpoint renames reasoning_content to it)
     return assistant
 
 

@@ -15,6 +15,7 @@ from rollout_dataset.proxy.call import Call
 from rollout_dataset.proxy.call_record import CallRecorder
 from rollout_dataset.proxy.jsoncodec import dumps_standard
 from rollout_dataset.wire.anthropic_chat import anthropic_error, anthropic_error_type
+from rollout_dataset.wire.responses_chat import RESPONSES_ENDPOINT
 from rollout_dataset.wire.sse import encode_event
 
 __all__ = ["ErrorAnswerer", "send_json", "JSON_HEADERS", "error_body", "error_event", "call_error_body", "call_error_event",
@@ -25,18 +26,19 @@ log = logging.getLogger(__name__)
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
-def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
+def error_body(status: int, message: str, kind: str, param: str | None = None) -> dict[str, Any]:
     """An OpenAI-style error body.
 
     Args:
         status: the HTTP status (the body's ``code``).
         message: one line naming what failed.
         kind: the error ``type``.
+        param: the request field at fault, when one is.
 
     Returns:
         ``{"error": {"message", "type", "param", "code"}}``.
     """
-    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 def error_event(status: int, message: str, kind: str) -> bytes:
     """An SSE event carrying an OpenAI-style error: how a stream that cannot finish normally ends."""
@@ -47,13 +49,22 @@ ANTHROPIC_ERROR_TYPES = {"bad_request": "invalid_request_error", "context_exhaus
                          "proxy_overloaded": "overloaded_error"}
 
 
+#: the OpenAI error type of each proxy error kind on the Responses API (its published error shape)
+RESPONSES_ERROR_TYPES = {"bad_request": "invalid_request_error"}
+
+
 def _anthropic_type(status: int, kind: str) -> str:
     return ANTHROPIC_ERROR_TYPES.get(kind) or anthropic_error_type(status)
 
 
-def call_error_body(call: Call, status: int, message: str, kind: str) -> dict[str, Any]:
-    """The error body in the call's own API: Anthropic-shaped for `/v1/messages`, OpenAI-shaped otherwise."""
-    return anthropic_error(_anthropic_type(status, kind), message) if call.asked.anthropic else error_body(status, message, kind)
+def call_error_body(call: Call, status: int, message: str, kind: str, param: str | None = None) -> dict[str, Any]:
+    """The error body in the call's own API: Anthropic-shaped for `/v1/messages`, OpenAI-shaped otherwise
+    (on `/v1/responses` with OpenAI's type names, `invalid_request_error` for a refused body)."""
+    if call.asked.anthropic:
+        return anthropic_error(_anthropic_type(status, kind), message)
+    if call.endpoint == RESPONSES_ENDPOINT:
+        return error_body(status, message, RESPONSES_ERROR_TYPES.get(kind, kind), param)
+    return error_body(status, message, kind, param)
 
 
 def call_error_event(call: Call, status: int, message: str, kind: str) -> bytes:
@@ -95,7 +106,8 @@ class ErrorAnswerer:
     def __init__(self, record: CallRecorder) -> None:
         self.record = record
 
-    async def reply_error(self, call: Call, send: Send, status: int, kind: str, message: str) -> None:
+    async def reply_error(self, call: Call, send: Send, status: int, kind: str, message: str,
+                          param: str | None = None) -> None:
         """Fail the call with an error of the proxy's own, record it, and answer it (whole JSON).
 
         Args:
@@ -104,8 +116,9 @@ class ErrorAnswerer:
             status: the HTTP status to answer.
             kind: the error kind (the record's ``error.kind`` and the OpenAI error ``type``).
             message: one line naming what failed.
+            param: the request field at fault, when one is (OpenAI's ``error.param``).
         """
-        body = call_error_body(call, status, message, kind)
+        body = call_error_body(call, status, message, kind, param)
         call.fail(kind, message)
         call.answer.status = status
         call.answer.body = body

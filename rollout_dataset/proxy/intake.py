@@ -1,9 +1,9 @@
 """The request reader: a call received and checked.
 
 It opens the call (session from the path or header, its arrival index), reads the body within the
-body and in-flight limits, and checks a generation request (JSON object, content type, a Messages
-body vLLM would take); it writes the call's `RequestPart` as received. Every refusal is answered and
-recorded by the error answerer.
+body and in-flight limits, and checks a generation request (JSON object, content type, a Responses or
+Messages body vLLM would take); it writes the call's `RequestPart` as received. Every refusal is
+answered and recorded by the error answerer.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from rollout_dataset.proxy.messages_capture import MESSAGES_ENDPOINT, messages_p
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import recorded_headers, redact_body, valid_session_id
 from rollout_dataset.proxy.tokens import GENERATION_ENDPOINTS, sampling_params
+from rollout_dataset.schema.api_requests import problem_field, responses_request_problem
 
 __all__ = ["RequestReader", "Checked"]
 
@@ -205,6 +206,12 @@ class RequestReader:
         if asked.body is parsed and spliceable(body):
             asked.raw_body = body  # recorded as received: no re-encoding of a long context
         asked.stream = parsed.get("stream") is True
+        if kind == "responses" and (problem := responses_request_problem(parsed)) is not None:
+            asked.requested = sampling_params(parsed)
+            asked.effective = dict(asked.requested)
+            await self.answers.reply_error(call, send, 400, "bad_request", f"request body of {call.endpoint}: {problem}",
+                                           param=problem_field(problem))
+            return None
         if kind == "messages":
             asked.requested = sampling_params(parsed)
             problem = messages_problem(parsed)

@@ -100,7 +100,8 @@ class HostForwarder:
         deadline = time.monotonic() + 5.0
         while not self.socket_path.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                err = self.proc.stderr.read().decode(errors="replace")[:300] if self.proc.poll() is not None else ""
+                stderr = self.proc.stderr  # a pipe (stderr=PIPE above)
+                err = stderr.read().decode(errors="replace")[:300] if self.proc.poll() is not None and stderr else ""
                 self.close()
                 raise RuntimeError(f"socat did not open {self.socket_path}: {err or 'timeout'}")
             time.sleep(0.005)

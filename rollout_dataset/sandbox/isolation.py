@@ -285,17 +285,17 @@ def bwrap_argv(argv: Sequence[str], spec: RootSpec, *, privileged: bool) -> list
         args += _parents_args(dest, made) + ["--ro-bind", str(source), str(dest)]
     for source, dest in spec.ro_paths:
         args += _parents_args(Path(dest), made) + ["--ro-bind", str(source), str(dest)]
-    for path in [*spec.rw_paths, spec.workdir]:
-        args += _parents_args(Path(path), made) + ["--bind", str(path), str(path)]
+    for rw_path in [*spec.rw_paths, spec.workdir]:
+        args += _parents_args(Path(rw_path), made) + ["--bind", str(rw_path), str(rw_path)]
     bound = [d for _, d in runtime_paths()] + [Path(d) for _, d in spec.ro_paths] + \
         [Path(p) for p in [*spec.rw_paths, spec.workdir]]
-    for path in spec.masks:
-        if not any(Path(path) == d or d in Path(path).parents for d in bound):
+    for mask in spec.masks:
+        if not any(Path(mask) == d or d in Path(mask).parents for d in bound):
             continue  # not in the root at all: masking it would only create its (empty) parents
-        if os.path.isdir(path):
-            args += ["--perms", "0555", "--tmpfs", str(path), "--remount-ro", str(path)]
-        elif os.path.exists(path) and spec.etc_dir is not None:
-            args += ["--ro-bind", str(spec.etc_dir / "empty"), str(path)]
+        if os.path.isdir(mask):
+            args += ["--perms", "0555", "--tmpfs", str(mask), "--remount-ro", str(mask)]
+        elif os.path.exists(mask) and spec.etc_dir is not None:
+            args += ["--ro-bind", str(spec.etc_dir / "empty"), str(mask)]
     args += list(spec.extra_args)
     args += ["--chdir", str(spec.workdir), "--"]
     if privileged:

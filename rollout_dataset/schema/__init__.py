@@ -10,15 +10,18 @@ from __future__ import annotations
 import functools
 import json
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 from referencing import Registry, Resource
 
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
 __all__ = ["SCHEMA_NAMES", "load_schema", "schema_errors", "fast_schema_valid", "validate"]
 
 
-def _schema_dir():
+def _schema_dir() -> Traversable:
     return resources.files(__package__).joinpath("schemas")
 
 
@@ -52,7 +55,7 @@ def load_schema(name: str) -> dict[str, Any]:
 def _registry() -> Registry:
     """Every shipped schema under its `$id`, so one schema can `$ref` another by file name."""
     resources = [Resource.from_contents(load_schema(name)) for name in _names()]
-    return Registry().with_resources((resource.id(), resource) for resource in resources if resource.id())
+    return Registry().with_resources((uri, resource) for resource in resources if (uri := resource.id()))
 
 
 @functools.lru_cache(maxsize=None)

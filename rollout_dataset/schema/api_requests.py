@@ -2,8 +2,9 @@
 
 One definition per API, used by both the recording proxy (which answers 400 before anything reaches
 the model) and the local backend (which answers as the server would): the shape is a shipped JSON
-Schema (`schemas/messages_request.schema.json`), and numbers must be finite (JSON Schema cannot see
-NaN or Infinity, which Python's JSON reader accepts).
+Schema (`schemas/messages_request.schema.json` for the Anthropic Messages API,
+`schemas/responses_request.schema.json` for the OpenAI Responses API), and numbers must be finite
+(JSON Schema cannot see NaN or Infinity, which Python's JSON reader accepts).
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from typing import Any
 
 from rollout_dataset.schema import schema_errors
 
-__all__ = ["MESSAGES_REQUEST_SCHEMA", "messages_request_problem", "non_finite_number"]
+__all__ = ["MESSAGES_REQUEST_SCHEMA", "RESPONSES_REQUEST_SCHEMA", "messages_request_problem",
+           "responses_request_problem", "problem_field", "non_finite_number"]
 
 #: the schema of a `/v1/messages` body.
 MESSAGES_REQUEST_SCHEMA = "messages_request"
+#: the schema of a `/v1/responses` body.
+RESPONSES_REQUEST_SCHEMA = "responses_request"
 
 
 def non_finite_number(value: Any, path: str = "$") -> str | None:
@@ -41,6 +45,31 @@ def non_finite_number(value: Any, path: str = "$") -> str | None:
     return None
 
 
+def _request_problem(body: Any, schema: str) -> str | None:
+    """What makes a request body invalid against one shipped schema (see the public wrappers)."""
+    errors = schema_errors(body, schema)
+    if errors:
+        path, reason = errors[0]
+        field = path.removeprefix("$").removeprefix(".") or "body"
+        return f"{field}: {reason[:300]}"
+    where = non_finite_number(body)
+    if where is not None:
+        return f"{where.removeprefix('$.')}: a finite number is required (NaN and Infinity are not JSON numbers)"
+    return None
+
+
+def problem_field(problem: str) -> str:
+    """The field a problem names (its part before the first colon), e.g. ``"input[0]"``.
+
+    Args:
+        problem: a problem from `messages_request_problem` or `responses_request_problem`.
+
+    Returns:
+        The field's path within the body (``"body"`` for the body itself).
+    """
+    return problem.split(":", 1)[0]
+
+
 def messages_request_problem(body: Any) -> str | None:
     """What makes a `/v1/messages` body invalid, in one line naming the field, or None.
 
@@ -51,12 +80,19 @@ def messages_request_problem(body: Any) -> str | None:
         ``"<field>: <reason>"`` (e.g. ``"system: 123 is not valid under any of the given schemas"``),
         or None when the body has the published shape.
     """
-    errors = schema_errors(body, MESSAGES_REQUEST_SCHEMA)
-    if errors:
-        path, reason = errors[0]
-        field = path.removeprefix("$").removeprefix(".") or "body"
-        return f"{field}: {reason[:300]}"
-    where = non_finite_number(body)
-    if where is not None:
-        return f"{where.removeprefix('$.')}: a finite number is required (NaN and Infinity are not JSON numbers)"
-    return None
+    return _request_problem(body, MESSAGES_REQUEST_SCHEMA)
+
+
+def responses_request_problem(body: Any) -> str | None:
+    """What makes a `/v1/responses` body invalid, in one line naming the field, or None.
+
+    Keys the schema does not list are accepted, as vLLM 0.32 accepts and ignores them.
+
+    Args:
+        body: the parsed request body.
+
+    Returns:
+        ``"<field>: <reason>"`` (e.g. ``"input[0]: 'call_id' is a required property"``), or None when
+        the body has the published shape.
+    """
+    return _request_problem(body, RESPONSES_REQUEST_SCHEMA)

@@ -135,7 +135,7 @@ def load_json_file(path: str | Path) -> tuple[Any, list[Failure]]:
     """
     path = Path(path)
     text, failures = _read_text(path)
-    if failures:
+    if text is None:  # unreadable: `failures` says why
         return None, failures
     return _parse_json(path, text)
 
@@ -361,8 +361,8 @@ def _cross_checks(folder: Path, docs: dict[str, Any]) -> list[Failure]:
         by_name = Counter(name for t in agent for name in (t.get("tool_calls") or []) if isinstance(name, str))
         want("tool_calls_by_name", dict(sorted(by_name.items())), "turns.json tool_calls of agent turns")
         if isinstance(summary.get("tool_calls_by_name"), dict):
-            total = sum(v for v in summary["tool_calls_by_name"].values() if isinstance(v, int))
-            want("tool_calls_total", total, "the sum of tool_calls_by_name")
+            calls_total = sum(v for v in summary["tool_calls_by_name"].values() if isinstance(v, int))
+            want("tool_calls_total", calls_total, "the sum of tool_calls_by_name")
     held = docs.get(HELD_OUT_TESTS_FILE)
     if isinstance(held, dict) and isinstance(held.get("tests"), list):
         want("held_out_tests", len(held["tests"]), "held_out_tests.json tests")

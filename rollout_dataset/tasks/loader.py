@@ -136,7 +136,8 @@ def tasks_from_records(records: Iterable[Mapping[str, Any]], source: str, column
     for row in rows:
         columns.update(dict.fromkeys(row))
     cols = _resolve_columns(columns, column_map, where)
-    tasks, seen = [], {}
+    tasks: list[Task] = []
+    seen: dict[str, int] = {}  # task id -> its row
     for n, row in enumerate(rows):
         at = f"{where}: row {n}"
         raw_instruction = row.get(cols["instruction"])

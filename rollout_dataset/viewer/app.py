@@ -231,4 +231,4 @@ def build_app(source: RolloutSource, host: str | None = None) -> Any:
         allowed.append(f"[{host}]" if ":" in host else host.lower())
     guarded = TrustedHostMiddleware(with_headers, allowed_hosts=allowed)
     guarded.state = app.state  # type: ignore[attr-defined]
-    return guarded  # type: ignore[return-value]
+    return guarded

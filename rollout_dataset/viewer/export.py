@@ -83,6 +83,8 @@ def export_static(path: str | Path, out: str | Path) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - shown in the exported page, as the server would
             loaded, view, tokenizer = None, {"id": rid, "errors": [f"{type(exc).__name__}: {exc}"]}, None
         _write_data(data, f"r{n}.js", "rollout", _finite(view))
+        if loaded is None:  # the error view above: no sequences
+            continue
         for seq in view.get("sequences") or []:
             for w, start in enumerate(range(0, seq["n_tokens"], EXPORT_WINDOW)):
                 window = token_window(loaded, seq["index"], start, EXPORT_WINDOW, tokenizer)

@@ -247,7 +247,7 @@ class ArtifactSource(RolloutSource):
             raise RolloutNotFound(f"no rollout {rid!r} under {self.root}")
         docs: dict[str, Any] = {}
         errors = [format_failure(f) for f in check_artifact_dir(folder, documents=docs)]
-        art = {"folder": str(folder)}
+        art: dict[str, Any] = {"folder": str(folder)}
         for name in ARTIFACT_FILES:
             art[name.split(".")[0]] = docs.get(name)
         rows: dict[str, list[dict[str, Any]]] = {}
@@ -350,6 +350,7 @@ class DatasetSource(RolloutSource):
         return where
 
     def _load_rollout(self, rid: str) -> dict[str, Any]:
+        import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
@@ -364,7 +365,7 @@ class DatasetSource(RolloutSource):
             try:
                 for path, group in self._where(config).get(rid, []):
                     table = pq.ParquetFile(path).read_row_group(group)
-                    found.extend(table.filter(pc.equal(table.column("rollout_id"), rid)).to_pylist())
+                    found.extend(table.filter(pc.equal(table.column("rollout_id"), pa.scalar(rid))).to_pylist())
             except Exception as exc:  # noqa: BLE001 - a broken shard is shown as an error in the page, the rest still listed
                 errors.append(f"config {config}: {type(exc).__name__}: {exc}")
             rows[config] = [_decoded(config, r) for r in found]

@@ -38,8 +38,9 @@ def index_record(row: dict[str, Any]) -> dict[str, Any]:
     Returns:
         A flat dict of the columns the index shows (missing figures are None).
     """
-    stepwise = row.get("stepwise") if isinstance(row.get("stepwise"), dict) else {}
-    audit = row.get("audit") if isinstance(row.get("audit"), dict) else {}
+    stepwise, audit = row.get("stepwise"), row.get("audit")
+    stepwise = stepwise if isinstance(stepwise, dict) else {}
+    audit = audit if isinstance(audit, dict) else {}
     return {
         "id": row["id"], "error": row.get("error"), "task_id": row.get("task_id"), "env": row.get("env"),
         "harness": row.get("harness"), "model": row.get("model"), "group_id": row.get("group_id"),
@@ -139,8 +140,9 @@ def rollout_view(loaded: dict[str, Any], rid: str, tokenizer_note: str | None = 
     trace = sorted(rows.get("trace") or [], key=lambda r: r["call_index"])
     turns = {t["call_index"]: t for t in rows.get("turns") or []}
     sequences = sorted(rows.get("sequences") or [], key=lambda r: r["sequence_index"])
-    fit = summary.get("context_fit") if isinstance(summary.get("context_fit"), dict) else {}
-    lowered: dict[int, list[Any]] = {}
+    fit = summary.get("context_fit")
+    fit = fit if isinstance(fit, dict) else {}
+    lowered: dict[int | None, list[Any]] = {}  # call index -> its context-fit entries
     for entry in fit.get("lowered") or []:
         if isinstance(entry, dict):
             lowered.setdefault(entry.get("index"), []).append(entry)

@@ -62,8 +62,8 @@ _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool
 def _system_text(content: Any) -> str | None:
     if isinstance(content, str):
         return None if content.startswith(BILLING_HEADER_PREFIX) else content
-    parts = [b.get("text") for b in content or () if isinstance(b, dict) and b.get("type") == "text"
-             and b.get("text") and not b["text"].startswith(BILLING_HEADER_PREFIX)]
+    parts = [text for b in content or () if isinstance(b, dict) and b.get("type") == "text"
+             and (text := b.get("text")) and not text.startswith(BILLING_HEADER_PREFIX)]
     return "".join(parts) if parts else None
 
 
@@ -492,6 +492,7 @@ class ChatStreamToMessages:
                              "usage": usage(chunk.get("usage"))}
             return [("message_start", {"type": "message_start", "message": dict(self._message)})]
         choices = chunk.get("choices") or []
+        events: list[tuple[str, dict[str, Any]]]
         if not choices:
             events = self._stop_and_flush()
             reason, sequence = stop_reason(self._finish or "stop", self._matched, self._tool_used,
@@ -502,7 +503,7 @@ class ChatStreamToMessages:
                                              "usage": usage(chunk.get("usage"))}))
             return events
         choice = choices[0]
-        events: list[tuple[str, dict[str, Any]]] = []
+        events = []
         if choice.get("finish_reason") is not None:
             self._finish = choice["finish_reason"]
             self._matched = choice.get("stop_reason")

@@ -65,7 +65,8 @@ def call_request_chat(record: dict[str, Any]) -> tuple[list[Any] | None, list[An
         if request.get("input") is None:
             return None, []
         return input_to_messages(request), list(tools_to_chat(request.get("tools")) or [])
-    tools = request.get("tools") if isinstance(request.get("tools"), list) else []
+    raw_tools = request.get("tools")
+    tools = raw_tools if isinstance(raw_tools, list) else []
     if isinstance(request.get("messages"), list):
         return request["messages"], tools
     if "prompt" in request:  # /v1/completions

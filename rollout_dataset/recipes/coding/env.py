@@ -103,7 +103,11 @@ class CodingEpisode:
     def run(self, agent: AgentContext) -> AgentOutcome:
         """The harness in the allow-list sandbox, against the proxy's session URL (terminus-2: Harbor runs it)."""
         if self.preset is not None and self.preset.name == TERMINUS_HARNESS:
-            return self._run_terminus(agent)
+            if self.harbor_dir is None:  # _check_harbor_harness refuses this before a rollout starts
+                from rollout_dataset.errors import ConfigError
+
+                raise ConfigError(f"--harness {TERMINUS_HARNESS} runs Harbor tasks; task {self.task_.task_id!r} is not one")
+            return self._run_terminus(self.harbor_dir, agent)
         from rollout_dataset.recipes.coding.hiding import capture_hidden_paths
         from rollout_dataset.harness import BuiltinAgent, ToolBox, resolve_harness, run_external_harness
         from rollout_dataset.harness.presets import CONTEXT_AWARE_PRESETS
@@ -148,7 +152,7 @@ class CodingEpisode:
             stop_reason = "harness_error"
         return AgentOutcome(stop_reason, ext.timed_out, errors, [])
 
-    def _run_terminus(self, agent: AgentContext) -> AgentOutcome:
+    def _run_terminus(self, harbor_dir: Path, agent: AgentContext) -> AgentOutcome:
         """Harbor's terminus-2 on the Harbor task, in the bubblewrap environment, through the proxy."""
         import tempfile
 
@@ -165,7 +169,7 @@ class CodingEpisode:
         fields = self.task_.metadata["harbor"]
         # the agent's budget: --timeout-s, or the task's [agent] timeout_sec when shorter
         budget = min(config.timeout_s, float(fields.get("agent_timeout_sec") or config.timeout_s))
-        run = self.harbor_run = run_terminus(self.harbor_dir, trials, base_url=agent.base_url, model=agent.model,
+        run = self.harbor_run = run_terminus(harbor_dir, trials, base_url=agent.base_url, model=agent.model,
                                              api_key=agent.api_key, timeout_s=budget, agent_kwargs=kwargs,
                                              should_stop=watch,
                                              verifier_timeout_s=float(fields.get("verifier_timeout_sec") or 600.0))
@@ -189,7 +193,7 @@ class CodingEpisode:
             logger.warning("terminus-2 ended without marking the task complete")
         return AgentOutcome(stop_reason, run.stop_reason == "timeout", errors, [])
 
-    def _score_harbor(self, records: list[dict[str, Any]], outcome: AgentOutcome) -> Score:
+    def _score_harbor(self, harbor_dir: Path, records: list[dict[str, Any]], outcome: AgentOutcome) -> Score:
         """The task's own verifier: Harbor's (terminus-2) or tests/test.sh on the harness's files; the leakage scan."""
         from rollout_dataset.harbor.adapter import environment_for
         from rollout_dataset.recipes.coding.harbor_tasks import (crosscheck_trajectory, harbor_leak_needles,
@@ -198,17 +202,17 @@ class CodingEpisode:
 
         task, fields = self.task_, dict(self.task_.metadata.get("harbor") or {})
         run = self.harbor_run
-        facts: dict[str, Any] = {"task_dir": str(self.harbor_dir), "network": {"asked": fields.get("network_mode"),
+        facts: dict[str, Any] = {"task_dir": str(harbor_dir), "network": {"asked": fields.get("network_mode"),
                                                                                "given": "none"}}
         if run is not None:
             reward, why = run.reward, None
             if reward is None:
                 why = run.exception or "Harbor's verifier gave no reward"
-            facts.update({"environment": environment_for(self.harbor_dir), "reward_source": "harbor_verifier",
+            facts.update({"environment": environment_for(harbor_dir), "reward_source": "harbor_verifier",
                           "exception": run.exception, "rewards": run.rewards, "wall_s": round(run.wall_s, 3),
                           "trajectory": crosscheck_trajectory(run.trajectory, records, run.subagent_trajectories)})
         else:
-            reward, why = verify_harbor_task(self.harbor_dir, self.box.workdir, fields)
+            reward, why = verify_harbor_task(harbor_dir, self.box.workdir, fields)
             facts.update({"environment": "rollout-bwrap", "reward_source": "tests/test.sh", "exception": None})
         self.harbor_facts = facts
         needles = harbor_leak_needles(self.statement, list(task.metadata.get("held_out_text") or []))
@@ -222,7 +226,7 @@ class CodingEpisode:
         """`solution.py` on the held-out tests, penalties, the leakage scan (and `--keep-workdir`);
         a Harbor task's own verifier for a Harbor task."""
         if self.harbor_dir is not None:
-            return self._score_harbor(records, outcome)
+            return self._score_harbor(self.harbor_dir, records, outcome)
         from rollout_dataset.documents import agent_tool_counts
         from rollout_dataset.recipes.coding.leakage import scan_for_leaks
         from rollout_dataset.recipes.coding.workdir import copy_workdir

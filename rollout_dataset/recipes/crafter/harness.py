@@ -218,7 +218,7 @@ class CrafterAgent(ChatAgentBase):
                 messages.append(step.assistant)
                 if not step.tool_calls:
                     return result("final_answer")
-                decision = {"turn": turn, "actions": [], "invalid": 0, "env_steps": 0, "reward": 0.0,
+                decision: dict[str, Any] = {"turn": turn, "actions": [], "invalid": 0, "env_steps": 0, "reward": 0.0,
                             "newly_unlocked": []}
                 for tc in step.tool_calls:
                     name = tc["function"]["name"]

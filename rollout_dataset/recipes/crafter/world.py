@@ -122,7 +122,7 @@ def _env_class(pixels: bool) -> type:
     """
     import crafter
 
-    def _balance_object(self, chunk, objs, *args, **kwargs):  # noqa: ANN001 - crafter's hook
+    def _balance_object(self: Any, chunk: Any, objs: Any, *args: Any, **kwargs: Any) -> Any:  # crafter's hook
         ordered = sorted(objs, key=lambda obj: (int(obj.pos[0]), int(obj.pos[1])))
         return crafter.Env._balance_object(self, chunk, ordered, *args, **kwargs)
 
