@@ -51,7 +51,7 @@ class ProxyApp:
     stage                     file                             job
     ========================  ===============================  =========================================
     `RequestReader`           ``proxy/intake.py``              received, checked (session, index, body
-                                                               limits, JSON, Messages body)
+                                                               limits, JSON, Responses and Messages bodies)
     `RequestRewriter`         ``proxy/rewrite.py``             rewritten (context fit, token fields,
                                                                on-policy prompt, Messages → chat)
     `UpstreamRelay`           ``proxy/relay.py``               forwarded; a whole answer relayed
@@ -140,7 +140,7 @@ class ProxyApp:
             body = await self.reader.read_body(call, scope, receive, send)  # within the body and in-flight limits
             if body is None:
                 return
-            checked = await self.reader.check(call, scope, body, send)  # checked: JSON, Messages body
+            checked = await self.reader.check(call, scope, body, send)  # checked: JSON, Responses and Messages bodies
             if checked is None:
                 return
             outgoing = await self.rewriter.rewrite(call, scope, checked, send)  # rewritten
