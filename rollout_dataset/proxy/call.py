@@ -43,7 +43,7 @@ class RequestPart:
         self.kind: str | None = None  # the generation kind ("chat", "completions", "responses", "messages")
         self.body: Any = None  # the request as recorded (redacted)
         self.raw_body: bytes | None = None  # the request's JSON bytes, when they can go into the record as is
-        self.stream = False
+        self.stream = False  # the harness asked for a stream
         self.requested: dict[str, Any] = {}
         self.effective: dict[str, Any] = {}
         self.upstream_changes: dict[str, Any] = {}
@@ -72,10 +72,11 @@ class RequestPart:
 class AnswerPart:
     """The answer side of a call: what the upstream sent and what the harness got (the relays)."""
 
-    __slots__ = ("status", "body", "raw_body", "upstream_headers", "translated")
+    __slots__ = ("status", "event_stream", "body", "raw_body", "upstream_headers", "translated")
 
     def __init__(self) -> None:
         self.status: int | None = None
+        self.event_stream = False  # the upstream answered with an event stream (asked to or not)
         self.body: Any = None  # the answer as recorded (a reassembled stream, or text)
         self.raw_body: bytes | None = None  # the answer's JSON bytes, when they can go into the record as is
         self.upstream_headers: dict[str, str] = {}  # the upstream's response headers (lower-case names)

@@ -71,7 +71,7 @@ class CallRecorder:
             "ttft_ms": timing.ttft_ms,
             "method": call.method,
             "endpoint": call.endpoint,
-            "stream": asked.stream,
+            "stream": asked.stream or answer.event_stream,
             "status": answer.status,
             "request_headers": call.headers,
             "request": asked.body,

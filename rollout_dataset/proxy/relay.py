@@ -100,7 +100,7 @@ class UpstreamRelay:
                 if response.status_code >= 400:
                     call.fail("upstream_status", f"the model server at {url} answered HTTP {response.status_code}")
                 if "text/event-stream" in ctype:
-                    asked.stream = True
+                    answer.event_stream = True
                     if (token_req is not None and response.status_code < 400
                             and "text/event-stream" in ctype.partition(";")[0]):
                         await self.streams.generation(call, url, response, token_req,
