@@ -22,6 +22,8 @@ import os
 import time
 from typing import Any
 
+import httpx
+
 from rollout_dataset.proxy.on_policy_upstream import Prepared
 from rollout_dataset.wire.anthropic_chat import ChatStreamToMessages
 
@@ -51,10 +53,11 @@ class RequestPart:
         # a Messages call sent upstream as chat: its stream translator (True for a whole answer)
         self.translator: ChatStreamToMessages | bool | None = None
         self.upstream_request: Any = None  # the chat completion sent in its place
-        self.native_request: Any = None  # the Messages request as received, for an upstream with no chat endpoint
+        # the Messages request as received, for an upstream with no chat endpoint
+        self.native_request: httpx.Request | None = None
         self.on_policy: Prepared | None = None  # on-policy mode's decision for a chat call
 
-    def as_received(self) -> Any:
+    def as_received(self) -> httpx.Request:
         """Undo the Messages → chat rewrite: the upstream has no chat endpoint (not vLLM).
 
         The call is then forwarded as it came and recorded at level ``text`` (kind ``messages``).
@@ -63,6 +66,7 @@ class RequestPart:
             The Messages request as the harness sent it (the `httpx.Request` the rewriter kept).
         """
         request = self.native_request
+        assert request is not None, "only a Messages call sent as chat has a request as received"
         self.translator = self.upstream_request = self.native_request = None
         self.kind = "messages"
         self.upstream_changes, self.effective = {}, dict(self.requested)
