@@ -28,7 +28,7 @@ BUILTIN_TOKENIZER_DIR = Path(__file__).resolve().parent / "tokenizer_data"
 
 
 @functools.lru_cache(maxsize=8)
-def _load(spec: str):
+def _load(spec: str) -> Any:  # a transformers tokenizer (its classes are not typed for mypy)
     from transformers import AutoTokenizer
 
     if spec == "builtin":
@@ -50,7 +50,7 @@ def _load(spec: str):
     return AutoTokenizer.from_pretrained(spec)
 
 
-def load_tokenizer(spec: str | Path = "builtin"):
+def load_tokenizer(spec: str | Path = "builtin") -> Any:
     """Load a tokenizer (cached per spec).
 
     Args:
@@ -67,7 +67,7 @@ def load_tokenizer(spec: str | Path = "builtin"):
 
 
 def render_chat(
-    tokenizer,
+    tokenizer: Any,
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None = None,
     add_generation_prompt: bool = True,
@@ -141,7 +141,7 @@ def template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, A
     return out
 
 
-def encode_text(tokenizer, text: str) -> list[int]:
+def encode_text(tokenizer: Any, text: str) -> list[int]:
     """Encode text without adding special tokens (special-token strings map to their ids).
 
     Args:
@@ -155,7 +155,7 @@ def encode_text(tokenizer, text: str) -> list[int]:
 
 
 def chat_prompt_ids(
-    tokenizer,
+    tokenizer: Any,
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None = None,
     chat_template_kwargs: Mapping[str, Any] | None = None,

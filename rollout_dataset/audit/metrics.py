@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -94,7 +94,7 @@ def summarize(diffs: TokenDiffs) -> dict[str, Any]:
     return out
 
 
-def worst_positions(diffs: TokenDiffs, decode, k: int = 10) -> list[dict[str, Any]]:
+def worst_positions(diffs: TokenDiffs, decode: Callable[[int], str], k: int = 10) -> list[dict[str, Any]]:
     """The `k` tokens with the largest |Δ|, largest first.
 
     Args:

@@ -37,11 +37,25 @@ class ScoreRequest:
 class Scorer(Protocol):
     """What the audit needs of a scorer."""
 
-    kind: str  # "server" | "transformers"
-    model: str
-    dtype: str | None
-    url: str | None
-    supports_temperature: bool
+    @property
+    def kind(self) -> str:
+        """``"server"`` or ``"transformers"``."""
+
+    @property
+    def model(self) -> str:
+        """The scoring model's name or folder."""
+
+    @property
+    def dtype(self) -> str | None:
+        """The dtype the model scores in (None for a server, which does not say)."""
+
+    @property
+    def url(self) -> str | None:
+        """The server's URL (None for in-process scoring)."""
+
+    @property
+    def supports_temperature(self) -> bool:
+        """Whether scores can be taken at the sampling temperature."""
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[list[float | None]]:
         """One logprob per position of each request (None where not scored)."""

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names for annotations only; imported lazily where used
+    from rollout_dataset.audit.scorers import Scorer
+
 import argparse
 import logging
 import sys
@@ -33,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _scorer(args):
+def _scorer(args: argparse.Namespace) -> Scorer:
     from rollout_dataset.audit.scorers import ServerScorer, TransformersScorer
 
     if args.against:

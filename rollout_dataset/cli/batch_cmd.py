@@ -8,6 +8,11 @@ starts). Errors are one ``error: ...`` line on stderr (`rollout_dataset.cli.repo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names for annotations only; imported lazily where used
+    from rollout_dataset.batch.config import BatchConfig
+
 import argparse
 import os
 import sys
@@ -64,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "most N unpublished (default 0: push only at the end); append-safe, resumes duplicate-free")
 
 
-def config_from_args(args: argparse.Namespace, argv: list[str] | None = None):
+def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) -> BatchConfig:
     """Turn parsed flags into a `BatchConfig` (flags override the --step-config file).
 
     Raises:
@@ -168,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     out = result.out_dir
     print(f"rollouts: {result.planned} planned, {result.ran} run, {result.skipped} already finished (resumed)")
     for strategy, agg in result.summary.get("strategies", {}).items():
-        def fmt(v):
+        def fmt(v: float | None) -> str:
             return "n/a" if v is None else f"{v:.3f}"
 
         print(

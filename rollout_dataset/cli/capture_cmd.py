@@ -19,6 +19,12 @@ stderr (`rollout_dataset.cli.reporting`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names for annotations only; imported lazily where used
+    from rollout_dataset.capture.result import CaptureResult
+    from rollout_dataset.recipes.coding.config import CaptureConfig
+
 import argparse
 import json
 import logging
@@ -175,7 +181,7 @@ def env_config_from_args(args: argparse.Namespace) -> Any:
     return config_class(**{k: v for k, v in given.items() if v is not None and k in fields})
 
 
-def report_result(result) -> int:
+def report_result(result: CaptureResult) -> int:
     """Print a capture's summary (stdout) and its failures (stderr); return its exit code.
 
     Args:
@@ -198,7 +204,7 @@ def report_result(result) -> int:
     return result.exit_code
 
 
-def config_from_args(args: argparse.Namespace):
+def config_from_args(args: argparse.Namespace) -> CaptureConfig:
     """Build a `CaptureConfig` from parsed arguments (the API key comes from `OPENAI_API_KEY`).
 
     Args:

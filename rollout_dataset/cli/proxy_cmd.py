@@ -10,6 +10,11 @@ hosts of ``NO_PROXY``, and an https upstream verified against ``SSL_CERT_FILE`` 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names for annotations only; imported lazily where used
+    from rollout_dataset.proxy.context_fit import ContextPolicy
+
 import argparse
 import asyncio
 import os
@@ -94,7 +99,7 @@ def add_context_arguments(parser: argparse.ArgumentParser, *, fit_default: bool)
                         help="send output limits as the harness asked" + ("" if fit_default else " (default)"))
 
 
-def context_policy(args: argparse.Namespace):
+def context_policy(args: argparse.Namespace) -> ContextPolicy:
     """The `ContextPolicy` the context options ask for.
 
     Args:

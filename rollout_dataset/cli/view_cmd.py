@@ -7,6 +7,8 @@ loopback, and prints the URL. ``--export OUT`` writes a self-contained static co
 
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import sys
 
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"warning: --host {args.host} is not loopback: anyone who reaches it can read these rollouts",
                   file=sys.stderr)
 
-        def ready(server) -> None:
+        def ready(server: Any) -> None:
             print(f"viewer of {args.path} at {server.url}  (Ctrl-C stops it)", flush=True)
 
         serve_viewer(args.path, args.host, args.port, on_ready=ready)

@@ -22,6 +22,11 @@ with an isolated HOME and:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names for annotations only; imported lazily where used
+    from rollout_dataset.harness.preset_base import HarnessPreset
+
 import shlex
 
 __all__ = ["CLAUDE_CODE_VERSION", "find_claude_code", "claude_code_env", "claude_code_preset"]
@@ -66,7 +71,7 @@ def claude_code_env(context_tokens: int | None = None, output_tokens: int | None
 
 
 def claude_code_preset(claude_bin: str | None = None, *, context_tokens: int | None = None,
-                       output_tokens: int | None = None):
+                       output_tokens: int | None = None) -> HarnessPreset:
     """The Claude Code preset.
 
     Args:

@@ -19,6 +19,11 @@ drive it for offline tests. Observed with codex-cli 0.171.0: it streams every ca
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names for annotations only; imported lazily where used
+    from rollout_dataset.harness.preset_base import HarnessPreset
+
 import shlex
 
 __all__ = ["CODEX_VERSION", "find_codex", "codex_config", "codex_preset"]
@@ -73,7 +78,7 @@ def codex_config(context_tokens: int | None = None, output_tokens: int | None = 
 
 
 def codex_preset(codex_bin: str | None = None, *, context_tokens: int | None = None,
-                 output_tokens: int | None = None):
+                 output_tokens: int | None = None) -> HarnessPreset:
     """The Codex preset.
 
     Args:

@@ -11,6 +11,7 @@ errors are passed through as they came, proxy-side failures become OpenAI-style 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from typing import Any
@@ -21,12 +22,14 @@ from rollout_dataset.proxy.asgi_types import Receive, Scope, Send
 from rollout_dataset.proxy.call import DEFAULT_SESSION, SESSION_HEADER
 from rollout_dataset.proxy.call_record import CallRecorder
 from rollout_dataset.proxy.context_fit import ContextFitter, ContextPolicy
-from rollout_dataset.proxy.error_answers import ErrorAnswers
+from rollout_dataset.proxy.error_answers import ErrorAnswerer
 from rollout_dataset.proxy.inflight import InflightBound
+from rollout_dataset.proxy.intake import RequestReader
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.relay import UpstreamRelay
-from rollout_dataset.proxy.request_side import RequestSide
+from rollout_dataset.proxy.rewrite import RequestRewriter, UpstreamUrls
+from rollout_dataset.proxy.stream_relay import StreamRelay
 
 __all__ = ["ProxyApp", "SESSION_HEADER", "WORKER_HEADER", "DEFAULT_SESSION", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_INFLIGHT_BYTES"]
 
@@ -39,11 +42,26 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT_BYTES = 256 * 1024 * 1024
 
 
-class ProxyApp(RequestSide, UpstreamRelay, ErrorAnswers, InflightBound, CallRecorder):
+class ProxyApp:
     """ASGI app that forwards to a model server and records every call.
 
-    Its jobs live in one mixin each: `RequestSide` (reading and preparing requests), `UpstreamRelay`
-    (the exchange and the relay of answers), `ErrorAnswers`, `InflightBound` and `CallRecorder`.
+    It is a pipeline of stages, each an object with one job, given only what that job needs:
+
+    ========================  ===============================  =========================================
+    stage                     file                             job
+    ========================  ===============================  =========================================
+    `RequestReader`           ``proxy/intake.py``              received, checked (session, index, body
+                                                               limits, JSON, Responses and Messages bodies)
+    `RequestRewriter`         ``proxy/rewrite.py``             rewritten (context fit, token fields,
+                                                               on-policy prompt, Messages → chat)
+    `UpstreamRelay`           ``proxy/relay.py``               forwarded; a whole answer relayed
+    `StreamRelay`             ``proxy/stream_relay.py``        streamed (events forwarded, assembled)
+    `CallRecorder`            ``proxy/call_record.py``         recorded (once, before the last byte)
+    `ErrorAnswerer`           ``proxy/error_answers.py``       failures recorded, then answered
+    `InflightBound`           ``proxy/inflight.py``            bytes held by all calls, bounded
+    ========================  ===============================  =========================================
+
+    The call's life is `_serve`, one method.
 
     Args:
         upstream_root: the model server's root URL (no trailing ``/v1``).
@@ -68,19 +86,20 @@ class ProxyApp(RequestSide, UpstreamRelay, ErrorAnswers, InflightBound, CallReco
                  context: ContextPolicy | None = None, worker_header: bool = False) -> None:
         self.upstream_root = upstream_root.rstrip("/")
         self._worker = (WORKER_HEADER.encode(), str(os.getpid()).encode()) if worker_header else None
-        self.recorder = recorder
-        self.transport = transport
         timeout = timeout or httpx.Timeout(600.0, connect=10.0)
-        self._extensions = {"timeout": timeout.as_dict()}
-        self._urls: dict[tuple[str, bytes], tuple[httpx.URL, bytes]] = {}
-        self.max_body_bytes = max_body_bytes
-        self.max_inflight_bytes = max_inflight_bytes
-        self.inflight_bytes = 0
+        extensions: dict[str, Any] = {"timeout": timeout.as_dict()}
         # A session's earlier calls may have been answered by another worker, or by this proxy before a
         # restart: each parent lookup first reads what those wrote to the session's file.
-        self.on_policy = (OnPolicyMode(self.upstream_root, transport, self._extensions,
-                                       others=recorder.records_by_others) if on_policy else None)
-        self.fitter = ContextFitter(self.upstream_root, transport, context) if context and context.active else None
+        policy = (OnPolicyMode(self.upstream_root, transport, extensions, others=recorder.records_by_others)
+                  if on_policy else None)
+        fitter = ContextFitter(self.upstream_root, transport, context) if context and context.active else None
+        self.record = CallRecorder(recorder, policy)
+        self.answers = ErrorAnswerer(self.record)
+        self.bound = InflightBound(max_inflight_bytes, self.answers)
+        self.reader = RequestReader(recorder, self.record, max_body_bytes, self.bound, self.answers)
+        self.rewriter = RequestRewriter(UpstreamUrls(self.upstream_root), extensions, fitter, policy, self.answers)
+        self.relay = UpstreamRelay(transport, self.record, self.answers, self.bound,
+                                   StreamRelay(self.record, self.bound))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry point: every HTTP request is forwarded and recorded; nothing escapes as a crash.
@@ -103,21 +122,38 @@ class ProxyApp(RequestSide, UpstreamRelay, ErrorAnswers, InflightBound, CallReco
         if self._worker is not None:
             send = _with_header(send, self._worker)
         try:
-            await self._handle(scope, receive, send)
-        except Exception:  # never crash the server: the record is already written by _handle's paths
+            await self._serve(scope, receive, send)
+        except Exception:  # never crash the server: the record is already written by _serve's paths
             log.exception("proxy failed on %s %s", scope.get("method"), scope.get("path"))
 
-    def _url(self, endpoint: str, query: bytes) -> tuple[httpx.URL, bytes]:
-        """The upstream URL and its Host header, parsed once per (endpoint, query) (a visible per-call cost)."""
-        key = (endpoint, query)
-        known = self._urls.get(key)
-        if known is None:
-            text = self.upstream_root + endpoint + ("?" + query.decode("latin-1") if query else "")
-            url = httpx.URL(text)
-            known = (url, url.netloc)
-            if len(self._urls) < 1024:
-                self._urls[key] = known
-        return known
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One call's life: received → checked → rewritten → forwarded → streamed → recorded.
+
+        Each stage that ends the call early (a refusal, an error, a harness gone) has already recorded
+        it and answered the harness when it returns None or False. The record is written by the relays
+        before the answer's last byte goes out (`CallRecorder.finish`, once per call).
+        """
+        call = self.reader.open(scope)  # received: session and endpoint
+        if not await self.reader.admit(call, scope, send):  # its arrival index (or a 400/503)
+            return
+        try:
+            body = await self.reader.read_body(call, scope, receive, send)  # within the body and in-flight limits
+            if body is None:
+                return
+            checked = await self.reader.check(call, scope, body, send)  # checked: JSON, Responses and Messages bodies
+            if checked is None:
+                return
+            outgoing = await self.rewriter.rewrite(call, scope, checked, send)  # rewritten
+            if outgoing is None:
+                return
+            await self.relay.forward(call, outgoing, receive, send)  # forwarded, streamed, recorded
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug or an input nobody foresaw: still one record, and an answer
+            log.exception("proxy failed on %s %s", call.method, str(scope["path"])[:300])
+            await self.answers.fail_unexpected(call, send, exc)
+        finally:
+            self.bound.release(call)
 
 
 def _with_header(send: Send, header: tuple[bytes, bytes]) -> Send:

@@ -1,5 +1,19 @@
 """One call's state, from its first byte to its record, and the facts every part of the proxy shares
 about calls (the session header, body caps).
+
+A `Call` is built by the stages of `rollout_dataset.proxy.app.ProxyApp`, each writing its own part:
+
+- `Call.asked` (`RequestPart`): what the harness sent and what the proxy sent upstream in its place,
+  written by the request reader (`proxy/intake.py`) and the rewriter (`proxy/rewrite.py`);
+- `Call.answer` (`AnswerPart`): what came back and what the harness got, written by the relay
+  (`proxy/relay.py`) and the stream relay (`proxy/stream_relay.py`);
+- `Call.timing` (`Timing`): when the call started and its first byte went out;
+- `Call.delivery` (`Delivery`): how far the answer to the harness got, and the bytes the call holds
+  against the in-flight bound (`proxy/inflight.py`);
+- shared by all, through two narrow methods: `Call.fail` (the first error wins) and `Call.notes`
+  (appended to), and `Call.nonfinite` (set by whoever parses a body holding NaN/Infinity).
+
+The recorder (`proxy/call_record.py`) only reads them.
 """
 
 from __future__ import annotations
@@ -8,62 +22,135 @@ import os
 import time
 from typing import Any
 
-from rollout_dataset.proxy.on_policy_upstream import Prepared
+import httpx
 
-__all__ = ["Call", "SESSION_HEADER", "DEFAULT_SESSION", "RAW_RECORD_CAP", "uuid4_hex", "spliceable"]
+from rollout_dataset.proxy.on_policy_upstream import Prepared
+from rollout_dataset.wire.anthropic_chat import ChatStreamToMessages
+
+__all__ = ["Call", "RequestPart", "AnswerPart", "Timing", "Delivery", "SESSION_HEADER", "DEFAULT_SESSION",
+           "RAW_RECORD_CAP", "uuid4_hex", "spliceable"]
 
 SESSION_HEADER = "x-rollout-session"
 DEFAULT_SESSION = "default"
 RAW_RECORD_CAP = 16 * 1024 * 1024  # bytes of a pass-through body kept for the record
 
 
-class Call:
-    """Everything known about one call, until it becomes a record."""
+class RequestPart:
+    """The request side of a call: as received (reader) and as sent upstream (rewriter)."""
 
-    __slots__ = ("session", "index", "call_id", "started_at", "t0", "method", "endpoint", "stream", "status",
-                 "headers", "request", "upstream_changes", "requested", "effective", "response", "ttft_ms",
-                 "notes", "error", "kind", "recorded", "client_gone", "raw_request", "raw_response",
-                 "nonfinite", "reserved", "started", "ended", "on_policy", "upstream_headers", "anthropic",
-                 "translator", "translated", "upstream_request", "native_request")
+    __slots__ = ("kind", "body", "raw_body", "stream", "requested", "effective", "upstream_changes",
+                 "anthropic", "translator", "upstream_request", "native_request", "on_policy")
+
+    def __init__(self) -> None:
+        self.kind: str | None = None  # the generation kind ("chat", "completions", "responses", "messages")
+        self.body: Any = None  # the request as recorded (redacted)
+        self.raw_body: bytes | None = None  # the request's JSON bytes, when they can go into the record as is
+        self.stream = False  # the harness asked for a stream
+        self.requested: dict[str, Any] = {}
+        self.effective: dict[str, Any] = {}
+        self.upstream_changes: dict[str, Any] = {}
+        self.anthropic = False  # an Anthropic Messages call: errors in its format
+        # a Messages call sent upstream as chat: its stream translator (True for a whole answer)
+        self.translator: ChatStreamToMessages | bool | None = None
+        self.upstream_request: Any = None  # the chat completion sent in its place
+        # the Messages request as received, for an upstream with no chat endpoint
+        self.native_request: httpx.Request | None = None
+        self.on_policy: Prepared | None = None  # on-policy mode's decision for a chat call
+
+    def as_received(self) -> httpx.Request:
+        """Undo the Messages → chat rewrite: the upstream has no chat endpoint (not vLLM).
+
+        The call is then forwarded as it came and recorded at level ``text`` (kind ``messages``).
+
+        Returns:
+            The Messages request as the harness sent it (the `httpx.Request` the rewriter kept).
+        """
+        request = self.native_request
+        assert request is not None, "only a Messages call sent as chat has a request as received"
+        self.translator = self.upstream_request = self.native_request = None
+        self.kind = "messages"
+        self.upstream_changes, self.effective = {}, dict(self.requested)
+        return request
+
+
+class AnswerPart:
+    """The answer side of a call: what the upstream sent and what the harness got (the relays)."""
+
+    __slots__ = ("status", "event_stream", "body", "raw_body", "upstream_headers", "translated")
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.event_stream = False  # the upstream answered with an event stream (asked to or not)
+        self.body: Any = None  # the answer as recorded (a reassembled stream, or text)
+        self.raw_body: bytes | None = None  # the answer's JSON bytes, when they can go into the record as is
+        self.upstream_headers: dict[str, str] = {}  # the upstream's response headers (lower-case names)
+        self.translated: Any = None  # the Messages answer the harness got (the record's `response`)
+
+
+class Timing:
+    """When the call started (wall clock and monotonic) and when its first answer byte went out."""
+
+    __slots__ = ("started_at", "t0", "ttft_ms")
+
+    def __init__(self) -> None:
+        self.started_at = time.time()
+        self.t0 = time.perf_counter()
+        self.ttft_ms: float | None = None
+
+    def first_byte(self) -> None:
+        """Note the time to the first answer byte (once)."""
+        if self.ttft_ms is None:
+            self.ttft_ms = (time.perf_counter() - self.t0) * 1000.0
+
+
+class Delivery:
+    """How far the answer to the harness got, and the bytes held against the in-flight bound."""
+
+    __slots__ = ("started", "ended", "client_gone", "recorded", "reserved")
+
+    def __init__(self) -> None:
+        self.started = False  # response headers sent to the harness
+        self.ended = False  # the response's last byte sent
+        self.client_gone = False
+        self.recorded = False
+        self.reserved = 0  # bytes of this call counted against the proxy's in-flight limit
+
+
+class Call:
+    """Everything known about one call, until it becomes a record.
+
+    Args:
+        session: the session the call belongs to.
+        method: the HTTP method.
+        endpoint: the path below the session prefix.
+        headers: the request headers as recorded (`rollout_dataset.proxy.redact.recorded_headers`).
+    """
+
+    __slots__ = ("session", "index", "call_id", "method", "endpoint", "headers", "notes", "error", "nonfinite",
+                 "asked", "answer", "timing", "delivery")
 
     def __init__(self, session: str, method: str, endpoint: str, headers: dict[str, str]) -> None:
         self.session = session
         self.index = -1
         self.call_id = uuid4_hex()
-        self.started_at = time.time()
-        self.t0 = time.perf_counter()
+        self.timing = Timing()
         self.method = method
         self.endpoint = endpoint
-        self.stream = False
-        self.status: int | None = None
         self.headers = headers
-        self.request: Any = None
-        self.upstream_changes: dict[str, Any] = {}
-        self.requested: dict[str, Any] = {}
-        self.effective: dict[str, Any] = {}
-        self.response: Any = None
-        self.ttft_ms: float | None = None
         self.notes: list[str] = []
         self.error: dict[str, str] | None = None
-        self.kind: str | None = None
-        self.recorded = False
-        self.client_gone = False
-        self.raw_request: bytes | None = None  # the request's JSON bytes, when they can go into the record as is
-        self.raw_response: bytes | None = None
         self.nonfinite = False  # a parsed body held NaN/Infinity: the record is encoded by the standard library
-        self.reserved = 0  # bytes of this call counted against the proxy's in-flight limit
-        self.started = False  # response headers sent to the harness
-        self.ended = False  # the response's last byte sent
-        self.on_policy: Prepared | None = None  # on-policy mode's decision for a chat call
-        self.upstream_headers: dict[str, str] = {}  # the upstream's response headers (lower-case names)
-        self.anthropic = False  # an Anthropic Messages call: errors in its format
-        self.translator: Any = None  # a Messages call sent upstream as chat: its stream translator (or True)
-        self.translated: Any = None  # the Messages answer the harness got (the record's `response`)
-        self.upstream_request: Any = None  # the chat completion sent in its place
-        self.native_request: Any = None  # the Messages request as received, for an upstream with no chat endpoint
+        self.asked = RequestPart()
+        self.answer = AnswerPart()
+        self.delivery = Delivery()
 
     def fail(self, kind: str, message: str) -> None:
-        """Record the call's first error (later ones are consequences of it)."""
+        """Record the call's first error (later ones are consequences of it).
+
+        Args:
+            kind: the error kind (``upstream_status``, ``client_disconnect``, ...).
+            message: one line naming what failed.
+        """
         if self.error is None:
             self.error = {"kind": kind, "message": message}
 

@@ -1,11 +1,12 @@
-"""A call's trace record: built once from its `Call` state and written before its last byte reaches the
-harness.
+"""The recording stage: a call's trace record, built once from its `Call` parts and written before its
+last byte reaches the harness.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from rollout_dataset.errors import RecordWriteError
 from rollout_dataset.proxy.call import Call
@@ -21,75 +22,86 @@ log = logging.getLogger(__name__)
 
 
 class CallRecorder:
-    """Writing each call's record once (a mixin of `rollout_dataset.proxy.app.ProxyApp`)."""
+    """Writes each call's record once; reads the call's parts, changes none but `Delivery.recorded`.
 
-    recorder: TraceRecorder
-    on_policy: OnPolicyMode | None
+    Args:
+        recorder: the trace files.
+        on_policy: on-policy mode, told how each of its calls ended (None when off).
+    """
 
-    def _finish(self, call: Call) -> RecordWriteError | None:
+    def __init__(self, recorder: TraceRecorder, on_policy: OnPolicyMode | None) -> None:
+        self.recorder = recorder
+        self.on_policy = on_policy
+
+    def finish(self, call: Call) -> RecordWriteError | None:
         """Write the call's record once (before its last byte reaches the harness).
+
+        Args:
+            call: the call, its parts as the stages left them.
 
         Returns:
             None when the record is durable (or was written before); the error when it could not be
             written, so the caller fails the call instead of answering it unrecorded.
         """
-        if call.recorded:
+        if call.delivery.recorded:
             return None
-        call.recorded = True
+        call.delivery.recorded = True
         ended = time.time()
-        latency = max(0.0, (time.perf_counter() - call.t0) * 1000.0)
+        asked, answer, timing = call.asked, call.answer, call.timing
+        latency = max(0.0, (time.perf_counter() - timing.t0) * 1000.0)
         ok = call.error is None or call.error["kind"] in ("client_disconnect", "upstream_disconnect",
                                                           "upstream_timeout")
-        if call.kind == "messages" and isinstance(call.response, str):  # a native Messages stream, as it came
-            call.response = assemble_events(call.response) or call.response
+        response = answer.body
+        if asked.kind == "messages" and isinstance(response, str):  # a native Messages stream, as it came
+            response = assemble_events(response) or response
         try:
-            fields = token_fields(call.response if ok else None, call.kind)
+            fields = token_fields(response if ok else None, asked.kind)
         except Exception as exc:  # noqa: BLE001 - an answer of unexpected shape: recorded as it came, without token fields
-            fields = token_fields(None, call.kind)
+            fields = token_fields(None, asked.kind)
             fields["notes"] = [f"no token fields: the answer has an unexpected shape ({type(exc).__name__}: {exc})"]
-        record = {
+        record: dict[str, Any] = {
             "schema_version": 1,
             "index": call.index,
             "call_id": call.call_id,
             "session": call.session,
             "harness_session_id": harness_session_id(call.headers),
-            "started_at": call.started_at,
+            "started_at": timing.started_at,
             "ended_at": ended,
             "latency_ms": latency,
-            "ttft_ms": call.ttft_ms,
+            "ttft_ms": timing.ttft_ms,
             "method": call.method,
             "endpoint": call.endpoint,
-            "stream": call.stream,
-            "status": call.status,
+            "stream": asked.stream or answer.event_stream,
+            "status": answer.status,
             "request_headers": call.headers,
-            "request": call.request,
-            "upstream_changes": call.upstream_changes,
-            "response": call.translated if call.translated is not None else call.response,
+            "request": asked.body,
+            "upstream_changes": asked.upstream_changes,
+            "response": answer.translated if answer.translated is not None else response,
             "prompt_token_ids": fields["prompt_token_ids"],
             "completion_token_ids": fields["completion_token_ids"],
             "per_token_logps": fields["per_token_logps"],
             "finish_reason": fields["finish_reason"],
             "usage": fields["usage"],
-            "requested_sampling_params": call.requested,
-            "effective_sampling_params": call.effective,
+            "requested_sampling_params": asked.requested,
+            "effective_sampling_params": asked.effective,
             "capture_level": fields["capture_level"],
             "token_source": fields["token_source"],
             "choices_token_ids": fields["choices_token_ids"],
             "notes": call.notes + fields["notes"],
             "error": call.error,
         }
-        if call.translator is not None:  # a Messages call: the chat exchange that replaced it
-            record["upstream"] = {"endpoint": "/v1/chat/completions", "request": call.upstream_request,
-                                  "response": call.response}
-        if call.on_policy is not None and self.on_policy is not None:
-            good = call.status == 200 and call.error is None
-            record["notes"] += self.on_policy.finish(call.session, call.index, call.on_policy, good, fields)
-            record["continuity"] = call.on_policy.continuity.as_record()
+        if asked.translator is not None:  # a Messages call: the chat exchange that replaced it
+            record["upstream"] = {"endpoint": "/v1/chat/completions", "request": asked.upstream_request,
+                                  "response": response}
+        if asked.on_policy is not None and self.on_policy is not None:
+            good = answer.status == 200 and call.error is None
+            record["notes"] += self.on_policy.finish(call.session, call.index, asked.on_policy, good, fields)
+            record["continuity"] = asked.on_policy.continuity.as_record()
         raw = {}
-        if call.raw_request is not None:
-            raw["request"] = call.raw_request
-        if call.raw_response is not None:
-            raw["response"] = call.raw_response
+        if asked.raw_body is not None:
+            raw["request"] = asked.raw_body
+        if answer.raw_body is not None:
+            raw["response"] = answer.raw_body
         try:
             self.recorder.write(call.session, record, raw, nonfinite=call.nonfinite)
         except RecordWriteError as exc:

@@ -378,7 +378,9 @@ def summarize_fitting(records: list[dict[str, Any]], policy: ContextPolicy) -> d
     lowered = []
     for record in records:
         changes = record.get("upstream_changes") or {}
-        request = record.get("request") if isinstance(record.get("request"), dict) else {}
+        request = record.get("request")
+        if not isinstance(request, dict):
+            request = {}
         requested = record.get("requested_sampling_params") or {}
         for name in OUTPUT_LIMIT_FIELDS.get(_kind_of(record), ()):
             if name in changes:

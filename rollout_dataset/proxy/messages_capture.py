@@ -34,6 +34,8 @@ def translate_whole(chat: Any, status: int) -> dict[str, Any] | None:
     if not isinstance(chat, dict):
         return None
     if status >= 400:
-        error = chat.get("error") if isinstance(chat.get("error"), dict) else {}
+        error = chat.get("error")
+        if not isinstance(error, dict):
+            error = {}
         return anthropic_error(anthropic_error_type(status), str(error.get("message") or chat)[:4000])
     return chat_to_message(chat)

@@ -207,8 +207,8 @@ class PastCall:
     message_keys: list[str]
     context: str
     messages: list[Any]
-    prompt_ids: list[int]
-    completion_ids: list[int]
+    prompt_ids: Sequence[int]  # a list, kept as an array("q") once stored (a third of the memory)
+    completion_ids: Sequence[int]
     finish_reason: str | None = None
     text_chars: int = 0
 

@@ -261,7 +261,9 @@ class OnPolicyMode:
             The decision; never raises (failures become a ``not_repaired`` continuity).
         """
         t0 = time.perf_counter()
-        messages = parsed.get("messages") if isinstance(parsed.get("messages"), list) else []
+        messages = parsed.get("messages")
+        if not isinstance(messages, list):
+            messages = []
         prepared = Prepared(body, Continuity("not_repaired"), message_keys=[message_key(m) for m in messages],
                             context=request_context(parsed), messages=messages)
         try:
@@ -337,7 +339,9 @@ class OnPolicyMode:
                 elif cause != "whitespace_drift":
                     return Continuity("not_repaired", idx, cause, content_mismatch_detail(sampled, rendered))
                 repair_reason = cause
-        return await self._send(parsed, prepared, idx, plan.target, render, max_model_len, repair_reason, headers)
+        target = plan.target
+        assert target is not None  # plan_splice gave one above, and `_restored_plan` returns none without
+        return await self._send(parsed, prepared, idx, target, render, max_model_len, repair_reason, headers)
 
     async def _send(self, parsed: dict[str, Any], prepared: Prepared, idx: int, target: list[int], render: list[int],
                     max_model_len: int | None, repair_reason: str | None,
@@ -352,7 +356,8 @@ class OnPolicyMode:
             return Continuity("not_repaired", idx, "server_ignores_prompt_ids", self.off_reason)
         prepared.target = target
         prepared.body = _with_prompt_ids(prepared.body, target)
-        return Continuity("repaired", idx, repair_reason, _REPAIR_DETAIL.get(repair_reason),
+        return Continuity("repaired", idx, repair_reason,
+                          _REPAIR_DETAIL.get(repair_reason) if repair_reason is not None else None,
                           drift=drift_of(render, target))
 
     async def _restored_plan(self, parsed: dict[str, Any], messages: list[Any], k: int, sampled: str,

@@ -270,9 +270,9 @@ class TraceRecorder:
             raise RecordWriteError(str(self.path(session)), exc) from exc
         finally:
             if borrowed:
-                fd = self._fds.pop(session, None)
-                if fd is not None:
-                    os.close(fd)
+                kept = self._fds.pop(session, None)
+                if kept is not None:
+                    os.close(kept)
                 self._spare = _open_spare()
         self._wrote_line(session, state.size, len(data))
         state.head = digest

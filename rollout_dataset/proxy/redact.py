@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, overload
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 __all__ = [
@@ -260,6 +260,10 @@ def _redacted_pairs(query: str) -> str:
     return "&".join(pairs)
 
 
+@overload
+def redact_url(url: str) -> str: ...
+@overload
+def redact_url(url: str | None) -> str | None: ...
 def redact_url(url: str | None) -> str | None:
     """The URL as it may be shown or written: no userinfo, credential-looking query values redacted.
 

@@ -1,59 +1,17 @@
 """Reassemble a streamed chat/completions response into the object a non-streamed call returns.
 
-SSE parsing itself is httpx-sse's (its line and event decoders, fed one network read at a time by
-`EventBatches`); this module only folds the parsed chunks: content and reasoning text, tool-call
+SSE parsing itself is httpx-sse's (`httpx_sse.EventSource`, in `rollout_dataset.proxy.stream_relay`);
+this module only folds the parsed chunks: content and reasoning text, tool-call
 deltas merged by index, finish and stop reasons, usage, prompt ids (first chunk), completion ids
 and logprobs concatenated over chunks.
 """
 
 from __future__ import annotations
 
-import codecs
 from typing import Any
 
-from httpx_sse import ServerSentEvent
-# The decoders behind httpx-sse's `EventSource.aiter_sse`, used directly so that the events of one
-# network read come out together (one send to the harness per read, not one per event) and
-# without httpx's text and line iterator layers per chunk.
-from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+__all__ = ["StreamAssembler"]
 
-__all__ = ["EventBatches", "StreamAssembler"]
-
-
-class EventBatches:
-    """Server-sent events out of raw body bytes, one network read at a time (httpx-sse's decoders).
-
-    Events come out exactly as `httpx_sse.EventSource.aiter_sse` yields them: an event is complete
-    at its blank line; a last event without one is not an event.
-
-    Args:
-        encoding: the body's charset (undecodable bytes become U+FFFD, as httpx's text decoding does).
-    """
-
-    def __init__(self, encoding: str = "utf-8") -> None:
-        self._text = codecs.getincrementaldecoder(encoding)(errors="replace")
-        self._lines = SSELineDecoder()
-        self._events = SSEDecoder()
-
-    def feed(self, raw: bytes) -> list[ServerSentEvent]:
-        """The events completed by one read of the body.
-
-        Args:
-            raw: the bytes of the read.
-
-        Returns:
-            The complete events, in order (often empty or one; several when the upstream is ahead).
-        """
-        text = self._text.decode(raw)
-        if not text:
-            return []
-        decode = self._events.decode
-        out = []
-        for line in self._lines.decode(text):
-            event = decode(line)
-            if event is not None:
-                out.append(event)
-        return out
 
 _TOP_KEYS = ("id", "created", "model", "system_fingerprint", "service_tier")
 

@@ -87,8 +87,8 @@ def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes,
         The `TokenRequest` with the upstream body and the recorded changes.
     """
     if kind == "responses":  # the Responses API: rollout_dataset.proxy.responses_capture
-        asked_ids, asked_logprobs, changes, body = prepare_responses(parsed, limits)
-        return TokenRequest(kind, asked_ids, asked_logprobs, changes, body, "top_logprobs" in parsed)
+        asked_ids, asked_logprobs, sent, upstream_body = prepare_responses(parsed, limits)
+        return TokenRequest(kind, asked_ids, asked_logprobs, sent, upstream_body, "top_logprobs" in parsed)
     asked_ids = parsed.get("return_token_ids") is True
     if kind == "chat":
         asked_logprobs = bool(parsed.get("logprobs"))

@@ -103,7 +103,7 @@ class _TitleCaseHeaders(httpx.AsyncBaseTransport):
         Returns:
             The inner transport's response.
         """
-        request.headers = httpx.Headers([(name.decode("latin-1").title(), value)
+        request.headers = httpx.Headers([(name.decode("latin-1").title().encode("latin-1"), value)
                                          for name, value in request.headers.raw])
         return await self.inner.handle_async_request(request)
 

@@ -243,7 +243,7 @@ class AuthenticatingTransport(httpx.AsyncBaseTransport):
             if clean == message:
                 raise
             try:
-                scrubbed = type(exc)(clean, request=request)
+                scrubbed = type(exc)(clean, request=request)  # type: ignore[call-arg]  # most httpx errors take it
             except TypeError:  # an httpx error that needs more than a message: a plain transport error
                 scrubbed = httpx.TransportError(clean, request=request)
             raise scrubbed from None
