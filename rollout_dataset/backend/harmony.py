@@ -20,9 +20,11 @@ template), read in `vllm/renderers/online_renderer.py` (`_make_request_with_harm
 
 vLLM 0.32 ships `oss-harmony` 0.0.11 and rewrites each earlier assistant tool-call header back to
 `assistant to=functions.NAME<|channel|>commentary json` (`_use_legacy_tool_call_headers`);
-`openai-harmony` 0.0.8, used here, renders that header already (the ids are equal). The one render
-that differs: 0.0.11 writes a tool result's header `functions.NAME<|channel|>commentary to=assistant`,
-0.0.8 `functions.NAME to=assistant<|channel|>commentary`.
+`openai-harmony` 0.0.8, used here, renders that header already (the ids are equal). A tool result's
+header differs between the two libraries: 0.0.11 writes `functions.NAME<|channel|>commentary
+to=assistant`, 0.0.8 `functions.NAME to=assistant<|channel|>commentary`; it is rewritten here to
+vLLM's form (`_tool_result_headers`). Every render was compared id for id with a genuine vLLM 0.32
+CPU server serving a tiny random-weight `gpt_oss` model (docs/backend.md).
 
 The tokenizer is an adapter over the genuine encoding (`openai_harmony` encodes; decoding reads the
 o200k byte table, so an incomplete UTF-8 character decodes to U+FFFD as a byte-level BPE does). The
@@ -366,5 +368,37 @@ def harmony_prompt_ids(encoding: Any, messages: Sequence[Mapping[str, Any]],
     last_final = max((i for i, m in enumerate(harmony) if m.author.role == Role.ASSISTANT and m.channel == "final"),
                      default=-1)
     kept = [m for i, m in enumerate(harmony) if not (i < last_final and m.channel == "analysis")]
-    return list(encoding.render_conversation_for_completion(
-        Conversation.from_messages(kept), Role.ASSISTANT, config=RenderConversationConfig(auto_drop_analysis=False)))
+    ids = encoding.render_conversation_for_completion(
+        Conversation.from_messages(kept), Role.ASSISTANT, config=RenderConversationConfig(auto_drop_analysis=False))
+    return _tool_result_headers(encoding, list(ids))
+
+
+def _tool_result_headers(encoding: Any, ids: list[int]) -> list[int]:
+    """Tool results' headers as vLLM 0.32 (`oss-harmony` 0.0.11) renders them.
+
+    `openai-harmony` 0.0.8 writes ``<|start|>functions.NAME to=assistant<|channel|>commentary<|message|>``;
+    vLLM 0.32 sends ``<|start|>functions.NAME<|channel|>commentary to=assistant<|message|>`` (seen on
+    its server, same ids as encoding each piece alone). Assistant headers are left alone: vLLM
+    rewrites its own to the 0.0.8 form.
+    """
+    start, channel, message = (encoding.encode(t, allowed_special="all")[0]
+                               for t in ("<|start|>", "<|channel|>", "<|message|>"))
+    out: list[int] = []
+    i = 0
+    while i < len(ids):
+        if ids[i] != start or message not in ids[i + 1:]:
+            out.append(ids[i])
+            i += 1
+            continue
+        end = ids.index(message, i + 1)
+        header = ids[i + 1:end]
+        if channel in header:
+            cut = header.index(channel)
+            author_part, channel_name = encoding.decode(header[:cut]), encoding.decode(header[cut + 1:])
+            author, _, recipient = author_part.partition(" to=")
+            if recipient and author != "assistant" and " " not in channel_name:
+                header = (encoding.encode(author) + [channel]
+                          + encoding.encode(f"{channel_name} to={recipient}"))
+        out += [start] + list(header) + [message]
+        i = end + 1
+    return out
