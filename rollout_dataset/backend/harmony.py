@@ -23,8 +23,8 @@ vLLM 0.32 ships `oss-harmony` 0.0.11 and rewrites each earlier assistant tool-ca
 `openai-harmony` 0.0.8, used here, renders that header already (the ids are equal). A tool result's
 header differs between the two libraries: 0.0.11 writes `functions.NAME<|channel|>commentary
 to=assistant`, 0.0.8 `functions.NAME to=assistant<|channel|>commentary`; it is rewritten here to
-vLLM's form (`_tool_result_headers`). Every render was compared id for id with a genuine vLLM 0.32
-CPU server serving a tiny random-weight `gpt_oss` model (docs/backend.md).
+vLLM's form (`_tool_result_headers`). The renders were compared id for id with a genuine vLLM 0.32
+CPU server serving a tiny `gpt_oss` model (`tests/test_real_vllm_harmony.py`, docs/backend.md).
 
 The tokenizer is an adapter over the genuine encoding (`openai_harmony` encodes; decoding reads the
 o200k byte table, so an incomplete UTF-8 character decodes to U+FFFD as a byte-level BPE does). The

@@ -99,7 +99,7 @@ async def harmony_chat(state: Any, body: dict, respond: Callable[[Any, PolicyReq
     fmt = P.TokenFormatter(tok, state.model, common.as_token_ids)
     rid, created = P.chat_completion_id(), P.now()
     if common.stream:
-        return StreamingResponse(_stream(state, common, gens, fmt, rid, created, prompt_ids, parse_tools,
+        return StreamingResponse(_stream(state, common, gens, fmt, rid, created, prompt_ids,
                                          want_logprobs, top_k, tool_choice, hide),
                                  media_type="text/event-stream")
     choices, reasoning_tokens = [], 0
@@ -125,7 +125,7 @@ async def harmony_chat(state: Any, body: dict, respond: Callable[[Any, PolicyReq
 
 
 async def _stream(state: Any, common: Any, gens: list[Generation], fmt: P.TokenFormatter, rid: str, created: int,
-                  prompt_ids: list[int], parse_tools: bool, want_logprobs: bool, top_k: int, tool_choice: Any,
+                  prompt_ids: list[int], want_logprobs: bool, top_k: int, tool_choice: Any,
                   hide: bool) -> AsyncIterator[bytes]:
     model = common.model
     reasoning_tokens = 0
@@ -135,7 +135,9 @@ async def _stream(state: Any, common: Any, gens: list[Generation], fmt: P.TokenF
         yield encode_json_event(P.chat_chunk(rid, created, model, role_choice,
                                              prompt_token_ids=list(prompt_ids) if common.return_token_ids else None,
                                              prompt_text=None))
-        parser = HarmonyReplyParser(state.tokenizer, state.harmony_reasoning, parse_tools)
+        # vLLM streams a call to functions.* as tool_calls whatever the request's tools (its tool parser
+        # is server-wide); only the unstreamed message checks them (seen on vLLM 0.32)
+        parser = HarmonyReplyParser(state.tokenizer, state.harmony_reasoning, True)
         tools_streamed = False
         for j, step in enumerate(g.steps):
             if state.token_delay:

@@ -1,0 +1,155 @@
+"""Opt-in: `serve --tokenizer harmony --reasoning-parser openai_gptoss` against a genuine vLLM 0.32 gpt-oss.
+
+The genuine server serves a tiny `gpt_oss` model whose Harmony reply is set by its weights
+(`real_model/build_scripted_gptoss.py`: script `call` says a tool call, `final` a final answer):
+
+    .venv/bin/python real_model/build_scripted_gptoss.py tokenizer /tmp/gptoss-call
+    $REAL_VLLM_HOME/venv/bin/python real_model/build_scripted_gptoss.py weights /tmp/gptoss-call call
+    VLLM_SYSTEM_START_DATE=2026-12-04 VLLM_CPU_KVCACHE_SPACE=1 $REAL_VLLM_HOME/venv/bin/python \\
+        -m vllm.entrypoints.openai.api_server --model /tmp/gptoss-call --served-model-name gptoss \\
+        --port 18017 --dtype bfloat16 --max-model-len 4096 --enable-auto-tool-choice --tool-call-parser openai \\
+        --reasoning-parser openai_gptoss --logprobs-mode processed_logprobs
+    REAL_VLLM_HARMONY_URL=http://127.0.0.1:18017/v1 REAL_VLLM_HARMONY_DATE=2026-12-04 \\
+        pytest -m real_vllm tests/test_real_vllm_harmony.py
+
+For each request the local backend emits exactly the ids the genuine server sampled; the two answers
+must then agree on the prompt ids (vLLM's Harmony render of the messages), every key and type, the
+reasoning/content/tool-call split, finish and stop reasons, `usage` and, streamed, every chunk's delta
+and ids. Only ids of responses and tool calls, timestamps, fingerprints and logprob values may differ.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from typing import Any
+
+import httpx
+import pytest
+
+from rollout_dataset.backend import LocalBackend, PolicyOutput
+
+REAL = os.environ.get("REAL_VLLM_HARMONY_URL", "").rstrip("/")
+DATE = os.environ.get("REAL_VLLM_HARMONY_DATE") or datetime.date.today().isoformat()
+pytestmark = [pytest.mark.real_vllm,
+              pytest.mark.skipif(not REAL, reason="set REAL_VLLM_HARMONY_URL to compare with vLLM's gpt-oss path")]
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+SYSTEM = {"role": "system", "content": "Be brief."}
+#: case -> (messages before the case's user message, request extras)
+CASES: dict[str, tuple[list[dict], dict[str, Any]]] = {
+    "with_tools": ([SYSTEM], {"tools": TOOLS}),
+    "without_tools": ([], {}),
+    "cut_in_header": ([], {"tools": TOOLS, "max_tokens": 3}),
+    "cut_in_body": ([], {"tools": TOOLS, "max_tokens": 12}),
+    "include_reasoning_false": ([], {"tools": TOOLS, "include_reasoning": False}),
+    "reasoning_effort_high": ([SYSTEM], {"tools": TOOLS, "reasoning_effort": "high"}),
+    "tool_loop_history": ([SYSTEM, {"role": "user", "content": "w"},
+                           {"role": "assistant", "content": None, "reasoning": "Need it.", "tool_calls": [CALL]},
+                           {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}], {"tools": TOOLS}),
+    "history_with_final_answer": ([{"role": "user", "content": "w"},
+                                   {"role": "assistant", "content": "Sunny.", "reasoning": "Think."}], {}),
+}
+_IDS: dict[str, list[int]] = {}
+
+
+class _Replay:
+    """Emits, for the case named in the last user message, the ids the genuine server sampled."""
+
+    run_in_thread = False
+
+    def respond(self, request):
+        name = next(m["content"] for m in reversed(request.messages) if m.get("role") in ("user", "tool"))
+        return PolicyOutput(token_ids=_IDS[name])
+
+
+@pytest.fixture(scope="module")
+def local():
+    with LocalBackend.start_in_thread(tokenizer="harmony", policy=_Replay(), served_model_name="gptoss",
+                                      reasoning_parser="openai_gptoss", harmony_start_date=DATE) as backend:
+        yield backend
+
+
+def _body(case: str) -> dict:
+    before, extras = CASES[case]
+    last = {"role": "tool", "tool_call_id": "call_1", "content": case} if case == "tool_loop_history" else \
+        {"role": "user", "content": case}
+    messages = before[:-1] + [last] if case == "tool_loop_history" else before + [last]
+    return {"model": "gptoss", "messages": messages, "return_token_ids": True, "logprobs": True, "top_logprobs": 1,
+            "temperature": 0, "max_tokens": 40, **extras}
+
+
+def _post(base: str, body: dict) -> dict:
+    r = httpx.post(f"{base}/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _stream(base: str, body: dict) -> list[dict]:
+    with httpx.stream("POST", f"{base}/chat/completions", json={**body, "stream": True,
+                      "stream_options": {"include_usage": True}}, timeout=120) as r:
+        return [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+
+
+def _one_token_chunks(body: dict, tries: int = 5) -> list[dict]:
+    """The genuine stream, one sampled token per chunk (a busy CPU engine now and then merges two)."""
+    for _ in range(tries):
+        chunks = _stream(REAL, body)
+        if all(len(c["choices"][0].get("token_ids") or []) <= 1 for c in chunks if c["choices"]):
+            return chunks
+    pytest.fail(f"vLLM merged tokens into one chunk in {tries} streams in a row")
+
+
+def _comparable(x: Any, key: str = "") -> Any:
+    if isinstance(x, dict):
+        return {k: _comparable(v, k) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_comparable(v) for v in x]
+    if key in ("id", "created", "system_fingerprint"):
+        return type(x).__name__
+    if key == "logprob" or key == "top_logprobs" and not isinstance(x, list):
+        return type(x).__name__
+    return x
+
+
+def _message_view(resp: dict) -> dict:
+    choice = resp["choices"][0]
+    return {"message": _comparable(choice["message"]), "finish_reason": choice["finish_reason"],
+            "stop_reason": choice["stop_reason"], "prompt_token_ids": resp["prompt_token_ids"],
+            "token_ids": choice["token_ids"], "usage": resp["usage"],
+            "logprob_tokens": [c["token"] for c in choice["logprobs"]["content"]] if choice["logprobs"] else None,
+            "keys": (list(resp), list(choice), list(choice["message"]))}
+
+
+def _chunk_view(chunks: list[dict]) -> list[Any]:
+    view = []
+    for c in chunks:
+        if not c["choices"]:
+            view.append(("usage", list(c), c["usage"]))
+            continue
+        ch = c["choices"][0]
+        lp = [t["token"] for t in ch["logprobs"]["content"]] if ch.get("logprobs") else None
+        view.append((list(c), list(ch), _comparable(ch["delta"]), ch.get("token_ids"), lp, ch["finish_reason"],
+                     ch.get("stop_reason")))
+    return view
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_local_harmony_answer_matches_genuine_vllm(local, case):
+    body = _body(case)
+    real = _post(REAL, body)
+    _IDS[case] = _post(REAL, {**body, "include_reasoning": True})["choices"][0]["token_ids"]
+    mine = _post(local.base_url, body)
+    assert _message_view(mine) == _message_view(real)
+    assert _chunk_view(_stream(local.base_url, body)) == _chunk_view(_one_token_chunks(body))
+
+
+def test_genuine_vllm_tokenize_does_not_render_harmony():
+    """vLLM 0.32's /tokenize renders chat messages with the model's chat template, not Harmony (this
+    model ships none, so it is refused); the local backend renders Harmony there (docs/backend.md)."""
+    r = httpx.post(f"{REAL.removesuffix('/v1')}/tokenize", timeout=60,
+                   json={"model": "gptoss", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 400 and "chat template" in r.json()["error"]["message"]
