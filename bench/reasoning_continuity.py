@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # tests/support/: the genuine templates
 from support.reasoning_episodes import TOOLS, Qwen3Chat  # noqa: E402
 
 from rollout_dataset.backend import LocalBackend  # noqa: E402
-from rollout_dataset.backend.harmony import load_harmony_tokenizer  # noqa: E402
+from rollout_dataset.harmony import load_harmony_tokenizer  # noqa: E402
 from rollout_dataset.export import export_rollout  # noqa: E402
 from rollout_dataset.export.breaks import CAUSE_TAG  # noqa: E402
 from rollout_dataset.proxy import CaptureProxy, read_trace  # noqa: E402

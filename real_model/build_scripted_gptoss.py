@@ -49,7 +49,7 @@ def write_tokenizer(out: Path) -> None:
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    from rollout_dataset.backend.harmony import load_harmony_tokenizer
+    from rollout_dataset.harmony import load_harmony_tokenizer
 
     harmony = load_harmony_tokenizer()
     vocab = Path(os.environ["TIKTOKEN_ENCODINGS_BASE"]) / "o200k_base.tiktoken"

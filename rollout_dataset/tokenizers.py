@@ -3,7 +3,8 @@
 The toolkit every layer shares (export, render, builder and the local backend alike): it depends
 on no server. `load_tokenizer("builtin")` loads the byte-level BPE shipped in
 `rollout_dataset/tokenizer_data/` (trained by `python -m rollout_dataset.backend.train_tokenizer`);
-any other value is a local folder
+`load_tokenizer("harmony")` gpt-oss's o200k_harmony (`rollout_dataset.harmony`: chat prompts rendered
+by `openai-harmony`, as vLLM renders them for gpt-oss); any other value is a local folder
 or a Hugging Face Hub id, loaded with `transformers.AutoTokenizer` (a Hub id is only fetched if the
 Hub is reachable and allowed; nothing here downloads by itself at import time).
 
@@ -31,6 +32,10 @@ BUILTIN_TOKENIZER_DIR = Path(__file__).resolve().parent / "tokenizer_data"
 def _load(spec: str) -> Any:  # a transformers tokenizer (its classes are not typed for mypy)
     from transformers import AutoTokenizer
 
+    if spec == "harmony":
+        from rollout_dataset.harmony import load_harmony_tokenizer
+
+        return load_harmony_tokenizer()
     if spec == "builtin":
         path = BUILTIN_TOKENIZER_DIR
         if not (path / "tokenizer.json").is_file():
@@ -54,12 +59,13 @@ def load_tokenizer(spec: str | Path = "builtin") -> Any:
     """Load a tokenizer (cached per spec).
 
     Args:
-        spec: `"builtin"`, a folder holding tokenizer files, or a Hub id such as `Qwen/Qwen2.5-0.5B`.
+        spec: `"builtin"`, `"harmony"`, a folder holding tokenizer files, or a Hub id such as `Qwen/Qwen2.5-0.5B`.
 
     Returns:
-        A `transformers` tokenizer with a chat template.
+        A `transformers` tokenizer with a chat template (for `"harmony"`, `rollout_dataset.harmony.HarmonyTokenizer`).
 
     Raises:
+        ImportError: `"harmony"` without openai-harmony / quicktok-v1 (the message names the install command).
         FileNotFoundError: the built-in files are missing or the path is not a folder.
         OSError: transformers could not load the folder or Hub id.
     """

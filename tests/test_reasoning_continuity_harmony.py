@@ -77,10 +77,10 @@ async def test_a_new_user_turn_after_a_final_answer_is_reasoning_dropped_a_new_s
 
 
 async def test_a_harmony_tool_loop_exports_as_one_trainable_sequence_and_the_next_user_turn_as_another(tmp_path):
-    from rollout_dataset.backend.harmony import load_harmony_tokenizer
+    from rollout_dataset.tokenizers import load_tokenizer
 
     records = await _session(tmp_path, keep_analysis=False)
-    doc = export_rollout(records, session_id="s", capture_level="tokens", tokenizer=load_harmony_tokenizer())
+    doc = export_rollout(records, session_id="s", capture_level="tokens", tokenizer=load_tokenizer("harmony"))
     assert doc["stats"]["n_trainable_sequences"] == 2
     assert [f for f in doc["findings"] if f["code"] == "prefix_break" and "not_repaired" in f["message"]] == []
 

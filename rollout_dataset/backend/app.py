@@ -28,7 +28,7 @@ from starlette.routing import Route
 from rollout_dataset.backend import protocol as P
 from rollout_dataset.backend.bigram import BigramModel, bigram_for_tokenizer
 from rollout_dataset.backend.engine import Generation, generate
-from rollout_dataset.backend.harmony import HARMONY_TOKENIZER, HarmonyTokenizer, load_harmony_tokenizer
+from rollout_dataset.harmony import HARMONY_TOKENIZER, HarmonyTokenizer, load_harmony_tokenizer
 from rollout_dataset.backend.harmony_reply import HARMONY_REASONING_PARSER
 from rollout_dataset.backend.hermes import StreamingToolParser, parse_tool_calls
 from rollout_dataset.backend.params import (
@@ -548,7 +548,7 @@ def create_backend_app(
 
     Args:
         tokenizer: `"builtin"`, `"harmony"` (gpt-oss's o200k_harmony; chat prompts rendered by
-            `openai_harmony` as vLLM 0.32 does for gpt-oss: `rollout_dataset.backend.harmony`), a
+            `openai_harmony` as vLLM 0.32 does for gpt-oss: `rollout_dataset.harmony`), a
             tokenizer folder, a Hub id, or a loaded tokenizer.
         policy: a policy object or a registered policy name (`echo`, `script`, `oracle`, ...).
         served_model_name: the model name clients must use (or omit).
@@ -573,7 +573,7 @@ def create_backend_app(
     spec = tokenizer if isinstance(tokenizer, str) else getattr(tokenizer, "name_or_path", "custom")
     if Path(str(spec)).resolve() == BUILTIN_TOKENIZER_DIR.resolve():
         spec = "builtin"  # not this machine's install path
-    if tokenizer == HARMONY_TOKENIZER:
+    if tokenizer == HARMONY_TOKENIZER:  # not load_tokenizer's cached one: the start date is the app's
         tok = load_harmony_tokenizer(harmony_start_date)
     else:
         tok = load_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from rollout_dataset.backend import protocol as P
 from rollout_dataset.backend.engine import Generation, generate
-from rollout_dataset.backend.harmony import harmony_prompt_ids
+from rollout_dataset.harmony import harmony_prompt_ids
 from rollout_dataset.backend.harmony_reply import HarmonyReplyParser, harmony_reply_ids
 from rollout_dataset.backend.params import (
     RequestError,

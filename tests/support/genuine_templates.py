@@ -15,8 +15,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from rollout_dataset.backend.harmony import harmony_encoding as _harmony_encoding
-from rollout_dataset.backend.harmony import o200k_encodings_dir, o200k_tiktoken_bytes  # noqa: F401 (re-exported)
+from rollout_dataset.harmony import harmony_encoding as _harmony_encoding
+from rollout_dataset.harmony import o200k_encodings_dir, o200k_tiktoken_bytes  # noqa: F401 (re-exported)
 
 
 def qwen3_tokenizer_dir() -> Path:
@@ -25,7 +25,7 @@ def qwen3_tokenizer_dir() -> Path:
 
 
 def harmony_encoding(cache_dir: str | None = None) -> Any:
-    """The genuine gpt-oss Harmony encoding, loaded offline (`rollout_dataset.backend.harmony`)."""
+    """The genuine gpt-oss Harmony encoding, loaded offline (`rollout_dataset.harmony`)."""
     return _harmony_encoding(cache_dir)
 
 
