@@ -106,3 +106,25 @@ def test_a_rerendered_tool_call_header_is_named_harmony_rerendered_not_content_c
         "harmony_rerendered"
     assert explain_reply_break(sampled, call) == "reasoning_dropped"  # the analysis is missing too
     assert explain_reply_break(sampled, call.replace('"ls"', '"rm"')) == "content_changed"
+
+
+async def test_a_server_whose_tokenize_renders_otherwise_than_its_chat_endpoint_is_not_bridged():
+    from rollout_dataset.proxy.on_policy import PastCall
+    from rollout_dataset.proxy.on_policy_harmony import TOKENIZE_DIFFERS, harmony_bridge
+
+    start_assistant, call = [200006, 173781], [200012]
+    chat_render = [1, 2, 3] + start_assistant  # what the chat endpoint generated the first call from
+    jinja_render = [1, 9, 3] + start_assistant  # what /tokenize says for the same messages
+
+    async def tokenize(body, messages, headers):
+        return jinja_render, None
+
+    async def detokenize(model, ids, headers):
+        return "<|start|>assistant" if ids == start_assistant else "<|call|>"
+
+    first = [{"role": "user", "content": "w"}]
+    parent = PastCall(0, ["k"], "", first, chat_render, [5] + call, "tool_calls")
+    known: dict = {}
+    messages = first + [{"role": "assistant", "content": None, "tool_calls": []}, {"role": "tool", "content": "x"}]
+    decided = await harmony_bridge(tokenize, detokenize, known, {"model": "m"}, messages, parent, [])
+    assert (decided.status, decided.reason, known) == ("not_repaired", TOKENIZE_DIFFERS, {"m": TOKENIZE_DIFFERS})

@@ -24,7 +24,10 @@ The server's ``/tokenize`` must render messages as its chat endpoint does: the l
 (`serve --tokenizer harmony`). vLLM 0.32's ``/tokenize`` renders a gpt-oss request with the model's
 Jinja chat template instead of Harmony (read in its source, `vllm/entrypoints/serve/tokenize/serving.py`
 calls `preprocess_chat`, not the Harmony path), so against it this bridge would splice framing the
-chat endpoint does not render (docs/reasoning.md "Limits").
+chat endpoint does not render (docs/reasoning.md "Limits"). One guard: the first call of a
+conversation was generated from the chat endpoint's own render, so when ``/tokenize`` renders its
+messages to other ids, the server's two renders disagree: that call's child and every later call for
+the model are ``not_repaired`` (``tokenize_differs``), sent as the harness sent them.
 """
 
 from __future__ import annotations
@@ -157,14 +160,21 @@ Tokenize = Callable[[dict[str, Any], list[Any], Any], Awaitable[tuple[list[int],
 Detokenize = Callable[[Any, list[int], Any], Awaitable[str]]
 
 
-async def harmony_bridge(tokenize: Tokenize, detokenize: Detokenize, known: dict[Any, bool], parsed: dict[str, Any],
+#: what `harmony_bridge` learnt of a model's server: Harmony, not Harmony, or Harmony whose /tokenize disagrees
+HARMONY, OTHER, TOKENIZE_DIFFERS = "harmony", "other", "tokenize_differs"
+_TOKENIZE_DIFFERS = ("the server's /tokenize renders this conversation to other ids than its chat endpoint did "
+                     "(vLLM 0.32 renders gpt-oss chat through the model's chat template there): the request is sent "
+                     "as the harness sent it")
+
+
+async def harmony_bridge(tokenize: Tokenize, detokenize: Detokenize, known: dict[Any, str], parsed: dict[str, Any],
                          messages: list[Any], parent: PastCall, headers: Any) -> Continuity | HarmonyBridge | None:
     """Decide a Harmony continuation (see the module docstring).
 
     Args:
         tokenize: the mode's ``/tokenize`` call (body, messages, headers) -> (ids, max_model_len).
         detokenize: the mode's ``/detokenize`` call (model, ids, headers) -> text.
-        known: per model name, whether the server renders it as Harmony (filled here).
+        known: per model name, what the server is (`HARMONY`, `OTHER`, `TOKENIZE_DIFFERS`; filled here).
         parsed: the harness's request.
         messages: its messages.
         parent: the call it continues.
@@ -178,14 +188,21 @@ async def harmony_bridge(tokenize: Tokenize, detokenize: Detokenize, known: dict
         Exception: the server calls' own errors (the caller records them).
     """
     model = parsed.get("model")
-    if known.get(model) is False:
+    if known.get(model) == OTHER:
         return None
+    if known.get(model) == TOKENIZE_DIFFERS:
+        return Continuity("not_repaired", parent.index, TOKENIZE_DIFFERS, _TOKENIZE_DIFFERS)
     parent_render, _ = await tokenize(parsed, parent.messages, headers)
     if model not in known:
-        known[model] = await detokenize(model, parent_render[-2:], headers) == HARMONY_GENERATION_PROMPT
-    if not known[model]:
+        harmony = await detokenize(model, parent_render[-2:], headers) == HARMONY_GENERATION_PROMPT
+        known[model] = HARMONY if harmony else OTHER
+    if known[model] == OTHER:
         return None
     idx, k = parent.index, len(parent.message_keys)
+    first = not any(isinstance(m, Mapping) and m.get("role") == "assistant" for m in parent.messages)
+    if first and list(parent.prompt_ids) != list(parent_render):  # the chat endpoint's own render, re-asked
+        known[model] = TOKENIZE_DIFFERS
+        return Continuity("not_repaired", idx, TOKENIZE_DIFFERS, _TOKENIZE_DIFFERS)
     sampled_ids = list(parent.completion_ids)
     sampled = parse_harmony_reply(await detokenize(model, sampled_ids, headers)) if sampled_ids else []
     message = messages[k] if isinstance(messages[k], Mapping) else {}

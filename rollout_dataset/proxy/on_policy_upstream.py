@@ -148,7 +148,7 @@ class OnPolicyMode:
         self.others = others
         self.honoured: bool | None = None  # None: not probed yet
         self.off_reason: str | None = None
-        self.harmony_models: dict[Any, bool] = {}  # per model name: the server renders it as Harmony
+        self.harmony_models: dict[Any, str] = {}  # per model name: what `harmony_bridge` learnt of the server
         self._probe_lock = asyncio.Lock()
 
     # ---- server calls -------------------------------------------------------------------------
