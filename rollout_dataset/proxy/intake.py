@@ -8,8 +8,9 @@ answered and recorded by the error answerer.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from rollout_dataset.errors import RecordWriteError
 from rollout_dataset.proxy.asgi_types import Receive, Scope, Send
@@ -22,9 +23,23 @@ from rollout_dataset.proxy.messages_capture import MESSAGES_ENDPOINT, messages_p
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.redact import recorded_headers, redact_body, valid_session_id
 from rollout_dataset.proxy.tokens import GENERATION_ENDPOINTS, sampling_params
-from rollout_dataset.schema.api_requests import problem_field, responses_request_problem
+from rollout_dataset.schema.api_requests import (
+    MESSAGES_REQUEST_SCHEMA,
+    RESPONSES_REQUEST_SCHEMA,
+    problem_field,
+    responses_request_problem,
+    surely_valid,
+)
 
 __all__ = ["RequestReader", "Checked"]
+
+
+async def _problem(name_problem: Callable[[Any], str | None], parsed: Any, schema: str) -> str | None:
+    """A request body's shape problem, or None; a body not surely valid is judged off the event loop
+    (the reference validator can take ~150 ms on a large bad body: other calls must not wait on it)."""
+    if surely_valid(parsed, schema):
+        return None
+    return await asyncio.to_thread(name_problem, parsed)
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +221,8 @@ class RequestReader:
         if asked.body is parsed and spliceable(body):
             asked.raw_body = body  # recorded as received: no re-encoding of a long context
         asked.stream = parsed.get("stream") is True
-        if kind == "responses" and (problem := responses_request_problem(parsed)) is not None:
+        if kind == "responses" and (problem := await _problem(responses_request_problem, parsed,
+                                                              RESPONSES_REQUEST_SCHEMA)) is not None:
             asked.requested = sampling_params(parsed)
             asked.effective = dict(asked.requested)
             await self.answers.reply_error(call, send, 400, "bad_request", f"request body of {call.endpoint}: {problem}",
@@ -214,7 +230,7 @@ class RequestReader:
             return None
         if kind == "messages":
             asked.requested = sampling_params(parsed)
-            problem = messages_problem(parsed)
+            problem = await _problem(messages_problem, parsed, MESSAGES_REQUEST_SCHEMA)
             if problem is not None:
                 asked.effective = dict(asked.requested)
                 await self.answers.reply_error(call, send, 400, "bad_request",
