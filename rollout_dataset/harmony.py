@@ -189,6 +189,7 @@ class HarmonyTokenizer:
         self.eos_token_id = self.token_id("<|return|>")
         self.pad_token_id = self.token_id("<|endoftext|>")
         self.stop_token_ids = (self.token_id("<|call|>"),)
+        self._vocab_cache: dict[str, int] | None = None
 
     def token_id(self, name: str) -> int:
         """Args: name: a special token such as `<|call|>`. Returns: its id."""
@@ -222,6 +223,38 @@ class HarmonyTokenizer:
             text = raw.decode("latin-1")
             out.append(text if text in self._special else "".join(table[b] for b in raw))
         return out
+
+    @property
+    def unk_token_id(self) -> None:
+        """Returns: None (byte-level: every text encodes)."""
+        return None
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        """Returns: the ids of Harmony's special tokens."""
+        return sorted(self.token_id(name) for name in self._special)
+
+    @property
+    def added_tokens_decoder(self) -> dict[int, str]:
+        """Returns: special token id -> name (as a transformers tokenizer's added tokens)."""
+        return {self.token_id(name): name for name in self._special}
+
+    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> Any:
+        """Args: tokens: a token string (byte-level, or a special token's name) or a list of them.
+        Returns: the id (None for an unknown one), or a list of them."""
+        vocab = self._vocab()
+        if isinstance(tokens, str):
+            return vocab.get(tokens)
+        return [vocab.get(t) for t in tokens]
+
+    def batch_decode(self, sequences: Sequence[Sequence[int]], **kwargs: Any) -> list[str]:
+        """Args: sequences: id lists. **kwargs: as `decode`. Returns: one text each."""
+        return [self.decode(ids, **kwargs) for ids in sequences]
+
+    def _vocab(self) -> dict[str, int]:
+        if self._vocab_cache is None:
+            self._vocab_cache = self.get_vocab()
+        return self._vocab_cache
 
     def get_vocab(self) -> dict[str, int]:
         """Returns: token string -> id (byte-level strings, as `convert_ids_to_tokens`)."""

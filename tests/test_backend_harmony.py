@@ -206,3 +206,11 @@ def test_a_call_without_tools_in_the_request_streams_as_tool_calls_but_is_left_o
         chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
     assert any(c["choices"][0]["delta"].get("tool_calls") for c in chunks)  # as vLLM 0.32 streams it
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_viewer_marks_the_tokens_of_analysis_messages_only(harmony):
+    from rollout_dataset.viewer.views import reasoning_positions
+
+    ids = _chat(harmony)["choices"][0]["token_ids"]  # <|channel|>analysis<|message|>...<|end|> then the call
+    end = ids.index(END)
+    assert reasoning_positions(ids, 0, len(ids), harmony.tokenizer) == set(range(end + 1))

@@ -19,6 +19,9 @@ from typing import Any
 
 from rollout_dataset.reasoning import THINK_CLOSE, THINK_OPEN
 
+#: Harmony's markers of an analysis message (`<|channel|>analysis<|message|>...<|end|>`)
+HARMONY_CHANNEL, HARMONY_ANALYSIS_NAME, HARMONY_END = "<|channel|>", "analysis", "<|end|>"
+
 __all__ = ["index_record", "reasoning_positions", "rollout_view", "token_window", "MAX_WINDOW"]
 
 #: the most tokens one window request returns.
@@ -211,7 +214,8 @@ def _call_spans(sequence: dict[str, Any], trace: list[dict[str, Any]]) -> list[t
 
 
 def reasoning_positions(ids: list[Any], start: int, end: int, tokenizer: Any) -> set[int]:
-    """Positions in ``[start, end)`` inside a reasoning block (``<think>`` through ``</think>``).
+    """Positions in ``[start, end)`` inside a reasoning block (``<think>`` through ``</think>``, or a
+    Harmony analysis message: ``<|channel|>analysis`` through its ``<|end|>``).
 
     The state is followed from the sequence's start, so a window that opens inside a block is marked.
 
@@ -227,14 +231,18 @@ def reasoning_positions(ids: list[Any], start: int, end: int, tokenizer: Any) ->
     convert = getattr(tokenizer, "convert_tokens_to_ids", None)
     if convert is None:
         return set()
-    opened, closed = convert(THINK_OPEN), convert(THINK_CLOSE)
     unknown = getattr(tokenizer, "unk_token_id", None)
-    if not isinstance(opened, int) or not isinstance(closed, int) or unknown in (opened, closed):
+    opened, closed = convert(THINK_OPEN), convert(THINK_CLOSE)
+    channel, analysis = convert(HARMONY_CHANNEL), convert(HARMONY_ANALYSIS_NAME)
+    harmony = all(isinstance(t, int) and t != unknown for t in (channel, analysis, convert(HARMONY_END)))
+    if harmony:  # an analysis message opens at <|channel|>analysis and closes at <|end|>
+        opened, closed = channel, convert(HARMONY_END)
+    elif not isinstance(opened, int) or not isinstance(closed, int) or unknown in (opened, closed):
         return set()
     inside, marked = False, set()
     for position in range(end):
         token = int(ids[position])
-        if token == opened:
+        if token == opened and (not harmony or (position + 1 < len(ids) and int(ids[position + 1]) == analysis)):
             inside = True
         if inside and position >= start:
             marked.add(position)
