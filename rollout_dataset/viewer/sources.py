@@ -152,7 +152,7 @@ class RolloutSource:
             return False
 
     def tokenizer(self, spec: str | None) -> tuple[Any, str | None]:
-        """Load a tokenizer for decoding: the built-in one or a folder inside the root, nothing else
+        """Load a tokenizer for decoding: the built-in one, Harmony, or a folder inside the root, nothing else
         (a Hub id or a path outside the root named in a rollout's files is refused, never fetched).
 
         Args:
@@ -163,7 +163,9 @@ class RolloutSource:
         """
         if spec is None:
             return None, "no tokenizer is recorded for this rollout: ids are shown undecoded"
-        if spec != "builtin" and not self._holds(Path(spec)):
+        from rollout_dataset.harmony import HARMONY_TOKENIZER
+
+        if spec not in ("builtin", HARMONY_TOKENIZER) and not self._holds(Path(spec)):  # both ship with the package
             # a name from the rollout's own files: never a Hub request, never a path outside what was given
             return None, (f"tokenizer {Path(spec).name!r} is not among the files given to the viewer (only the "
                           "built-in one or a tokenizer folder inside PATH is loaded): ids are shown undecoded")
