@@ -338,23 +338,14 @@ async def _chat_stream(state: BackendState, common: CommonParams, gens: list[Gen
                 delta = {k: delta[k] if k != "reasoning" else None
                          for k in ("content", "reasoning", "tool_calls") if k in delta or k == "reasoning"}
             send_ids = common.return_token_ids and not hide_reasoning
-            if delta is None:
-                if not last and logprobs is None and not send_ids:
-                    continue
-                delta = {}
-            choice: dict[str, Any] = {"index": i, "delta": delta, "logprobs": logprobs}
-            extra: dict[str, Any] = {}
-            if not last:
-                choice["finish_reason"] = None
-            else:
-                finish = g.finish_reason
-                if tools_streamed and finish == "stop" and not isinstance(tool_choice, dict):
-                    finish = "tool_calls"
-                choice["finish_reason"] = finish
-                choice["stop_reason"] = g.stop_reason
-                if not common.include_usage:
-                    extra["system_fingerprint"] = state.fingerprint
-            choice["token_ids"] = [step.token_id] if send_ids else None
+            finish = g.finish_reason
+            if tools_streamed and finish == "stop" and not isinstance(tool_choice, dict):
+                finish = "tool_calls"
+            choice = P.step_choice(i, delta, logprobs, step.token_id, last=last, send_ids=send_ids,
+                                   finish_reason=finish, stop_reason=g.stop_reason)
+            if choice is None:
+                continue
+            extra = {"system_fingerprint": state.fingerprint} if last and not common.include_usage else {}
             yield _sse(P.chat_chunk(rid, created, model, choice, **extra))
     if common.include_usage:
         n_out = sum(len(g.steps) for g in gens)

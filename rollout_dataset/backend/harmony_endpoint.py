@@ -157,23 +157,14 @@ async def _stream(state: Any, common: Any, gens: list[Generation], fmt: P.TokenF
                     delta = None
             logprobs = P.chat_logprobs([step], fmt, top_k) if want_logprobs else None
             send_ids = common.return_token_ids and not hide
-            if delta is None:
-                if not last and logprobs is None and not send_ids:
-                    continue
-                delta = {}
-            choice: dict[str, Any] = {"index": i, "delta": delta, "logprobs": logprobs}
-            extra: dict[str, Any] = {}
-            if not last:
-                choice["finish_reason"] = None
-            else:
-                finish = g.finish_reason
-                if tools_streamed and finish == "stop" and not isinstance(tool_choice, dict):
-                    finish = "tool_calls"
-                choice["finish_reason"] = finish
-                choice["stop_reason"] = g.stop_reason
-                if not common.include_usage:
-                    extra["system_fingerprint"] = state.fingerprint
-            choice["token_ids"] = [step.token_id] if send_ids else None
+            finish = g.finish_reason
+            if tools_streamed and finish == "stop" and not isinstance(tool_choice, dict):
+                finish = "tool_calls"
+            choice = P.step_choice(i, delta, logprobs, step.token_id, last=last, send_ids=send_ids,
+                                   finish_reason=finish, stop_reason=g.stop_reason)
+            if choice is None:
+                continue
+            extra = {"system_fingerprint": state.fingerprint} if last and not common.include_usage else {}
             yield encode_json_event(P.chat_chunk(rid, created, model, choice, **extra))
         reasoning_tokens += parser.reasoning_tokens
     if common.include_usage:

@@ -333,6 +333,37 @@ def chat_chunk(id_: str, created: int, model: str, choice: dict, **top_level: An
     return chunk
 
 
+def step_choice(index: int, delta: dict[str, Any] | None, logprobs: Any, token_id: int, *, last: bool,
+                send_ids: bool, finish_reason: str | None = None, stop_reason: Any = None) -> dict[str, Any] | None:
+    """The stream choice of one sampled token, as vLLM sends it, or None when vLLM sends no chunk for it.
+
+    Args:
+        index: the choice's index.
+        delta: the message delta the token makes (None: the parser held its text back).
+        logprobs: the token's logprobs entry, or None.
+        token_id: the sampled id.
+        last: the generation's last token (the chunk then carries the finish and stop reasons).
+        send_ids: whether the chunk carries ``token_ids``.
+        finish_reason: the choice's finish reason (on the last token).
+        stop_reason: the stop token or string (on the last token).
+
+    Returns:
+        The choice, or None for a held-back token that carries neither ids nor logprobs.
+    """
+    if delta is None:
+        if not last and logprobs is None and not send_ids:
+            return None
+        delta = {}
+    choice: dict[str, Any] = {"index": index, "delta": delta, "logprobs": logprobs}
+    if not last:
+        choice["finish_reason"] = None
+    else:
+        choice["finish_reason"] = finish_reason
+        choice["stop_reason"] = stop_reason
+    choice["token_ids"] = [token_id] if send_ids else None
+    return choice
+
+
 def usage_chunk(id_: str, created: int, model: str, obj: str, usage: dict, fingerprint: str) -> dict:
     """The final usage chunk of a stream (`choices: []`).
 

@@ -53,6 +53,7 @@ __all__ = [
     "plan_splice",
     "request_context",
     "text_only",
+    "tool_arguments",
 ]
 
 # Chat request fields that change how the server renders the messages: a parent must share them.
@@ -130,7 +131,8 @@ def _text(content: Any) -> str:
     return json.dumps(content, sort_keys=True)
 
 
-def _arguments(value: Any) -> Any:
+def tool_arguments(value: Any) -> Any:
+    """A tool call's arguments parsed when they are JSON text (``{}`` for empty), else as they are."""
     if isinstance(value, str):
         try:
             return json.loads(value) if value else {}
@@ -155,7 +157,7 @@ def message_key(message: Any) -> str:
         for call in message.get("tool_calls") or ():
             fn = call.get("function") if isinstance(call, Mapping) else None
             fn = fn if isinstance(fn, Mapping) else {}
-            calls.append([fn.get("name"), _arguments(fn.get("arguments"))])
+            calls.append([fn.get("name"), tool_arguments(fn.get("arguments"))])
         canon = [message.get("role"), _text(message.get("content")), calls, message.get("tool_call_id"),
                  message.get("name"), message.get("reasoning_content") or message.get("reasoning")]
     raw = json.dumps(canon, sort_keys=True, ensure_ascii=False, default=str)

@@ -33,12 +33,11 @@ the model are ``not_repaired`` (``tokenize_differs``), sent as the harness sent 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
-from rollout_dataset.proxy.on_policy import Continuity, PastCall
+from rollout_dataset.proxy.on_policy import Continuity, PastCall, tool_arguments
 
 __all__ = ["HARMONY_GENERATION_PROMPT", "HarmonyBridge", "HarmonyMessage", "parse_harmony_reply", "reply_change",
            "harmony_bridge"]
@@ -118,15 +117,6 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _json(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value) if value else {}
-        except ValueError:
-            return value
-    return value
-
-
 def reply_change(sampled: Sequence[HarmonyMessage], message: Mapping[str, Any]) -> str:
     """How the assistant message a harness sent back relates to the reply the model sampled.
 
@@ -139,7 +129,7 @@ def reply_change(sampled: Sequence[HarmonyMessage], message: Mapping[str, Any]) 
         same reply without the sampled analysis), or ``content_changed``.
     """
     analysis = "\n".join(m.text for m in sampled if m.channel == "analysis")
-    calls = [(m.recipient.removeprefix("functions."), _json(m.text)) for m in sampled
+    calls = [(m.recipient.removeprefix("functions."), tool_arguments(m.text)) for m in sampled
              if m.recipient and m.recipient.startswith("functions.")]
     said = "\n".join(m.text for m in sampled if m.channel == "final" or (m.channel == "commentary"
                                                                           and not m.recipient))
@@ -147,7 +137,7 @@ def reply_change(sampled: Sequence[HarmonyMessage], message: Mapping[str, Any]) 
     for call in message.get("tool_calls") or ():
         fn = call.get("function") if isinstance(call, Mapping) else None
         fn = fn if isinstance(fn, Mapping) else {}
-        sent_calls.append((fn.get("name"), _json(fn.get("arguments"))))
+        sent_calls.append((fn.get("name"), tool_arguments(fn.get("arguments"))))
     if sent_calls != calls or _text(message.get("content")) != said:
         return "content_changed"
     reasoning = message.get("reasoning") or message.get("reasoning_content")
