@@ -338,11 +338,9 @@ async def _chat_stream(state: BackendState, common: CommonParams, gens: list[Gen
                 delta = {k: delta[k] if k != "reasoning" else None
                          for k in ("content", "reasoning", "tool_calls") if k in delta or k == "reasoning"}
             send_ids = common.return_token_ids and not hide_reasoning
-            finish = g.finish_reason
-            if tools_streamed and finish == "stop" and not isinstance(tool_choice, dict):
-                finish = "tool_calls"
             choice = P.step_choice(i, delta, logprobs, step.token_id, last=last, send_ids=send_ids,
-                                   finish_reason=finish, stop_reason=g.stop_reason)
+                                   finish_reason=P.streamed_finish_reason(g.finish_reason, tools_streamed, tool_choice),
+                                   stop_reason=g.stop_reason)
             if choice is None:
                 continue
             extra = {"system_fingerprint": state.fingerprint} if last and not common.include_usage else {}

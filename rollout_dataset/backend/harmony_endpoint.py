@@ -157,11 +157,9 @@ async def _stream(state: Any, common: Any, gens: list[Generation], fmt: P.TokenF
                     delta = None
             logprobs = P.chat_logprobs([step], fmt, top_k) if want_logprobs else None
             send_ids = common.return_token_ids and not hide
-            finish = g.finish_reason
-            if tools_streamed and finish == "stop" and not isinstance(tool_choice, dict):
-                finish = "tool_calls"
             choice = P.step_choice(i, delta, logprobs, step.token_id, last=last, send_ids=send_ids,
-                                   finish_reason=finish, stop_reason=g.stop_reason)
+                                   finish_reason=P.streamed_finish_reason(g.finish_reason, tools_streamed, tool_choice),
+                                   stop_reason=g.stop_reason)
             if choice is None:
                 continue
             extra = {"system_fingerprint": state.fingerprint} if last and not common.include_usage else {}

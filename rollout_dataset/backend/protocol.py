@@ -333,6 +333,23 @@ def chat_chunk(id_: str, created: int, model: str, choice: dict, **top_level: An
     return chunk
 
 
+def streamed_finish_reason(finish_reason: str | None, tools_streamed: bool, tool_choice: Any) -> str | None:
+    """A stream's finish reason as vLLM reports it: ``tool_calls`` once a tool call was streamed
+    (unless a named tool was forced), else the generation's own.
+
+    Args:
+        finish_reason: the generation's finish reason.
+        tools_streamed: whether any chunk streamed a tool call.
+        tool_choice: the request's `tool_choice`.
+
+    Returns:
+        The finish reason to send.
+    """
+    if tools_streamed and finish_reason == "stop" and not isinstance(tool_choice, dict):
+        return "tool_calls"
+    return finish_reason
+
+
 def step_choice(index: int, delta: dict[str, Any] | None, logprobs: Any, token_id: int, *, last: bool,
                 send_ids: bool, finish_reason: str | None = None, stop_reason: Any = None) -> dict[str, Any] | None:
     """The stream choice of one sampled token, as vLLM sends it, or None when vLLM sends no chunk for it.
