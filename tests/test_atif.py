@@ -16,11 +16,10 @@ import pytest
 
 from rollout_dataset.atif.export import trajectory_document, trajectory_of_folder
 from rollout_dataset.atif.importer import AtifSource, import_documents
-from rollout_dataset.backend import LocalBackend
 from rollout_dataset.errors import SchemaValidationError
 from rollout_dataset.export import export_rollout
-from rollout_dataset.proxy import CaptureProxy, read_trace
 from rollout_dataset.schema.check import check_document
+from support.api_sessions import TOOLS, chat_session, messages_session, recorded_session, responses_session
 from support.synthetic_dataset import write_synthetic_rollout
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
@@ -85,40 +84,13 @@ def test_export_then_import_gives_the_same_sequences_for_each_golden_capture(tmp
     _round_trip(tmp_path, records, summary)
 
 
-async def _chat(client: httpx.AsyncClient, root: str) -> None:
-    messages = [{"role": "user", "content": "question 0"}]
-    tools = [{"type": "function", "function": {"name": "run", "parameters": {"type": "object", "properties": {}}}}]
-    for k in range(3):
-        body = {"model": "local", "messages": messages, "max_tokens": 16, "logprobs": True, "tools": tools}
-        answer = (await client.post(root + "/v1/chat/completions", json=body)).json()["choices"][0]["message"]
-        messages = messages + [{"role": "assistant", "content": answer["content"]},
-                               {"role": "user", "content": f"question {k + 1}"}]
+async def _chat_with_tools(client: httpx.AsyncClient, root: str) -> None:
+    await chat_session(client, root, TOOLS)
 
 
-async def _responses(client: httpx.AsyncClient, root: str) -> None:
-    items: list = [{"role": "user", "content": "question 0"}]
-    for k in range(3):
-        answer = (await client.post(root + "/v1/responses", json={"model": "local", "input": items,
-                                                                   "max_output_tokens": 16})).json()
-        items = items + answer["output"] + [{"role": "user", "content": f"question {k + 1}"}]
-
-
-async def _messages(client: httpx.AsyncClient, root: str) -> None:
-    messages = [{"role": "user", "content": "question 0"}]
-    for k in range(3):
-        answer = (await client.post(root + "/v1/messages", json={"model": "local", "max_tokens": 16,
-                                                                  "messages": messages})).json()
-        messages = messages + [{"role": "assistant", "content": answer["content"]},
-                               {"role": "user", "content": f"question {k + 1}"}]
-
-
-@pytest.mark.parametrize("drive", [_chat, _responses, _messages], ids=["chat", "responses", "messages"])
+@pytest.mark.parametrize("drive", [_chat_with_tools, responses_session, messages_session], ids=["chat", "responses", "messages"])
 async def test_export_then_import_gives_the_same_sequences_for_every_api(tmp_path, drive):
-    async with LocalBackend(policy="echo") as backend:
-        async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path) as proxy:
-            async with httpx.AsyncClient(timeout=30) as client:
-                await drive(client, proxy.session_base_url("s").removesuffix("/v1"))
-            records = read_trace(proxy.trace_path("s"))
+    records = await recorded_session(tmp_path, drive)
     _round_trip(tmp_path, records, {"rollout_id": "1" * 32, "harness": "builtin", "model": "local"})
 
 

@@ -6,56 +6,26 @@ come from the real proxy in front of the local backend; one record -> chat mappi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import httpx
 import pytest
 
-from rollout_dataset.backend import LocalBackend
+from support.api_sessions import chat_session, messages_session, recorded_session, responses_session
+
 from rollout_dataset.builder.rows import conversation_rows, sequence_rows
 from rollout_dataset.errors import ArtifactError
 from rollout_dataset.export import export_rollout
-from rollout_dataset.proxy import CaptureProxy, read_trace
 from rollout_dataset.tokenizers import load_tokenizer
 
 
-async def _chat(client: httpx.AsyncClient, root: str) -> None:
-    messages = [{"role": "user", "content": "question 0"}]
-    for k in range(3):
-        body = {"model": "local", "messages": messages, "max_tokens": 16, "logprobs": True}
-        answer = (await client.post(root + "/v1/chat/completions", json=body)).json()["choices"][0]["message"]
-        messages = messages + [{"role": "assistant", "content": answer["content"]},
-                               {"role": "user", "content": f"question {k + 1}"}]
-
-
-async def _responses(client: httpx.AsyncClient, root: str) -> None:
-    items: list = [{"role": "user", "content": "question 0"}]
-    for k in range(3):
-        answer = (await client.post(root + "/v1/responses", json={"model": "local", "input": items,
-                                                                   "max_output_tokens": 16})).json()
-        items = items + answer["output"] + [{"role": "user", "content": f"question {k + 1}"}]
-
-
-async def _messages(client: httpx.AsyncClient, root: str) -> None:
-    messages = [{"role": "user", "content": "question 0"}]
-    for k in range(3):
-        answer = (await client.post(root + "/v1/messages", json={"model": "local", "max_tokens": 16,
-                                                                  "messages": messages})).json()
-        messages = messages + [{"role": "assistant", "content": answer["content"]},
-                               {"role": "user", "content": f"question {k + 1}"}]
-
-
-async def _art(tmp_path: Path, drive) -> dict:
-    async with LocalBackend(policy="echo") as backend:
-        async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path) as proxy:
-            async with httpx.AsyncClient(timeout=30) as client:
-                await drive(client, proxy.session_base_url("s").removesuffix("/v1"))
-            records = read_trace(proxy.trace_path("s"))
+async def _art(tmp_path: Path, drive: Any) -> dict:
+    records = await recorded_session(tmp_path, drive)
     document = export_rollout(records, session_id="s", capture_level="tokens", tokenizer=load_tokenizer("builtin"))
     summary = {"rollout_id": "r", "task_id": "t", "env_reward": 1.0, "reward_after_penalties": 1.0}
     return {"summary": summary, "trace": {"calls": records}, "rollout": document}
 
 
-@pytest.mark.parametrize("drive", [_chat, _responses, _messages], ids=["chat", "responses", "messages"])
+@pytest.mark.parametrize("drive", [chat_session, responses_session, messages_session], ids=["chat", "responses", "messages"])
 async def test_each_trainable_sequence_of_every_api_has_its_conversations_row(tmp_path, drive):
     art = await _art(tmp_path, drive)
     seq_rows = sequence_rows(art)
@@ -69,7 +39,7 @@ async def test_each_trainable_sequence_of_every_api_has_its_conversations_row(tm
 
 
 async def test_a_trainable_sequence_without_a_conversation_fails_the_build_naming_it(tmp_path):
-    art = await _art(tmp_path, _chat)
+    art = await _art(tmp_path, chat_session)
     seq_rows = sequence_rows(art)
     last = next(s for s in seq_rows if s["trainable"])["node_ids"][-1]
     for call in art["trace"]["calls"]:
