@@ -21,7 +21,6 @@ and ids. Only ids of responses and tool calls, timestamps, fingerprints and logp
 from __future__ import annotations
 
 import datetime
-import json
 import os
 from typing import Any
 
@@ -29,6 +28,7 @@ import httpx
 import pytest
 
 from rollout_dataset.backend import LocalBackend, PolicyOutput
+from support.vllm_compare import chunk_view, message_view, one_token_chunks, post_chat, stream_chat
 
 REAL = os.environ.get("REAL_VLLM_HARMONY_URL", "").rstrip("/")
 DATE = os.environ.get("REAL_VLLM_HARMONY_DATE") or datetime.date.today().isoformat()
@@ -82,69 +82,15 @@ def _body(case: str) -> dict:
             "temperature": 0, "max_tokens": 40, **extras}
 
 
-def _post(base: str, body: dict) -> dict:
-    r = httpx.post(f"{base}/chat/completions", json=body, timeout=120)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def _stream(base: str, body: dict) -> list[dict]:
-    with httpx.stream("POST", f"{base}/chat/completions", json={**body, "stream": True,
-                      "stream_options": {"include_usage": True}}, timeout=120) as r:
-        return [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
-
-
-def _one_token_chunks(body: dict, tries: int = 5) -> list[dict]:
-    """The genuine stream, one sampled token per chunk (a busy CPU engine now and then merges two)."""
-    for _ in range(tries):
-        chunks = _stream(REAL, body)
-        if all(len(c["choices"][0].get("token_ids") or []) <= 1 for c in chunks if c["choices"]):
-            return chunks
-    pytest.fail(f"vLLM merged tokens into one chunk in {tries} streams in a row")
-
-
-def _comparable(x: Any, key: str = "") -> Any:
-    if isinstance(x, dict):
-        return {k: _comparable(v, k) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_comparable(v) for v in x]
-    if key in ("id", "created", "system_fingerprint"):
-        return type(x).__name__
-    if key == "logprob" or key == "top_logprobs" and not isinstance(x, list):
-        return type(x).__name__
-    return x
-
-
-def _message_view(resp: dict) -> dict:
-    choice = resp["choices"][0]
-    return {"message": _comparable(choice["message"]), "finish_reason": choice["finish_reason"],
-            "stop_reason": choice["stop_reason"], "prompt_token_ids": resp["prompt_token_ids"],
-            "token_ids": choice["token_ids"], "usage": resp["usage"],
-            "logprob_tokens": [c["token"] for c in choice["logprobs"]["content"]] if choice["logprobs"] else None,
-            "keys": (list(resp), list(choice), list(choice["message"]))}
-
-
-def _chunk_view(chunks: list[dict]) -> list[Any]:
-    view = []
-    for c in chunks:
-        if not c["choices"]:
-            view.append(("usage", list(c), c["usage"]))
-            continue
-        ch = c["choices"][0]
-        lp = [t["token"] for t in ch["logprobs"]["content"]] if ch.get("logprobs") else None
-        view.append((list(c), list(ch), _comparable(ch["delta"]), ch.get("token_ids"), lp, ch["finish_reason"],
-                     ch.get("stop_reason")))
-    return view
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_local_harmony_answer_matches_genuine_vllm(local, case):
     body = _body(case)
-    real = _post(REAL, body)
-    _IDS[case] = _post(REAL, {**body, "include_reasoning": True})["choices"][0]["token_ids"]
-    mine = _post(local.base_url, body)
-    assert _message_view(mine) == _message_view(real)
-    assert _chunk_view(_stream(local.base_url, body)) == _chunk_view(_one_token_chunks(body))
+    real = post_chat(REAL, body)
+    _IDS[case] = post_chat(REAL, {**body, "include_reasoning": True})["choices"][0]["token_ids"]
+    mine = post_chat(local.base_url, body)
+    assert message_view(mine, stop_reason=True) == message_view(real, stop_reason=True)
+    assert chunk_view(stream_chat(local.base_url, body), stop_reason=True) == \
+        chunk_view(one_token_chunks(REAL, body), stop_reason=True)
 
 
 def test_genuine_vllm_tokenize_does_not_render_harmony():

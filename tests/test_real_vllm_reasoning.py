@@ -19,7 +19,6 @@ calls, timestamps and fingerprints may differ.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -27,6 +26,7 @@ import httpx
 import pytest
 
 from rollout_dataset.backend import LocalBackend, PolicyOutput
+from support.vllm_compare import chunk_view, message_view, one_token_chunks, post_chat, stream_chat
 from support.genuine_templates import qwen3_tokenizer_dir
 
 REAL = os.environ.get("REAL_VLLM_REASONING_URL", "").rstrip("/")
@@ -92,81 +92,22 @@ def _body(case: str, base: str) -> dict:
     return body
 
 
-def _post(base: str, body: dict) -> dict:
-    r = httpx.post(f"{base}/chat/completions", json=body, timeout=120)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def _stream(base: str, body: dict) -> list[dict]:
-    chunks = []
-    with httpx.stream("POST", f"{base}/chat/completions", json={**body, "stream": True,
-                      "stream_options": {"include_usage": True}}, timeout=120) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                chunks.append(json.loads(line[6:]))
-    return chunks
-
-
-def _one_token_chunks(body: dict, tries: int = 5) -> list[dict]:
-    """The genuine stream, one sampled token per chunk. A busy CPU engine now and then hands two steps
-    to the server at once (one chunk, two ids); the local backend always streams one per chunk."""
-    for _ in range(tries):
-        chunks = _stream(REAL, body)
-        if all(len(c["choices"][0].get("token_ids") or []) <= 1 for c in chunks if c["choices"]):
-            return chunks
-    pytest.fail(f"vLLM merged tokens into one chunk in {tries} streams in a row")
-
-
-def _comparable(x: Any, key: str = "") -> Any:
-    """Values that must agree, with response/tool-call ids, times and fingerprints blanked."""
-    if isinstance(x, dict):
-        return {k: _comparable(v, k) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_comparable(v) for v in x]
-    if key in ("id", "created", "system_fingerprint"):
-        return type(x).__name__
-    if key == "logprob" or key == "top_logprobs" and not isinstance(x, list):
-        return type(x).__name__  # bigram values locally; the key set and types are compared
-    return x
-
-
-def _message_view(resp: dict) -> dict:
-    choice = resp["choices"][0]
-    return {"message": _comparable(choice["message"]), "finish_reason": choice["finish_reason"],
-            "prompt_token_ids": resp["prompt_token_ids"],
-            "token_ids": choice["token_ids"], "usage": resp["usage"],
-            "logprob_tokens": [c["token"] for c in choice["logprobs"]["content"]] if choice["logprobs"] else None,
-            "keys": (list(resp), list(choice), list(choice["message"]))}
-
-
-def _chunk_view(chunks: list[dict]) -> list[Any]:
-    view = []
-    for c in chunks:
-        if not c["choices"]:
-            view.append(("usage", list(c), c["usage"]))
-            continue
-        ch = c["choices"][0]
-        lp = [t["token"] for t in ch["logprobs"]["content"]] if ch.get("logprobs") else None
-        view.append((list(c), list(ch), _comparable(ch["delta"]), ch.get("token_ids"), lp, ch["finish_reason"]))
-    return view
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_local_reasoning_answer_matches_genuine_vllm(local, case):
     body = _body(case, REAL)
-    real = _post(REAL, body)
-    sampled = _post(REAL, {**body, "include_reasoning": True})["choices"][0]["token_ids"]
+    real = post_chat(REAL, body)
+    sampled = post_chat(REAL, {**body, "include_reasoning": True})["choices"][0]["token_ids"]
     _IDS[case] = sampled[:-1] if sampled and sampled[-1] == IM_END else sampled
     body_local = dict(body, model="scripted-qwen3")
-    mine = _post(local.base_url, body_local)
-    assert _message_view(mine) == _message_view(real)
-    assert _chunk_view(_stream(local.base_url, body_local)) == _chunk_view(_one_token_chunks(body))
+    mine = post_chat(local.base_url, body_local)
+    assert message_view(mine) == message_view(real)
+    assert chunk_view(stream_chat(local.base_url, body_local)) == \
+        chunk_view(one_token_chunks(REAL, body))
 
 
 def test_genuine_vllm_renders_an_earlier_turns_reasoning_key_and_drops_reasoning_content():
     """A wire fact the local backend departs from (docs/backend.md): vLLM 0.32 hands the template an
-    assistant message's `reasoning` (as `reasoning_content` too) and ignores a `reasoning_content` sent."""
+    assistant message's `reasoning` (as `reasoning_content` too); its /tokenize ignores a `reasoning_content` sent."""
     def render(reasoning: dict) -> list[int]:
         turn = {k: v for k, v in TOOL_LOOP[1].items() if k != "reasoning"} | reasoning
         messages = [TOOL_LOOP[0], turn, {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}]
