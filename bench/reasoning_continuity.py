@@ -96,17 +96,16 @@ async def _drive(post, kind: str, turns: int, harness: str) -> None:
             break
 
 
-async def capture_qwen3(tokenizer: Any, kind: str, harness: str, on_policy: bool, rollouts: int,
-                        turns: int) -> list[list[dict]]:
-    """Capture `rollouts` sessions through the proxy; returns each session's records."""
+async def _capture(backend: dict[str, Any], drive: Any, kind: str, harness: str, on_policy: bool, rollouts: int,
+                   turns: int, prefix: str) -> list[list[dict]]:
+    """Capture `rollouts` sessions through the proxy in front of a local backend built with `backend`."""
     out = []
-    steps = _steps(kind, turns, harness == "hermes")
     with tempfile.TemporaryDirectory() as tmp:
-        async with LocalBackend(tokenizer=tokenizer, policy="script", script={"steps": steps, "final": "Done."}) as backend:
-            async with CaptureProxy(upstream=backend.base_url, trace_dir=Path(tmp), on_policy=on_policy) as proxy:
+        async with LocalBackend(policy="script", **backend) as server:
+            async with CaptureProxy(upstream=server.base_url, trace_dir=Path(tmp), on_policy=on_policy) as proxy:
                 async with httpx.AsyncClient(timeout=120) as client:
                     for r in range(rollouts):
-                        url = proxy.session_base_url(f"s{r}") + "/chat/completions"
+                        url = proxy.session_base_url(f"{prefix}{r}") + "/chat/completions"
 
                         async def post(messages: list[dict], url: str = url) -> dict:
                             body: dict[str, Any] = {"model": "local", "messages": messages, "max_tokens": 96}
@@ -116,9 +115,17 @@ async def capture_qwen3(tokenizer: Any, kind: str, harness: str, on_policy: bool
                             response.raise_for_status()
                             return response.json()["choices"][0]["message"]
 
-                        await _drive(post, kind, turns, harness)
-                        out.append(read_trace(proxy.trace_path(f"s{r}"), seal=proxy.seal(f"s{r}")))
+                        await drive(post, kind, turns, harness)
+                        out.append(read_trace(proxy.trace_path(f"{prefix}{r}"), seal=proxy.seal(f"{prefix}{r}")))
     return out
+
+
+async def capture_qwen3(tokenizer: Any, kind: str, harness: str, on_policy: bool, rollouts: int,
+                        turns: int) -> list[list[dict]]:
+    """Capture `rollouts` sessions through the proxy; returns each session's records."""
+    script = {"steps": _steps(kind, turns, harness == "hermes"), "final": "Done."}
+    return await _capture({"tokenizer": tokenizer, "script": script}, _drive, kind, harness, on_policy, rollouts,
+                          turns, "s")
 
 
 def _harmony_steps(kind: str, turns: int) -> list[dict[str, Any]]:
@@ -150,27 +157,9 @@ async def _drive_harmony(post, kind: str, turns: int, harness: str) -> None:
 
 async def capture_harmony(kind: str, harness: str, on_policy: bool, rollouts: int, turns: int) -> list[list[dict]]:
     """Capture `rollouts` Harmony sessions through the proxy from the local backend serving Harmony."""
-    out = []
-    script = {"steps": _harmony_steps(kind, turns), "final": "Done."}
-    with tempfile.TemporaryDirectory() as tmp:
-        async with LocalBackend(tokenizer="harmony", policy="script", script=script,
-                                reasoning_parser="openai_gptoss") as backend:
-            async with CaptureProxy(upstream=backend.base_url, trace_dir=Path(tmp), on_policy=on_policy) as proxy:
-                async with httpx.AsyncClient(timeout=120) as client:
-                    for r in range(rollouts):
-                        url = proxy.session_base_url(f"h{r}") + "/chat/completions"
-
-                        async def post(messages: list[dict], url: str = url) -> dict:
-                            body: dict[str, Any] = {"model": "local", "messages": messages, "max_tokens": 96}
-                            if kind != "chat":
-                                body["tools"] = TOOLS
-                            response = await client.post(url, json=body)
-                            response.raise_for_status()
-                            return response.json()["choices"][0]["message"]
-
-                        await _drive_harmony(post, kind, turns, harness)
-                        out.append(read_trace(proxy.trace_path(f"h{r}"), seal=proxy.seal(f"h{r}")))
-    return out
+    backend = {"tokenizer": "harmony", "reasoning_parser": "openai_gptoss",
+               "script": {"steps": _harmony_steps(kind, turns), "final": "Done."}}
+    return await _capture(backend, _drive_harmony, kind, harness, on_policy, rollouts, turns, "h")
 
 
 def figures(sessions: list[list[dict]], tokenizer: Any) -> dict[str, Any]:
