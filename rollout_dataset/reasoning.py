@@ -223,15 +223,29 @@ def harness_sent_reasoning(message: Any) -> bool:
     """
     if not isinstance(message, Mapping):
         return False
-    if any(isinstance(message.get(k), str) and message.get(k) for k in ("reasoning_content", "reasoning", "thinking")):
+    if _reasoning_field(message) is not None:
         return True
-    content = message.get("content")
-    text = content if isinstance(content, str) else "".join(
-        str(p.get("text", "")) for p in content or [] if isinstance(p, Mapping)) if isinstance(content, list) else ""
+    text = _content_text(message)
     return THINK_CLOSE in text or HARMONY_ANALYSIS in text
 
 
+#: the message fields that carry reasoning, in the order they are looked at
 _REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
+
+
+def _reasoning_field(message: Mapping[str, Any]) -> str | None:
+    """The first reasoning field holding non-empty text, or None."""
+    return next((k for k in _REASONING_FIELDS if isinstance(message.get(k), str) and message.get(k)), None)
+
+
+def _content_text(message: Mapping[str, Any]) -> str:
+    """A message's content as text: the string, or its parts' ``text`` joined ("" otherwise)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return ""
 
 
 def odd_reasoning(message: Any) -> str | None:
@@ -250,10 +264,8 @@ def odd_reasoning(message: Any) -> str | None:
     """
     if not isinstance(message, Mapping) or message.get("role") != "assistant":
         return None
-    content = message.get("content")
-    text = content if isinstance(content, str) else "".join(
-        str(p.get("text", "")) for p in content if isinstance(p, Mapping)) if isinstance(content, list) else ""
-    field = next((k for k in _REASONING_FIELDS if isinstance(message.get(k), str) and message.get(k)), None)
+    text = _content_text(message)
+    field = _reasoning_field(message)
     if field and THINK_CLOSE in text:
         return f"reasoning both in {field} and as a think block in content"
     if THINK_CLOSE in text and THINK_OPEN not in text.split(THINK_CLOSE, 1)[0]:
