@@ -15,7 +15,7 @@ from importlib import resources
 import yaml
 
 from ..errors import TaskSourceError
-from .model import Task, TestCase, compose_instruction
+from .model import Task, compose_instruction, parse_test_cases
 
 __all__ = ["BUILTIN_SOURCE", "builtin_tasks", "find_builtin_task_by_instruction", "builtin_data_path"]
 
@@ -34,15 +34,6 @@ def builtin_data_path() -> str:
     return str(resources.files(__package__).joinpath("data", _DATA_FILE))
 
 
-def _cases(raw: list, where: str) -> tuple[TestCase, ...]:
-    cases = []
-    for i, case in enumerate(raw):
-        if not isinstance(case, dict) or not isinstance(case.get("input"), str) or not isinstance(case.get("output"), str):
-            raise TaskSourceError(f"{where}[{i}]: each test needs string fields 'input' and 'output'")
-        cases.append(TestCase(case["input"], case["output"]))
-    return tuple(cases)
-
-
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[Task, ...]:
     path = builtin_data_path()
@@ -53,13 +44,13 @@ def _load() -> tuple[Task, ...]:
         missing = [k for k in _REQUIRED if k not in rec]
         if missing:
             raise TaskSourceError(f"{path}: task #{n} lacks field(s) {', '.join(missing)}")
-        visible = _cases(rec["examples"], f"{path}: {rec['id']}.examples")
+        visible = parse_test_cases(rec["examples"], f"{path}: {rec['id']}.examples")
         tasks.append(Task(
             task_id=rec["id"],
             title=rec["title"],
             instruction=compose_instruction(rec["statement"], visible),
             visible_tests=visible,
-            held_out_tests=_cases(rec["tests"], f"{path}: {rec['id']}.tests"),
+            held_out_tests=parse_test_cases(rec["tests"], f"{path}: {rec['id']}.tests"),
             reference_solution=rec["solution"],
             source=BUILTIN_SOURCE,
             metadata={"statement": rec["statement"].strip(), "position": n},

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping
 from ..errors import TaskIndexError, TaskSourceError
 from .builtin import BUILTIN_SOURCE, builtin_tasks
 from .harbor_format import HARBOR_BUILTIN_DIR, HARBOR_BUILTIN_SOURCE, is_harbor_task_set, load_harbor_tasks
-from .model import Task, TestCase, parse_examples
+from .model import Task, TestCase, parse_examples, parse_test_cases
 
 __all__ = ["DEFAULT_COLUMNS", "load_tasks", "load_task_source", "select_task", "tasks_from_records"]
 
@@ -92,12 +92,7 @@ def _parse_tests(value: Any, where: str) -> tuple[TestCase, ...]:
         value = [{"input": i, "output": o} for i, o in zip(value["inputs"], value["outputs"])]
     if not isinstance(value, (list, tuple)):
         raise TaskSourceError(f"{where}: tests must be a list of {{input, output}} objects, got {type(value).__name__}")
-    cases = []
-    for i, case in enumerate(value):
-        if not isinstance(case, Mapping) or not isinstance(case.get("input"), str) or not isinstance(case.get("output"), str):
-            raise TaskSourceError(f"{where}[{i}]: each test needs string fields 'input' and 'output'")
-        cases.append(TestCase(case["input"], case["output"]))
-    return tuple(cases)
+    return parse_test_cases(value, where)
 
 
 def _instruction_text(value: Any, where: str) -> str:

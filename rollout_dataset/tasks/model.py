@@ -28,8 +28,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..errors import TaskSourceError
+
 __all__ = [
     "TestCase",
+    "parse_test_cases",
     "Task",
     "MIN_LEAK_CHARS",
     "format_examples",
@@ -63,6 +66,27 @@ class TestCase:
     def to_dict(self) -> dict[str, str]:
         """The test as ``{"input": ..., "output": ...}``."""
         return {"input": self.input, "output": self.output}
+
+
+def parse_test_cases(items: Iterable[Any], where: str) -> tuple[TestCase, ...]:
+    """Test cases from ``{input, output}`` records (the one check of a test's fields, for every task source).
+
+    Args:
+        items: the records, in order.
+        where: names the source in an error (``<file>: <task>.tests``); the index is appended.
+
+    Returns:
+        One `TestCase` per record.
+
+    Raises:
+        TaskSourceError: a record is not a mapping with string ``input`` and ``output``.
+    """
+    cases = []
+    for i, case in enumerate(items):
+        if not isinstance(case, Mapping) or not isinstance(case.get("input"), str) or not isinstance(case.get("output"), str):
+            raise TaskSourceError(f"{where}[{i}]: each test needs string fields 'input' and 'output'")
+        cases.append(TestCase(case["input"], case["output"]))
+    return tuple(cases)
 
 
 @dataclass(frozen=True)
