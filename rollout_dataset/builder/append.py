@@ -28,17 +28,15 @@ append deletes the leftover staging folder); after it, the new dataset is comple
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 from typing import Iterable
 
 from rollout_dataset.builder import staging
-from rollout_dataset.builder.build import BuildResult, build, check_shards, dataset_rollout_ids
+from rollout_dataset.builder.build import BuildResult, build
 from rollout_dataset.builder.card_info import load_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES
 from rollout_dataset.builder.inputs import find_artifact_dirs
-from rollout_dataset.builder.parts import split_present
-from rollout_dataset.builder.merge import PARTS_DIR, merge_part, ordered_shard_names, tokenizer_identity, write_card
+from rollout_dataset.builder.merge import PARTS_DIR, BuiltPart, adding_to, merge_parts
 from rollout_dataset.builder.rows import PREVIEW_CHARS
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES
 from rollout_dataset.errors import DatasetDirError
@@ -109,29 +107,22 @@ def append_to_dataset(artifact_dirs: Iterable[str | Path], dataset_dir: str | Pa
     require_dataset(out)
     folders = find_artifact_dirs(artifact_dirs)
     result = BuildResult(out_dir=Path(dataset_dir), rows={c: 0 for c in CONFIG_NAMES})
-    with staging.exclusive(out, require_dataset, check_shards):  # checked again under the lock
-        present = dataset_rollout_ids(out)
-        todo, there = split_present(folders, present)
-        for folder, rid in there:
+    with adding_to(out, folders, require_dataset) as seen:
+        for folder, rid in seen.there:
             log.info("%s: rollout %s already in %s; skipped", folder, rid, out)
             result.skipped.append(rid)
-        if not todo:
-            result.total_rollouts = len(present)
+        if not seen.todo:
+            result.total_rollouts = len(seen.present)
             log.info("%s: every rollout given is already there; nothing appended", out)
             return result
         with staging.staged(out) as stage:
-            identity = tokenizer_identity(stage, str(out))
             part = stage / PARTS_DIR / "append"
-            built = build(todo, part, template=template, progress=progress, row_group_bytes=row_group_bytes,
+            built = build(seen.todo, part, template=template, progress=progress, row_group_bytes=row_group_bytes,
                           samples=samples, preview_chars=preview_chars, workers=workers)
-            result.cut_cells = built.cut_cells
-            result.skipped.extend(built.skipped)  # given twice among the inputs
-            written = merge_part(part, stage, present, identity, result, ordered_shard_names(),
-                                 label=f"the rollouts of {_shown(todo)}", order=built.added)
-            shutil.rmtree(stage / PARTS_DIR)
-            staging.checkpoint("merged")
-            written += write_card(stage, load_card_options(stage), template=template, result=result)
-            staging.fsync_tree(written)
+            # `skipped`: given twice among the inputs
+            merge_parts(stage, out, seen.present, [BuiltPart(part, f"the rollouts of {_shown(seen.todo)}", built.added,
+                                                             built.skipped, built.cut_cells)],
+                        result, load_card_options(stage), template=template)
     result.readme = Path(dataset_dir) / "README.md"
     log.info("appended to %s: %d rollouts added, %d skipped, %d in total", out, len(result.added),
              len(result.skipped), result.total_rollouts)

@@ -44,12 +44,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rollout_dataset import errors
 from rollout_dataset.builder import staging
-from rollout_dataset.builder.parts import split_present
-from rollout_dataset.builder.build import BuildResult, build, check_shards, dataset_rollout_ids
+from rollout_dataset.builder.build import BuildResult, build
 from rollout_dataset.builder.card_info import CardOptions
 from rollout_dataset.builder.configs import CONFIG_NAMES
 from rollout_dataset.builder.inputs import find_artifact_dirs
-from rollout_dataset.builder.merge import PARTS_DIR, merge_part, ordered_shard_names, tokenizer_identity, write_card
+from rollout_dataset.builder.merge import PARTS_DIR, BuiltPart, adding_to, merge_parts
 from rollout_dataset.builder.rows import PREVIEW_CHARS, SAMPLES_MODES
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES
 from rollout_dataset.errors import ConfigError, DistributedBuildError, SchemaValidationError
@@ -238,18 +237,15 @@ def _build(ray: Any, affinity: Any, folders: list[str], n: int, pinned: list[Bui
            progress: bool) -> BuildResult:
     result = BuildResult(out_dir=given, rows={c: 0 for c in CONFIG_NAMES})
     remote = ray.remote(num_cpus=1, max_retries=0)(build_part)
-    with staging.exclusive(out, staging.check_out_dir, check_shards):  # checked again under the lock
-        present = dataset_rollout_ids(out)
+    with adding_to(out, folders, staging.check_out_dir) as seen:
         # what the driver sees: rollouts already there are not built again
-        todo, there = split_present(folders, present)
-        result.skipped.extend(rid for _, rid in there)
-        plan = split_folders(todo, n) + pinned
+        result.skipped.extend(rid for _, rid in seen.there)
+        plan = split_folders(seen.todo, n) + pinned
         if not plan:
-            result.total_rollouts = len(present)
+            result.total_rollouts = len(seen.present)
             log.info("%s: every rollout given is already there; nothing built", out)
             return result
         with staging.staged(out) as stage:
-            identity = tokenizer_identity(stage, str(out))
             refs = {}
             for i, part in enumerate(plan):
                 task = remote.options(scheduling_strategy=affinity(part.node_id, soft=False)) if part.node_id else remote
@@ -282,18 +278,10 @@ def _build(ray: Any, affinity: Any, folders: list[str], n: int, pinned: list[Bui
                 for ref in pending:
                     ray.cancel(ref, force=True)
                 raise
-            names = ordered_shard_names()
-            written: list[Path] = []
-            for i in range(len(plan)):
-                reply = replies[i]
-                result.cut_cells += reply["cut_cells"]
-                result.skipped.extend(reply["skipped"])
-                written += merge_part(stage / PARTS_DIR / str(i), stage, present, identity, result, names,
-                                      label=f"part {i} ({', '.join(plan[i].paths[:3])})", order=reply["added"])
-            shutil.rmtree(stage / PARTS_DIR, ignore_errors=True)
-            staging.checkpoint("merged")
-            written += write_card(stage, options, template=template, result=result)
-            staging.fsync_tree(written)
+            built = [BuiltPart(stage / PARTS_DIR / str(i), f"part {i} ({', '.join(plan[i].paths[:3])})",
+                               replies[i]["added"], replies[i]["skipped"], replies[i]["cut_cells"])
+                     for i in range(len(plan))]
+            merge_parts(stage, out, seen.present, built, result, options, template=template)
     result.readme = given / "README.md"
     log.info("built %s on Ray from %d part(s): %d rollouts added, %d skipped, %d in total", out, len(plan),
              len(result.added), len(result.skipped), result.total_rollouts)

@@ -24,21 +24,25 @@ caller swaps the staging folder in with `staging.commit`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Generic, Iterator, Sequence
 
 import pyarrow.parquet as pq
 
+from rollout_dataset.builder import staging
 from rollout_dataset.builder.aggregates import CardAggregates
 from rollout_dataset.builder.build import BuildResult, check_shards, dataset_rollout_ids, iter_summary_rows
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.card_info import CardOptions, arrow_num_bytes, save_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG, arrow_schema
+from rollout_dataset.builder.parts import FolderT, split_present
 from rollout_dataset.builder.tokenizer_files import TOKENIZER_DIR, TokenizerRegistry, stored_tokenizer_sha256
 from rollout_dataset.builder.traces import SESSIONS_DIR, TRACES_DIR
 from rollout_dataset.builder.writer import copy_filtered
@@ -46,7 +50,7 @@ from rollout_dataset.errors import ArtifactError, TokenizerMismatchError
 from rollout_dataset.files import write_text_atomic
 
 __all__ = ["PARTS_DIR", "TokenizerIdentity", "tokenizer_identity", "ordered_shard_names", "merge_part",
-           "card_inputs", "write_card"]
+           "card_inputs", "write_card", "Presence", "adding_to", "BuiltPart", "merge_parts"]
 
 log = logging.getLogger(__name__)
 
@@ -254,3 +258,95 @@ def card_inputs(dataset_dir: str | Path) -> tuple[CardAggregates, dict[str, int]
 
 def _summary_shards(dataset_dir: str | Path) -> list[Path]:
     return sorted((Path(dataset_dir) / "data" / DEFAULT_CONFIG).glob("*.parquet"))
+
+
+# The sequence of every writer that adds parts to a dataset folder (`build --append`, the Ray build),
+# once: `with adding_to(out, folders, check) as seen:` (the lock, the rollouts already there), then,
+# when there is something to add, `with staging.staged(out) as stage:`, build the parts under
+# ``stage / PARTS_DIR`` and hand them to `merge_parts` (merge in order, card, fsync).
+
+
+@dataclass
+class Presence(Generic[FolderT]):
+    """What a dataset folder already holds of the folders given to add (read under its lock).
+
+    Attributes:
+        present: rollout ids the dataset holds (`merge_parts` adds those it merges).
+        todo: the folders to build, in input order.
+        there: ``(folder, rollout id)`` of the folders whose rollout the dataset already holds.
+    """
+
+    present: set[str]
+    todo: list[FolderT]
+    there: list[tuple[FolderT, str]]
+
+
+@contextlib.contextmanager
+def adding_to(out: Path, folders: Sequence[FolderT], check_out: Callable[[Path], None]) -> Iterator[Presence[FolderT]]:
+    """Own the dataset folder `out` (`staging.exclusive`) and split `folders` by what it already holds.
+
+    Args:
+        out: the dataset folder.
+        folders: the artifact folders to add, in input order.
+        check_out: the writer's check of `out` (run again under the lock, with `check_shards`).
+
+    Yields:
+        The `Presence` of the folders' rollouts in `out`.
+
+    Raises:
+        DatasetDirError: another build holds the lock, or `check_out` refuses `out`.
+        ArtifactError: a shard of `out` is not complete parquet.
+    """
+    with staging.exclusive(out, check_out, check_shards):  # checked again under the lock
+        present = dataset_rollout_ids(out)
+        todo, there = split_present(folders, present)
+        yield Presence(present, todo, there)
+
+
+@dataclass
+class BuiltPart:
+    """One part built under ``stage / PARTS_DIR``, ready to merge.
+
+    Attributes:
+        folder: the part's dataset folder.
+        label: how messages name the part.
+        added: its rollout ids in input order (its `BuildResult.added`).
+        skipped: rollout ids its build skipped (given twice among its inputs).
+        cut_cells: text cells its build cut to the cell limit.
+    """
+
+    folder: Path
+    label: str
+    added: list[str]
+    skipped: list[str]
+    cut_cells: int
+
+
+def merge_parts(stage: Path, out: Path, present: set[str], parts: Sequence[BuiltPart], result: BuildResult,
+                options: CardOptions, *, template: str | Path | None = None) -> None:
+    """Merge built parts into a staged dataset in order, drop `PARTS_DIR`, write the card, fsync.
+
+    Args:
+        stage: the staging folder of `out` (`staging.staged`).
+        out: the dataset folder (names the dataset's tokenizer in messages).
+        present: rollout ids the staged dataset holds (each part's are added).
+        parts: the built parts, in the order their rows go in.
+        result: gets what each part added and skipped, the cut cells, the rows, the bytes and the total.
+        options: the card options.
+        template: the card template (default: the builder's).
+
+    Raises:
+        TokenizerMismatchError, ArtifactError: as `merge_part`.
+    """
+    identity = tokenizer_identity(stage, str(out))
+    names = ordered_shard_names()
+    written: list[Path] = []
+    for part in parts:
+        result.cut_cells += part.cut_cells
+        result.skipped.extend(part.skipped)
+        written += merge_part(part.folder, stage, present, identity, result, names, label=part.label, order=part.added)
+    if (stage / PARTS_DIR).exists():
+        shutil.rmtree(stage / PARTS_DIR)
+    staging.checkpoint("merged")
+    written += write_card(stage, options, template=template, result=result)
+    staging.fsync_tree(written)

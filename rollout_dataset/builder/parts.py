@@ -131,10 +131,10 @@ def artifact_rollout_id(folder: str | Path) -> str | None:
 
 
 #: a folder as the caller gives it (a path, or a string for the Ray build), handed back the same
-_Folder = TypeVar("_Folder", str, Path)
+FolderT = TypeVar("FolderT", str, Path)
 
 
-def split_present(folders: Sequence[_Folder], present: set[str]) -> tuple[list[_Folder], list[tuple[_Folder, str]]]:
+def split_present(folders: Sequence[FolderT], present: set[str]) -> tuple[list[FolderT], list[tuple[FolderT, str]]]:
     """Separate the folders whose rollout a dataset already holds (append and the Ray build skip them).
 
     Args:
@@ -145,8 +145,8 @@ def split_present(folders: Sequence[_Folder], present: set[str]) -> tuple[list[_
         ``(to build, already there)``: the folders to build, and ``(folder, rollout id)`` of the
         others, both in input order.
     """
-    todo: list[_Folder] = []
-    there: list[tuple[_Folder, str]] = []
+    todo: list[FolderT] = []
+    there: list[tuple[FolderT, str]] = []
     for folder in folders:
         rid = artifact_rollout_id(folder)
         if rid is not None and rid in present:
