@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from rollout_dataset.batch import stats
 
 if TYPE_CHECKING:  # matplotlib is imported on first use: importing the batch package stays cheap
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = ["plot_files", "histogram", "scatter", "ecdf_plot", "write_plots"]
@@ -49,6 +50,21 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def _plot(path: Path, size: tuple[float, float], draw: Callable[["Axes"], object] | None, *, title: str,
+          xlabel: str, ylabel: str) -> Path:
+    """One plot on one axes: `draw` on it (None: "no data" in the middle), the labels, saved as PNG."""
+    fig = _figure(*size)
+    ax = fig.add_subplot(111)
+    if draw is not None:
+        draw(ax)
+    else:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    return _save(fig, path)
+
+
 def histogram(values: Sequence[Any], path: Path, *, title: str, xlabel: str) -> Path:
     """Write a histogram PNG.
 
@@ -62,17 +78,9 @@ def histogram(values: Sequence[Any], path: Path, *, title: str, xlabel: str) -> 
         `path`.
     """
     data = stats.clean(values)
-    fig = _figure(6, 4)
-    ax = fig.add_subplot(111)
-    if data.size:
-        bins = min(30, max(5, int(data.size**0.5) + 1))
-        ax.hist(data, bins=bins, color="#4C72B0", edgecolor="white")
-    else:
-        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("rollouts")
-    return _save(fig, path)
+    bins = min(30, max(5, int(data.size**0.5) + 1))
+    return _plot(path, (6, 4), (lambda ax: ax.hist(data, bins=bins, color="#4C72B0", edgecolor="white"))
+                 if data.size else None, title=title, xlabel=xlabel, ylabel="rollouts")
 
 
 def scatter(x: Sequence[Any], y: Sequence[Any], path: Path, *, title: str, xlabel: str, ylabel: str) -> Path:
@@ -92,42 +100,29 @@ def scatter(x: Sequence[Any], y: Sequence[Any], path: Path, *, title: str, xlabe
     r = stats.pearson(x, y)
     rho = stats.spearman(x, y)
     xs, ys = stats.paired(x, y)
-    fig = _figure(6, 4.5)
-    ax = fig.add_subplot(111)
-    if xs.size:
-        ax.scatter(xs, ys, alpha=0.6, color="#DD8452", edgecolor="none")
-    else:
-        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-    ax.set_title(f"{title}\nPearson r = {_fmt(r)}, Spearman rho = {_fmt(rho)}, n = {xs.size}")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    return _save(fig, path)
+    return _plot(path, (6, 4.5), (lambda ax: ax.scatter(xs, ys, alpha=0.6, color="#DD8452", edgecolor="none"))
+                 if xs.size else None, title=f"{title}\nPearson r = {_fmt(r)}, Spearman rho = {_fmt(rho)}, n = {xs.size}",
+                 xlabel=xlabel, ylabel=ylabel)
 
 
 def ecdf_plot(values: Sequence[Any], path: Path, *, title: str, xlabel: str) -> Path:
-    """Write an ECDF (step) PNG.
+    """Write an ECDF (step) PNG: the fraction of rollouts at or below each value.
 
     Args:
         values: numbers (None/NaN dropped).
-        path: the PNG to write.
-        title: plot title.
-        xlabel: x-axis label.
+        path, title, xlabel: as for `histogram`.
 
     Returns:
         `path`.
     """
     xs, ps = stats.ecdf(values)
-    fig = _figure(6, 4)
-    ax = fig.add_subplot(111)
-    if xs.size:
+
+    def draw(ax: "Axes") -> None:
         ax.step([xs[0], *xs], [0.0, *ps], where="post", color="#55A868")
         ax.set_ylim(0, 1.02)
-    else:
-        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("fraction of rollouts <= x")
-    return _save(fig, path)
+
+    return _plot(path, (6, 4), draw if xs.size else None, title=title, xlabel=xlabel,
+                 ylabel="fraction of rollouts <= x")
 
 
 def write_plots(runs: Mapping[str, Sequence[Mapping[str, Any]]], plots_dir: Path) -> dict[str, dict[str, Path]]:
