@@ -14,40 +14,11 @@ Nothing here imports an environment's code until it is asked for.
 
 from __future__ import annotations
 
-from rollout_dataset.envs.base import (
-    AgentContext,
-    AgentOutcome,
-    CaptureFlag,
-    CaptureSettings,
-    Environment,
-    EnvironmentBase,
-    Episode,
-    Score,
-    TaskInfo,
-)
-from rollout_dataset.envs.registry import (
-    ENTRY_POINT_GROUP,
-    available_environments,
-    get_environment,
-    register_builtin_policies,
-    register_environment,
-    unregister_environment,
-)
+# the package's names are the seam's and the registry's, each listed once in its module's `__all__`
+from rollout_dataset.envs import base, registry
+from rollout_dataset.envs.base import *  # noqa: F403 - re-exports exactly base.__all__
+from rollout_dataset.envs.registry import *  # noqa: F403 - re-exports exactly registry.__all__
 
-__all__ = [
-    "ENTRY_POINT_GROUP",
-    "AgentContext",
-    "AgentOutcome",
-    "CaptureFlag",
-    "CaptureSettings",
-    "Environment",
-    "EnvironmentBase",
-    "Episode",
-    "Score",
-    "TaskInfo",
-    "available_environments",
-    "get_environment",
-    "register_builtin_policies",
-    "register_environment",
-    "unregister_environment",
-]
+__all__: list[str] = []
+__all__ += base.__all__
+__all__ += registry.__all__
