@@ -64,11 +64,7 @@ def write_achievements(
 
     Args:
         folder: the artifact folder.
-        env: environment family.
-        catalogue: every achievement name.
-        timeline: the snapshots, in decision order.
-        initial: achievements true before the first decision.
-        source: `recorded` (while running) or `replayed` (after the fact).
+        env, catalogue, timeline, initial, source: the document's fields, as for `achievements_text`.
 
     Returns:
         The file written.
