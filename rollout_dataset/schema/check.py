@@ -30,7 +30,7 @@ import math
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from rollout_dataset.artifact_files import (
     ARTIFACT_FILES,
@@ -189,15 +189,20 @@ def _bad_token_ids(values: Any, path: str) -> list[tuple[str, str]]:
     return []
 
 
+def _entries(doc: Any, key: str) -> Iterator[tuple[str, dict]]:
+    """The objects listed under `doc[key]` (when it is a list), each with its path ``$.<key>[i]``;
+    the schema reports the entries of other types."""
+    values = doc.get(key) if isinstance(doc, dict) else None
+    if not isinstance(values, list):
+        return
+    for i, value in enumerate(values):
+        if isinstance(value, dict):
+            yield f"$.{key}[{i}]", value
+
+
 def _check_turns(doc: dict) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
-    turns = doc.get("turns") if isinstance(doc, dict) else None
-    if not isinstance(turns, list):
-        return out
-    for i, turn in enumerate(turns):
-        if not isinstance(turn, dict):
-            continue
-        base = f"$.turns[{i}]"
+    for base, turn in _entries(doc, "turns"):
         prompt = turn.get("prompt_ids")
         output = turn.get("output_ids")
         if not isinstance(prompt, list) or not isinstance(output, list):
@@ -258,13 +263,7 @@ def _check_trace(doc: dict) -> list[tuple[str, str]]:
 
 def _check_rollout(doc: dict) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
-    sequences = doc.get("sequences") if isinstance(doc, dict) else None
-    if not isinstance(sequences, list):
-        return out
-    for i, seq in enumerate(sequences):
-        if not isinstance(seq, dict):
-            continue
-        base = f"$.sequences[{i}]"
+    for base, seq in _entries(doc, "sequences"):
         ids, mask, logps = seq.get("input_ids"), seq.get("loss_mask"), seq.get("logprobs")
         if isinstance(ids, list) and isinstance(mask, list) and len(mask) != len(ids):
             out.append((f"{base}.loss_mask", f"has {len(mask)} entries but input_ids has {len(ids)}"))
