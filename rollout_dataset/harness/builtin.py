@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from rollout_dataset.harness.chat import ChatAgentBase
+from rollout_dataset.harness.chat import ChatAgentBase, ChatRunResult
 from rollout_dataset.harness.tools import SOLUTION_FILE, ToolBox, tool_manifest
 
 __all__ = ["AgentResult", "BuiltinAgent", "DEFAULT_SYSTEM_PROMPT"]
@@ -32,24 +32,17 @@ DEFAULT_SYSTEM_PROMPT = (
 
 
 @dataclass
-class AgentResult:
-    """What one run of the built-in agent did.
+class AgentResult(ChatRunResult):
+    """What one run of the built-in agent did: the loop's `ChatRunResult` (stop_reason: submit,
+    final_answer, turn_budget, timeout or upstream_error), and
 
     Args:
-        stop_reason: submit, final_answer, turn_budget, timeout or upstream_error.
-        model_calls: chat completion calls made.
-        timed_out: whether the time budget ran out.
-        tool_calls_by_name: tool calls the model made, per name.
         ran_code: whether any tool call executed code.
         error: the failure message when stop_reason is upstream_error.
         messages: the final conversation.
         decisions: per tool-using turn, ``{turn, tools, changed_solution, ran_code, examples_passed}``.
     """
 
-    stop_reason: str
-    model_calls: int
-    timed_out: bool
-    tool_calls_by_name: dict[str, int]
     ran_code: bool
     error: str | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)

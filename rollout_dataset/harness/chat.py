@@ -25,9 +25,27 @@ import httpx
 from rollout_dataset.errors import UpstreamError, UpstreamStatusError
 from rollout_dataset.proxy.context_fit import CONTEXT_EXHAUSTED
 
-__all__ = ["ChatAgentBase", "ChatTurn", "ChatTurnClient"]
+__all__ = ["ChatAgentBase", "ChatRunResult", "ChatTurn", "ChatTurnClient"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ChatRunResult:
+    """What every built-in agent's run reports of its model-call loop (each agent's result adds its own).
+
+    Args:
+        stop_reason: why the run ended (each agent lists its reasons; ``timeout`` and
+            ``upstream_error`` are the loop's).
+        model_calls: chat completion calls made.
+        timed_out: whether the time budget ran out.
+        tool_calls_by_name: tool calls the model made, per name.
+    """
+
+    stop_reason: str
+    model_calls: int
+    timed_out: bool
+    tool_calls_by_name: dict[str, int]
 
 
 @dataclass

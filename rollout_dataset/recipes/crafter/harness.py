@@ -25,7 +25,7 @@ import httpx
 from rollout_dataset.rewards.stepwise import AchievementSnapshot, AchievementTracker, CounterAchievements
 from rollout_dataset.recipes.crafter.observation import render_observation
 from rollout_dataset.recipes.crafter.world import ACHIEVEMENTS, ACTIONS, CrafterWorld
-from rollout_dataset.harness.chat import ChatAgentBase
+from rollout_dataset.harness.chat import ChatAgentBase, ChatRunResult
 
 __all__ = [
     "ACT_TOOL",
@@ -96,14 +96,11 @@ def crafter_achievements() -> CounterAchievements:
 
 
 @dataclass
-class CrafterAgentResult:
-    """What one Crafter episode did.
+class CrafterAgentResult(ChatRunResult):
+    """What one Crafter episode did: the loop's `ChatRunResult` (stop_reason: episode_done,
+    final_answer, turn_budget, timeout or upstream_error), and
 
     Attributes:
-        stop_reason: episode_done, final_answer, turn_budget, timeout or upstream_error.
-        model_calls: chat completion calls made.
-        timed_out: whether the time budget ran out.
-        tool_calls_by_name: tool calls the model made, per name.
         env_steps: Crafter steps taken.
         crafter_return: Crafter's own reward summed over the episode.
         achievements: achievement name -> count at the end.
@@ -115,10 +112,6 @@ class CrafterAgentResult:
         messages: the final conversation.
     """
 
-    stop_reason: str
-    model_calls: int
-    timed_out: bool
-    tool_calls_by_name: dict[str, int]
     env_steps: int
     crafter_return: float
     achievements: dict[str, int]
