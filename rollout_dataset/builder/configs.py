@@ -95,6 +95,11 @@ def _s(schema: str, name: str, dtype: str, description: str = "", field: str | N
     return Column(name, dtype, description, (schema, field or name))
 
 
+def _s_item(schema: str, array: str, name: str, dtype: str) -> Column:
+    """A column of field `name` of each item of the document's list `array`."""
+    return _s(schema, name, dtype, field=f"{array}.[].{name}")
+
+
 _RID = _c("rollout_id", "string", "Unique id of the rollout (uuid4 hex); the join key of every config.")
 _GROUP = _c("group_id", "string", "Group of rollouts a trainer compares (GRPO baseline): rollouts of the same "
             "task under the same dataset seed, '<env>:<task_id>:<dataset_seed>'.")
@@ -246,14 +251,14 @@ CONFIGS: tuple[ConfigSpec, ...] = (
                "call `prefix_call_index`'s prompt+output. `rollout_dataset.builder.turn_prompt_ids(turn_rows, "
                "sequence_rows, call_index)` returns the full prompt_ids.", (
         _RID,
-        _s("turns", "turn", "int32", field="turns.[].turn"),
-        _s("turns", "call_index", "int32", field="turns.[].call_index"),
-        _s("turns", "role", "string", field="turns.[].role"),
-        _s("turns", "trained", "bool", field="turns.[].trained"),
-        _s("turns", "tool_calls", "list<string>", field="turns.[].tool_calls"),
-        _s("turns", "n_prompt_ids", "int32", field="turns.[].n_prompt_ids"),
-        _s("turns", "n_output_ids", "int32", field="turns.[].n_output_ids"),
-        _s("turns", "finish_reason", "string", field="turns.[].finish_reason"),
+        _s_item("turns", "turns", "turn", "int32"),
+        _s_item("turns", "turns", "call_index", "int32"),
+        _s_item("turns", "turns", "role", "string"),
+        _s_item("turns", "turns", "trained", "bool"),
+        _s_item("turns", "turns", "tool_calls", "list<string>"),
+        _s_item("turns", "turns", "n_prompt_ids", "int32"),
+        _s_item("turns", "turns", "n_output_ids", "int32"),
+        _s_item("turns", "turns", "finish_reason", "string"),
         _c("sequence_index", "int32", "sequence_index of the sequences row holding this turn's tokens; -1 "
            "when they are stored inline below."),
         _c("prefix_call_index", "int32", "Inline turns: call_index of the earlier turn whose prompt+output "
@@ -271,19 +276,19 @@ CONFIGS: tuple[ConfigSpec, ...] = (
                "`trainable` (or `role == 'agent'`); rows are labelled, never dropped.", (
         _RID,
         _c("sequence_index", "int32", "Index of the sequence in rollout.json."),
-        _s("rollout", "role", "string", field="sequences.[].role"),
-        _s("rollout", "trainable", "bool", field="sequences.[].trainable"),
-        _s("rollout", "root_id", "int32", field="sequences.[].root_id"),
-        _s("rollout", "node_ids", "list<int32>", field="sequences.[].node_ids"),
-        _s("rollout", "n_turns", "int32", field="sequences.[].n_turns"),
-        _s("rollout", "prompt_len", "int32", field="sequences.[].prompt_len"),
-        _s("rollout", "n_trainable", "int32", field="sequences.[].n_trainable"),
-        _s("rollout", "turn_lengths", "list<int32>", field="sequences.[].turn_lengths"),
-        _s("rollout", "input_ids", "list<int32>", field="sequences.[].input_ids"),
-        _s("rollout", "loss_mask", "list<int8>", field="sequences.[].loss_mask"),
-        _s("rollout", "logprobs", "list<float32>", field="sequences.[].logprobs"),
-        _s("rollout", "findings", "json", field="sequences.[].findings"),
-        _s("rollout", "earlier_reasoning_absent", "bool", field="sequences.[].earlier_reasoning_absent"),
+        _s_item("rollout", "sequences", "role", "string"),
+        _s_item("rollout", "sequences", "trainable", "bool"),
+        _s_item("rollout", "sequences", "root_id", "int32"),
+        _s_item("rollout", "sequences", "node_ids", "list<int32>"),
+        _s_item("rollout", "sequences", "n_turns", "int32"),
+        _s_item("rollout", "sequences", "prompt_len", "int32"),
+        _s_item("rollout", "sequences", "n_trainable", "int32"),
+        _s_item("rollout", "sequences", "turn_lengths", "list<int32>"),
+        _s_item("rollout", "sequences", "input_ids", "list<int32>"),
+        _s_item("rollout", "sequences", "loss_mask", "list<int8>"),
+        _s_item("rollout", "sequences", "logprobs", "list<float32>"),
+        _s_item("rollout", "sequences", "findings", "json"),
+        _s_item("rollout", "sequences", "earlier_reasoning_absent", "bool"),
         _c("env_reward", "float64", "The rollout's env_reward (copied from summary for convenience)."),
         _c("reward_after_penalties", "float64", "The rollout's reward_after_penalties (copied from summary)."),
         _GROUP,
@@ -341,7 +346,7 @@ def _schema_dtype(prop: dict[str, Any]) -> str | None:
     if kind == "array":
         items = prop.get("items") or {}
         inner = _schema_dtype(items) if isinstance(items, dict) else None
-        if inner in ("string", "bool", "int8", "int32", "int64", "float32", "float64"):
+        if inner in _SCALARS and inner != "json":
             return f"list<{inner}>"
         return "json"
     return {"string": "string", "boolean": "bool", "integer": "int64", "number": "float64",
@@ -412,8 +417,7 @@ def arrow_schema(config: str) -> pa.Schema:
     return pa.schema([pa.field(c.name, _arrow_type(c.dtype)) for c in resolved_columns(config)])
 
 
-_ARROW_VALUE_NAMES = {pa.string(): "string", pa.bool_(): "bool", pa.int8(): "int8", pa.int32(): "int32",
-                      pa.int64(): "int64", pa.float32(): "float32", pa.float64(): "float64"}
+_ARROW_VALUE_NAMES = {arrow: name for name, arrow in _SCALARS.items() if name != "json"}
 
 
 def _yaml_of_type(t: pa.DataType) -> Any:
