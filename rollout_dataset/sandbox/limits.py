@@ -13,8 +13,19 @@ from typing import Any
 
 __all__ = ["Limits", "RunResult", "LIMIT_NAMES", "apply_rlimits", "prlimit_args"]
 
+#: what `RunResult.error` says for each value `RunResult.limit` can take besides None (a `str.format`
+#: template over `limits` (the `Limits`), `exit_code` and `signal` (the signal that killed the process))
+_LIMIT_ERRORS = {
+    "wall": "wall-time limit of {limits.wall_s:g} s exceeded (process group killed)",
+    "cpu": "CPU-time limit of {limits.cpu_s:g} s exceeded (killed by signal {signal})",
+    "memory": "memory limit of {limits.memory_mb} MiB exceeded (exit status {exit_code})",
+    "output": "output limit of {limits.output_bytes} bytes exceeded (output truncated, process killed)",
+    "file": "file-size limit of {limits.file_mb} MiB exceeded",
+    "disk": "working-directory size limit of {limits.workdir_mb} MiB exceeded (sandbox killed)",
+    "processes": "process limit of {limits.processes} processes reached (fork failed)",
+}
 #: every value `RunResult.limit` can take besides None
-LIMIT_NAMES = ("wall", "cpu", "memory", "output", "file", "disk", "processes")
+LIMIT_NAMES = tuple(_LIMIT_ERRORS)
 
 
 @dataclass(frozen=True)
@@ -149,21 +160,9 @@ class RunResult:
         Returns:
             e.g. ``"wall-time limit of 2 s exceeded (killed)"`` or ``"exited with status 1"``.
         """
-        lim = self.limits or Limits()
-        if self.limit == "wall":
-            return f"wall-time limit of {lim.wall_s:g} s exceeded (process group killed)"
-        if self.limit == "cpu":
-            return f"CPU-time limit of {lim.cpu_s:g} s exceeded (killed by signal {-self.exit_code})"
-        if self.limit == "memory":
-            return f"memory limit of {lim.memory_mb} MiB exceeded (exit status {self.exit_code})"
-        if self.limit == "output":
-            return f"output limit of {lim.output_bytes} bytes exceeded (output truncated, process killed)"
-        if self.limit == "file":
-            return f"file-size limit of {lim.file_mb} MiB exceeded"
-        if self.limit == "disk":
-            return f"working-directory size limit of {lim.workdir_mb} MiB exceeded (sandbox killed)"
-        if self.limit == "processes":
-            return f"process limit of {lim.processes} processes reached (fork failed)"
+        if self.limit in _LIMIT_ERRORS:
+            return _LIMIT_ERRORS[self.limit].format(limits=self.limits or Limits(), exit_code=self.exit_code,
+                                                    signal=-self.exit_code)
         if self.exit_code < 0:
             return f"killed by signal {-self.exit_code}"
         if self.exit_code != 0:
