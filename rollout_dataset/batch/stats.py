@@ -110,8 +110,7 @@ def spearman(x: Sequence[Any], y: Sequence[Any]) -> float | None:
     """Spearman's rho (Pearson's r of average ranks) over the pairs where both values are present.
 
     Args:
-        x: numbers (None/NaN allowed).
-        y: numbers, same length as x.
+        x, y: as for `pearson`.
 
     Returns:
         rho in [-1, 1]; None with fewer than two pairs or when either side is constant.
@@ -120,9 +119,7 @@ def spearman(x: Sequence[Any], y: Sequence[Any]) -> float | None:
         ValueError: x and y differ in length.
     """
     xs, ys = paired(x, y)
-    if xs.size < 2:
-        return None
-    return _pearson_arrays(rankdata(xs), rankdata(ys))
+    return _pearson_arrays(rankdata(xs), rankdata(ys))  # fewer than two pairs: None, as for `pearson`
 
 
 def ecdf(values: Iterable[Any]) -> tuple[np.ndarray, np.ndarray]:
