@@ -32,21 +32,23 @@ import sys
 
 __all__ = ["main", "COMMANDS", "quiet_third_party_banners"]
 
-# command name -> (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("rollout_dataset.cli.serve_cmd", "run the local vLLM-compatible backend"),
-    "proxy": ("rollout_dataset.cli.proxy_cmd", "run the recording proxy in front of a model server"),
-    "capture": ("rollout_dataset.cli.capture_cmd", "capture one rollout and write its artifacts"),
-    "validate": ("rollout_dataset.cli.validate_cmd", "validate artifact files against their schemas"),
-    "show": ("rollout_dataset.cli.show_cmd", "print one screen about a captured rollout"),
-    "build": ("rollout_dataset.cli.build_cmd", "build a multi-config parquet dataset from artifacts"),
-    "export": ("rollout_dataset.cli.export_cmd", "write rollouts as ATIF trajectories (Harbor's interchange format)"),
-    "push": ("rollout_dataset.cli.push_cmd", "push a built dataset to the Hugging Face Hub (append-safe)"),
-    "compact": ("rollout_dataset.cli.compact_cmd", "merge small parquet shards of a dataset folder or Hub repo"),
-    "batch": ("rollout_dataset.cli.batch_cmd", "run seeds x rollouts with statistics, plots and a report"),
-    "view": ("rollout_dataset.cli.view_cmd", "browse artifact folders or a built dataset in a local read-only web viewer"),
-    "audit": ("rollout_dataset.cli.audit_cmd", "re-score captured logprobs with the server or a transformers model"),
+# command name -> its one-line help; each command is the module `rollout_dataset.cli.<name>_cmd`
+_HELP: dict[str, str] = {
+    "serve": "run the local vLLM-compatible backend",
+    "proxy": "run the recording proxy in front of a model server",
+    "capture": "capture one rollout and write its artifacts",
+    "validate": "validate artifact files against their schemas",
+    "show": "print one screen about a captured rollout",
+    "build": "build a multi-config parquet dataset from artifacts",
+    "export": "write rollouts as ATIF trajectories (Harbor's interchange format)",
+    "push": "push a built dataset to the Hugging Face Hub (append-safe)",
+    "compact": "merge small parquet shards of a dataset folder or Hub repo",
+    "batch": "run seeds x rollouts with statistics, plots and a report",
+    "view": "browse artifact folders or a built dataset in a local read-only web viewer",
+    "audit": "re-score captured logprobs with the server or a transformers model",
 }
+#: command name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {name: (f"rollout_dataset.cli.{name}_cmd", text) for name, text in _HELP.items()}
 
 
 # libraries that log every HTTP request or file lock at INFO/DEBUG
