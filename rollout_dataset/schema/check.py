@@ -189,7 +189,7 @@ def _bad_token_ids(values: Any, path: str) -> list[tuple[str, str]]:
     return []
 
 
-def _entries(doc: Any, key: str) -> Iterator[tuple[str, dict]]:
+def _entries(doc: Any, key: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """The objects listed under `doc[key]` (when it is a list), each with its path ``$.<key>[i]``;
     the schema reports the entries of other types."""
     values = doc.get(key) if isinstance(doc, dict) else None
@@ -200,7 +200,7 @@ def _entries(doc: Any, key: str) -> Iterator[tuple[str, dict]]:
             yield f"$.{key}[{i}]", value
 
 
-def _check_turns(doc: dict) -> list[tuple[str, str]]:
+def _check_turns(doc: dict[str, Any]) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for base, turn in _entries(doc, "turns"):
         prompt = turn.get("prompt_ids")
@@ -231,7 +231,7 @@ def _check_turns(doc: dict) -> list[tuple[str, str]]:
     return out
 
 
-def _check_trace(doc: dict) -> list[tuple[str, str]]:
+def _check_trace(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """Arrival order and tamper evidence (the schema checks the records themselves).
 
     Calls are listed by arrival (`trace_integrity.in_arrival_order`): each call's index comes after
@@ -261,7 +261,7 @@ def _check_trace(doc: dict) -> list[tuple[str, str]]:
     return out
 
 
-def _check_rollout(doc: dict) -> list[tuple[str, str]]:
+def _check_rollout(doc: dict[str, Any]) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for base, seq in _entries(doc, "sequences"):
         ids, mask, logps = seq.get("input_ids"), seq.get("loss_mask"), seq.get("logprobs")
