@@ -93,3 +93,11 @@ def test_an_environments_extra_file_may_not_replace_a_core_artifact_or_leave_the
     with pytest.raises(ConfigError, match="must be a plain file name other than"):
         run_capture(Environment(), ParrotConfig(out_dir=tmp_path / "art", max_turns=1))
     assert not (tmp_path / "escape.txt").exists() and not (tmp_path / "art").exists()
+
+
+def test_a_plugin_once_loaded_is_listed_only_while_its_entry_point_is_installed(monkeypatch):
+    with monkeypatch.context() as installed:
+        installed.syspath_prepend(str(PLUGIN_DIR))
+        get_environment("parrot")  # loaded from its entry point
+        assert "parrot" in available_environments()
+    assert "parrot" not in available_environments()  # off sys.path: gone from --env and the CLI's flags

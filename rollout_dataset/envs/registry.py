@@ -50,7 +50,8 @@ _BUILTIN_PLAYERS: tuple[str, ...] = (
     "rollout_dataset.recipes.crafter.policy",
 )
 
-_REGISTERED: dict[str, Any] = {}
+_REGISTERED: dict[str, Any] = {}  # register_environment's entries
+_LOADED: dict[str, Any] = {}  # built-ins and plugins, each imported once, on first use
 _LOCK = threading.RLock()
 
 
@@ -131,6 +132,8 @@ def get_environment(name: str) -> Any:
     with _LOCK:
         if name in _REGISTERED:
             return _REGISTERED[name]
+        if name in _LOADED:
+            return _LOADED[name]
         if name in _BUILTIN:
             environment = _load_builtin(name)
         else:
@@ -138,12 +141,15 @@ def get_environment(name: str) -> Any:
             if entry is None:
                 raise ConfigError(f"unknown environment {name!r}; known: {', '.join(available_environments())}")
             environment = _load_entry_point(entry)
-        _REGISTERED[name] = environment
+        _LOADED[name] = environment
         return environment
 
 
 def available_environments() -> list[str]:
     """Every environment name: registered, built-in and installed plugins (none is imported).
+
+    A plugin is listed while its entry point is installed (on `sys.path`), whether or not it was
+    loaded before.
 
     Returns:
         The names, sorted.
