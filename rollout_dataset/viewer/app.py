@@ -33,7 +33,7 @@ from starlette.staticfiles import StaticFiles
 from rollout_dataset.viewer.sources import RolloutNotFound, RolloutSource
 from rollout_dataset.viewer.views import MAX_WINDOW, index_record, rollout_view, token_window
 
-__all__ = ["build_app", "static_dir", "IndexScan", "SECURITY_HEADERS", "CONTENT_SECURITY_POLICY", "load_view"]
+__all__ = ["build_app", "static_dir", "PAGES", "IndexScan", "SECURITY_HEADERS", "CONTENT_SECURITY_POLICY", "load_view"]
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,8 @@ CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'se
                            "object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 SECURITY_HEADERS = {"content-security-policy": CONTENT_SECURITY_POLICY, "x-content-type-options": "nosniff",
                     "referrer-policy": "no-referrer", "cache-control": "no-store"}
-_PAGES = ("index.html", "rollout.html")
+PAGES = ("index.html", "rollout.html")
+"""The viewer's pages (in `static_dir`): served by the app, copied by the static export."""
 _DEFAULT_PAGE = 200
 
 
@@ -157,7 +158,7 @@ def build_app(source: RolloutSource, host: str | None = None) -> Any:
 
     async def page(request: Request) -> Response:
         name = request.url.path.strip("/") or "index.html"
-        if name not in _PAGES:
+        if name not in PAGES:
             return not_found("no such page")
         return FileResponse(pages / name, media_type="text/html")
 

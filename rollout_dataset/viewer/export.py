@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rollout_dataset.viewer.app import IndexScan, load_view, static_dir
+from rollout_dataset.viewer.app import PAGES, IndexScan, load_view, static_dir
 from rollout_dataset.viewer.sources import open_source
 from rollout_dataset.viewer.views import token_window
 
@@ -26,9 +26,6 @@ log = logging.getLogger(__name__)
 
 #: tokens per exported window (the pages ask for windows of this size; common.js ``WINDOW``).
 EXPORT_WINDOW = 2048
-_PAGES = ("index.html", "rollout.html")
-
-
 def _write_data(folder: Path, name: str, key: str, payload: Any) -> None:
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
     (folder / name).write_text(f"RD_DATA({json.dumps(key)},{text});\n", encoding="utf-8")
@@ -68,8 +65,8 @@ def export_static(path: str | Path, out: str | Path) -> dict[str, Any]:
     data = out / "data"
     data.mkdir(parents=True, exist_ok=True)
     assets = static_dir()
-    shutil.copytree(assets, out / "static", ignore=shutil.ignore_patterns(*_PAGES, "__pycache__"))
-    for page in _PAGES:
+    shutil.copytree(assets, out / "static", ignore=shutil.ignore_patterns(*PAGES, "__pycache__"))
+    for page in PAGES:
         html = (assets / page).read_text(encoding="utf-8")
         (out / page).write_text(html.replace('content="server"', 'content="export"'), encoding="utf-8")
     rows = IndexScan(source).all()
