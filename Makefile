@@ -102,6 +102,7 @@ docs: install
 # Benchmarks: scripts that print and save figures to bench/results/ (never timed tests).
 bench: install-test
 	$(PY) bench/proxy_overhead.py
+	$(PY) bench/recording_costs.py
 	$(PY) bench/graph_export.py
 	$(PY) bench/dataset_build.py
 	$(PY) bench/batch_throughput.py
