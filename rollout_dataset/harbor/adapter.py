@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rollout_dataset.errors import ConfigError
+from rollout_dataset.processes import stop_process_group
 
 __all__ = ["HARBOR_VERSION", "HARBOR_INSTALL", "ENVIRONMENT_SPEC", "HarborRun", "HarborTaskUnsupportedError",
            "find_harbor", "dockerfile_needs", "environment_for", "harbor_command", "run_terminus"]
@@ -207,20 +208,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _kill_group(proc: subprocess.Popen, grace_s: float = _STOP_GRACE_S) -> None:
-    """SIGINT (Harbor stops its trial and environment), then SIGKILL the group."""
-    for sig in (signal.SIGINT, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str, api_key: str, timeout_s: float,
                  agent_kwargs: dict[str, Any] | None = None, should_stop: Callable[[], str | None] | None = None,
                  harbor: str | None = None, poll_s: float = 0.2, trial_name: str = "trial",
@@ -279,7 +266,7 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
                 time.sleep(poll_s)
         finally:
             if proc.poll() is None:
-                _kill_group(proc)
+                stop_process_group(proc, signal.SIGINT, _STOP_GRACE_S)  # Harbor stops its trial on SIGINT
     wall = time.monotonic() - start
     trial_dir = trials_dir / trial_name
     result = _read_json(trial_dir / "result.json") or {}

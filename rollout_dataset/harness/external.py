@@ -52,6 +52,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Callable, Iterable, Mapping
 
+from rollout_dataset.processes import stop_process_group
 from rollout_dataset.sandbox import HostForwarder, Limits, Sandbox
 from rollout_dataset.sandbox.forward import inner_wrapper, loopback_port
 from rollout_dataset.sandbox.isolation import runtime_paths
@@ -154,19 +155,6 @@ def command_files(command: str, exclude: Iterable[str | os.PathLike[str]] = ()) 
         if path not in found:
             found.append(path)
     return found
-
-
-def _kill_group(proc: subprocess.Popen, grace_s: float = 2.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _tail(path: Path) -> str:
@@ -286,7 +274,7 @@ def run_external_harness(command: str, *, base_url: str, model: str, workdir: st
                     time.sleep(poll_s)
             finally:
                 if proc.poll() is None:
-                    _kill_group(proc)
+                    stop_process_group(proc, signal.SIGTERM, 2.0)
         wall = time.monotonic() - start
         exit_code = proc.returncode if reason == "harness_exit" else None
         result = ExternalResult(exit_code, timed_out, reason, _tail(out_path), _tail(err_path), wall)
