@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from rollout_dataset.backend import protocol as P
 from rollout_dataset.backend.bigram import BigramModel, bigram_for_tokenizer
-from rollout_dataset.backend.engine import Generation, generate
+from rollout_dataset.backend.engine import Generation
 from rollout_dataset.harmony import HARMONY_TOKENIZER, HarmonyTokenizer, load_harmony_tokenizer
 from rollout_dataset.backend.harmony_reply import HARMONY_REASONING_PARSER
 from rollout_dataset.backend.hermes import StreamingToolParser, parse_tool_calls
@@ -49,7 +49,7 @@ from rollout_dataset.backend.policies import Policy, PolicyOutput, PolicyRequest
 from rollout_dataset.backend.prompt_logprobs import prompt_logprobs, prompt_logprobs_param
 from rollout_dataset.backend.reasoning_parser import ReasoningParser, make_reasoning_parser
 from rollout_dataset.backend.reused_prompt import reused_prompt_ids
-from rollout_dataset.backend.emitted import emitted_text as _emitted_text, scrub_surrogates as _scrub
+from rollout_dataset.backend.emitted import generate_choices, scrub_surrogates as _scrub
 from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR, encode_text, load_tokenizer, render_chat
 from rollout_dataset.wire.sse import DONE, encode_event, encode_json_event
 
@@ -237,15 +237,9 @@ async def _chat(request: Request, state: BackendState) -> Response:
     max_tokens = check_context(state.max_model_len, len(prompt_ids), common.max_tokens)
     parse_tools = bool(tools) and tool_choice != "none"
     turn = sum(1 for m in messages if m.get("role") == "assistant")
-    gens: list[Generation] = []
-    for i in range(common.n):
-        req = PolicyRequest(messages=messages, tools=tools, tool_choice=tool_choice, seed=common.seed,
-                            sampling=common.sampling, turn=turn, endpoint="chat", model=common.model, choice_index=i)
-        out = await _respond(state, req)
-        gens.append(generate(state.tokenizer, state.model, prompt_ids, _emitted_text(out), prompt_text=prompt_text,
-                             max_tokens=max_tokens, stop=common.stop,
-                             include_stop_str_in_output=common.include_stop_str, ignore_eos=common.ignore_eos,
-                             ids=out.token_ids))
+    req = PolicyRequest(messages=messages, tools=tools, tool_choice=tool_choice, seed=common.seed,
+                        sampling=common.sampling, turn=turn, endpoint="chat", model=common.model)
+    gens = await generate_choices(state, _respond, req, common, prompt_ids, max_tokens, prompt_text=prompt_text)
     fmt = P.TokenFormatter(state.tokenizer, state.model, common.as_token_ids)
     rid, created = P.chat_completion_id(), P.now()
     n_out = sum(len(g.steps) for g in gens)
@@ -369,16 +363,9 @@ async def _completions(request: Request, state: BackendState) -> Response:
         prompt_text_for_policy = state.tokenizer.decode(prompt_ids, skip_special_tokens=False)
     else:
         prompt_text_for_policy = prompt_text
-    gens: list[Generation] = []
-    for i in range(common.n):
-        req = PolicyRequest(messages=[{"role": "user", "content": prompt_text_for_policy}], seed=common.seed,
-                            sampling=common.sampling, turn=0, endpoint="completions", model=common.model,
-                            choice_index=i)
-        out = await _respond(state, req)
-        gens.append(generate(state.tokenizer, state.model, prompt_ids, _emitted_text(out), prompt_text=prompt_text,
-                             max_tokens=max_tokens, stop=common.stop,
-                             include_stop_str_in_output=common.include_stop_str, ignore_eos=common.ignore_eos,
-                             ids=out.token_ids))
+    req = PolicyRequest(messages=[{"role": "user", "content": prompt_text_for_policy}], seed=common.seed,
+                        sampling=common.sampling, turn=0, endpoint="completions", model=common.model)
+    gens = await generate_choices(state, _respond, req, common, prompt_ids, max_tokens, prompt_text=prompt_text)
     fmt = P.TokenFormatter(state.tokenizer, state.model, common.as_token_ids)
     rid, created = P.completion_id(), P.now()
     if common.stream:

@@ -20,7 +20,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from rollout_dataset.backend import protocol as P
-from rollout_dataset.backend.engine import Generation, generate
+from rollout_dataset.backend.emitted import generate_choices
+from rollout_dataset.backend.engine import Generation
 from rollout_dataset.harmony import harmony_prompt_ids
 from rollout_dataset.backend.harmony_reply import HarmonyReplyParser, harmony_reply_ids
 from rollout_dataset.backend.params import (
@@ -85,14 +86,10 @@ async def harmony_chat(state: Any, body: dict, respond: Callable[[Any, PolicyReq
     max_tokens = check_context(state.max_model_len, len(prompt_ids), common.max_tokens)
     parse_tools = bool(tools) and tool_choice != "none"
     turn = sum(1 for m in messages if m.get("role") == "assistant")
-    gens: list[Generation] = []
-    for i in range(common.n):
-        req = PolicyRequest(messages=messages, tools=tools, tool_choice=tool_choice, seed=common.seed,
-                            sampling=common.sampling, turn=turn, endpoint="chat", model=common.model, choice_index=i)
-        out = await respond(state, req)
-        gens.append(generate(tok, state.model, prompt_ids, "", max_tokens=max_tokens, stop=common.stop,
-                             include_stop_str_in_output=common.include_stop_str, ignore_eos=common.ignore_eos,
-                             ids=harmony_reply_ids(tok, out), stop_token_ids=tok.stop_token_ids))
+    req = PolicyRequest(messages=messages, tools=tools, tool_choice=tool_choice, seed=common.seed,
+                        sampling=common.sampling, turn=turn, endpoint="chat", model=common.model)
+    gens = await generate_choices(state, respond, req, common, prompt_ids, max_tokens,
+                                  reply_ids=lambda out: harmony_reply_ids(tok, out), stop_token_ids=tok.stop_token_ids)
     hide = not bool_param(body, "include_reasoning", True)
     if hide:
         want_logprobs = False
