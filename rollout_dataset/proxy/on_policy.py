@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from rollout_dataset.reasoning import THINK_CLOSE, explain_content_change
+from rollout_dataset.wire.content import content_text
 
 __all__ = [
     "Continuity",
@@ -121,14 +122,11 @@ def text_only(messages: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p if isinstance(p, str) else str(p.get("text", "")) if isinstance(p, Mapping) else ""
-                       for p in content)
-    return json.dumps(content, sort_keys=True)
+    return content_text(content, any_text=True, other=_json_sorted)
+
+
+def _json_sorted(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
 
 
 def tool_arguments(value: Any) -> Any:
