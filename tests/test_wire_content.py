@@ -30,3 +30,10 @@ def test_none_is_empty_and_other_values_read_as_the_caller_says():
     assert content_text({"é": 1}) == '{"é": 1}'
     assert content_text(5, other=lambda _: "") == ""
     assert text_parts("text") is None
+
+
+def test_is_json_takes_one_whole_value_only():
+    from rollout_dataset.wire.content import is_json
+
+    assert is_json('{"command": "ls"}') and is_json("NaN")
+    assert not is_json('{"command": "l') and not is_json("")

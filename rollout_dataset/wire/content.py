@@ -1,4 +1,5 @@
-"""A chat message's `content` as text: one reading of content parts for every layer.
+"""A chat message's `content` as text: one reading of content parts for every layer (and
+`is_json`, whether a text — a tool call's arguments — is one whole JSON value).
 
 `content` is a string, None, or a list of parts (``{"type": "text", "text": ...}``, other part
 types, and — as vLLM accepts them — bare strings). `text_parts` picks the parts' texts;
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping
 
-__all__ = ["text_parts", "content_text", "json_text"]
+__all__ = ["text_parts", "content_text", "json_text", "is_json"]
 
 
 def text_parts(content: Any, *, strings: bool = True, refusals: bool = False,
@@ -77,3 +78,19 @@ def content_text(content: Any, *, other: Callable[[Any], str] = json_text, **par
         return content
     texts = text_parts(content, **parts)
     return other(content) if texts is None else "".join(texts)
+
+
+def is_json(text: str) -> bool:
+    """Whether `text` is one whole JSON value (Python's `json` reading: NaN and Infinity included).
+
+    Args:
+        text: the text (a tool call's arguments, streamed or whole).
+
+    Returns:
+        True when it parses.
+    """
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
