@@ -261,20 +261,30 @@ class TraceRecorder:
         data, digest = chained_line(record, raw, nonfinite, state.head, state.notes)
         borrowed = False
         try:
-            fd, borrowed = self._fd(session)
-            if borrowed:
-                self._fds[session] = fd  # so a failed write is cut off like any other
+            fd, borrowed = self._held_fd(session)
             write_all(fd, data)
         except OSError as exc:
             self._undo_partial(session, state)
             raise RecordWriteError(str(self.path(session)), exc) from exc
         finally:
             if borrowed:
-                kept = self._fds.pop(session, None)
-                if kept is not None:
-                    os.close(kept)
-                self._spare = _open_spare()
+                self._give_back(session)
         self._appended(session, state, len(data), digest)
+
+    def _held_fd(self, session: str) -> tuple[int, bool]:
+        """`_fd` for one use: a descriptor borrowed from the spare stays in the cache until `_give_back`
+        (so a failed write is cut off like any other)."""
+        fd, borrowed = self._fd(session)
+        if borrowed:
+            self._fds[session] = fd
+        return fd, borrowed
+
+    def _give_back(self, session: str) -> None:
+        """Close a descriptor `_held_fd` borrowed (unless a failure closed it already); reopen the spare."""
+        kept = self._fds.pop(session, None)
+        if kept is not None:
+            os.close(kept)
+        self._spare = _open_spare()
 
     def _appended(self, session: str, state: _Session, length: int, digest: str) -> None:
         """Count a line this process appended as written: the chain, count and length go on after it,

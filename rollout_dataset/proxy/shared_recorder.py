@@ -43,7 +43,6 @@ from rollout_dataset.errors import RecordWriteError
 from rollout_dataset.proxy.recorder import (
     DEFAULT_MAX_OPEN_FILES,
     TraceRecorder,
-    _open_spare,
     _Session,
     chained_line,
     write_all,
@@ -181,9 +180,7 @@ class SharedTraceRecorder(TraceRecorder):
     @contextlib.contextmanager
     def _lock(self, session: str) -> Iterator[int]:
         """Hold the session file's exclusive lock; yield the file's descriptor."""
-        fd, borrowed = self._fd(session)
-        if borrowed:
-            self._fds[session] = fd
+        fd, borrowed = self._held_fd(session)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -192,10 +189,7 @@ class SharedTraceRecorder(TraceRecorder):
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             if borrowed:
-                held = self._fds.pop(session, None)
-                if held is not None:
-                    os.close(held)
-                self._spare = _open_spare()
+                self._give_back(session)
 
     def _synced(self, session: str, fd: int) -> _SharedSession:
         """The session's state, reconciled with the file's length (the lock is held)."""
