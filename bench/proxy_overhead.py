@@ -7,6 +7,10 @@ Runs, on loopback, in one go:
   * the pass-through floor (`bench/passthrough_floor.py`): the proxy's own server and upstream client
     forwarding bytes and recording nothing, so the proxy's cost above it is what recording costs, and
     its cost is what moving the bytes costs here (`--no-floor` leaves it out);
+  * the least recording (`bench/passthrough_floor.py --least-recording`): the floor plus the least
+    work any recording proxy under this project's rules must do (parse and add the token fields to
+    the request; decode each event with httpx-sse, parse it, strip it and re-encode it; append the
+    call as one line), so its cost over the floor bounds what recording can cost on this stack;
   * a LiteLLM proxy (`litellm[proxy]`, installed by this script into its own venv, never a project
     dependency; `--skip-litellm` leaves it out).
 Then measures, per target, non-streaming latency at concurrency 1 and 32, time to first token when
@@ -56,6 +60,7 @@ LITELLM_VENV = Path(os.environ.get("LITELLM_VENV", Path(tempfile.gettempdir()) /
 # the server's own cost of token capture, apart from the proxy's.
 CAPTURE = "#capture"
 FLOOR = "pass-through floor"  # the target name of bench/passthrough_floor.py
+LEAST = "least recording"  # the target name of bench/passthrough_floor.py --least-recording
 # LiteLLM refuses to start without a master key; every target gets the same bearer header.
 BENCH_KEY = "sk-bench-" + os.urandom(8).hex()
 MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
@@ -112,10 +117,12 @@ def start_proxy(upstream: str, trace_dir: str, workers: int = 1, source: str | N
     return _started(args, "the recording proxy", env=env, cwd=source)
 
 
-def start_floor(upstream: str) -> tuple[subprocess.Popen, str]:
-    """`bench/passthrough_floor.py`: the proxy's own server and upstream client, forwarding, recording nothing."""
-    return _started([sys.executable, str(Path(__file__).with_name("passthrough_floor.py")), upstream],
-                    "the pass-through floor", cwd=str(ROOT))
+def start_floor(upstream: str, least_recording: bool = False) -> tuple[subprocess.Popen, str]:
+    """`bench/passthrough_floor.py`: the proxy's own server and upstream client, forwarding, recording nothing
+    (or, with `least_recording`, doing only the work every recording proxy must do)."""
+    flags = ["--least-recording"] if least_recording else []
+    return _started([sys.executable, str(Path(__file__).with_name("passthrough_floor.py")), *flags, upstream],
+                    LEAST if least_recording else FLOOR, cwd=str(ROOT))
 
 
 def ensure_litellm() -> Path:
@@ -338,15 +345,13 @@ def markdown(results: dict[str, dict], table: dict[str, dict]) -> str:
             cpu = figures.get("cpu_us_per_chunk")
             lines.append(f"| {name} | {figures['chunks_per_s']:.0f} | " + (f"{cpu:.1f}" if cpu is not None else "—")
                          + " |")
-    floor = results.get(FLOOR)
-    if floor and "c32_cpu_ms_per_call" in floor and "rollout-dataset proxy" in per_call:
-        line = (f"the proxy over the pass-through floor (same server and client, recording nothing): "
-                f"{per_call['rollout-dataset proxy'] / floor['c32_cpu_ms_per_call']:.2f}x its CPU per call")
-        chunk = (streaming or {}).get("rollout-dataset proxy", {}).get("cpu_us_per_chunk")
-        floor_chunk = (streaming or {}).get(FLOOR, {}).get("cpu_us_per_chunk")
-        if chunk and floor_chunk:
-            line += f", {chunk / floor_chunk:.2f}x its CPU per streamed chunk"
-        lines.append(line)
+    chunk_cpu = {n: f["cpu_us_per_chunk"] for n, f in (streaming or {}).items() if "cpu_us_per_chunk" in f}
+    for over, under in (("rollout-dataset proxy", FLOOR), (LEAST, FLOOR), ("rollout-dataset proxy", LEAST)):
+        if over in per_call and under in per_call:
+            line = f"{over} over {under}: {per_call[over] / per_call[under]:.2f}x its CPU per call"
+            if over in chunk_cpu and under in chunk_cpu:
+                line += f", {chunk_cpu[over] / chunk_cpu[under]:.2f}x its CPU per streamed chunk"
+            lines.append(line)
     ratio = ours.get("litellm_added_p50_ratio")
     if ratio:
         lines.append(f"LiteLLM adds {ratio:.1f}x the latency the recording proxy adds (p50, c=1).")
@@ -371,7 +376,7 @@ def main() -> int:
                              "measured side by side with this one in every phase (c=32 ratio, CPU per chunk)")
     parser.add_argument("--no-floor", action="store_true",
                         help="leave out the pass-through floor (bench/passthrough_floor.py: the proxy's server and "
-                             "upstream client forwarding bytes, recording nothing)")
+                             "upstream client forwarding bytes, recording nothing) and the least recording")
     parser.add_argument("--quick", action="store_true", help="fewer calls and streams: a rough figure in a minute")
     parser.add_argument("--out", default=None, help="where to save the figures (default bench/results/"
                                                     "proxy_overhead.json, or proxy_overhead_quick.json with --quick)")
@@ -403,6 +408,7 @@ def main() -> int:
         target(multi, start_proxy(upstream, os.path.join(workdir, "traces-workers"), args.workers))
         if not args.no_floor:  # what moving the bytes costs on this stack: the proxy's cost above it is recording's
             target(FLOOR, start_floor(upstream))
+            target(LEAST, start_floor(upstream, least_recording=True))  # and the least any recording adds to it
         if args.baseline:  # another version's proxy, side by side in every phase
             target("baseline proxy", start_proxy(upstream, os.path.join(workdir, "traces-baseline"),
                                                  source=args.baseline))

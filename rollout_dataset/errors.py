@@ -172,7 +172,7 @@ class ToolNotInstalledError(RolloutDatasetError, FileNotFoundError):
         super().__init__(f"{needed_for} needs {tool}, which is not installed: {remedy}")
 
     def __str__(self) -> str:  # the message alone, not OSError's "[Errno ...]" form
-        return self.args[0]
+        return str(self.args[0])
 
     # picklable (raised in a batch worker process)
     def __reduce__(self) -> tuple[type[ToolNotInstalledError], tuple[str, str, str, bool]]:

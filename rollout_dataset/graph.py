@@ -94,7 +94,7 @@ def _content_text(content: Any) -> str:
     return json.dumps(content, sort_keys=True, default=str)
 
 
-def normalise_message(message: Any) -> tuple:
+def normalise_message(message: Any) -> tuple[Any, ...]:
     """A canonical, hashable form of one chat message, for the message-level fallback.
 
     Tool-call arguments are parsed and re-serialised with sorted keys; tool-call ids, reasoning
@@ -442,7 +442,7 @@ class _LazyStates:
         Prompts never hashed are hashed here only when another prompt has the same length, first
         and last token; any other gets a key of its own.
         """
-        coarse: dict[tuple, int] = {}
+        coarse: dict[tuple[Any, ...], int] = {}
         shapes = [(len(p), p[0], p[-1]) if p else (0, None, None) for p in self._prompts]
         for shape in shapes:
             coarse[shape] = coarse.get(shape, 0) + 1

@@ -79,13 +79,13 @@ def fragment_runs(nodes: Iterable[TurnNode]) -> list[list[int]]:
 
 
 def _decode(tokenizer: Any, ids: list[int]) -> str:
-    return tokenizer.decode(ids, skip_special_tokens=False)
+    return str(tokenizer.decode(ids, skip_special_tokens=False))
 
 
 def _render_messages(tokenizer: Any, node: TurnNode) -> str:
     messages = list(node.request_messages) + ([node.response_message] if node.response_message else [])
     try:
-        return tokenizer.apply_chat_template(messages, tools=node.request_tools or None, tokenize=False)
+        return str(tokenizer.apply_chat_template(messages, tools=node.request_tools or None, tokenize=False))
     except Exception:  # noqa: BLE001 - a template may reject a shape; fall back to plain JSON
         return json.dumps(messages, indent=1, ensure_ascii=False, default=str)
 

@@ -36,6 +36,19 @@ def _body(text: str, stream: bool) -> dict:
     return body
 
 
+class _SlowArrival:
+    """The backend's ASGI app, noting when a call asking for a delayed answer has reached it."""
+
+    def __init__(self, app):
+        self.app = app
+        self.arrived = asyncio.Event()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and any(k == ANSWER_DELAY_HEADER.encode() for k, _ in scope["headers"]):
+            self.arrived.set()
+        await self.app(scope, receive, send)
+
+
 async def _call(client: httpx.AsyncClient, url: str, body: dict, delay_ms: int = 0) -> None:
     headers = {ANSWER_DELAY_HEADER: str(delay_ms)} if delay_ms else {}
     response = await client.post(url, json=body, headers=headers)
@@ -45,12 +58,14 @@ async def _call(client: httpx.AsyncClient, url: str, body: dict, delay_ms: int =
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 async def test_calls_answered_out_of_order_are_read_back_by_arrival_with_the_chain_intact(tmp_path: Path, stream):
-    async with LocalBackend(policy="echo") as backend:
+    backend = LocalBackend(policy="echo")
+    backend.app = arrivals = _SlowArrival(backend.app)
+    async with backend:
         async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path) as proxy:
             url = proxy.session_base_url("s") + "/chat/completions"
             async with httpx.AsyncClient(timeout=30) as client:
                 slow = asyncio.ensure_future(_call(client, url, _body("first, slow", stream), SLOW_MS))
-                await asyncio.sleep(0.1)  # the first request has arrived; the second is sent while it is in flight
+                await asyncio.wait_for(arrivals.arrived.wait(), 30)  # the first is in flight upstream
                 await _call(client, url, _body("second, fast", stream))
                 await slow
             seal = proxy.seal("s")

@@ -17,7 +17,7 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -119,7 +119,7 @@ async def _respond(state: BackendState, req: PolicyRequest) -> PolicyOutput:
     return out
 
 
-async def _json_body(request: Request) -> dict:
+async def _json_body(request: Request) -> dict[str, Any]:
     """The request's JSON object, with lone surrogates replaced (see `_scrub`).
 
     Raises:
@@ -172,7 +172,7 @@ def _answer_delay_s(request: Request) -> float:
     return value / 1000.0
 
 
-def _handler(fn: Callable) -> Callable:
+def _handler(fn: Callable[[Request, Any], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         try:
             delay = _answer_delay_s(request)
@@ -274,7 +274,7 @@ async def _chat(request: Request, state: BackendState) -> Response:
     return JSONResponse(resp)
 
 
-def _message_parts(text: str, engine_finish: str, tool_choice: Any) -> tuple[str | None, list[dict], str]:
+def _message_parts(text: str, engine_finish: str, tool_choice: Any) -> tuple[str | None, list[dict[str, Any]], str]:
     """Content, tool calls and finish reason of a choice, as vLLM 0.32 with the hermes parser gives
     them: `auto` drops whitespace-only content and finishes with `tool_calls`; `required` and a named
     function (parsed the same way, hermes being a strict structural-tag parser) give content "" when
@@ -495,7 +495,7 @@ def create_backend_app(
     max_model_len: int = DEFAULT_MAX_MODEL_LEN,
     token_delay: float = 0.0,
     return_tokens_as_token_ids: bool = False,
-    policy_kwargs: dict | None = None,
+    policy_kwargs: dict[str, Any] | None = None,
     reasoning_parser: str | None = None,
     harmony_start_date: str | None = None,
 ) -> Starlette:

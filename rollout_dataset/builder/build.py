@@ -34,7 +34,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence, cast
+from typing import Any, Iterable, Iterator, Sequence, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -118,7 +118,7 @@ def check_shards(dataset_dir: str | Path) -> None:
                                 "complete shards, so move this file away and build again") from None
 
 
-def read_summary_rows(dataset_dir: str | Path) -> list[dict]:
+def read_summary_rows(dataset_dir: str | Path) -> list[dict[str, Any]]:
     """Every summary row of a dataset folder (the small default config).
 
     Args:
@@ -130,13 +130,13 @@ def read_summary_rows(dataset_dir: str | Path) -> list[dict]:
     Raises:
         ArtifactError: a summary shard cannot be read (named).
     """
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     for shard in sorted((Path(dataset_dir) / "data" / DEFAULT_CONFIG).glob("*.parquet")):
         rows.extend(_read_shard(shard).to_pylist())
     return rows
 
 
-def iter_summary_rows(shards: Iterable[str | Path], columns: list[str] | None = None) -> Iterator[dict]:
+def iter_summary_rows(shards: Iterable[str | Path], columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
     """The summary rows of some shards, one row group at a time (memory: one row group).
 
     Args:
@@ -366,7 +366,7 @@ def finish_dataset(stage: str | Path, parts: Sequence[PartResult], *, prefix: st
                            arrow_bytes=arrow, written=written)
 
 
-def _run_parts(specs: list[PartSpec], common: dict, *, workers: int, progress: bool) -> list[PartResult]:
+def _run_parts(specs: list[PartSpec], common: dict[str, Any], *, workers: int, progress: bool) -> list[PartResult]:
     """Build the parts: in this process when there is one, else part 0 here and one spawned process per other part.
 
     This process builds a part itself rather than wait: a spawned process first pays seconds of
@@ -389,7 +389,7 @@ def _run_parts(specs: list[PartSpec], common: dict, *, workers: int, progress: b
         processes = list((getattr(executor, "_processes", None) or {}).values())  # to tell which one died
         a_worker_failed = threading.Event()
 
-        def note_failure(future: concurrent.futures.Future) -> None:
+        def note_failure(future: concurrent.futures.Future[PartResult]) -> None:
             if not future.cancelled() and future.exception() is not None:  # exception() raises when cancelled
                 a_worker_failed.set()
 
@@ -427,7 +427,8 @@ def _folder_at(spec: PartSpec, marks: Path) -> str:
     return spec.folders[at[1]] if at and 0 <= at[1] < len(spec.folders) else f"(part {spec.part}: not started)"
 
 
-def _crash_message(futures: dict, marks: Path, processes: list) -> str:
+def _crash_message(futures: dict[concurrent.futures.Future[PartResult], PartSpec], marks: Path,
+                   processes: list[multiprocessing.process.BaseProcess]) -> str:
     """Name the folder the dead worker process was on (and where the parts stopped with it were)."""
     exits = {p.pid: p.exitcode for p in processes}
     died, stopped = [], []

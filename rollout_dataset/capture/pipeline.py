@@ -73,7 +73,8 @@ def environment_of(config: Any) -> Environment:
     """
     from rollout_dataset.envs.registry import get_environment
 
-    return get_environment(getattr(config, "env_name", "coding"))
+    environment: Environment = get_environment(getattr(config, "env_name", "coding"))
+    return environment
 
 
 def capture_rollout(config: Any, environment: Environment | None = None) -> CaptureResult:

@@ -44,7 +44,7 @@ def capture_level_of(records: Iterable[dict[str, Any]]) -> str:
     levels = [r.get("capture_level", "none") for r in records if is_generation_record(r)]
     if not levels:
         return "none"
-    return max(levels, key=lambda lv: CAPTURE_LEVELS.index(lv) if lv in CAPTURE_LEVELS else len(CAPTURE_LEVELS))
+    return str(max(levels, key=lambda lv: CAPTURE_LEVELS.index(lv) if lv in CAPTURE_LEVELS else len(CAPTURE_LEVELS)))
 
 
 def _chat_template_kwargs(record: dict[str, Any]) -> dict[str, Any]:

@@ -402,7 +402,7 @@ class CaptureProxy:
         self.stop_thread()
 
 
-class _WorkerSettings(dict):
+class _WorkerSettings(dict[str, Any]):
     """`CaptureProxy` arguments for a worker process; shown redacted (they hold the upstream's credentials)."""
 
     def __repr__(self) -> str:

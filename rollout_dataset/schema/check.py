@@ -189,7 +189,7 @@ def _bad_token_ids(values: Any, path: str) -> list[tuple[str, str]]:
     return []
 
 
-def _check_turns(doc: dict) -> list[tuple[str, str]]:
+def _check_turns(doc: dict[str, Any]) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     turns = doc.get("turns") if isinstance(doc, dict) else None
     if not isinstance(turns, list):
@@ -226,7 +226,7 @@ def _check_turns(doc: dict) -> list[tuple[str, str]]:
     return out
 
 
-def _check_trace(doc: dict) -> list[tuple[str, str]]:
+def _check_trace(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """Arrival order and tamper evidence (the schema checks the records themselves).
 
     Calls are listed by arrival (`trace_integrity.in_arrival_order`): each call's index comes after
@@ -256,7 +256,7 @@ def _check_trace(doc: dict) -> list[tuple[str, str]]:
     return out
 
 
-def _check_rollout(doc: dict) -> list[tuple[str, str]]:
+def _check_rollout(doc: dict[str, Any]) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     sequences = doc.get("sequences") if isinstance(doc, dict) else None
     if not isinstance(sequences, list):

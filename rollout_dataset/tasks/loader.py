@@ -211,7 +211,8 @@ def _read_with_datasets(name: str, split: str, where: str) -> list[dict[str, Any
         raise
     except Exception as exc:  # noqa: BLE001 - datasets raises many kinds (not found, offline, bad split)
         raise TaskSourceError(f"{where}: cannot load dataset ({type(exc).__name__}: {exc})") from None
-    return loaded.to_list()
+    rows: list[dict[str, Any]] = loaded.to_list()
+    return rows
 
 
 def _split_suffix(text: str) -> tuple[str, str | None]:

@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 def _first_observation(result: Any) -> str:
     for message in result.messages:
         if message.get("role") == "user" and isinstance(message.get("content"), str):
-            return message["content"]
+            return str(message["content"])
     return ""
 
 
