@@ -1,6 +1,7 @@
 """The one place that builds a rollout's `summary.json`, `task.json`, `held_out_tests.json` and
-`samples.md` documents (pure functions; the pipeline, the synthetic writer and every environment
-use them, so a field is added or renamed once).
+`samples.md` documents, and the set of files an artifact folder holds (`rollout_files`) (pure
+functions; the pipeline, the ATIF import, the synthetic writer and every environment use them, so a
+field or a file is added or renamed once).
 
 Field order is part of the contract (artifacts are compared byte for byte after masking ids and
 timestamps): `summary_document` writes the fields every rollout has, then `unscored_reason` when a
@@ -14,6 +15,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from rollout_dataset.artifact_files import (
+    HELD_OUT_TESTS_FILE,
+    ROLLOUT_FILE,
+    SAMPLES_FILE,
+    TASK_FILE,
+    TRACE_FILE,
+    TURNS_FILE,
+    VISIBLE_TESTS_FILE,
+)
 from rollout_dataset.envs.base import Score, TaskInfo
 
 __all__ = [
@@ -26,6 +36,7 @@ __all__ = [
     "task_document",
     "held_out_document",
     "samples_text",
+    "rollout_files",
 ]
 
 
@@ -174,6 +185,28 @@ def held_out_document(task: TaskInfo) -> dict[str, Any]:
     """
     return {"schema_version": 1, "task_id": task.task_id,
             "tests": [{"input": t["input"], "output": t["output"]} for t in task.held_out_tests]}
+
+
+def rollout_files(*, trace: dict[str, Any], document: dict[str, Any], turns: dict[str, Any], task: TaskInfo,
+                  samples: str) -> dict[str, Any]:
+    """The files of an artifact folder that follow from the trace, the export and the task: `trace.json`,
+    `rollout.json`, `turns.json`, `task.json`, `visible_tests.txt`, `held_out_tests.json`, `samples.md`.
+
+    `summary.json` and `trajectory.json` are the caller's (a capture and an import make them differently).
+
+    Args:
+        trace: the `trace.json` document.
+        document: the rollout document (`export_rollout`).
+        turns: the turns document (`turns_document`).
+        task: the task (`task.json`, `visible_tests.txt`, `held_out_tests.json`).
+        samples: the `samples.md` text (`samples_text`).
+
+    Returns:
+        File name -> a JSON-ready document, or the text of a text file.
+    """
+    return {TRACE_FILE: trace, ROLLOUT_FILE: document, TURNS_FILE: turns, TASK_FILE: task_document(task),
+            VISIBLE_TESTS_FILE: task.visible_tests, HELD_OUT_TESTS_FILE: held_out_document(task),
+            SAMPLES_FILE: samples}
 
 
 def samples_text(document: dict[str, Any], records: list[dict[str, Any]], tokenizer: Any, header: dict[str, Any],

@@ -46,6 +46,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from rollout_dataset.wire.content import text_parts
+
 __all__ = [
     "HARMONY_TOKENIZER",
     "HARMONY_INSTALL",
@@ -287,13 +289,7 @@ def _text(content: Any) -> str | None:
     """A message's text (vLLM's `flatten_input_text_content`): None when there is none."""
     if content is None or isinstance(content, str):
         return content
-    if not isinstance(content, list):
-        return None
-    texts: list[str] = []
-    for part in content:
-        text = part if isinstance(part, str) else part.get("text") if isinstance(part, dict) else None
-        if isinstance(text, str):
-            texts.append(text)
+    texts = text_parts(content)
     return "".join(texts) if texts else None
 
 

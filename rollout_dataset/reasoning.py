@@ -17,6 +17,8 @@ import re
 
 from typing import Any, Mapping
 
+from rollout_dataset.wire.content import content_text
+
 __all__ = [
     "BREAK_STATUS",
     "THINK_CLOSE",
@@ -240,11 +242,10 @@ def _reasoning_field(message: Mapping[str, Any]) -> str | None:
 
 def _content_text(message: Mapping[str, Any]) -> str:
     """A message's content as text: the string, or its parts' ``text`` joined ("" otherwise)."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return content_text(message.get("content"), strings=False, any_text=True, other=_nothing)
+
+
+def _nothing(_: Any) -> str:
     return ""
 
 

@@ -21,7 +21,8 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["BUILTIN_TOKENIZER_DIR", "load_tokenizer", "render_chat", "chat_prompt_ids", "encode_text", "template_messages"]
+__all__ = ["BUILTIN_TOKENIZER_DIR", "load_tokenizer", "render_chat", "chat_prompt_ids", "encode_text", "template_messages",
+           "common_prefix"]
 
 logger = logging.getLogger(__name__)
 
@@ -181,3 +182,20 @@ def chat_prompt_ids(
         ValueError: the template could not render these messages.
     """
     return encode_text(tokenizer, render_chat(tokenizer, messages, tools, True, chat_template_kwargs))
+
+
+def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """The length of the common prefix of two sequences (token ids, rendered messages).
+
+    Args:
+        a: one sequence.
+        b: the other.
+
+    Returns:
+        How many leading items are equal.
+    """
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

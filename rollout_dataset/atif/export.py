@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from rollout_dataset.artifact_files import ROLLOUT_FILE, SUMMARY_FILE, TASK_FILE, TRACE_FILE
 from rollout_dataset.atif import ATIF_SCHEMA_VERSION
 from rollout_dataset.graph import RolloutGraph, TurnNode, build_graph
+from rollout_dataset.wire.content import json_text, text_parts
 
 __all__ = ["EXTRA_KEY", "trajectory_document", "trajectory_of_folder"]
 
@@ -38,15 +39,10 @@ def _iso(seconds: float | None) -> str | None:
 
 def _text(content: Any) -> str:
     """A chat message's content as one string (text parts joined; anything else as JSON)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [text for p in content if isinstance(p, dict) and isinstance(text := p.get("text"), str)]
-        if len(parts) == len(content):
-            return "".join(parts)
-    return json.dumps(content, ensure_ascii=False)
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = text_parts(content, strings=False)
+    return "".join(parts) if parts is not None and len(parts) == len(content) else json_text(content)
 
 
 def _tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]] | None:

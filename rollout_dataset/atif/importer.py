@@ -26,25 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from rollout_dataset.artifact_files import (
-    HELD_OUT_TESTS_FILE,
-    ROLLOUT_FILE,
-    SAMPLES_FILE,
-    SUMMARY_FILE,
-    TASK_FILE,
-    TRACE_FILE,
-    TRAJECTORY_FILE,
-    TURNS_FILE,
-    VISIBLE_TESTS_FILE,
-)
+from rollout_dataset.artifact_files import SUMMARY_FILE, TRAJECTORY_FILE
 from rollout_dataset.atif.export import EXTRA_KEY
-from rollout_dataset.documents import (
-    RolloutCounts,
-    held_out_document,
-    samples_text,
-    summary_document,
-    task_document,
-)
+from rollout_dataset.documents import RolloutCounts, rollout_files, samples_text, summary_document
 from rollout_dataset.envs.base import Score, TaskInfo
 from rollout_dataset.errors import SchemaValidationError
 from rollout_dataset.export import export_rollout, turns_document
@@ -447,14 +431,11 @@ def import_documents(source: AtifSource) -> dict[str, Any]:
         stop_reason=str(own.get("stop_reason") or "unknown"), capture_level=level, timings={}, errors=[], extra=extra)
     header = {"rollout": rid, "reward": reward, "imported_from": source.name}
     trace = reseal({"schema_version": 1, "session": session, "calls": records})
-    return {
-        TRACE_FILE: trace, ROLLOUT_FILE: document, TURNS_FILE: turns, TASK_FILE: task_document(task),
-        VISIBLE_TESTS_FILE: "", HELD_OUT_TESTS_FILE: held_out_document(task), SUMMARY_FILE: summary,
-        SAMPLES_FILE: samples_text(document, records, None, header,
-                                   reason="Imported from an ATIF trajectory: no tokenizer was recorded, so the token "
-                                          "stream is not rendered."),
-        TRAJECTORY_FILE: doc,
-    }
+    samples = samples_text(document, records, None, header,
+                           reason="Imported from an ATIF trajectory: no tokenizer was recorded, so the token "
+                                  "stream is not rendered.")
+    return {**rollout_files(trace=trace, document=document, turns=turns, task=task, samples=samples),
+            SUMMARY_FILE: summary, TRAJECTORY_FILE: doc}
 
 
 def _iso_z(value: Any) -> str | None:

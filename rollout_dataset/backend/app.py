@@ -27,7 +27,8 @@ from starlette.routing import Route
 
 from rollout_dataset.backend import protocol as P
 from rollout_dataset.backend.bigram import BigramModel, bigram_for_tokenizer
-from rollout_dataset.backend.engine import Generation, generate
+from rollout_dataset.backend.chat_stream import chat_stream
+from rollout_dataset.backend.engine import Generation, TokenStep
 from rollout_dataset.harmony import HARMONY_TOKENIZER, HarmonyTokenizer, load_harmony_tokenizer
 from rollout_dataset.backend.harmony_reply import HARMONY_REASONING_PARSER
 from rollout_dataset.backend.hermes import StreamingToolParser, parse_tool_calls
@@ -49,7 +50,7 @@ from rollout_dataset.backend.policies import Policy, PolicyOutput, PolicyRequest
 from rollout_dataset.backend.prompt_logprobs import prompt_logprobs, prompt_logprobs_param
 from rollout_dataset.backend.reasoning_parser import ReasoningParser, make_reasoning_parser
 from rollout_dataset.backend.reused_prompt import reused_prompt_ids
-from rollout_dataset.backend.emitted import emitted_text as _emitted_text, scrub_surrogates as _scrub
+from rollout_dataset.backend.emitted import generate_choices, scrub_surrogates as _scrub
 from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR, encode_text, load_tokenizer, render_chat
 from rollout_dataset.wire.sse import DONE, encode_event, encode_json_event
 
@@ -237,15 +238,9 @@ async def _chat(request: Request, state: BackendState) -> Response:
     max_tokens = check_context(state.max_model_len, len(prompt_ids), common.max_tokens)
     parse_tools = bool(tools) and tool_choice != "none"
     turn = sum(1 for m in messages if m.get("role") == "assistant")
-    gens: list[Generation] = []
-    for i in range(common.n):
-        req = PolicyRequest(messages=messages, tools=tools, tool_choice=tool_choice, seed=common.seed,
-                            sampling=common.sampling, turn=turn, endpoint="chat", model=common.model, choice_index=i)
-        out = await _respond(state, req)
-        gens.append(generate(state.tokenizer, state.model, prompt_ids, _emitted_text(out), prompt_text=prompt_text,
-                             max_tokens=max_tokens, stop=common.stop,
-                             include_stop_str_in_output=common.include_stop_str, ignore_eos=common.ignore_eos,
-                             ids=out.token_ids))
+    req = PolicyRequest(messages=messages, tools=tools, tool_choice=tool_choice, seed=common.seed,
+                        sampling=common.sampling, turn=turn, endpoint="chat", model=common.model)
+    gens = await generate_choices(state, _respond, req, common, prompt_ids, max_tokens, prompt_text=prompt_text)
     fmt = P.TokenFormatter(state.tokenizer, state.model, common.as_token_ids)
     rid, created = P.chat_completion_id(), P.now()
     n_out = sum(len(g.steps) for g in gens)
@@ -258,8 +253,9 @@ async def _chat(request: Request, state: BackendState) -> Response:
     if hide:
         want_logprobs = False
     if common.stream:
-        stream = _chat_stream(state, common, gens, fmt, rid, created, prompt_ids, parse_tools, want_logprobs, top_k,
-                              tool_choice, thinking, reasoning_tokens, hide)
+        stream = chat_stream(state, common, gens, fmt, rid, created, prompt_ids, want_logprobs, top_k, tool_choice, hide,
+                             lambda _: _ChatDeltas(state, prompt_ids, parse_tools, thinking, hide),
+                             lambda: reasoning_tokens)
         return StreamingResponse(stream, media_type="text/event-stream")
     choices = []
     for i, g in enumerate(gens):
@@ -299,58 +295,35 @@ def _message_parts(text: str, engine_finish: str, tool_choice: Any) -> tuple[str
     return content or "", parsed.tool_calls, finish
 
 
-async def _chat_stream(state: BackendState, common: CommonParams, gens: list[Generation], fmt: P.TokenFormatter,
-                       rid: str, created: int, prompt_ids: Sequence[int], parse_tools: bool, want_logprobs: bool,
-                       top_k: int, tool_choice: Any, thinking: bool = True, reasoning_tokens: int | None = None,
-                       hide_reasoning: bool = False) -> AsyncIterator[bytes]:
-    model = common.model
-    for i, g in enumerate(gens):
-        role_choice = {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                       "finish_reason": None}
-        yield _sse(P.chat_chunk(rid, created, model, role_choice,
-                                prompt_token_ids=list(prompt_ids) if common.return_token_ids else None,
-                                prompt_text=None))
-        parser = StreamingToolParser() if parse_tools else None
-        thinker = state.reasoning.stream(prompt_ids, thinking) if state.reasoning is not None else None
-        tools_streamed = False
-        text = ""
-        for j, step in enumerate(g.steps):
-            if state.token_delay:
-                await asyncio.sleep(state.token_delay)
-            last = j == len(g.steps) - 1
-            piece: str | None = step.delta
-            delta: dict[str, Any] | None = None
-            if thinker is not None:  # reasoning first; what follows `</think>` takes the usual path
-                delta, piece = thinker.feed(step.token_id, step.delta)
-                if hide_reasoning:
-                    delta = None
-            if piece is None:
-                pass
-            elif parser is not None:
-                text += piece
-                delta = parser.update(text) if piece else None
-                if delta and "tool_calls" in delta:
-                    tools_streamed = True
-            else:
-                delta = {"content": piece} if piece else None
-            logprobs = P.chat_logprobs([step], fmt, top_k) if want_logprobs else None
-            if hide_reasoning and delta:  # vLLM sets `reasoning: null` on every delta it still sends
-                delta = {k: delta[k] if k != "reasoning" else None
-                         for k in ("content", "reasoning", "tool_calls") if k in delta or k == "reasoning"}
-            send_ids = common.return_token_ids and not hide_reasoning
-            choice = P.step_choice(i, delta, logprobs, step.token_id, last=last, send_ids=send_ids,
-                                   finish_reason=P.streamed_finish_reason(g.finish_reason, tools_streamed, tool_choice),
-                                   stop_reason=g.stop_reason)
-            if choice is None:
-                continue
-            extra = {"system_fingerprint": state.fingerprint} if last and not common.include_usage else {}
-            yield _sse(P.chat_chunk(rid, created, model, choice, **extra))
-    if common.include_usage:
-        n_out = sum(len(g.steps) for g in gens)
-        yield _sse(P.usage_chunk(rid, created, model, "chat.completion.chunk",
-                                 P.usage_dict(len(prompt_ids), n_out, full=False, reasoning_tokens=reasoning_tokens),
-                                 state.fingerprint))
-    yield encode_event(DONE)
+class _ChatDeltas:
+    """A chat choice's tokens as deltas: the reasoning parser's first (what follows `</think>` takes the
+    usual path), then the hermes tool parser's, else the token's text as content."""
+
+    def __init__(self, state: BackendState, prompt_ids: Sequence[int], parse_tools: bool, thinking: bool,
+                 hide_reasoning: bool) -> None:
+        self.parser = StreamingToolParser() if parse_tools else None
+        self.thinker = state.reasoning.stream(prompt_ids, thinking) if state.reasoning is not None else None
+        self.hide_reasoning = hide_reasoning
+        self.tools_streamed = False
+        self.text = ""
+
+    def delta(self, step: TokenStep, last: bool) -> dict[str, Any] | None:
+        piece: str | None = step.delta
+        delta: dict[str, Any] | None = None
+        if self.thinker is not None:
+            delta, piece = self.thinker.feed(step.token_id, step.delta)
+            if self.hide_reasoning:
+                delta = None
+        if piece is None:
+            pass
+        elif self.parser is not None:
+            self.text += piece
+            delta = self.parser.update(self.text) if piece else None
+            if delta and "tool_calls" in delta:
+                self.tools_streamed = True
+        else:
+            delta = {"content": piece} if piece else None
+        return delta
 
 
 async def _completions(request: Request, state: BackendState) -> Response:
@@ -369,16 +342,9 @@ async def _completions(request: Request, state: BackendState) -> Response:
         prompt_text_for_policy = state.tokenizer.decode(prompt_ids, skip_special_tokens=False)
     else:
         prompt_text_for_policy = prompt_text
-    gens: list[Generation] = []
-    for i in range(common.n):
-        req = PolicyRequest(messages=[{"role": "user", "content": prompt_text_for_policy}], seed=common.seed,
-                            sampling=common.sampling, turn=0, endpoint="completions", model=common.model,
-                            choice_index=i)
-        out = await _respond(state, req)
-        gens.append(generate(state.tokenizer, state.model, prompt_ids, _emitted_text(out), prompt_text=prompt_text,
-                             max_tokens=max_tokens, stop=common.stop,
-                             include_stop_str_in_output=common.include_stop_str, ignore_eos=common.ignore_eos,
-                             ids=out.token_ids))
+    req = PolicyRequest(messages=[{"role": "user", "content": prompt_text_for_policy}], seed=common.seed,
+                        sampling=common.sampling, turn=0, endpoint="completions", model=common.model)
+    gens = await generate_choices(state, _respond, req, common, prompt_ids, max_tokens, prompt_text=prompt_text)
     fmt = P.TokenFormatter(state.tokenizer, state.model, common.as_token_ids)
     rid, created = P.completion_id(), P.now()
     if common.stream:

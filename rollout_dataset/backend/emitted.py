@@ -2,18 +2,22 @@
 
 The chat, Responses and Messages endpoints all turn a `PolicyOutput` into the text the model
 "generates" (the chat template's rendering of the assistant turn, tool calls included) and keep
-lone surrogates out of anything a tokenizer sees.
+lone surrogates out of anything a tokenizer sees; the chat (Harmony's too) and completions
+endpoints generate a request's `n` choices with `generate_choices`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Any
+from typing import Any, Awaitable, Callable, Sequence
 
-from rollout_dataset.backend.policies import PolicyOutput
+from rollout_dataset.backend.engine import Generation, generate
+from rollout_dataset.backend.params import CommonParams
+from rollout_dataset.backend.policies import PolicyOutput, PolicyRequest
 from rollout_dataset.backend.template import render_assistant_text
 
-__all__ = ["emitted_text", "scrub_surrogates"]
+__all__ = ["emitted_text", "scrub_surrogates", "generate_choices"]
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -55,3 +59,35 @@ def scrub_surrogates(value: Any) -> Any:
     if isinstance(value, dict):
         return {scrub_surrogates(k): scrub_surrogates(v) for k, v in value.items()}
     return value
+
+
+async def generate_choices(state: Any, respond: Callable[[Any, PolicyRequest], Awaitable[PolicyOutput]],
+                           request: PolicyRequest, common: CommonParams, prompt_ids: Sequence[int],
+                           max_tokens: int | None, *, prompt_text: str | None = None,
+                           reply_ids: Callable[[PolicyOutput], Sequence[int]] | None = None,
+                           stop_token_ids: Sequence[int] = ()) -> list[Generation]:
+    """A request's `n` choices, in order: the policy answers each, the engine generates what it emits.
+
+    Args:
+        state: the `BackendState` (its `tokenizer` and bigram `model`).
+        respond: the app's policy call.
+        request: what the policy answers; each choice gets it with its own `choice_index`.
+        common: the request's checked parameters (`n`, `stop`, `include_stop_str`, `ignore_eos`).
+        prompt_ids: the prompt's token ids.
+        max_tokens: the output limit (None: none).
+        prompt_text: the rendered prompt, for in-context encoding.
+        reply_ids: the ids an answer emits (Harmony's messages); None: the answer's `emitted_text`,
+            or its own token ids when it gave some.
+        stop_token_ids: ids that end the output as the eos does.
+
+    Returns:
+        One generation per choice.
+    """
+    gens: list[Generation] = []
+    for i in range(common.n):
+        out = await respond(state, dataclasses.replace(request, choice_index=i))
+        text, ids = (emitted_text(out), out.token_ids) if reply_ids is None else ("", reply_ids(out))
+        gens.append(generate(state.tokenizer, state.model, prompt_ids, text, prompt_text=prompt_text,
+                             max_tokens=max_tokens, stop=common.stop, include_stop_str_in_output=common.include_stop_str,
+                             ignore_eos=common.ignore_eos, ids=ids, stop_token_ids=stop_token_ids))
+    return gens

@@ -14,13 +14,14 @@ whenever a parser is set, which is always here: the backend serves as with
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from rollout_dataset.backend import protocol as P
-from rollout_dataset.backend.engine import Generation, generate
+from rollout_dataset.backend.emitted import generate_choices
+from rollout_dataset.backend.chat_stream import chat_stream
+from rollout_dataset.backend.engine import Generation, TokenStep
 from rollout_dataset.harmony import harmony_prompt_ids
 from rollout_dataset.backend.harmony_reply import HarmonyReplyParser, harmony_reply_ids
 from rollout_dataset.backend.params import (
@@ -33,7 +34,6 @@ from rollout_dataset.backend.params import (
 )
 from rollout_dataset.backend.policies import PolicyOutput, PolicyRequest
 from rollout_dataset.backend.reused_prompt import reused_prompt_ids
-from rollout_dataset.wire.sse import DONE, encode_event, encode_json_event
 
 __all__ = ["harmony_chat", "harmony_request_prompt"]
 
@@ -85,14 +85,10 @@ async def harmony_chat(state: Any, body: dict, respond: Callable[[Any, PolicyReq
     max_tokens = check_context(state.max_model_len, len(prompt_ids), common.max_tokens)
     parse_tools = bool(tools) and tool_choice != "none"
     turn = sum(1 for m in messages if m.get("role") == "assistant")
-    gens: list[Generation] = []
-    for i in range(common.n):
-        req = PolicyRequest(messages=messages, tools=tools, tool_choice=tool_choice, seed=common.seed,
-                            sampling=common.sampling, turn=turn, endpoint="chat", model=common.model, choice_index=i)
-        out = await respond(state, req)
-        gens.append(generate(tok, state.model, prompt_ids, "", max_tokens=max_tokens, stop=common.stop,
-                             include_stop_str_in_output=common.include_stop_str, ignore_eos=common.ignore_eos,
-                             ids=harmony_reply_ids(tok, out), stop_token_ids=tok.stop_token_ids))
+    req = PolicyRequest(messages=messages, tools=tools, tool_choice=tool_choice, seed=common.seed,
+                        sampling=common.sampling, turn=turn, endpoint="chat", model=common.model)
+    gens = await generate_choices(state, respond, req, common, prompt_ids, max_tokens,
+                                  reply_ids=lambda out: harmony_reply_ids(tok, out), stop_token_ids=tok.stop_token_ids)
     hide = not bool_param(body, "include_reasoning", True)
     if hide:
         want_logprobs = False
@@ -124,50 +120,41 @@ async def harmony_chat(state: Any, body: dict, respond: Callable[[Any, PolicyReq
                                         prompt_ids if common.return_token_ids else None))
 
 
-async def _stream(state: Any, common: Any, gens: list[Generation], fmt: P.TokenFormatter, rid: str, created: int,
-                  prompt_ids: list[int], want_logprobs: bool, top_k: int, tool_choice: Any,
-                  hide: bool) -> AsyncIterator[bytes]:
-    model = common.model
-    reasoning_tokens = 0
-    for i, g in enumerate(gens):
-        role_choice = {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                       "finish_reason": None}
-        yield encode_json_event(P.chat_chunk(rid, created, model, role_choice,
-                                             prompt_token_ids=list(prompt_ids) if common.return_token_ids else None,
-                                             prompt_text=None))
-        # vLLM streams a call to functions.* as tool_calls whatever the request's tools (its tool parser
-        # is server-wide); only the unstreamed message checks them (seen on vLLM 0.32)
-        parser = HarmonyReplyParser(state.tokenizer, state.harmony_reasoning, True)
-        tools_streamed = False
-        for j, step in enumerate(g.steps):
-            if state.token_delay:
-                await asyncio.sleep(state.token_delay)
-            last = j == len(g.steps) - 1
-            delta = parser.feed(step.token_id)
-            if last:
-                rest = parser.finish()
-                if rest:
-                    delta = {**(delta or {}), "content": (delta or {}).get("content", "") + rest}
-            if delta and "tool_calls" in delta:
-                tools_streamed = True
-            if hide and delta:
-                delta = {k: (None if k == "reasoning" else delta[k]) for k in ("content", "reasoning", "tool_calls")
-                         if k in delta or k == "reasoning"}
-                if not delta.get("content") and not delta.get("tool_calls"):
-                    delta = None
-            logprobs = P.chat_logprobs([step], fmt, top_k) if want_logprobs else None
-            send_ids = common.return_token_ids and not hide
-            choice = P.step_choice(i, delta, logprobs, step.token_id, last=last, send_ids=send_ids,
-                                   finish_reason=P.streamed_finish_reason(g.finish_reason, tools_streamed, tool_choice),
-                                   stop_reason=g.stop_reason)
-            if choice is None:
-                continue
-            extra = {"system_fingerprint": state.fingerprint} if last and not common.include_usage else {}
-            yield encode_json_event(P.chat_chunk(rid, created, model, choice, **extra))
-        reasoning_tokens += parser.reasoning_tokens
-    if common.include_usage:
-        n_out = sum(len(g.steps) for g in gens)
-        usage = P.usage_dict(len(prompt_ids), n_out, full=False,
-                             reasoning_tokens=reasoning_tokens if state.harmony_reasoning else None)
-        yield encode_json_event(P.usage_chunk(rid, created, model, "chat.completion.chunk", usage, state.fingerprint))
-    yield encode_event(DONE)
+class _HarmonyDeltas:
+    """A Harmony choice's tokens as deltas, parsed as vLLM streams them. vLLM streams a call to
+    functions.* as tool_calls whatever the request's tools (its tool parser is server-wide); only the
+    unstreamed message checks them (seen on vLLM 0.32). With the reasoning hidden, a delta with
+    neither content nor tool calls is not sent."""
+
+    def __init__(self, state: Any, hide: bool) -> None:
+        self.parser = HarmonyReplyParser(state.tokenizer, state.harmony_reasoning, True)
+        self.hide = hide
+        self.tools_streamed = False
+
+    def delta(self, step: TokenStep, last: bool) -> dict[str, Any] | None:
+        delta = self.parser.feed(step.token_id)
+        if last:
+            rest = self.parser.finish()
+            if rest:
+                delta = {**(delta or {}), "content": (delta or {}).get("content", "") + rest}
+        if delta and "tool_calls" in delta:
+            self.tools_streamed = True
+        if self.hide and delta and not delta.get("content") and not delta.get("tool_calls"):
+            delta = None
+        return delta
+
+
+def _stream(state: Any, common: Any, gens: list[Generation], fmt: P.TokenFormatter, rid: str, created: int,
+            prompt_ids: list[int], want_logprobs: bool, top_k: int, tool_choice: Any,
+            hide: bool) -> AsyncIterator[bytes]:
+    readers: list[_HarmonyDeltas] = []
+
+    def reader(_: Generation) -> _HarmonyDeltas:
+        readers.append(_HarmonyDeltas(state, hide))
+        return readers[-1]
+
+    def reasoning_tokens() -> int | None:
+        return sum(r.parser.reasoning_tokens for r in readers) if state.harmony_reasoning else None
+
+    return chat_stream(state, common, gens, fmt, rid, created, prompt_ids, want_logprobs, top_k, tool_choice, hide,
+                       reader, reasoning_tokens)

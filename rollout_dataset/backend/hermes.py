@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollout_dataset.backend.template import TOOL_CALL_END, TOOL_CALL_START
+from rollout_dataset.wire.content import is_json
 
 __all__ = ["ParsedOutput", "parse_tool_calls", "StreamingToolParser", "make_tool_call_id"]
 
@@ -90,14 +91,6 @@ def _partial_suffix(text: str, tag: str) -> int:
     return 0
 
 
-def _complete_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
-
-
 class StreamingToolParser:
     """Turns the growing output text into vLLM-shaped stream deltas (content or tool_calls)."""
 
@@ -134,7 +127,7 @@ class StreamingToolParser:
             raw = text[body_start:]
             cut = _partial_suffix(raw, TOOL_CALL_END)
             raw = (raw[:-cut] if cut else raw).strip()
-            bodies.append((raw, bool(raw) and _complete_json(raw)))
+            bodies.append((raw, bool(raw) and is_json(raw)))
             return bodies
 
     @staticmethod

@@ -297,22 +297,8 @@ def chat_response(
     Returns:
         The response dict.
     """
-    return {
-        "id": id_,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": choices,
-        "service_tier": None,
-        "system_fingerprint": fingerprint,
-        "usage": usage,
-        "prompt_logprobs": None,
-        "prompt_token_ids": prompt_token_ids,
-        "prompt_text": None,
-        "kv_transfer_params": None,
-        "ec_transfer_params": None,
-        "metrics": None,
-    }
+    return _response("chat.completion", id_, created, model, choices, usage, fingerprint,
+                     prompt_logprobs=None, prompt_token_ids=prompt_token_ids, prompt_text=None)
 
 
 def chat_chunk(id_: str, created: int, model: str, choice: dict, **top_level: Any) -> dict:
@@ -449,19 +435,16 @@ def completion_response(id_: str, created: int, model: str, choices: list[dict],
     Returns:
         The response dict.
     """
-    return {
-        "id": id_,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": choices,
-        "service_tier": None,
-        "system_fingerprint": fingerprint,
-        "usage": usage,
-        "kv_transfer_params": None,
-        "ec_transfer_params": None,
-        "metrics": None,
-    }
+    return _response("text_completion", id_, created, model, choices, usage, fingerprint)
+
+
+def _response(object_: str, id_: str, created: int, model: str, choices: list[dict], usage: dict, fingerprint: str,
+              **own: Any) -> dict:
+    """vLLM's non-streaming response in its key order: the head both endpoints share, the endpoint's `own`
+    keys (in the order given), then the transfer parameters and metrics (null)."""
+    return {"id": id_, "object": object_, "created": created, "model": model, "choices": choices,
+            "service_tier": None, "system_fingerprint": fingerprint, "usage": usage, **own,
+            "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
 
 
 def completion_chunk(id_: str, created: int, model: str, choice: dict, **top_level: Any) -> dict:

@@ -34,27 +34,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from rollout_dataset.artifact_files import (
-    HELD_OUT_TESTS_FILE,
-    ROLLOUT_FILE,
-    SAMPLES_FILE,
-    SUMMARY_FILE,
-    TASK_FILE,
-    TRACE_FILE,
-    TRAJECTORY_FILE,
-    TURNS_FILE,
-    VISIBLE_TESTS_FILE,
-)
+from rollout_dataset.artifact_files import SUMMARY_FILE, TASK_FILE, TRAJECTORY_FILE
 from rollout_dataset.atif.export import trajectory_document
 from rollout_dataset.capture.artifacts import utc_now, write_artifacts
 from rollout_dataset.capture.result import CaptureResult
-from rollout_dataset.documents import (
-    RolloutCounts,
-    held_out_document,
-    samples_text,
-    summary_document,
-    task_document,
-)
+from rollout_dataset.documents import RolloutCounts, rollout_files, samples_text, summary_document
 from rollout_dataset.hub.artifact_push import push_artifacts
 from rollout_dataset.capture.secrets import collect_secrets, new_dummy_key, redact_text
 from rollout_dataset.capture.model_server import (
@@ -218,17 +202,10 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
         errors=list(errors),
         extra=episode.summary_fields(facts, outcome))
     header = {"rollout": rollout_id, **score.samples_header, "stop_reason": outcome.stop_reason}
-    task_doc = task_document(task)
-    files = {
-        TRACE_FILE: {"schema_version": 1, "session": session, "seal": seal.to_dict(), "calls": records},
-        ROLLOUT_FILE: document,
-        TURNS_FILE: turns,
-        TASK_FILE: task_doc,
-        VISIBLE_TESTS_FILE: task.visible_tests,
-        HELD_OUT_TESTS_FILE: held_out_document(task),
-        SAMPLES_FILE: _samples(document, records, tokenizer, header, (target, model) if settings.base_url else None),
-    }
-    files[TRAJECTORY_FILE] = trajectory_document(records, document, summary, task_doc)
+    samples = _samples(document, records, tokenizer, header, (target, model) if settings.base_url else None)
+    trace = {"schema_version": 1, "session": session, "seal": seal.to_dict(), "calls": records}
+    files = rollout_files(trace=trace, document=document, turns=turns, task=task, samples=samples)
+    files[TRAJECTORY_FILE] = trajectory_document(records, document, summary, files[TASK_FILE])
     files.update(_checked_extra_files(episode.extra_files(outcome), files))
     redacted = write_artifacts(out_dir, files, secrets)
     if redacted:

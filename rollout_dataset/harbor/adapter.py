@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rollout_dataset.errors import ConfigError
+from rollout_dataset.processes import CHILD_EXIT, watch_child
 
 __all__ = ["HARBOR_VERSION", "HARBOR_INSTALL", "ENVIRONMENT_SPEC", "HarborRun", "HarborTaskUnsupportedError",
            "find_harbor", "dockerfile_needs", "environment_for", "harbor_command", "run_terminus"]
@@ -207,20 +208,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _kill_group(proc: subprocess.Popen, grace_s: float = _STOP_GRACE_S) -> None:
-    """SIGINT (Harbor stops its trial and environment), then SIGKILL the group."""
-    for sig in (signal.SIGINT, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str, api_key: str, timeout_s: float,
                  agent_kwargs: dict[str, Any] | None = None, should_stop: Callable[[], str | None] | None = None,
                  harbor: str | None = None, poll_s: float = 0.2, trial_name: str = "trial",
@@ -262,24 +249,13 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
     hard_limit = timeout_s + verifier_timeout_s + HARBOR_SLACK_S
     log_path = trials_dir / "harbor-output.log"
     start = time.monotonic()
-    reason = "harness_exit"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env=_harbor_env(api_key, _package_path(trials_dir / ".package")), start_new_session=True,
                                 cwd=trials_dir)
-        try:
-            while proc.poll() is None:
-                if time.monotonic() - start >= hard_limit:
-                    reason = "timeout"
-                    break
-                stop = should_stop() if should_stop else None
-                if stop:
-                    reason = stop
-                    break
-                time.sleep(poll_s)
-        finally:
-            if proc.poll() is None:
-                _kill_group(proc)
+        reason, _ = watch_child(proc, start=start, limit_s=hard_limit, checks=[should_stop] if should_stop else [],
+                                poll_s=poll_s, first_signal=signal.SIGINT,  # Harbor stops its trial on SIGINT
+                                grace_s=_STOP_GRACE_S)
     wall = time.monotonic() - start
     trial_dir = trials_dir / trial_name
     result = _read_json(trial_dir / "result.json") or {}
@@ -288,14 +264,14 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
     reward = rewards.get("reward")
     exc = result.get("exception_info") or None
     exception = f"{exc.get('exception_type')}: {exc.get('exception_message')}" if isinstance(exc, dict) else None
-    if reason == "harness_exit" and isinstance(exc, dict) and exc.get("exception_type") == "AgentTimeoutError":
+    if reason == CHILD_EXIT and isinstance(exc, dict) and exc.get("exception_type") == "AgentTimeoutError":
         reason = "timeout"  # Harbor stopped the agent on its budget; the verifier ran
     tail = log_path.read_bytes()[-4000:].decode("utf-8", "replace")
-    if not result and reason == "harness_exit":  # Harbor failed before its trial wrote anything
+    if not result and reason == CHILD_EXIT:  # Harbor failed before its trial wrote anything
         last = [line.strip() for line in tail.splitlines() if line.strip()]
         exception = f"harbor wrote no result.json (exit code {proc.returncode}): {last[-1] if last else 'no output'}"
     logger.info("harbor trial %s: %s, reward %s, exception %s after %.1f s", trial_name, reason, reward, exception, wall)
-    return HarborRun(trial_dir=trial_dir, exit_code=proc.returncode if reason == "harness_exit" else None,
+    return HarborRun(trial_dir=trial_dir, exit_code=proc.returncode if reason == CHILD_EXIT else None,
                      stop_reason=reason, reward=float(reward) if isinstance(reward, (int, float)) else None,
                      rewards=rewards, exception=exception, result=result,
                      trajectory=_read_json(trial_dir / "agent" / "trajectory.json"),

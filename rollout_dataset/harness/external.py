@@ -52,6 +52,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Callable, Iterable, Mapping
 
+from rollout_dataset.processes import CHILD_EXIT, watch_child
 from rollout_dataset.sandbox import HostForwarder, Limits, Sandbox
 from rollout_dataset.sandbox.forward import inner_wrapper, loopback_port
 from rollout_dataset.sandbox.isolation import runtime_paths
@@ -156,17 +157,21 @@ def command_files(command: str, exclude: Iterable[str | os.PathLike[str]] = ()) 
     return found
 
 
-def _kill_group(proc: subprocess.Popen, grace_s: float = 2.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def _disk_check(box: Sandbox, poll_s: float) -> Callable[[], str | None]:
+    """A `watch_child` check: ``disk_limit`` once the working directory and HOME outgrow the box's
+    limit, measured about once a second (every ``1 / poll_s`` polls)."""
+    every = max(1, int(1.0 / poll_s))
+    polls = 0
+
+    def check() -> str | None:
+        nonlocal polls
+        polls += 1
+        if polls % every == 0 and box.over_disk_limit():
+            logger.warning("external harness: working directory and HOME exceed %d MiB; stopped", box.limits.workdir_mb)
+            return "disk_limit"
+        return None
+
+    return check
 
 
 def _tail(path: Path) -> str:
@@ -265,30 +270,11 @@ def run_external_harness(command: str, *, base_url: str, model: str, workdir: st
         start = time.monotonic()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             proc = _spawn(box, argv, out, err)
-            reason = "harness_exit"
-            timed_out = False
-            try:
-                polls = 0
-                while proc.poll() is None:
-                    if time.monotonic() - start >= timeout_s:
-                        timed_out, reason = True, "timeout"
-                        break
-                    polls += 1
-                    if polls % max(1, int(1.0 / poll_s)) == 0 and box.over_disk_limit():
-                        reason = "disk_limit"
-                        logger.warning("external harness: working directory and HOME exceed %d MiB; stopped",
-                                       box.limits.workdir_mb)
-                        break
-                    stop = should_stop() if should_stop else None
-                    if stop:
-                        reason = stop
-                        break
-                    time.sleep(poll_s)
-            finally:
-                if proc.poll() is None:
-                    _kill_group(proc)
+            checks = [_disk_check(box, poll_s), *([should_stop] if should_stop else [])]
+            reason, timed_out = watch_child(proc, start=start, limit_s=timeout_s, checks=checks, poll_s=poll_s,
+                                            first_signal=signal.SIGTERM, grace_s=2.0)
         wall = time.monotonic() - start
-        exit_code = proc.returncode if reason == "harness_exit" else None
+        exit_code = proc.returncode if reason == CHILD_EXIT else None
         result = ExternalResult(exit_code, timed_out, reason, _tail(out_path), _tail(err_path), wall)
         logger.info("external harness stopped: %s (exit code %s) after %.1f s", reason, exit_code, wall)
         return result

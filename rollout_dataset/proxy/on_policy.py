@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from rollout_dataset.reasoning import THINK_CLOSE, explain_content_change
+from rollout_dataset.tokenizers import common_prefix
+from rollout_dataset.wire.content import content_text
 
 __all__ = [
     "Continuity",
@@ -121,14 +123,11 @@ def text_only(messages: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p if isinstance(p, str) else str(p.get("text", "")) if isinstance(p, Mapping) else ""
-                       for p in content)
-    return json.dumps(content, sort_keys=True)
+    return content_text(content, any_text=True, other=_json_sorted)
+
+
+def _json_sorted(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
 
 
 def tool_arguments(value: Any) -> Any:
@@ -350,15 +349,6 @@ class SessionMemory:
         return ParentLookup(None, "no_parent",
                             f"no earlier call is extended by these messages; closest is call #{index}, "
                             f"which differs at message {shared} (role {role!r})")
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Args: a, b: id lists. Returns: the length of their common prefix."""
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def common_suffix(a: Sequence[int], b: Sequence[int], limit: int) -> int:

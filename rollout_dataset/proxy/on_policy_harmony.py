@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from rollout_dataset.proxy.on_policy import Continuity, PastCall, tool_arguments
+from rollout_dataset.wire.content import content_text
 
 __all__ = ["HARMONY_GENERATION_PROMPT", "HarmonyBridge", "HarmonyMessage", "parse_harmony_reply", "reply_change",
            "harmony_bridge"]
@@ -109,12 +110,7 @@ def parse_harmony_reply(text: str) -> list[HarmonyMessage]:
 
 
 def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content
-                       if isinstance(p, (str, Mapping)))
-    return ""
+    return content_text(content, any_text=True, other=lambda _: "")
 
 
 def reply_change(sampled: Sequence[HarmonyMessage], message: Mapping[str, Any]) -> str:

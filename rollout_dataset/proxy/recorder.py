@@ -62,6 +62,12 @@ class _Session:
         self.size = 0  # bytes of whole lines in the file
         self.notes: list[str] = []  # for the session's next record
 
+    def take_index(self) -> int:
+        """Reserve the next arrival index; returns it."""
+        index = self.next_index
+        self.next_index += 1
+        return index
+
 
 class _Followed:
     """How far `TraceRecorder.records_by_others` has read a session's file."""
@@ -126,10 +132,7 @@ class TraceRecorder:
         Raises:
             OSError: an existing trace file of the session could not be read.
         """
-        state = self._session(session)
-        index = state.next_index
-        state.next_index += 1
-        return index
+        return self._session(session).take_index()
 
     def seal(self, session: str) -> TraceSeal:
         """What this recorder has written to a session's file (records and the last one's digest).
@@ -258,26 +261,38 @@ class TraceRecorder:
         data, digest = chained_line(record, raw, nonfinite, state.head, state.notes)
         borrowed = False
         try:
-            fd, borrowed = self._fd(session)
-            if borrowed:
-                self._fds[session] = fd  # so a failed write is cut off like any other
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            fd, borrowed = self._held_fd(session)
+            write_all(fd, data)
         except OSError as exc:
             self._undo_partial(session, state)
             raise RecordWriteError(str(self.path(session)), exc) from exc
         finally:
             if borrowed:
-                kept = self._fds.pop(session, None)
-                if kept is not None:
-                    os.close(kept)
-                self._spare = _open_spare()
-        self._wrote_line(session, state.size, len(data))
+                self._give_back(session)
+        self._appended(session, state, len(data), digest)
+
+    def _held_fd(self, session: str) -> tuple[int, bool]:
+        """`_fd` for one use: a descriptor borrowed from the spare stays in the cache until `_give_back`
+        (so a failed write is cut off like any other)."""
+        fd, borrowed = self._fd(session)
+        if borrowed:
+            self._fds[session] = fd
+        return fd, borrowed
+
+    def _give_back(self, session: str) -> None:
+        """Close a descriptor `_held_fd` borrowed (unless a failure closed it already); reopen the spare."""
+        kept = self._fds.pop(session, None)
+        if kept is not None:
+            os.close(kept)
+        self._spare = _open_spare()
+
+    def _appended(self, session: str, state: _Session, length: int, digest: str) -> None:
+        """Count a line this process appended as written: the chain, count and length go on after it,
+        its notes are spent, and `records_by_others` skips it unread."""
+        self._wrote_line(session, state.size, length)
         state.head = digest
         state.records += 1
-        state.size += len(data)
+        state.size += length
         state.notes = []
 
     def _wrote_line(self, session: str, start: int, length: int) -> None:
@@ -412,6 +427,21 @@ def chained_line(record: dict[str, Any], raw: dict[str, bytes] | None, nonfinite
 def _raw_key(key: str) -> bytes:
     """``,"key":`` for a field spliced into a line (a handful of names, encoded once)."""
     return b"," + json.dumps(key).encode() + b":"
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to a descriptor (`os.write` may take part of it).
+
+    Args:
+        fd: an open descriptor.
+        data: the bytes.
+
+    Raises:
+        OSError: a write failed (what came before it is in the file).
+    """
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _open_spare() -> int | None:

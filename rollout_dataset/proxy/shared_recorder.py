@@ -40,7 +40,13 @@ from typing import Any, Iterator
 import orjson
 
 from rollout_dataset.errors import RecordWriteError
-from rollout_dataset.proxy.recorder import DEFAULT_MAX_OPEN_FILES, TraceRecorder, _open_spare, _Session, chained_line
+from rollout_dataset.proxy.recorder import (
+    DEFAULT_MAX_OPEN_FILES,
+    TraceRecorder,
+    _Session,
+    chained_line,
+    write_all,
+)
 from rollout_dataset.trace_integrity import TraceSeal
 
 __all__ = ["SharedTraceRecorder", "STATE_DIR"]
@@ -94,20 +100,14 @@ class SharedTraceRecorder(TraceRecorder):
     # ---- the three operations -----------------------------------------------------------------
 
     def next_index(self, session: str) -> int:
-        """Reserve the next arrival index of a session, across every process sharing the directory.
-
-        Args:
-            session: a validated session id.
-
-        Returns:
-            The 0-based arrival index of the new call.
+        """Reserve the next arrival index of a session, across every process sharing the directory (see
+        `TraceRecorder.next_index`).
 
         Raises:
             OSError: the session's files could not be opened, locked, read or written.
         """
         with self._locked(session) as state:
-            index = state.next_index
-            state.next_index += 1
+            index = state.take_index()
             self._save(session, state)
         return index
 
@@ -152,9 +152,7 @@ class SharedTraceRecorder(TraceRecorder):
                 self._save(session, state)
                 fd = self._fds[session]
                 try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view):]
+                    write_all(fd, data)
                 except OSError:
                     try:
                         os.ftruncate(fd, state.size)  # the file stays whole lines
@@ -163,11 +161,7 @@ class SharedTraceRecorder(TraceRecorder):
                     state.pending = None
                     self._save(session, state)
                     raise
-                self._wrote_line(session, state.size, len(data))
-                state.head = digest
-                state.records += 1
-                state.size += len(data)
-                state.notes = []
+                self._appended(session, state, len(data), digest)
                 state.pending = None
                 self._save(session, state)
         except RecordWriteError:
@@ -186,9 +180,7 @@ class SharedTraceRecorder(TraceRecorder):
     @contextlib.contextmanager
     def _lock(self, session: str) -> Iterator[int]:
         """Hold the session file's exclusive lock; yield the file's descriptor."""
-        fd, borrowed = self._fd(session)
-        if borrowed:
-            self._fds[session] = fd
+        fd, borrowed = self._held_fd(session)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -197,10 +189,7 @@ class SharedTraceRecorder(TraceRecorder):
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             if borrowed:
-                held = self._fds.pop(session, None)
-                if held is not None:
-                    os.close(held)
-                self._spare = _open_spare()
+                self._give_back(session)
 
     def _synced(self, session: str, fd: int) -> _SharedSession:
         """The session's state, reconciled with the file's length (the lock is held)."""

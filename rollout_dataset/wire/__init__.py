@@ -7,6 +7,8 @@ One definition of each mapping, imported by the proxy (what it sends upstream), 
 - `rollout_dataset.wire.anthropic_chat`: the Anthropic Messages API <-> chat messages.
 - `rollout_dataset.wire.records`: a recorded call of any of these APIs as chat (request and answer):
   the one mapping the graph, the `conversations`/`trace` rows and the trace sessions read.
+- `rollout_dataset.wire.content`: a chat message's content as text (the one reading of content
+  parts; options for where formats differ).
 - `rollout_dataset.wire.sse`: server-sent events: the one framing rule for every stream the package
   writes, and decoding through httpx-sse's public API.
 

@@ -30,6 +30,7 @@ import json
 import uuid
 from typing import Any, Iterable
 
+from rollout_dataset.wire.content import is_json
 from rollout_dataset.wire.sse import encode_json_event, iter_events
 
 __all__ = [
@@ -284,14 +285,6 @@ def usage(chat_usage: dict[str, Any] | None) -> dict[str, int]:
                                 "cache_read_input_tokens") if k in out}
 
 
-def _is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
-
-
 def chat_to_message(chat: dict[str, Any]) -> dict[str, Any]:
     """The Messages answer vLLM's native endpoint gives for a (whole) chat completion.
 
@@ -496,7 +489,7 @@ class ChatStreamToMessages:
         if not choices:
             events = self._stop_and_flush()
             reason, sequence = stop_reason(self._finish or "stop", self._matched, self._tool_used,
-                                           self._tool_used and _is_json("".join(self._tool_args)))
+                                           self._tool_used and is_json("".join(self._tool_args)))
             self._message.update(stop_reason=reason, stop_sequence=sequence, usage=usage(chunk.get("usage")))
             events.append(("message_delta", {"type": "message_delta",
                                              "delta": {"stop_reason": reason, "stop_sequence": sequence},
@@ -553,7 +546,7 @@ class ChatStreamToMessages:
             block = dict(block)
             raw = block.pop("_json", None)
             if raw is not None:
-                block["input"] = json.loads(raw) if _is_json(raw) else raw
+                block["input"] = json.loads(raw) if is_json(raw) else raw
             blocks.append(block)
         return {**self._message, "content": blocks}
 
@@ -598,7 +591,7 @@ def assemble_events(text: str) -> dict[str, Any] | None:
         block = dict(blocks[index])
         raw = block.pop("_json", None)
         if raw is not None:
-            block["input"] = json.loads(raw) if _is_json(raw) else raw
+            block["input"] = json.loads(raw) if is_json(raw) else raw
         content.append(block)
     return {**message, "content": content}
 

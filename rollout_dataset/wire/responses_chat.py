@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rollout_dataset.wire.content import content_text
+
 __all__ = ["RESPONSES_ENDPOINT", "input_to_messages", "tools_to_chat", "output_to_message", "output_text"]
 
 #: the Responses API path
@@ -31,21 +33,11 @@ RESPONSES_ENDPOINT = "/v1/responses"
 
 
 def _text_of(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-            elif isinstance(part, dict) and isinstance(part.get("refusal"), str):
-                parts.append(part["refusal"])
-        return "".join(parts)
-    return json.dumps(content, ensure_ascii=False, default=str)
+    return content_text(content, refusals=True, other=_json_any)
+
+
+def _json_any(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _reasoning_text(item: dict[str, Any]) -> str:
