@@ -33,7 +33,7 @@ from rollout_dataset.reasoning import (
     harness_sent_reasoning,
     reasoning_text,
 )
-from rollout_dataset.tokenizers import template_messages
+from rollout_dataset.tokenizers import common_prefix, template_messages
 
 __all__ = ["BreakCause", "CAUSE_TAG", "REASONING_CAUSES", "explain_break", "template_keeps_reasoning"]
 
@@ -87,14 +87,6 @@ class BreakCause:
         return self.cause in REASONING_CAUSES
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 def _decode(tokenizer: Any, ids: list[int]) -> str:
     return str(tokenizer.decode(ids, skip_special_tokens=False))
 
@@ -140,7 +132,7 @@ def explain_break(earlier: TurnNode, call: TurnNode, tokenizer: Any = None,
         The cause.
     """
     held = list(earlier.prompt_ids) + list(earlier.sampled_ids)
-    pos = _common_prefix(held, list(call.prompt_ids))
+    pos = common_prefix(held, list(call.prompt_ids))
     if pos < len(earlier.prompt_ids):
         cause = "history_rerendered"
     elif tokenizer is None:

@@ -36,7 +36,7 @@ from typing import Any, Callable
 from rollout_dataset.export.breaks import BreakCause, explain_break
 from rollout_dataset.graph import RolloutGraph, TurnNode, normalise_message
 from rollout_dataset.reasoning import odd_reasoning
-from rollout_dataset.tokenizers import template_messages
+from rollout_dataset.tokenizers import common_prefix, template_messages
 
 __all__ = [
     "ERROR",
@@ -335,15 +335,6 @@ class _RequestNorms:
         return self._norms[k]
 
 
-def _common_prefix(a: tuple, b: tuple) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def prefix_break_findings(graph: RolloutGraph, tokenizer: Any = None) -> list[dict[str, Any]]:
     """An INFO finding for each new root that continues an earlier conversation, with the cause.
 
@@ -415,7 +406,7 @@ def prefix_breaks(graph: RolloutGraph, tokenizer: Any = None,
             if sys_changed:
                 cand = (2, len(hist), e)
             else:
-                k = _common_prefix(hist, msgs)
+                k = common_prefix(hist, msgs)
                 starts_with_system = bool(msgs) and msgs[0][0] == "system"
                 if k >= 2 or (k >= 1 and not starts_with_system):
                     cand = (1, k, e)
