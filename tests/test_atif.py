@@ -158,7 +158,7 @@ def test_build_imports_a_harbor_job_and_names_each_bad_trial_in_one_line(tmp_pat
     assert any("truncated/agent/trajectory.json: $: not valid JSON" in line for line in refused)
     assert any("shuffled/agent/trajectory.json: $.steps[0].step_id" in line for line in refused)
     assert "1 rollouts" in proc.stdout
-    assert not list(tmp_path.glob(".atif-import-*"))  # the import folder is gone
+    assert not list(tmp_path.glob("*.atif-import-*"))  # the import folder is gone
     import pyarrow.parquet as pq
 
     summary = pq.read_table(out / "data" / "summary").to_pylist()[0]
@@ -217,7 +217,7 @@ def test_a_folder_with_neither_artifacts_nor_trajectories_is_still_named(tmp_pat
     proc = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "build", str(job), str(tmp_path / "empty"),
                            "--out", str(tmp_path / "ds"), "--no-progress"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "empty: no artifact folder" in proc.stderr
-    assert not (tmp_path / "ds").exists() and not list(tmp_path.glob(".atif-import-*"))
+    assert not (tmp_path / "ds").exists() and not list(tmp_path.glob("*.atif-import-*"))
 
 
 def test_a_library_build_takes_atif_files_through_imported_inputs_and_leaves_no_import_folder(tmp_path, synthetic):
@@ -233,4 +233,4 @@ def test_a_library_build_takes_atif_files_through_imported_inputs_and_leaves_no_
         result = build(inputs.paths, out)
     assert result.total_rollouts == 1
     assert [Path(file).name for file, _ in inputs.refused] == ["broken.atif.json"]
-    assert not list(tmp_path.glob(".atif-import-*"))
+    assert not list(tmp_path.glob("*.atif-import-*"))

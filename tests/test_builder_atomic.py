@@ -127,7 +127,7 @@ def test_a_staging_folder_in_use_by_a_running_build_is_left_alone(corpus, tmp_pa
     shutil.copytree(root / "earlier", out)
     running = tmp_path / "ds.staging-4194301"  # a pid that is, or is not, alive: the lock decides
     running.mkdir()
-    fd = staging._lock(running)  # what a build running in another process holds
+    fd = staging.lock_folder(running)  # what a build running in another process holds
     try:
         build([root / "new"], out, progress=False)
         assert running.is_dir()

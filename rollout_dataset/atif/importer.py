@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import contextlib
 import json
-import tempfile
 import os
 import re
 import datetime as _dt
@@ -464,6 +463,7 @@ def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[li
     Returns:
         ``(artifact folders written, [(file, "file: field: reason"), ...] left out)``.
     """
+    from rollout_dataset.builder import staging
     from rollout_dataset.builder.inputs import first_failure_line
     from rollout_dataset.files import write_text_atomic
 
@@ -485,6 +485,7 @@ def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[li
             write_text_atomic(partial / name, text)
         partial.rename(final)
         folders.append(final)
+        staging.checkpoint("imported")
     return folders, refused
 
 
@@ -505,8 +506,11 @@ class ImportedInputs:
 def imported_inputs(paths: Iterable[str | Path], beside: str | Path) -> Iterator[ImportedInputs]:
     """Build inputs in which Harbor trials, job folders and bare ATIF files are artifact folders.
 
-    The trajectories are imported into a temporary folder next to `beside` (the dataset folder to
-    build: the same file system), removed when the block ends, whatever happens in it.
+    The trajectories are imported into ``<beside>.atif-import-<pid>`` next to `beside` (the dataset
+    folder to build: the same file system), locked while the block runs and removed when it ends,
+    whatever happens in it. A process killed meanwhile (SIGKILL) leaves it unlocked: the next import or
+    build beside `beside` removes it and logs its name (`builder.staging.clean_stale`); the import
+    folder of a build still running is left alone.
 
     Args:
         paths: what `build` would take, mixed with ATIF sources (`find_atif_sources`).
@@ -517,13 +521,17 @@ def imported_inputs(paths: Iterable[str | Path], beside: str | Path) -> Iterator
 
     Raises:
         OSError: the import folder could not be written (a full disk); nothing of it is left.
+        DatasetDirError: another build in this process is importing beside `beside` (an `OSError`).
     """
+    from rollout_dataset.builder.staging import IMPORT_INFIX, clean_stale, owned_folder
+
     artifacts, sources = split_inputs(paths)
     if not sources:
         yield ImportedInputs(list(artifacts), [])
         return
-    parent = Path(beside).absolute().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=parent, prefix=".atif-import-") as stage:
+    out = Path(beside).absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale(out, (IMPORT_INFIX,))  # the other leftovers only under the build's lock, after restore_aside
+    with owned_folder(out, IMPORT_INFIX) as stage:
         folders, refused = write_imported(sources, stage)
-        yield ImportedInputs(list(artifacts) + ([stage] if folders else []), refused)
+        yield ImportedInputs(list(artifacts) + ([str(stage)] if folders else []), refused)

@@ -16,7 +16,9 @@ A build killed at any moment (SIGKILL included) therefore leaves `out` holding t
 (or the finished new one) plus, at most, a leftover ``<out>.staging-<pid>`` / ``<out>.old-<pid>``;
 a running build holds an `flock` on each of its folders (the kernel drops it when the process dies),
 so the next build into `out` knows a leftover from a folder in use, and deletes it (or renames an
-aside folder back when `out` is missing). SIGTERM is turned into `SystemExit` during a build so the
+aside folder back when `out` is missing). The ATIF import folder of a build (``<out>.atif-import-<pid>``,
+`atif.importer.imported_inputs`) follows the same rule: `owned_folder` makes and locks each such
+folder, `clean_stale` removes those no live process holds. SIGTERM is turned into `SystemExit` during a build so the
 staging folder is removed on the way out, and is held back during the swap itself.
 
 `out` must be new, an empty folder, or a dataset this tool built (README.md whose YAML header carries
@@ -43,16 +45,21 @@ import yaml
 
 from rollout_dataset.errors import DatasetDirError
 
-__all__ = ["DATASET_TAG", "is_built_dataset", "check_out_dir", "restore_aside", "clean_stale", "locked_out_dir",
-           "staging_folder", "fsync_tree", "commit", "terminate_raises", "checkpoint", "exchange_folders",
+__all__ = ["DATASET_TAG", "STAGING_INFIX", "ASIDE_INFIX", "IMPORT_INFIX", "sibling_folder", "is_abandoned",
+           "lock_folder", "leftover_folders", "owned_folder", "is_built_dataset", "check_out_dir", "restore_aside",
+           "clean_stale", "locked_out_dir", "staging_folder", "fsync_tree", "commit", "terminate_raises", "checkpoint", "exchange_folders",
            "link_or_copy", "exclusive", "staged"]
 
 log = logging.getLogger(__name__)
 
 #: the card tag (`builder.card.card_metadata`) that marks a folder as a dataset built by this tool.
 DATASET_TAG = "rollout-dataset"
+#: the folders a build keeps beside the dataset folder `out`, each named ``<out><infix><pid>``
+#: (`sibling_folder`): the staging folder, the earlier dataset set aside during a two-rename swap,
+#: and the folder the ATIF trajectories among the inputs are imported into.
 STAGING_INFIX = ".staging-"
 ASIDE_INFIX = ".old-"
+IMPORT_INFIX = ".atif-import-"
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
@@ -113,26 +120,63 @@ def check_out_dir(out: str | Path) -> None:
                           "empty folder")
 
 
-def _abandoned(folder: Path) -> bool:
-    """True when no process holds the build lock on `folder` (its build ended or was killed)."""
+def sibling_folder(out: str | Path, infix: str, pid: int | None = None) -> Path:
+    """The folder ``<out><infix><pid>`` beside the dataset folder `out` (same parent, same file system).
+
+    Args:
+        out: the dataset folder.
+        infix: `STAGING_INFIX`, `ASIDE_INFIX` or `IMPORT_INFIX`.
+        pid: the owning process (default: this one).
+
+    Returns:
+        The folder's path (not created).
+    """
+    out = Path(out)
+    return out.parent / f"{out.name}{infix}{os.getpid() if pid is None else pid}"
+
+
+def _lock_if_free(folder: Path) -> int | None:
+    """The fd of `folder` with its build lock taken, or None when another process holds it (or it is gone)."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
-        return False
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
     except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def is_abandoned(folder: str | Path) -> bool:
+    """Whether no process holds the build lock on `folder` (its build ended or was killed).
+
+    Args:
+        folder: a folder beside a dataset (`sibling_folder`).
+
+    Returns:
+        True when the lock was free (a folder that cannot be opened is not abandoned: it is left alone).
+    """
+    fd = _lock_if_free(Path(folder))
+    if fd is None:
         return False
-    finally:
-        os.close(fd)  # releases the probe's lock
+    os.close(fd)  # releases the probe's lock
+    return True
 
 
-def _lock(folder: Path) -> int:
+def lock_folder(folder: str | Path) -> int:
     """Open `folder` and take its exclusive build lock (released when the fd closes or the process dies).
+
+    Args:
+        folder: the folder (a symlink is refused).
+
+    Returns:
+        The open fd holding the lock.
 
     Raises:
         BlockingIOError: another process holds it.
+        OSError: the folder cannot be opened.
     """
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
@@ -143,7 +187,17 @@ def _lock(folder: Path) -> int:
     return fd
 
 
-def _leftovers(out: Path, infix: str) -> list[Path]:
+def leftover_folders(out: str | Path, infix: str) -> list[Path]:
+    """The ``<out><infix><pid>`` folders beside `out`, in use or not (`is_abandoned` tells).
+
+    Args:
+        out: the dataset folder.
+        infix: `STAGING_INFIX`, `ASIDE_INFIX` or `IMPORT_INFIX`.
+
+    Returns:
+        The folders (real folders only, no symlinks), sorted.
+    """
+    out = Path(out)
     prefix = out.name + infix
     with contextlib.suppress(FileNotFoundError):
         return sorted(entry for entry in out.parent.iterdir()
@@ -164,8 +218,8 @@ def restore_aside(out: str | Path) -> Path | None:
     out = Path(out)
     if os.path.lexists(out):
         return None
-    for aside in _leftovers(out, ASIDE_INFIX):
-        if _abandoned(aside):
+    for aside in leftover_folders(out, ASIDE_INFIX):
+        if is_abandoned(aside):
             try:
                 os.rename(aside, out)
             except OSError:  # another build restored it first
@@ -175,26 +229,95 @@ def restore_aside(out: str | Path) -> Path | None:
     return None
 
 
-def clean_stale(out: str | Path) -> list[Path]:
-    """Delete the ``<out>.staging-<pid>`` / ``<out>.old-<pid>`` folders that killed builds left.
+def clean_stale(out: str | Path, infixes: tuple[str, ...] = (ASIDE_INFIX, STAGING_INFIX, IMPORT_INFIX)) -> list[Path]:
+    """Delete the ``<out>.staging-<pid>`` / ``<out>.old-<pid>`` / ``<out>.atif-import-<pid>`` folders
+    that killed builds left.
 
     A folder is a leftover when no process holds its build lock (a running build holds the locks of
-    its folders until it ends; the kernel drops them when a process dies, SIGKILL included).
+    its folders until it ends; the kernel drops them when a process dies, SIGKILL included). The lock
+    is held while the folder is deleted, so a build creating a folder of that name sees it go
+    (`owned_folder`). An aside folder is swept only after `restore_aside` (it may be the only copy).
 
     Args:
         out: the dataset folder.
+        infixes: the kinds of folder to sweep (default: all).
 
     Returns:
-        The folders removed.
+        The folders removed (each logged).
     """
     out = Path(out)
     removed = []
-    for folder in _leftovers(out, ASIDE_INFIX) + _leftovers(out, STAGING_INFIX):
-        if _abandoned(folder):
+    for folder in [f for infix in infixes for f in leftover_folders(out, infix)]:
+        fd = _lock_if_free(folder)
+        if fd is None:
+            continue
+        try:
             shutil.rmtree(folder, ignore_errors=True)
-            log.info("%s: removed %s, left by a killed build", out, folder)
-            removed.append(folder)
+        finally:
+            os.close(fd)
+        log.info("%s: removed %s, left by a killed build", out, folder)
+        removed.append(folder)
     return removed
+
+
+@contextlib.contextmanager
+def owned_folder(out: str | Path, infix: str) -> Iterator[Path]:
+    """A new, empty ``<out><infix><pid>`` beside `out`, locked while the block runs, then removed.
+
+    A killed process leaves it unlocked, so the next build's `clean_stale` removes it; a folder of
+    that name a dead process with the same pid left is removed first.
+
+    Args:
+        out: the dataset folder.
+        infix: `STAGING_INFIX` or `IMPORT_INFIX`.
+
+    Yields:
+        The folder.
+
+    Raises:
+        DatasetDirError: another build (another thread of this process) holds a folder of that name.
+        OSError: the folder cannot be made (a full disk, permissions).
+    """
+    folder = sibling_folder(out, infix)
+    fd = _claim(folder)
+    try:
+        yield folder
+    finally:
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(fd)
+
+
+def _claim(folder: Path) -> int:
+    """Make `folder` and lock it; returns the fd. A sweeper deleting it between the two: made again."""
+    for _ in range(20):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            stale = _lock_if_free(folder)
+            if stale is None and folder.exists():
+                raise DatasetDirError(f"{folder}: in use by another build in this process; wait for it to finish") \
+                    from None
+            if stale is not None:
+                try:
+                    shutil.rmtree(folder, ignore_errors=True)  # a dead process with our pid left it
+                finally:
+                    os.close(stale)
+            continue
+        try:
+            fd = lock_folder(folder)
+        except (BlockingIOError, FileNotFoundError):
+            continue  # a sweeper saw it before the lock was taken and is deleting it
+        try:
+            now = os.stat(folder, follow_symlinks=False)
+        except FileNotFoundError:
+            now = None
+        held = os.fstat(fd)
+        if now is not None and (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+            return fd
+        os.close(fd)
+    raise DatasetDirError(f"{folder}: removed again and again while being made by other builds; try again")
 
 
 @contextlib.contextmanager
@@ -223,7 +346,7 @@ def locked_out_dir(out: str | Path) -> Iterator[bool]:
         except FileExistsError:
             pass
         try:
-            fd = _lock(out)
+            fd = lock_folder(out)
         except BlockingIOError:
             raise DatasetDirError(f"{out}: another build is writing to it; wait for it to finish") from None
         held, now = os.fstat(fd), os.stat(out, follow_symlinks=False)
@@ -256,16 +379,9 @@ def staging_folder(out: str | Path) -> Iterator[Path]:
         The staging folder.
     """
     out = Path(out)
-    stage = out.parent / f"{out.name}{STAGING_INFIX}{os.getpid()}"
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir()
-    fd = _lock(stage)
-    try:
+    with owned_folder(out, STAGING_INFIX) as stage:
         shutil.copytree(out, stage, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)
         yield stage
-    finally:
-        os.close(fd)
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _link_or_copy(src: str, dst: str) -> None:
