@@ -3,7 +3,8 @@
 `build` imports the ATIF trajectories among its inputs into ``<out>.atif-import-<pid>`` beside the
 dataset, locked for as long as the build runs (`builder.staging.owned_folder`). A build killed with
 SIGKILL leaves it unlocked; the next import or build beside the same dataset removes it and logs its
-name, while the folder of a build still running (its lock held by a live process) is left alone.
+name, while the folder of a build still running (its lock held by a live process) is left alone;
+SIGTERM removes it on the way out.
 The killed build runs in a child process that stops at the `imported` checkpoint (after its first
 trajectory is imported: no sleep to guess the moment) and is killed there.
 """
@@ -76,6 +77,13 @@ def test_a_build_killed_while_importing_leaves_an_import_folder_that_the_next_bu
     assert not leftover.exists()
     assert f"removed {leftover}, left by a killed build" in proc.stderr
     assert not list(tmp_path.glob("ds.atif-import-*")) and _rollouts(out) == 2
+
+
+def test_sigterm_while_importing_removes_the_import_folder_on_the_way_out(tmp_path, trajectories):
+    out = tmp_path / "ds"
+    code = signal_when_paused(CHILD, [str(out), str(trajectories)], signal.SIGTERM)
+    assert code == 128 + signal.SIGTERM
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["art1", "art2", "trajectories"]
 
 
 def test_a_build_of_artifact_folders_alone_removes_an_abandoned_import_folder(tmp_path, trajectories):

@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         (errors: one ``error:`` line on stderr, `rollout_dataset.cli.reporting`).
     """
     from rollout_dataset.atif.importer import imported_inputs
+    from rollout_dataset.builder.staging import terminate_raises
     from rollout_dataset.cli.build_extend import wants_extended
     from rollout_dataset.cli.reporting import EXIT_FAILED, EXIT_USAGE, report_error
 
@@ -102,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     if args.skip_invalid and wants_extended(args):
         return report_error("--skip-invalid works with a plain build, not with --append or --executor ray", EXIT_USAGE)
     try:
-        with imported_inputs(args.artifacts, args.out) as inputs:
+        # SIGTERM while importing raises too, so the import folder is removed on the way out
+        with terminate_raises(), imported_inputs(args.artifacts, args.out) as inputs:
             for _file, reason in inputs.refused:  # the reason names the file and the field
                 print(f"refused: {reason} (left out of the dataset)", file=sys.stderr)
             if not inputs.paths and not args.node_dir:
