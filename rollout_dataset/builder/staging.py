@@ -16,10 +16,11 @@ A build killed at any moment (SIGKILL included) therefore leaves `out` holding t
 (or the finished new one) plus, at most, a leftover ``<out>.staging-<pid>`` / ``<out>.old-<pid>``;
 a running build holds an `flock` on each of its folders (the kernel drops it when the process dies),
 so the next build into `out` knows a leftover from a folder in use, and deletes it (or renames an
-aside folder back when `out` is missing). The ATIF import folder of a build (``<out>.atif-import-<pid>``,
-`atif.importer.imported_inputs`) follows the same rule: `owned_folder` makes and locks each such
-folder, `clean_stale` removes those no live process holds. SIGTERM is turned into `SystemExit` during a build so the
-staging folder is removed on the way out, and is held back during the swap itself.
+aside folder back when `out` is missing). The ATIF import folder of a build
+(``<out>.atif-import-<pid>``, `atif.importer.imported_inputs`) follows the same rule: `owned_folder`
+makes and locks each such folder, `clean_stale` removes those no live process holds. SIGTERM is
+turned into `SystemExit` during a build so the staging folder is removed on the way out, and is held
+back during the swap itself.
 
 `out` must be new, an empty folder, or a dataset this tool built (README.md whose YAML header carries
 the ``rollout-dataset`` tag): anything else is refused, so ``--out ~`` cannot replace a home folder.
@@ -47,8 +48,8 @@ from rollout_dataset.errors import DatasetDirError
 
 __all__ = ["DATASET_TAG", "STAGING_INFIX", "ASIDE_INFIX", "IMPORT_INFIX", "sibling_folder", "is_abandoned",
            "lock_folder", "leftover_folders", "owned_folder", "is_built_dataset", "check_out_dir", "restore_aside",
-           "clean_stale", "locked_out_dir", "staging_folder", "fsync_tree", "commit", "terminate_raises", "checkpoint", "exchange_folders",
-           "link_or_copy", "exclusive", "staged"]
+           "clean_stale", "locked_out_dir", "staging_folder", "fsync_tree", "commit", "terminate_raises", "checkpoint",
+           "exchange_folders", "link_or_copy", "exclusive", "staged"]
 
 log = logging.getLogger(__name__)
 
@@ -487,7 +488,7 @@ def commit(staging: str | Path, out: str | Path, *, exchange: bool = True) -> No
         if exchange and _exchange(staging, out):
             old = staging
         else:
-            old = out.parent / f"{out.name}{ASIDE_INFIX}{os.getpid()}"
+            old = sibling_folder(out, ASIDE_INFIX)
             os.rename(out, old)
             checkpoint("aside")
             os.rename(staging, out)
