@@ -16,7 +16,10 @@ Then stops the proxy, reads every trace file with `read_trace` (chain checked) a
 record_write_failed, streams that ended without a terminating event, and the proxy's RSS sampled
 every 0.5 s (first, peak, last, and the slope over the second half of the run).
 
-    .venv/bin/python bench/proxy_faults.py [--calls 5000] [--concurrency 48] [--nofile 128]
+    .venv/bin/python bench/proxy_faults.py [--calls 5000] [--concurrency 48] [--nofile 128] [--workers 1]
+
+With ``--workers N`` the proxy serves from N worker processes (each under the descriptor limit); the
+RSS figures are then the parent's only.
 """
 
 from __future__ import annotations
@@ -198,6 +201,7 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--nofile", type=int, default=128, help="RLIMIT_NOFILE of the proxy process")
     parser.add_argument("--max-open-files", type=int, default=16, help="the proxy's trace-handle cache")
+    parser.add_argument("--workers", type=int, default=1, help="the proxy's worker processes")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(RESULTS), help="where to save the figures")
     args = parser.parse_args()
@@ -220,7 +224,7 @@ def main() -> int:
 
     proxy = subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", "proxy", "--upstream",
                               f"http://127.0.0.1:{up_port}/v1", "--trace-dir", str(trace_dir), "--upstream-timeout",
-                              "30", "--max-open-files", str(args.max_open_files)],
+                              "30", "--max-open-files", str(args.max_open_files), "--workers", str(args.workers)],
                              env=env, stdout=subprocess.PIPE, stderr=open(trace_dir.with_suffix(".log"), "w"),
                              text=True, preexec_fn=limit)
     try:
@@ -276,7 +280,7 @@ def main() -> int:
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
     result = {
         "calls": args.calls, "concurrency": args.concurrency, "sessions": args.sessions,
-        "proxy_rlimit_nofile": args.nofile, "proxy_max_open_files": args.max_open_files,
+        "proxy_rlimit_nofile": args.nofile, "proxy_max_open_files": args.max_open_files, "proxy_workers": args.workers,
         "faults": dict(Counter(kinds)), "elapsed_s": round(elapsed, 2), "calls_per_s": round(args.calls / elapsed, 1),
         "records": records, "records_equal_calls": records == args.calls,
         "sessions_with_wrong_count": mismatched, "unparseable_trace_files": len(unparseable),
@@ -293,7 +297,7 @@ def main() -> int:
     out.write_text(json.dumps(result, indent=1) + "\n")
     rss = result["proxy_rss_kib"]
     print(f"calls {args.calls} at concurrency {args.concurrency} over {args.sessions} sessions, proxy "
-          f"RLIMIT_NOFILE={args.nofile}, {elapsed:.1f} s ({result['calls_per_s']} calls/s)")
+          f"RLIMIT_NOFILE={args.nofile}, {args.workers} worker(s), {elapsed:.1f} s ({result['calls_per_s']} calls/s)")
     print(f"faults: {dict(Counter(kinds))}")
     print(f"records {records} (== calls: {records == args.calls}), sessions with a wrong count {mismatched}, "
           f"unparseable trace files {len(unparseable)}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from rollout_dataset.capture import capture_rollout
 from rollout_dataset.recipes.coding import CaptureConfig
 from rollout_dataset.errors import SandboxUnavailableError
+from rollout_dataset.harness import external
 from rollout_dataset.harness import (
     find_mini,
     find_opencode,
@@ -74,6 +76,18 @@ def test_should_stop_ends_the_harness_with_its_reason(tmp_path):
     result = run_external_harness("sleep 30", base_url="http://x/v1", model="m", workdir=tmp_path,
                                   instruction="t", timeout_s=30, should_stop=stop, poll_s=0.05)
     assert result.stop_reason == "upstream_error" and not result.timed_out and result.wall_s < 10
+
+
+def test_a_harness_writing_past_its_disk_limit_is_stopped_and_the_stop_named(tmp_path, monkeypatch):
+    # 3 MiB in the working directory and 3 MiB in HOME: over a 4 MiB limit only together
+    monkeypatch.setattr(external, "HARNESS_LIMITS", replace(external.HARNESS_LIMITS, workdir_mb=4))
+    command = ('head -c 3M /dev/zero > big.bin; head -c 3M /dev/zero > "$HOME/cache.bin"; sleep 30; '
+               "echo never > late.txt")
+    result = run_external_harness(command, base_url="http://x/v1", model="m", workdir=tmp_path, instruction="t",
+                                  timeout_s=15, poll_s=0.05)
+    assert result.stop_reason == "disk_limit" and not result.timed_out and result.exit_code is None
+    assert (tmp_path / "big.bin").stat().st_size == 3 << 20
+    assert result.wall_s < 10 and not (tmp_path / "late.txt").exists()
 
 
 # --- the sandbox around an external harness ----------------------------------------------------------

@@ -7,8 +7,9 @@ be written (disk full, too many open files, I/O error) raises `RecordWriteError`
 fails the call instead of answering it unrecorded; a partly written line is cut off again, so
 the file stays a sequence of whole lines.
 
-Files are opened through a bounded cache of descriptors (least recently used closed first), so a
-proxy serving more sessions than its descriptor limit keeps recording.
+Files are opened through a bounded cache of descriptors (least recently used closed first), and
+spare descriptors are held for a file that cannot be opened otherwise (`_open_borrowing`), so a proxy
+serving more sessions than its descriptor limit, or whose sockets took every descriptor, keeps recording.
 
 Each record carries ``prev_sha256``, the digest of the record before it (see
 `rollout_dataset.trace_integrity`); `seal` tells what the proxy wrote to a session. A proxy
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 
 #: trace files kept open at once (more sessions than this reopen their file when they write).
 DEFAULT_MAX_OPEN_FILES = 32
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class _Session:
@@ -97,16 +100,22 @@ class TraceRecorder:
         NotADirectoryError: `trace_dir` exists and is not a directory.
     """
 
+    #: descriptors held in reserve: as many as recording one call holds open at once (here one file
+    #: at a time: the session's file, read when it is picked up, then appended to).
+    SPARE_DESCRIPTORS = 1
+
     def __init__(self, trace_dir: str | os.PathLike[str], max_open_files: int = DEFAULT_MAX_OPEN_FILES) -> None:
         self.trace_dir = Path(trace_dir)
         self.trace_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.max_open_files = max(1, max_open_files)
         self._fds: OrderedDict[str, int] = OrderedDict()
         self._sessions: dict[str, _Session] = {}
-        # One descriptor held in reserve: when sockets have taken every other one, it is given up
-        # for the moment a record is written (the event loop cannot accept in between), so a
-        # proxy at its descriptor limit still records what it answers.
-        self._spare: int | None = _open_spare()
+        # Descriptors held in reserve (`_open_borrowing`): when sockets have taken every other one,
+        # they are given up for the moment a record is written (the event loop cannot accept in
+        # between), so a proxy at its descriptor limit still records what it answers.
+        self._spares: list[int] = []
+        self._refill_spares()
+        self._pinned: set[str] = set()  # sessions whose descriptors are in use: never closed to free one
         self._followed: OrderedDict[str, _Followed] = OrderedDict()  # see `records_by_others`
 
     def path(self, session: str) -> Path:
@@ -158,22 +167,12 @@ class TraceRecorder:
         path = self.path(session)
         if not path.exists():
             return state
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE):
-                raise
-            self._close_cached()  # out of descriptors: give back ours (and the spare) for this read
-            self._drop_spare()
-            try:
-                data = path.read_bytes()
-            finally:
-                self._spare = _open_spare()
+        data = self._read_borrowing(path)
         end = data.rfind(b"\n") + 1
         if end < len(data):
             cut = data[end:]
             aside = _free_name(path)
-            aside.write_bytes(cut)
+            self._write_new_borrowing(aside, cut)
             os.truncate(path, end)
             message = (f"the proxy restarted after a crash: the cut last line of {path.name} ({len(cut)} bytes) "
                        f"was moved to {aside.name}")
@@ -208,31 +207,86 @@ class TraceRecorder:
             return fd, False
         while len(self._fds) >= self.max_open_files:
             self._close_oldest()
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-        try:
-            fd = os.open(self.path(session), flags, 0o600)
-        except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE):
-                raise
-            self._close_cached()  # out of descriptors: give back ours, then the spare, and try again
-            try:
-                fd = os.open(self.path(session), flags, 0o600)
-            except OSError as again:
-                if again.errno not in (errno.EMFILE, errno.ENFILE) or self._spare is None:
-                    raise
-                self._drop_spare()
-                try:
-                    return os.open(self.path(session), flags, 0o600), True
-                except OSError:
-                    self._spare = _open_spare()
-                    raise
-        self._fds[session] = fd
-        return fd, False
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _CLOEXEC
+        fd, borrowed = self._open_borrowing(self.path(session), flags)
+        if not borrowed:
+            self._fds[session] = fd
+        return fd, borrowed
 
-    def _drop_spare(self) -> None:
-        if self._spare is not None:
-            os.close(self._spare)
-            self._spare = None
+    # ---- the spare descriptors -----------------------------------------------------------------
+
+    def _open_borrowing(self, path: Path, flags: int) -> tuple[int, bool]:
+        """Open a file even when every descriptor is in use; returns ``(fd, borrowed)``.
+
+        Out of descriptors, the cached ones not in use are given back (`_free_idle`) and the open
+        tried again; still out, a spare is given up for it: the descriptor is then borrowed, and
+        goes back with `_return_borrowed` once used, before the event loop runs again.
+        """
+        try:
+            return os.open(path, flags, 0o600), False
+        except OSError as exc:
+            if not _out_of_descriptors(exc):
+                raise
+        self._free_idle()
+        try:
+            return os.open(path, flags, 0o600), False
+        except OSError as exc:
+            if not _out_of_descriptors(exc) or not self._spares:
+                raise
+        os.close(self._spares.pop())
+        try:
+            return os.open(path, flags, 0o600), True
+        except OSError:
+            self._refill_spares()
+            raise
+
+    def _return_borrowed(self, fd: int | None) -> None:
+        """Close a borrowed descriptor (None: a failure closed it already) and take the spare back."""
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:  # pragma: no cover - already closed
+                pass
+        self._refill_spares()
+
+    def _refill_spares(self) -> None:
+        while len(self._spares) < self.SPARE_DESCRIPTORS:
+            try:
+                self._spares.append(os.open(os.devnull, os.O_RDONLY | _CLOEXEC))
+            except OSError:
+                return
+
+    def _drop_spares(self) -> None:
+        while self._spares:
+            os.close(self._spares.pop())
+
+    def _free_idle(self) -> None:
+        """Close the cached descriptors of sessions not in use (out of descriptors)."""
+        for session in [s for s in self._fds if s not in self._pinned]:
+            os.close(self._fds.pop(session))
+
+    def _read_borrowing(self, path: Path) -> bytes:
+        """A whole file's bytes, read through `_open_borrowing`."""
+        fd, borrowed = self._open_borrowing(path, os.O_RDONLY | _CLOEXEC)
+        try:
+            with open(fd, "rb", closefd=False) as f:
+                return f.read()
+        finally:
+            if borrowed:
+                self._return_borrowed(fd)
+            else:
+                os.close(fd)
+
+    def _write_new_borrowing(self, path: Path, data: bytes) -> None:
+        """Write a file anew, opened through `_open_borrowing`."""
+        fd, borrowed = self._open_borrowing(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC)
+        try:
+            write_all(fd, data)
+        finally:
+            if borrowed:
+                self._return_borrowed(fd)
+            else:
+                os.close(fd)
 
     def _close_oldest(self) -> None:
         _, fd = self._fds.popitem(last=False)
@@ -280,11 +334,8 @@ class TraceRecorder:
         return fd, borrowed
 
     def _give_back(self, session: str) -> None:
-        """Close a descriptor `_held_fd` borrowed (unless a failure closed it already); reopen the spare."""
-        kept = self._fds.pop(session, None)
-        if kept is not None:
-            os.close(kept)
-        self._spare = _open_spare()
+        """Close a descriptor `_held_fd` borrowed (unless a failure closed it already); take the spare back."""
+        self._return_borrowed(self._fds.pop(session, None))
 
     def _appended(self, session: str, state: _Session, length: int, digest: str) -> None:
         """Count a line this process appended as written: the chain, count and length go on after it,
@@ -382,9 +433,9 @@ class TraceRecorder:
             self._close_oldest()
 
     def close(self) -> None:
-        """Close every open trace file (and the spare descriptor)."""
+        """Close every open trace file (and the spare descriptors)."""
         self._close_cached()
-        self._drop_spare()
+        self._drop_spares()
 
 
 def chained_line(record: dict[str, Any], raw: dict[str, bytes] | None, nonfinite: bool, head: str | None,
@@ -444,11 +495,9 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _open_spare() -> int | None:
-    try:
-        return os.open(os.devnull, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
+def _out_of_descriptors(exc: OSError) -> bool:
+    """Whether an open failed for want of a descriptor (this process's or the system's)."""
+    return exc.errno in (errno.EMFILE, errno.ENFILE)
 
 
 def _free_name(path: Path) -> Path:

@@ -23,13 +23,13 @@ as written, not left pending for the next locker to adopt: otherwise a file cut 
 last record would look like an append that never happened, and the seal would follow the cut.) The
 state is written with one ``pwrite`` of a fixed-size block, so a killed worker never leaves it half
 written. Calls a killed worker had in flight leave no record (their harness sees the connection
-drop); the indices they had reserved stay unused. The state files stay open, like the trace files.
+drop); the indices they had reserved stay unused. The state files stay open, like the trace files;
+out of descriptors, a state file is opened on a spare one like a trace file (`SPARE_DESCRIPTORS`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import logging
 import os
@@ -79,12 +79,17 @@ class SharedTraceRecorder(TraceRecorder):
         NotADirectoryError: `trace_dir` exists and is not a directory.
     """
 
+    #: recording one call holds the session's trace file (locked), its state file and, when the state
+    #: must be rebuilt from the trace file, a reading of that file: three descriptors at once.
+    SPARE_DESCRIPTORS = 3
+
     def __init__(self, trace_dir: str | os.PathLike[str], max_open_files: int = DEFAULT_MAX_OPEN_FILES) -> None:
         super().__init__(trace_dir, max_open_files)
         self.state_dir = self.trace_dir / STATE_DIR
         self.state_dir.mkdir(mode=0o700, exist_ok=True)
         # the state files' descriptors, kept open like the trace files' (least recently used closed first)
         self._state_fds: OrderedDict[str, int] = OrderedDict()
+        self._borrowed_states: set[str] = set()  # state files opened on a spare: closed when the lock goes
 
     def state_path(self, session: str) -> Path:
         """The state file of a session (see the module docstring).
@@ -181,6 +186,7 @@ class SharedTraceRecorder(TraceRecorder):
     def _lock(self, session: str) -> Iterator[int]:
         """Hold the session file's exclusive lock; yield the file's descriptor."""
         fd, borrowed = self._held_fd(session)
+        self._pinned.add(session)  # out of descriptors, its files are not the ones given back
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
@@ -188,6 +194,10 @@ class SharedTraceRecorder(TraceRecorder):
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
+            self._pinned.discard(session)
+            if session in self._borrowed_states:
+                self._borrowed_states.discard(session)
+                self._return_borrowed(self._state_fds.pop(session, None))
             if borrowed:
                 self._give_back(session)
 
@@ -231,19 +241,22 @@ class SharedTraceRecorder(TraceRecorder):
             return fd
         while len(self._state_fds) >= self.max_open_files:
             os.close(self._state_fds.popitem(last=False)[1])
-        try:
-            fd = os.open(self.state_path(session), _STATE_FLAGS, 0o600)
-        except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE):
-                raise
-            self._close_state_files()  # out of descriptors: give back the cached ones and try again
-            fd = os.open(self.state_path(session), _STATE_FLAGS, 0o600)
+        fd, borrowed = self._open_borrowing(self.state_path(session), _STATE_FLAGS)
+        if borrowed:  # out of descriptors: held on a spare until the session's lock is released
+            self._borrowed_states.add(session)
         self._state_fds[session] = fd
         return fd
 
     def _close_state_files(self) -> None:
         while self._state_fds:
             os.close(self._state_fds.popitem(last=False)[1])
+        self._borrowed_states.clear()
+
+    def _free_idle(self) -> None:
+        """Close the cached descriptors, trace and state files alike, of sessions not in use."""
+        for session in [s for s in self._state_fds if s not in self._pinned]:
+            os.close(self._state_fds.pop(session))
+        super()._free_idle()
 
     def _close_cached(self) -> None:
         """Give back every cached descriptor, trace and state files alike (also what `close` does)."""

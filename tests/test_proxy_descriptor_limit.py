@@ -1,0 +1,134 @@
+"""A proxy that runs out of file descriptors still records every call it answers.
+
+The recorders hold spare descriptors (`TraceRecorder.SPARE_DESCRIPTORS`) and give them up for the
+moment a record needs a file: the single-process recorder the session's trace file, the multi-worker
+one (`SharedTraceRecorder`) also the session's state file, which reserves the arrival index. The
+proxies and recorders run in their own processes under a low ``RLIMIT_NOFILE``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from proxy_fakes import serve_raw
+from rollout_dataset.proxy import read_trace
+
+_ANSWER = (b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
+           b'"content":"ok"},"finish_reason":"stop"}]}')
+
+
+async def _slow_answer(head: bytes) -> tuple[bytes, bool]:
+    await asyncio.sleep(0.5)  # calls overlap, so the proxy's sockets take its descriptors
+    return (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(_ANSWER)
+            + _ANSWER, True)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_proxy_out_of_descriptors_records_every_call_it_answers(tmp_path: Path, workers: int):
+    calls = 100
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
+
+    async with serve_raw(_slow_answer) as (root, _):
+        proc = subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", "proxy", "--upstream", root + "/v1",
+                                 "--trace-dir", str(tmp_path / "t"), "--workers", str(workers),
+                                 "--max-open-files", "4"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=limit)
+        try:
+            base = proc.stdout.readline().strip()
+            assert base.startswith("http"), base
+            limits = httpx.Limits(max_connections=calls, max_keepalive_connections=0)
+            async with httpx.AsyncClient(limits=limits, timeout=20) as http:
+                async def call(n: int) -> httpx.Response | None:
+                    try:
+                        return await http.post(base.replace("/v1", f"/sessions/s{n}/v1") + "/chat/completions",
+                                               json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+                    except httpx.TransportError:  # a connection the server reset before reading it
+                        return None
+
+                answers = await asyncio.wait_for(asyncio.gather(*(call(n) for n in range(calls))), 30)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    answered = {n: r for n, r in enumerate(answers) if r is not None}
+    out_of_descriptors = [r for r in answered.values() if "Too many open files" in r.text]
+    assert out_of_descriptors, "the proxy never ran out of descriptors: the test did not test anything"
+    for n, response in answered.items():
+        path = tmp_path / "t" / f"s{n}.jsonl"
+        assert path.exists(), f"call {n} answered {response.status_code} {response.text[:300]} without a record"
+        records = read_trace(path)
+        assert [(r["index"], r["status"]) for r in records] == [(0, response.status_code)]
+
+
+_AT_THE_LIMIT = r"""
+import json, os, resource, sys
+from pathlib import Path
+from rollout_dataset.proxy.recorder import TraceRecorder, read_trace
+from rollout_dataset.proxy.shared_recorder import SharedTraceRecorder
+
+kind, trace_dir, resume = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "resume"
+recorder_class = {"single": TraceRecorder, "shared": SharedTraceRecorder}[kind]
+if resume:  # a session file from before: picked up (read, a cut last line moved aside) at the limit
+    before = recorder_class(trace_dir)
+    for n in range(2):
+        before.write("s", {"index": before.next_index("s"), "text": f"before {n}"})
+    before.close()
+    path = trace_dir / "s.jsonl"
+    path.write_bytes(path.read_bytes() + b'{"index": 2, "cut')
+    for state in trace_dir.glob(".proxy-state/*"):
+        state.unlink()  # the state is rebuilt from the trace file
+recorder = recorder_class(trace_dir, max_open_files=1)
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+held = []
+while True:  # every other descriptor in use
+    try:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        break
+for session in ("s", "t", "s"):
+    recorder.write(session, {"index": recorder.next_index(session), "text": "at the limit"})
+seals = {session: recorder.seal(session) for session in ("s", "t")}
+try:
+    os.close(os.open(os.devnull, os.O_RDONLY))
+    still_full = False
+except OSError:
+    still_full = True  # every borrowed descriptor went back to the spares
+for fd in held:
+    os.close(fd)
+print(json.dumps({"still_full": still_full, "held": len(held),
+                  "texts": {s: [r["text"] for r in read_trace(trace_dir / f"{s}.jsonl", seal)] for s, seal in seals.items()},
+                  "indices": {s: [r["index"] for r in read_trace(trace_dir / f"{s}.jsonl")] for s in seals},
+                  "cut_aside": [p.name for p in trace_dir.glob("*.cut-*")]}))
+"""
+
+
+@pytest.mark.parametrize("resume", ["new", "resume"])
+@pytest.mark.parametrize("kind", ["single", "shared"])
+def test_a_recorder_writes_its_records_while_every_other_descriptor_is_in_use(tmp_path: Path, kind: str,
+                                                                               resume: str):
+    done = subprocess.run([sys.executable, "-c", _AT_THE_LIMIT, kind, str(tmp_path), resume],
+                          capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["held"] > 0 and result["still_full"]
+    before = ["before 0", "before 1"] if resume == "resume" else []
+    assert result["texts"] == {"s": before + ["at the limit"] * 2, "t": ["at the limit"]}
+    assert result["indices"] == {"s": list(range(len(before) + 2)), "t": [0]}
+    assert result["cut_aside"] == (["s.jsonl.cut-1"] if resume == "resume" else [])
