@@ -132,3 +132,44 @@ def test_an_import_beside_the_dataset_removes_an_abandoned_import_folder_before_
         (stage,) = inputs.paths
         assert Path(stage).parent == tmp_path and Path(stage).name.startswith("ds.atif-import-")
     assert f"removed {abandoned}" in caplog.text and not Path(stage).exists()
+
+
+# a sweeper in another process: locks a folder, says so, removes it once told to, then lets the lock go
+SWEEPER = """
+import shutil, sys
+from rollout_dataset.builder.staging import lock_folder
+
+fd = lock_folder(sys.argv[1])
+print("LOCKED", flush=True)
+sys.stdin.readline()
+shutil.rmtree(sys.argv[1])
+"""
+
+
+def test_an_import_folder_a_sweeper_is_removing_is_waited_for_and_made_again_with_mode_0700(tmp_path):
+    import os
+    import stat
+    import threading
+
+    from rollout_dataset.builder.staging import IMPORT_INFIX, owned_folder, sibling_folder
+
+    out = tmp_path / "ds"
+    ours = sibling_folder(out, IMPORT_INFIX)  # this process's name, held by another build's sweep
+    ours.mkdir()
+    sweeper = subprocess.Popen([sys.executable, "-c", SWEEPER, str(ours)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    finish = threading.Timer(0.3, lambda: (sweeper.stdin.write("go\n"), sweeper.stdin.flush()))
+    try:
+        assert sweeper.stdout.readline().strip() == "LOCKED"
+        finish.start()
+        with owned_folder(out, IMPORT_INFIX) as folder:  # waits out the sweep instead of failing
+            assert folder == ours and folder.is_dir()
+            assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700  # the trajectories are the owner's alone
+    finally:
+        finish.cancel()
+        if finish.is_alive():
+            finish.join()
+        sweeper.stdin.close()
+        sweeper.wait(timeout=30)
+        sweeper.stdout.close()
+    assert not ours.exists()

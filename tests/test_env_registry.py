@@ -101,3 +101,5 @@ def test_a_plugin_once_loaded_is_listed_only_while_its_entry_point_is_installed(
         get_environment("parrot")  # loaded from its entry point
         assert "parrot" in available_environments()
     assert "parrot" not in available_environments()  # off sys.path: gone from --env and the CLI's flags
+    with pytest.raises(ConfigError, match="unknown environment 'parrot'"):
+        get_environment("parrot")  # and no longer served from the cache

@@ -39,6 +39,7 @@ import os
 import shutil
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -256,9 +257,16 @@ def clean_stale(out: str | Path, infixes: tuple[str, ...] = (ASIDE_INFIX, STAGIN
             shutil.rmtree(folder, ignore_errors=True)
         finally:
             os.close(fd)
+        if os.path.lexists(folder):
+            log.warning("%s: could not remove %s, left by a killed build (check its permissions)", out, folder)
+            continue
         log.info("%s: removed %s, left by a killed build", out, folder)
         removed.append(folder)
     return removed
+
+
+_CLAIM_TRIES = 40
+_CLAIM_WAIT_S = 0.05  # x 40: a sweep's delete of a folder just made (empty) is long over in 2 s
 
 
 @contextlib.contextmanager
@@ -276,7 +284,8 @@ def owned_folder(out: str | Path, infix: str) -> Iterator[Path]:
         The folder.
 
     Raises:
-        DatasetDirError: another build (another thread of this process) holds a folder of that name.
+        DatasetDirError: a folder of that name stays held (another thread of this process builds
+            beside the same dataset, or another build keeps removing it).
         OSError: the folder cannot be made (a full disk, permissions).
     """
     folder = sibling_folder(out, infix)
@@ -291,20 +300,24 @@ def owned_folder(out: str | Path, infix: str) -> Iterator[Path]:
 
 
 def _claim(folder: Path) -> int:
-    """Make `folder` and lock it; returns the fd. A sweeper deleting it between the two: made again."""
-    for _ in range(20):
+    """Make `folder` (mode 0700) and lock it; returns the fd.
+
+    A folder of that name whose lock is free was left by a dead process with our pid: removed, then
+    made again. One whose lock is held is being removed by another build's sweep (it locks before
+    deleting), or is another thread's of this process: waited for, up to `_CLAIM_TRIES` times.
+    """
+    for _ in range(_CLAIM_TRIES):
         try:
-            folder.mkdir()
+            folder.mkdir(mode=0o700)
         except FileExistsError:
             stale = _lock_if_free(folder)
-            if stale is None and folder.exists():
-                raise DatasetDirError(f"{folder}: in use by another build in this process; wait for it to finish") \
-                    from None
             if stale is not None:
                 try:
                     shutil.rmtree(folder, ignore_errors=True)  # a dead process with our pid left it
                 finally:
                     os.close(stale)
+            elif folder.exists():
+                time.sleep(_CLAIM_WAIT_S)  # held: a sweeper finishing its delete, or another thread here
             continue
         try:
             fd = lock_folder(folder)
@@ -318,7 +331,9 @@ def _claim(folder: Path) -> int:
         if now is not None and (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
             return fd
         os.close(fd)
-    raise DatasetDirError(f"{folder}: removed again and again while being made by other builds; try again")
+    raise DatasetDirError(f"{folder}: held by another build all the while it was being made (another thread of "
+                          "this process building beside the same dataset, or other builds removing it); "
+                          "wait for it to finish")
 
 
 @contextlib.contextmanager

@@ -51,7 +51,7 @@ _BUILTIN_PLAYERS: tuple[str, ...] = (
 )
 
 _REGISTERED: dict[str, Any] = {}  # register_environment's entries
-_LOADED: dict[str, Any] = {}  # built-ins and plugins, each imported once, on first use
+_LOADED: dict[str, tuple[str, Any]] = {}  # built-ins and plugins: (what was loaded, the environment), on first use
 _LOCK = threading.RLock()
 
 
@@ -132,17 +132,19 @@ def get_environment(name: str) -> Any:
     with _LOCK:
         if name in _REGISTERED:
             return _REGISTERED[name]
-        if name in _LOADED:
-            return _LOADED[name]
         if name in _BUILTIN:
-            environment = _load_builtin(name)
-        else:
-            entry = _entry_points().get(name)
-            if entry is None:
-                raise ConfigError(f"unknown environment {name!r}; known: {', '.join(available_environments())}")
-            environment = _load_entry_point(entry)
-        _LOADED[name] = environment
-        return environment
+            source = _BUILTIN[name]
+            if name not in _LOADED:
+                _LOADED[name] = (source, _load_builtin(name))
+            return _LOADED[name][1]
+        entry = _entry_points().get(name)  # a plugin is served while its entry point is installed
+        if entry is None:
+            _LOADED.pop(name, None)
+            raise ConfigError(f"unknown environment {name!r}; known: {', '.join(available_environments())}")
+        loaded = _LOADED.get(name)
+        if loaded is None or loaded[0] != entry.value:  # first use, or another plugin took the name
+            loaded = _LOADED[name] = (entry.value, _load_entry_point(entry))
+        return loaded[1]
 
 
 def available_environments() -> list[str]:

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 #: tokens per exported window (the pages ask for windows of this size; common.js ``WINDOW``).
 EXPORT_WINDOW = 2048
+
+
 def _write_data(folder: Path, name: str, key: str, payload: Any) -> None:
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
     (folder / name).write_text(f"RD_DATA({json.dumps(key)},{text});\n", encoding="utf-8")

@@ -50,7 +50,8 @@ def text_parts(content: Any, *, strings: bool = True, refusals: bool = False,
 
 
 def json_text(value: Any) -> str:
-    """Any JSON value as compact-spaced JSON text, non-ASCII kept (``json.dumps(value, ensure_ascii=False)``).
+    """Any JSON value as JSON text with the standard library's default separators (``", "``, ``": "``),
+    non-ASCII kept (``json.dumps(value, ensure_ascii=False)``).
 
     Args:
         value: the value.
