@@ -204,3 +204,20 @@ def test_records_by_others_passes_over_lines_that_are_not_json_objects(tmp_path:
         f.write(b'{"broken\n[1, 2]\n\n')  # a corrupt line, a JSON value that is not a record, a blank one
     _write(other, "s", "after")  # (noted as an outside change, and chained on)
     assert [r["n"] for r in one.records_by_others("s")] == ["before", "after"]
+
+
+def test_a_record_written_whole_stands_when_saving_the_state_after_it_fails(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch):
+    recorder = SharedTraceRecorder(tmp_path)
+    save = recorder._save
+
+    def failing_after_the_append(session, state):  # the state file's last write of the call fails (EIO)
+        if state.pending is None and state.records == 1:
+            raise OSError(5, "Input/output error")
+        save(session, state)
+
+    monkeypatch.setattr(recorder, "_save", failing_after_the_append)
+    _write(recorder, "s", 0)  # no error: the record is in the file, so the harness is not told it failed
+    monkeypatch.undo()
+    _write(SharedTraceRecorder(tmp_path), "s", 1)  # the next writer adopts it and chains after it
+    assert [r["n"] for r in read_trace(recorder.path("s"), seal=recorder.seal("s"))] == [0, 1]

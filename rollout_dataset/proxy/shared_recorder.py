@@ -168,7 +168,11 @@ class SharedTraceRecorder(TraceRecorder):
                     raise
                 self._appended(session, state, len(data), digest)
                 state.pending = None
-                self._save(session, state)
+                try:
+                    self._save(session, state)
+                except OSError as exc:  # the line is whole in the file: the pending entry saved above adopts it
+                    log.warning("%s: record written, but its state was not saved (%s); the next lock adopts it",
+                                path, exc)
         except RecordWriteError:
             raise
         except OSError as exc:
