@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ import httpx
 import pytest
 
 from proxy_fakes import serve_raw
+from support.cli_servers import spawn_cli_server, stop_cli_server
 from rollout_dataset.proxy import read_trace
 
 _ANSWER = (b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
@@ -41,14 +41,9 @@ async def test_a_proxy_out_of_descriptors_records_every_call_it_answers(tmp_path
         resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
 
     async with serve_raw(_slow_answer) as (root, _):
-        proc = subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", "proxy", "--upstream", root + "/v1",
-                                 "--trace-dir", str(tmp_path / "t"), "--workers", str(workers),
-                                 "--max-open-files", "4"],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=limit)
+        proc, base = spawn_cli_server(["proxy", "--upstream", root + "/v1", "--trace-dir", str(tmp_path / "t"),
+                                       "--workers", str(workers), "--max-open-files", "4"], preexec_fn=limit)
         try:
-            base = proc.stdout.readline().strip()
-            assert base.startswith("http"), base
             limits = httpx.Limits(max_connections=calls, max_keepalive_connections=0)
             async with httpx.AsyncClient(limits=limits, timeout=20) as http:
                 async def call(n: int) -> httpx.Response | None:
@@ -60,12 +55,7 @@ async def test_a_proxy_out_of_descriptors_records_every_call_it_answers(tmp_path
 
                 answers = await asyncio.wait_for(asyncio.gather(*(call(n) for n in range(calls))), 30)
         finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_cli_server(proc)
     answered = {n: r for n, r in enumerate(answers) if r is not None}
     out_of_descriptors = [r for r in answered.values() if "Too many open files" in r.text]
     assert out_of_descriptors, "the proxy never ran out of descriptors: the test did not test anything"

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -19,40 +16,20 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
+from support.cli_servers import spawn_cli_server, stop_cli_server
 from rollout_dataset.proxy import CaptureProxy, read_trace
 from rollout_dataset.schema import schema_errors
 
 BEARER = "Bearer sk-load-test-5a4b3c2d1e-UNIQUE"
 
 
-def _spawn(args: list[str]) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env=env)
-    line = proc.stdout.readline().strip()
-    if not line.startswith("http"):
-        proc.kill()
-        raise RuntimeError(f"rollout-dataset {args[0]} did not print its base URL (got {line!r})")
-    return proc, line
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def backend_url() -> Iterator[str]:
-    proc, url = _spawn(["serve", "--port", "0", "--policy", "echo"])
+    proc, url = spawn_cli_server(["serve", "--port", "0", "--policy", "echo"])
     try:
         yield url
     finally:
-        _stop(proc)
+        stop_cli_server(proc)
 
 
 async def truth_for(http: httpx.AsyncClient, base: str, content: str) -> dict:
@@ -111,7 +88,7 @@ async def test_64_concurrent_streaming_clients_x_20_calls_each_recorded_once(bac
 
 async def test_sigkill_under_load_keeps_every_completed_call(backend_url: str, tmp_path: Path):
     trace_dir = tmp_path / "traces"
-    proc, proxy_url = _spawn(["proxy", "--upstream", backend_url, "--trace-dir", str(trace_dir)])
+    proc, proxy_url = spawn_cli_server(["proxy", "--upstream", backend_url, "--trace-dir", str(trace_dir)])
     completed: list[str] = []
     try:
         async with httpx.AsyncClient(limits=httpx.Limits(max_connections=16), timeout=30) as http:

@@ -11,14 +11,13 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Iterator
 
 import httpx
 import pytest
 
+from support.cli_servers import spawn_cli_server, stop_cli_server
 from rollout_dataset.proxy import CaptureProxy, read_trace
 from rollout_dataset.proxy.app import WORKER_HEADER
 from rollout_dataset.proxy.shared_recorder import SharedTraceRecorder
@@ -27,20 +26,11 @@ from rollout_dataset.schema import schema_errors
 
 @pytest.fixture(scope="module")
 def backend_url() -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", "serve", "--port", "0", "--policy", "echo"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    url = proc.stdout.readline().strip()
+    proc, url = spawn_cli_server(["serve", "--port", "0", "--policy", "echo"])
     try:
-        assert url.startswith("http"), url
         yield url
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_cli_server(proc)
 
 
 def _client() -> httpx.AsyncClient:
