@@ -46,6 +46,16 @@ from rollout_dataset.wire.sse import encode_event
 _DROP = {b"host", b"content-length", b"transfer-encoding", b"connection", b"keep-alive"}
 
 
+async def _whole_body(receive) -> bytes:  # noqa: ANN001 - ASGI
+    """The request body, every message of it."""
+    parts = []
+    while True:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
 class PassThrough:
     """An ASGI app forwarding every call to `upstream_root` unchanged (the request whole, the answer as read)."""
 
@@ -55,20 +65,18 @@ class PassThrough:
         self.transport = UpstreamTransport(limits, verify=self.upstream_root.startswith("https:"))
         self.timeout = httpx.Timeout(600, connect=10).as_dict()
 
+    def _upstream_request(self, scope, body: bytes) -> httpx.Request:  # noqa: ANN001 - ASGI
+        """The harness's request, to the upstream as it came (hop-by-hop headers dropped), with `body`."""
+        url = self.upstream_root + scope["path"] + ("?" + scope["query_string"].decode() if scope["query_string"] else "")
+        headers = [(k, v) for k, v in scope["headers"] if k not in _DROP]
+        return httpx.Request(scope["method"], url, headers=headers, stream=httpx.ByteStream(body),
+                             extensions={"timeout": self.timeout})
+
     async def __call__(self, scope, receive, send) -> None:  # noqa: ANN001 - ASGI
         if scope["type"] != "http":
             return
-        parts = []
-        while True:
-            message = await receive()
-            parts.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(parts)
-        url = self.upstream_root + scope["path"] + ("?" + scope["query_string"].decode() if scope["query_string"] else "")
-        headers = [(k, v) for k, v in scope["headers"] if k not in _DROP]
-        request = httpx.Request(scope["method"], url, headers=headers, stream=httpx.ByteStream(body),
-                                extensions={"timeout": self.timeout})
+        body = await _whole_body(receive)
+        request = self._upstream_request(scope, body)
         response = await self.transport.handle_async_request(request)
         out = [(k, v) for k, v in response.headers.raw if k.lower() not in _DROP]
         length = response.headers.get("content-length")
@@ -96,21 +104,11 @@ class LeastRecording(PassThrough):
     async def __call__(self, scope, receive, send) -> None:  # noqa: ANN001 - ASGI
         if scope["type"] != "http":
             return
-        parts = []
-        while True:
-            message = await receive()
-            parts.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(parts)
+        body = await _whole_body(receive)
         kind = self._GENERATION.get(scope["path"])
         parsed = orjson.loads(body) if kind else None
         token_req = prepare_request(kind, parsed, body) if kind else None
-        url = self.upstream_root + scope["path"]
-        headers = [(k, v) for k, v in scope["headers"] if k not in _DROP]
-        request = httpx.Request(scope["method"], url, headers=headers,
-                                stream=httpx.ByteStream(token_req.body if token_req else body),
-                                extensions={"timeout": self.timeout})
+        request = self._upstream_request(scope, token_req.body if token_req else body)
         response = await self.transport.handle_async_request(request)
         out = [(k, v) for k, v in response.headers.raw if k.lower() not in _DROP]
         if token_req is not None and response.headers.get("content-type", "").startswith("text/event-stream"):
