@@ -73,7 +73,8 @@ def _steps(kind: str, turns: int, hermes: bool) -> list[dict[str, Any]]:
             for k in range(turns - 1)] + [{"text": "<think>\nall done\n</think>\n\nDone."}]
 
 
-async def _drive(post, kind: str, turns: int, harness: str) -> None:
+async def _drive(post, kind: str, turns: int, harness: str, sent_back: Any) -> None:
+    """One agent session: each reply becomes the assistant message `sent_back(reply, harness)` says."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a careful agent."}]
     if kind != "chat":
         messages.append({"role": "user", "content": "run the commands"})
@@ -81,12 +82,7 @@ async def _drive(post, kind: str, turns: int, harness: str) -> None:
         if kind == "chat":
             messages.append({"role": "user", "content": f"question {k}"})
         reply = await post(messages)
-        content = reply.get("content") or ""
-        if harness == "drops":
-            content = THINK.sub("", content)
-        if harness == "hermes" and reply.get("tool_calls") and not content.endswith("\n"):
-            content += "\n"  # what a hermes parser leaves in content before <tool_call>
-        sent: dict[str, Any] = {"role": "assistant", "content": content}
+        sent = sent_back(reply, harness)
         if reply.get("tool_calls"):
             sent["tool_calls"] = reply["tool_calls"]
         messages.append(sent)
@@ -96,9 +92,28 @@ async def _drive(post, kind: str, turns: int, harness: str) -> None:
             break
 
 
-async def _capture(backend: dict[str, Any], drive: Any, kind: str, harness: str, on_policy: bool, rollouts: int,
+def _think_block_sent_back(reply: dict[str, Any], harness: str) -> dict[str, Any]:
+    """Qwen3 / R1: the think block kept in content, dropped ("drops"), or before a hermes call."""
+    content = reply.get("content") or ""
+    if harness == "drops":
+        content = THINK.sub("", content)
+    if harness == "hermes" and reply.get("tool_calls") and not content.endswith("\n"):
+        content += "\n"  # what a hermes parser leaves in content before <tool_call>
+    return {"role": "assistant", "content": content}
+
+
+def _harmony_sent_back(reply: dict[str, Any], harness: str) -> dict[str, Any]:
+    """Harmony: the analysis sent back as `reasoning` ("keeps") or not at all."""
+    sent: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
+    if harness == "keeps" and reply.get("reasoning"):
+        sent["reasoning"] = reply["reasoning"]
+    return sent
+
+
+async def _capture(backend: dict[str, Any], sent_back: Any, kind: str, harness: str, on_policy: bool, rollouts: int,
                    turns: int, prefix: str) -> list[list[dict]]:
-    """Capture `rollouts` sessions through the proxy in front of a local backend built with `backend`."""
+    """Capture `rollouts` sessions through the proxy in front of a local backend built with `backend`, each
+    reply sent back as `sent_back` makes it."""
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         async with LocalBackend(policy="script", **backend) as server:
@@ -115,7 +130,7 @@ async def _capture(backend: dict[str, Any], drive: Any, kind: str, harness: str,
                             response.raise_for_status()
                             return response.json()["choices"][0]["message"]
 
-                        await drive(post, kind, turns, harness)
+                        await _drive(post, kind, turns, harness, sent_back)
                         out.append(read_trace(proxy.trace_path(f"{prefix}{r}"), seal=proxy.seal(f"{prefix}{r}")))
     return out
 
@@ -124,7 +139,7 @@ async def capture_qwen3(tokenizer: Any, kind: str, harness: str, on_policy: bool
                         turns: int) -> list[list[dict]]:
     """Capture `rollouts` sessions through the proxy; returns each session's records."""
     script = {"steps": _steps(kind, turns, harness == "hermes"), "final": "Done."}
-    return await _capture({"tokenizer": tokenizer, "script": script}, _drive, kind, harness, on_policy, rollouts,
+    return await _capture({"tokenizer": tokenizer, "script": script}, _think_block_sent_back, kind, harness, on_policy, rollouts,
                           turns, "s")
 
 
@@ -135,31 +150,11 @@ def _harmony_steps(kind: str, turns: int) -> list[dict[str, Any]]:
             for k in range(turns - 1)] + [{"reasoning": "All done.", "text": "Done."}]
 
 
-async def _drive_harmony(post, kind: str, turns: int, harness: str) -> None:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a careful agent."}]
-    if kind != "chat":
-        messages.append({"role": "user", "content": "run the commands"})
-    for k in range(turns):
-        if kind == "chat":
-            messages.append({"role": "user", "content": f"question {k}"})
-        reply = await post(messages)
-        sent: dict[str, Any] = {"role": "assistant", "content": reply.get("content")}
-        if harness == "keeps" and reply.get("reasoning"):
-            sent["reasoning"] = reply["reasoning"]
-        if reply.get("tool_calls"):
-            sent["tool_calls"] = reply["tool_calls"]
-        messages.append(sent)
-        for call in reply.get("tool_calls") or []:
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"output {k}"})
-        if not reply.get("tool_calls") and kind != "chat":
-            break
-
-
 async def capture_harmony(kind: str, harness: str, on_policy: bool, rollouts: int, turns: int) -> list[list[dict]]:
     """Capture `rollouts` Harmony sessions through the proxy from the local backend serving Harmony."""
     backend = {"tokenizer": "harmony", "reasoning_parser": "openai_gptoss",
                "script": {"steps": _harmony_steps(kind, turns), "final": "Done."}}
-    return await _capture(backend, _drive_harmony, kind, harness, on_policy, rollouts, turns, "h")
+    return await _capture(backend, _harmony_sent_back, kind, harness, on_policy, rollouts, turns, "h")
 
 
 def figures(sessions: list[list[dict]], tokenizer: Any) -> dict[str, Any]:
