@@ -43,7 +43,7 @@ Every command follows one contract:
 | `0` | done |
 | `1` | failed: the work could not be done (a model server answering 4xx/5xx or unreachable, held-out leakage, artifacts that do not validate, a failed push, a `--port` already in use for `serve`, `proxy` and `view` alike, ...) |
 | `2` | usage: bad arguments or configuration (an unknown flag, a value out of range, an unreadable task or config file) |
-| `130` | interrupted (Ctrl-C); `143` after SIGTERM for `build` |
+| `130` | interrupted (Ctrl-C) while working; the servers (`serve`, `proxy`, `view`) stop on Ctrl-C with `0`; `143` after SIGTERM for `build` |
 
 An error a user can act on is written to **stderr** as one line, `error: ...`, naming the file,
 field, URL, HTTP status, flag or valid range, and, for a missing tool, the command that installs
