@@ -59,7 +59,7 @@ it; bad input never prints a traceback. Results (tables, URLs, summaries) go to 
 | `HF_TOKEN`, `HF_ENDPOINT` | `push`, `compact --repo`, any push | the Hub token (never written to a file, log or error) and endpoint |
 | `RAY_ADDRESS` | `build --executor ray`, `batch --executor ray` | the Ray cluster to join (default: start a local one) |
 | `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`, `SSL_CERT_FILE`, `SSL_CERT_DIR` | `proxy`, `capture`, `batch` (the upstream client) | honoured as httpx's `trust_env` does; `--no-trust-env` ignores them |
-| `OPENCODE_BIN`, `CODEX_BIN`, `HARBOR_BIN` | `capture`, `batch` | the opencode / Codex CLI / Harbor binary (default: `.npm-tools` or `.venv-harbor`, then PATH) |
+| `OPENCODE_BIN`, `CODEX_BIN`, `CLAUDE_CODE_BIN`, `HARBOR_BIN` | `capture`, `batch` | the opencode / Codex CLI / Claude Code / Harbor binary (default: `.npm-tools` or `.venv-harbor`, then PATH) |
 | `ROLLOUT_DATASET_SANDBOX_ISOLATION` | `capture`, `batch` | `off`: do not build the allow-list sandbox (the run is then refused unless `--unsafe-sandbox`) |
 | `TIKTOKEN_ENCODINGS_BASE` | `serve --tokenizer harmony` | a folder holding `o200k_base.tiktoken` (default: rebuilt offline from `quicktok-v1`) |
 | `REAL_VLLM_URL` | the opt-in tests (`make test-real-vllm`) | a genuine vLLM server's base URL |
