@@ -326,3 +326,21 @@ def test_a_viewer_served_on_a_named_address_answers_that_host_and_loopback_names
     assert client.get("/api/info", headers={"Host": "192.0.2.7:8080"}).status_code == 200
     assert client.get("/api/info", headers={"Host": "localhost:8080"}).status_code == 200
     assert client.get("/api/info", headers={"Host": "evil.example"}).status_code == 400
+
+
+def test_a_rollout_whose_text_holds_a_lone_surrogate_is_served_with_it_as_an_escape(oddity_tree):
+    from viewer_fixtures import LONE_SURROGATE
+
+    with serve_in_thread(lambda: viewer_server(oddity_tree), name="viewer-oddity") as server:
+        reply = httpx.get(server.url + "api/rollout", params={"id": "rollout-000"})
+    assert reply.status_code == 200, reply.text
+    assert b"\\ud800" in reply.content
+    texts = [m["content"] or "" for conv in reply.json()["conversations"] for m in conv["messages"]]
+    assert any(text.startswith(LONE_SURROGATE) for text in texts)
+
+
+def test_the_export_writes_a_rollout_whose_text_holds_a_lone_surrogate_as_an_escape(oddity_tree, tmp_path):
+    result = export_static(oddity_tree, tmp_path / "site")
+    assert result["rollouts"] == 2
+    data = [p.read_text(encoding="utf-8") for p in (tmp_path / "site" / "data").glob("r?.js")]
+    assert any("\\ud800" in text for text in data)

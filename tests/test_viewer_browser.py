@@ -249,3 +249,14 @@ def test_a_tokenizer_named_by_a_rollout_is_neither_fetched_nor_read_from_outside
             _, err = proc.communicate(timeout=30)
         assert hub.requests == [], "the viewer asked the Hub for a tokenizer a rollout named"
     assert proc.returncode == 0 and "Traceback" not in err
+
+
+def test_an_export_opens_a_rollout_whose_id_is_a_javascript_object_key(browser, oddity_tree, tmp_path):
+    out = tmp_path / "site"
+    export_static(oddity_tree, out)
+    context = browser.new_context(offline=True)
+    page = context.new_page()
+    _ready(page, (out / "rollout.html").as_uri() + "?id=__proto__")
+    assert page.locator("#title").inner_text().endswith("__proto__")
+    assert page.locator(".tokens .tok").count() == int(page.locator("#total-tokens").get_attribute("data-value")) > 0
+    context.close()

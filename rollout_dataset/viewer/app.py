@@ -26,12 +26,13 @@ from typing import Any, Iterator
 from starlette.applications import Starlette
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, Response
+from starlette.responses import JSONResponse as _StarletteJSONResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from rollout_dataset.viewer.sources import RolloutNotFound, RolloutSource
-from rollout_dataset.viewer.views import MAX_WINDOW, index_record, rollout_view, token_window
+from rollout_dataset.viewer.views import MAX_WINDOW, index_record, page_json, rollout_view, token_window
 
 __all__ = ["build_app", "static_dir", "PAGES", "IndexScan", "SECURITY_HEADERS", "CONTENT_SECURITY_POLICY", "load_view"]
 
@@ -45,6 +46,14 @@ SECURITY_HEADERS = {"content-security-policy": CONTENT_SECURITY_POLICY, "x-conte
 PAGES = ("index.html", "rollout.html")
 """The viewer's pages (in `static_dir`): served by the app, copied by the static export."""
 _DEFAULT_PAGE = 200
+
+
+class JSONResponse(_StarletteJSONResponse):
+    """A JSON answer written by `page_json` (a lone surrogate as its escape, NaN as null), never a 500."""
+
+    def render(self, content: Any) -> bytes:
+        """The body's bytes (UTF-8)."""
+        return page_json(content).encode("utf-8")
 
 
 def static_dir() -> Path:
