@@ -344,3 +344,16 @@ def test_the_export_writes_a_rollout_whose_text_holds_a_lone_surrogate_as_an_esc
     assert result["rollouts"] == 2
     data = [p.read_text(encoding="utf-8") for p in (tmp_path / "site" / "data").glob("r?.js")]
     assert any("\\ud800" in text for text in data)
+
+
+def test_validation_errors_in_the_index_and_a_page_name_no_path_of_this_machine(hostile_viewer, hostile_tree):
+    index = httpx.get(hostile_viewer.url + "api/index").text
+    page = httpx.get(hostile_viewer.url + "api/rollout", params={"id": "rollout-001"})
+    assert "rollout.json" in page.json()["errors"][0]
+    assert str(hostile_tree) not in index and str(hostile_tree) not in page.text
+
+
+def test_an_export_names_no_path_of_this_machine(hostile_tree, tmp_path):
+    export_static(hostile_tree, tmp_path / "site")
+    leaked = [p.name for p in (tmp_path / "site" / "data").iterdir() if str(hostile_tree) in p.read_text("utf-8")]
+    assert leaked == []

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rollout_dataset.viewer.app import PAGES, IndexScan, load_view, static_dir
+from rollout_dataset.viewer.app import PAGES, IndexScan, error_view, load_view, static_dir
 from rollout_dataset.viewer.sources import open_source
 from rollout_dataset.viewer.views import page_json, token_window
 
@@ -72,7 +72,7 @@ def export_static(path: str | Path, out: str | Path) -> dict[str, Any]:
         try:
             loaded, view, tokenizer = load_view(source, rid)
         except Exception as exc:  # noqa: BLE001 - shown in the exported page, as the server would
-            loaded, view, tokenizer = None, {"id": rid, "errors": [f"{type(exc).__name__}: {exc}"]}, None
+            loaded, view, tokenizer = None, error_view(source, rid, exc), None
         _write_data(data, f"r{n}.js", "rollout", view)
         if loaded is None:  # the error view above: no sequences
             continue
