@@ -7,6 +7,7 @@ import hashlib
 import json
 import http.client
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -357,3 +358,16 @@ def test_an_export_names_no_path_of_this_machine(hostile_tree, tmp_path):
     export_static(hostile_tree, tmp_path / "site")
     leaked = [p.name for p in (tmp_path / "site" / "data").iterdir() if str(hostile_tree) in p.read_text("utf-8")]
     assert leaked == []
+
+
+def test_the_graph_of_a_folder_that_fails_validation_has_no_edge_to_a_missing_node(demo_folders, tmp_path):
+    from rollout_dataset.viewer.app import load_view
+    from rollout_dataset.viewer.sources import open_source
+
+    shutil.copytree(demo_folders[0] / "rollout-000", tmp_path / "rollout-000")
+    task = json.loads((tmp_path / "rollout-000" / "task.json").read_text())
+    (tmp_path / "rollout-000" / "task.json").write_text(json.dumps(dict(task, task_id="another-task")))
+    _, view, _ = load_view(open_source(tmp_path), "rollout-000")
+    assert view["errors"]
+    nodes = {node["id"] for node in view["graph"]["nodes"]}
+    assert all(a in nodes and b in nodes for a, b in view["graph"]["edges"])

@@ -136,6 +136,8 @@ def _graph(trace: list[dict[str, Any]], sequences: list[dict[str, Any]], calls_d
                 discarded.add(index)
             elif turn.get("role"):
                 roles.setdefault(index, turn["role"])
+    known = {t["call_index"] for t in trace}  # a folder that fails validation may have calls but no trace
+    edges = {(a, b) for a, b in edges if a in known and b in known}
     children = {a for a, _ in edges}
     has_parent = {b for _, b in edges}
     nodes = []
