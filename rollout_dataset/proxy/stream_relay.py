@@ -175,6 +175,9 @@ class StreamRelay:
             raise
         if assembler.errors:
             call.fail("upstream_status", f"the model server sent an error event: {str(assembler.errors[0])[:500]}")
+        if isinstance(assembler, ResponsesAssembler) and not assembler.finished:
+            call.fail("upstream_disconnect", f"the model server at {url} ended the Responses stream before its final "
+                                             "event (response.completed, .incomplete or .failed)")
         if translator is not None:
             if not tail:  # the stream ended without [DONE]: the harness is told, in its API
                 message = f"the model server at {url} ended the stream before it was complete"
