@@ -189,3 +189,10 @@ async def test_a_responses_stream_that_ends_before_its_final_event_is_recorded_a
                                   {"model": "m", "input": "hello", "stream": True})
     assert record["error"]["kind"] == "upstream_disconnect"
     assert "response.completed" in record["error"]["message"]
+
+
+async def test_an_answer_that_is_not_a_json_object_is_recorded_with_a_note_naming_it(tmp_path):
+    reply, record = await _one_record(tmp_path, _responses_upstream([1, 2]), {"model": "m", "input": "hello"})
+    assert reply.json() == [1, 2] and record["response"] == [1, 2]
+    assert record["capture_level"] == "none"
+    assert any("not a JSON object" in note for note in record["notes"])
