@@ -255,3 +255,48 @@ async def test_an_upstream_without_chat_gets_the_call_natively_and_it_is_recorde
     assert record["capture_level"] == "text" and record["prompt_token_ids"] is None
     assert record["response"]["content"] == [{"type": "text", "text": "Hi there"}]
     assert "upstream" not in record and any("no chat completions endpoint" in n for n in record["notes"])
+
+
+def _chat_stream_upstream(chunks: list) -> object:
+    """A model server whose chat endpoint streams `chunks` (parsed JSON values), then ``[DONE]``."""
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def chat(request):
+        text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        return Response(text, media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+def _chunk(delta: dict, finish: str | None = None) -> dict:
+    return {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+async def _messages_stream(tmp_path: Path, chunks: list) -> tuple[str, dict]:
+    from proxy_fakes import serve
+
+    async with serve(_chat_stream_upstream(chunks)) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+            async with httpx.AsyncClient(timeout=10) as client:
+                response = await client.post(messages_url(proxy), json={**BODY, "stream": True})
+    (record,) = valid(read_trace(proxy.trace_path()))
+    return response.text, record
+
+
+async def test_a_chat_chunk_the_translation_cannot_read_is_not_forwarded_into_the_messages_stream(tmp_path):
+    text, record = await _messages_stream(tmp_path, [[1], _chunk({"role": "assistant", "content": ""}),
+                                                     _chunk({"content": "hi"}), _chunk({}, "stop")])
+    data = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    assert all(isinstance(d, dict) and "type" in d for d in data), data
+    assert data[0]["type"] == "message_start" and record["response"]["content"] == [{"type": "text", "text": "hi"}]
+    assert any("stream event 0" in note for note in record["notes"])
+
+
+async def test_text_in_the_first_chat_chunk_reaches_the_messages_answer(tmp_path):
+    text, record = await _messages_stream(tmp_path, [_chunk({"role": "assistant", "content": "Hel"}),
+                                                     _chunk({"content": "lo"}), _chunk({}, "stop")])
+    assert record["response"]["content"] == [{"type": "text", "text": "Hello"}]
+    assert '"text":"Hel"' in text

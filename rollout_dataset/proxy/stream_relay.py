@@ -153,6 +153,10 @@ class StreamRelay:
                             edited = strip_response(chunk, token_req) if strip else None
                         except Exception as exc:  # noqa: BLE001 - unexpected types: forwarded as is, kept raw for the record
                             edited = None
+                            if translator is not None:  # a chat chunk has no place in a Messages stream
+                                call.notes.append(f"stream event {len(raw_events) - 1} has an unexpected shape "
+                                                  f"({type(exc).__name__}: {exc}); left out of the Messages stream")
+                                continue
                             call.notes.append(f"stream event {len(raw_events) - 1} has an unexpected shape "
                                               f"({type(exc).__name__}: {exc}); forwarded as is")
                         if edited is not None:

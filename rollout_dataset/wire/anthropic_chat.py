@@ -477,13 +477,22 @@ class ChatStreamToMessages:
 
         Returns:
             ``(event_name, data)`` pairs.
+
+        Raises:
+            TypeError: the chunk is not a JSON object (nothing is sent for it; the next chunk opens
+                the message).
         """
+        if not isinstance(chunk, dict):
+            raise TypeError(f"a chat chunk is a JSON {type(chunk).__name__}, not an object")
         if self._first:
             self._first = False
             self._message = {"id": chunk.get("id"), "type": "message", "role": "assistant", "content": [],
                              "model": chunk.get("model"), "stop_reason": None, "stop_sequence": None,
                              "usage": usage(chunk.get("usage"))}
-            return [("message_start", {"type": "message_start", "message": dict(self._message)})]
+            start = [("message_start", {"type": "message_start", "message": dict(self._message)})]
+            # vLLM's first chunk holds the role only, and vLLM's own layer reads nothing more of it;
+            # an upstream that puts text (or a finish) there would otherwise lose it
+            return start + (self._choice_events(chunk["choices"][0]) if _first_choice(chunk) else [])
         choices = chunk.get("choices") or []
         events: list[tuple[str, dict[str, Any]]]
         if not choices:
@@ -495,8 +504,11 @@ class ChatStreamToMessages:
                                              "delta": {"stop_reason": reason, "stop_sequence": sequence},
                                              "usage": usage(chunk.get("usage"))}))
             return events
-        choice = choices[0]
-        events = []
+        return self._choice_events(choices[0])
+
+    def _choice_events(self, choice: Any) -> list[tuple[str, dict[str, Any]]]:
+        """The events of one chunk's first choice (its delta, its finish)."""
+        events: list[tuple[str, dict[str, Any]]] = []
         if choice.get("finish_reason") is not None:
             self._finish = choice["finish_reason"]
             self._matched = choice.get("stop_reason")
@@ -549,6 +561,16 @@ class ChatStreamToMessages:
                 block["input"] = json.loads(raw) if is_json(raw) else raw
             blocks.append(block)
         return {**self._message, "content": blocks}
+
+
+def _first_choice(chunk: dict[str, Any]) -> bool:
+    """Whether a chunk's first choice carries anything beyond the role (text, reasoning, tool calls, a finish)."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return False
+    delta = choices[0].get("delta") or {}
+    carried = ("content", "reasoning", "reasoning_content", "tool_calls")
+    return choices[0].get("finish_reason") is not None or (isinstance(delta, dict) and any(delta.get(k) for k in carried))
 
 
 def assemble_events(text: str) -> dict[str, Any] | None:
