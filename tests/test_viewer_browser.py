@@ -260,3 +260,25 @@ def test_an_export_opens_a_rollout_whose_id_is_a_javascript_object_key(browser, 
     assert page.locator("#title").inner_text().endswith("__proto__")
     assert page.locator(".tokens .tok").count() == int(page.locator("#total-tokens").get_attribute("data-value")) > 0
     context.close()
+
+
+_LEFT_EDGES = """(id) => {
+  const walker = document.createTreeWalker(document.getElementById("title"), NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const at = node.data.indexOf(id);
+    if (at < 0) continue;
+    const edge = (i) => { const r = document.createRange(); r.setStart(node, i); r.setEnd(node, i + 1); return r.getBoundingClientRect().left; };
+    return [edge(at), edge(at + id.length - 1)];
+  }
+  return null;
+}"""
+
+
+def test_a_right_to_left_override_in_rollout_text_does_not_reorder_the_rollout_id_after_it(page, oddity_tree):
+    from viewer_fixtures import RIGHT_TO_LEFT_TITLE
+
+    with serve_in_thread(lambda: viewer_server(oddity_tree), name="viewer-browser-oddity") as server:
+        _ready(page, server.url + "rollout.html?id=__proto__")
+        assert RIGHT_TO_LEFT_TITLE in page.locator("#title").text_content()
+        first, last = page.evaluate(_LEFT_EDGES, "__proto__")
+    assert first < last, "the id's first character is drawn left of its last"
