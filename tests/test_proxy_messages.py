@@ -300,3 +300,45 @@ async def test_text_in_the_first_chat_chunk_reaches_the_messages_answer(tmp_path
                                                      _chunk({"content": "lo"}), _chunk({}, "stop")])
     assert record["response"]["content"] == [{"type": "text", "text": "Hello"}]
     assert '"text":"Hel"' in text
+
+
+def _native_stream_upstream(events: list[dict]) -> object:
+    """A Messages-only server (no chat endpoint) that streams `events`, and nothing after."""
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def messages(request):
+        text = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+        return Response(text, media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
+
+
+_NATIVE_START = {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                                                       "model": "m", "content": [], "usage": {"input_tokens": 5}}}
+
+
+async def _native_stream(tmp_path: Path, events: list[dict]) -> tuple[str, list[dict]]:
+    from proxy_fakes import serve
+
+    async with serve(_native_stream_upstream(events)) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+            async with httpx.AsyncClient(timeout=10) as client:
+                response = await client.post(messages_url(proxy), json={**BODY, "stream": True})
+    return response.text, valid(read_trace(proxy.trace_path()))
+
+
+async def test_a_native_messages_stream_with_an_event_of_odd_shape_is_recorded_as_it_came(tmp_path):
+    odd = {"type": "content_block_start", "index": [0], "content_block": {"type": "text", "text": ""}}
+    text, records = await _native_stream(tmp_path, [_NATIVE_START, odd, {"type": "message_stop"}])
+    (record,) = records
+    assert isinstance(record["response"], str) and '"index": [0]' in record["response"]
+    assert any("could not be assembled" in note for note in record["notes"])
+    assert "api_error" not in text
+
+
+async def test_a_native_messages_stream_that_ends_before_message_stop_is_recorded_as_cut_short(tmp_path):
+    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}
+    _, (record,) = await _native_stream(tmp_path, [_NATIVE_START, delta])
+    assert record["error"]["kind"] == "upstream_disconnect" and "message_stop" in record["error"]["message"]

@@ -28,7 +28,7 @@ from rollout_dataset.proxy.jsoncodec import dumps_event, has_digit_run, loads_ev
 from rollout_dataset.proxy.responses_capture import ResponsesAssembler
 from rollout_dataset.proxy.streaming import StreamAssembler
 from rollout_dataset.proxy.tokens import TokenRequest, strip_response
-from rollout_dataset.wire.anthropic_chat import ChatStreamToMessages, encode_events
+from rollout_dataset.wire.anthropic_chat import ChatStreamToMessages, encode_events, stream_end_problem
 from rollout_dataset.wire.sse import encode_event
 
 __all__ = ["StreamRelay", "frame", "frame_json", "plain_utf8"]
@@ -76,6 +76,11 @@ class StreamRelay:
             answer.body = bytes(kept).decode("utf-8", errors="replace") if kept else None
             raise
         answer.body = bytes(kept).decode("utf-8", errors="replace") if kept else None
+        if call.asked.kind == "messages" and answer.status < 400 and len(kept) < RAW_RECORD_CAP and \
+                answer.upstream_headers.get("content-encoding", "identity").strip().lower() == "identity":
+            problem = stream_end_problem(answer.body or "")  # a native Messages stream, kept whole
+            if problem is not None:
+                call.fail(problem[0], f"{problem[1]} ({url})")
         failure = self.record.finish(call)
         tail = b"" if failure is None else call_error_event(call, 500, unrecorded_message(failure), "record_write_failed")
         delivery.ended = True

@@ -47,6 +47,7 @@ __all__ = [
     "encode_events",
     "anthropic_error_type",
     "stop_reason",
+    "stream_end_problem",
     "usage",
 ]
 
@@ -616,6 +617,29 @@ def assemble_events(text: str) -> dict[str, Any] | None:
             block["input"] = json.loads(raw) if is_json(raw) else raw
         content.append(block)
     return {**message, "content": content}
+
+
+def stream_end_problem(text: str) -> tuple[str, str] | None:
+    """What is wrong with how a Messages SSE stream ended, or None when it reached ``message_stop``.
+
+    Args:
+        text: the whole stream's bytes as text.
+
+    Returns:
+        None, or ``(error kind, message)``: ``upstream_status`` for an ``error`` event,
+        ``upstream_disconnect`` for a stream that stopped before ``message_stop``.
+    """
+    for sse in iter_events(text):
+        try:
+            event = json.loads(sse.data)
+        except ValueError:
+            continue
+        kind = event.get("type") if isinstance(event, dict) else None
+        if kind == "message_stop":
+            return None
+        if kind == "error":
+            return "upstream_status", f"the model server sent an error event: {sse.data[:500]}"
+    return "upstream_disconnect", "the Messages stream ended before its message_stop event"
 
 
 def encode_events(events: Iterable[tuple[str, dict[str, Any]]]) -> bytes:
