@@ -371,3 +371,19 @@ def test_the_graph_of_a_folder_that_fails_validation_has_no_edge_to_a_missing_no
     assert view["errors"]
     nodes = {node["id"] for node in view["graph"]["nodes"]}
     assert all(a in nodes and b in nodes for a, b in view["graph"]["edges"])
+
+
+def test_an_export_names_a_token_window_it_cannot_read_and_goes_on(demo_folders, tmp_path):
+    import pyarrow as pa
+
+    dataset = tmp_path / "dataset"
+    shutil.copytree(demo_folders[1], dataset)
+    (shard,) = (dataset / "data" / "sequences").glob("*.parquet")
+    table = pq.read_table(shard)
+    rows = table.to_pylist()
+    rows[0]["input_ids"][3] = None  # a corrupt shard: a null token id
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), shard)
+    result = export_static(dataset, tmp_path / "site")
+    assert result["rollouts"] == 3
+    windows = [p.read_text("utf-8") for p in (tmp_path / "site" / "data").glob("r*-s*-w*.js")]
+    assert sum("TypeError" in text for text in windows) == 1

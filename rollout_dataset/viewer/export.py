@@ -78,7 +78,11 @@ def export_static(path: str | Path, out: str | Path) -> dict[str, Any]:
             continue
         for seq in view.get("sequences") or []:
             for w, start in enumerate(range(0, seq["n_tokens"], EXPORT_WINDOW)):
-                window = token_window(loaded, seq["index"], start, EXPORT_WINDOW, tokenizer)
+                try:
+                    window = token_window(loaded, seq["index"], start, EXPORT_WINDOW, tokenizer)
+                except Exception as exc:  # noqa: BLE001 - a corrupt row: the page names it, as the server's 500 does
+                    log.warning("rollout %s, sequence %s, tokens from %d: %s", rid, seq["index"], start, exc)
+                    window = {"error": source.shown(f"{type(exc).__name__}: {exc}")}
                 _write_data(data, f"r{n}-s{seq['index']}-w{w}.js", f"t{seq['index']}-{start}", window)
     log.debug("exported %d rollouts to %s", len(ids), out)
     return {"folder": str(out), "index": str(out / "index.html"), "rollouts": len(ids)}

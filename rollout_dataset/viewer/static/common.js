@@ -50,9 +50,12 @@ const RD = (() => {
       ? (offset === 0 ? loadScript("index", "index.js") : Promise.resolve({ rows: [], done: true }))
       : api("index", { offset, limit }),
     rollout: async (id) => exported ? loadScript("rollout", "r" + (await exportId(id)) + ".js") : api("rollout", { id }),
-    tokens: async (id, seq, start) => exported
-      ? loadScript("t" + seq + "-" + start, "r" + (await exportId(id)) + "-s" + seq + "-w" + Math.floor(start / WINDOW) + ".js")
-      : api("tokens", { id, seq, start, count: WINDOW }),
+    tokens: async (id, seq, start) => {
+      if (!exported) return api("tokens", { id, seq, start, count: WINDOW });
+      const page = await loadScript("t" + seq + "-" + start, "r" + (await exportId(id)) + "-s" + seq + "-w" + Math.floor(start / WINDOW) + ".js");
+      if (page.error) throw new Error(page.error);  // a window the export could not read, as the server's 500
+      return page;
+    },
     rolloutHref: (id) => "rollout.html?id=" + encodeURIComponent(id),
   };
 })();
