@@ -282,3 +282,24 @@ def test_a_right_to_left_override_in_rollout_text_does_not_reorder_the_rollout_i
         assert RIGHT_TO_LEFT_TITLE in page.locator("#title").text_content()
         first, last = page.evaluate(_LEFT_EDGES, "__proto__")
     assert first < last, "the id's first character is drawn left of its last"
+
+
+@pytest.mark.parametrize("mode", ["served", "exported"])
+def test_the_index_names_a_summary_shard_it_could_not_read(browser, demo_folders, tmp_path, mode):
+    dataset = tmp_path / "dataset"
+    shutil.copytree(demo_folders[1], dataset)
+    (dataset / "data" / "summary" / "zzz-broken.parquet").write_bytes(b"not parquet")
+    page = browser.new_page()
+    if mode == "exported":
+        export_static(dataset, tmp_path / "site")
+        _ready(page, (tmp_path / "site" / "index.html").as_uri())
+        page.wait_for_selector("body[data-loaded]", timeout=20_000)
+        status = page.locator("#status").inner_text()
+    else:
+        with serve_in_thread(lambda: viewer_server(dataset), name="viewer-browser-broken") as server:
+            _ready(page, server.url)
+            page.wait_for_selector("body[data-loaded]", timeout=20_000)
+            status = page.locator("#status").inner_text()
+    assert page.locator("a.rollout-link").count() == 3
+    assert "index stopped" in status and "zzz-broken.parquet" in status
+    page.close()

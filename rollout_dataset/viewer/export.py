@@ -63,10 +63,11 @@ def export_static(path: str | Path, out: str | Path) -> dict[str, Any]:
     for page in PAGES:
         html = (assets / page).read_text(encoding="utf-8")
         (out / page).write_text(html.replace('content="server"', 'content="export"'), encoding="utf-8")
-    rows = IndexScan(source).all()
+    scan = IndexScan(source)
+    rows = scan.all()
     ids = {row["id"]: n for n, row in enumerate(rows)}
     _write_data(data, "info.js", "info", {"kind": source.kind, "name": source.root.name, "exported": True})
-    _write_data(data, "index.js", "index", {"rows": rows, "done": True})
+    _write_data(data, "index.js", "index", {"rows": rows, "done": True, "error": scan.error})
     _write_data(data, "ids.js", "ids", ids)
     for rid, n in ids.items():
         try:
