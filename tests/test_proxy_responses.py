@@ -196,3 +196,11 @@ async def test_an_answer_that_is_not_a_json_object_is_recorded_with_a_note_namin
     assert reply.json() == [1, 2] and record["response"] == [1, 2]
     assert record["capture_level"] == "none"
     assert any("not a JSON object" in note for note in record["notes"])
+
+
+async def test_responses_logprobs_that_are_not_numbers_are_named_as_such(tmp_path):
+    answer = _answer([7])
+    answer["output"][0]["content"][0]["logprobs"] = [{"token": "hi", "logprob": "high", "bytes": [], "top_logprobs": []}]
+    _, record = await _one_record(tmp_path, _responses_upstream(answer), {"model": "m", "input": "hello"})
+    assert record["per_token_logps"] is None and record["completion_token_ids"] == [7]
+    assert any("not all numbers" in note for note in record["notes"]), record["notes"]

@@ -206,6 +206,8 @@ def responses_token_fields(response: dict[str, Any], out: dict[str, Any]) -> dic
             notes.append(f"output-text logprobs cover {len(values)} of {len(ids)} output tokens (a vLLM Responses "
                          "stream sends none for tokens that add no text of their own: the end-of-sequence token, "
                          "a function call's tokens, bytes of an unfinished character); per_token_logps left null")
+    elif values:
+        notes.append("the server's output-text logprobs are not all numbers; per_token_logps left null")
     elif ids:
         notes.append("the server returned no output-text logprobs for these output tokens; per_token_logps left null")
     if isinstance(usage, dict) and ids is not None and isinstance(usage.get("output_tokens"), int) \
