@@ -342,3 +342,14 @@ async def test_a_native_messages_stream_that_ends_before_message_stop_is_recorde
     delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}
     _, (record,) = await _native_stream(tmp_path, [_NATIVE_START, delta])
     assert record["error"]["kind"] == "upstream_disconnect" and "message_stop" in record["error"]["message"]
+
+
+async def test_an_error_in_the_chat_stream_reaches_the_harness_as_an_anthropic_error_event(tmp_path):
+    error = {"error": {"object": "error", "message": "engine died", "type": "InternalServerError", "code": 500}}
+    text, record = await _messages_stream(tmp_path, [_chunk({"role": "assistant", "content": ""}),
+                                                     _chunk({"content": "Hel"}), error])
+    events = [line[7:] for line in text.splitlines() if line.startswith("event: ")]
+    assert events[-1] == "error" and "message_delta" not in events, events
+    last = json.loads([line for line in text.splitlines() if line.startswith("data: ")][-1][6:])
+    assert last == {"type": "error", "error": {"type": "api_error", "message": "engine died"}}
+    assert record["error"]["kind"] == "upstream_status"

@@ -188,7 +188,7 @@ class StreamRelay:
             call.fail("upstream_disconnect", f"the model server at {url} ended the Responses stream before its final "
                                              "event (response.completed, .incomplete or .failed)")
         if translator is not None:
-            if not tail:  # the stream ended without [DONE]: the harness is told, in its API
+            if not tail and not translator.failed:  # the stream ended without [DONE]: the harness is told, in its API
                 message = f"the model server at {url} ended the stream before it was complete"
                 call.fail("upstream_disconnect", message)
                 tail = call_error_event(call, 502, message, "upstream_disconnect")

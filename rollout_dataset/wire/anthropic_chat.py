@@ -429,6 +429,7 @@ class ChatStreamToMessages:
         self._tool_ids: dict[int, str] = {}
         self._blocks: list[dict[str, Any]] = []
         self._message: dict[str, Any] = {}
+        self.failed = False  # an error chunk came: its `error` event was the stream's last
 
     def _start(self, block: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         self._type = block["type"]
@@ -485,6 +486,11 @@ class ChatStreamToMessages:
         """
         if not isinstance(chunk, dict):
             raise TypeError(f"a chat chunk is a JSON {type(chunk).__name__}, not an object")
+        if self.failed:
+            return []
+        if "error" in chunk and "choices" not in chunk:  # the server failed mid-stream: tell the harness, end
+            self.failed = True
+            return ([] if self._first else self._stop_and_flush()) + [("error", _stream_error(chunk["error"]))]
         if self._first:
             self._first = False
             self._message = {"id": chunk.get("id"), "type": "message", "role": "assistant", "content": [],
@@ -549,7 +555,10 @@ class ChatStreamToMessages:
         return events
 
     def done(self) -> list[tuple[str, dict[str, Any]]]:
-        """The events at the chat stream's ``[DONE]``: open blocks closed, then ``message_stop``."""
+        """The events at the chat stream's ``[DONE]``: open blocks closed, then ``message_stop`` (none
+        after an error event)."""
+        if self.failed:
+            return []
         return self._stop_and_flush() + [("message_stop", {"type": "message_stop"})]
 
     def message(self) -> dict[str, Any]:
@@ -562,6 +571,14 @@ class ChatStreamToMessages:
                 block["input"] = json.loads(raw) if is_json(raw) else raw
             blocks.append(block)
         return {**self._message, "content": blocks}
+
+
+def _stream_error(error: Any) -> dict[str, Any]:
+    """The Anthropic ``error`` event for a chat stream's error chunk (``{"error": {"message", "code"}}``)."""
+    error = error if isinstance(error, dict) else {"message": error}
+    code = error.get("code")
+    kind = anthropic_error_type(code) if isinstance(code, int) and code >= 400 else "api_error"
+    return anthropic_error(kind, str(error.get("message") or error)[:4000])
 
 
 def _first_choice(chunk: dict[str, Any]) -> bool:
