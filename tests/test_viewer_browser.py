@@ -303,3 +303,17 @@ def test_the_index_names_a_summary_shard_it_could_not_read(browser, demo_folders
     assert page.locator("a.rollout-link").count() == 3
     assert "index stopped" in status and "zzz-broken.parquet" in status
     page.close()
+
+
+def test_a_token_holding_a_right_to_left_override_does_not_reorder_the_tokens_after_it(page, dataset_url, demo_folders):
+    # no tokenizer the tests ship decodes one id to U+202E, so the page's own token spans are given one
+    summary = pq.read_table(demo_folders[1] / "data" / "summary").to_pylist()[0]
+    _ready(page, dataset_url + "rollout.html?id=" + summary["rollout_id"])
+    first, second = page.evaluate("""() => {
+      const box = document.querySelector(".tokens");
+      const token = (text) => el("span", "tok m1 lp0", text);
+      const tokens = [token("\\u202e"), token("AB"), token("CD")];
+      box.prepend(...tokens);
+      return [tokens[1].getBoundingClientRect().left, tokens[2].getBoundingClientRect().left];
+    }""")
+    assert first < second, "the token after the override is drawn left of the one that follows it"
