@@ -122,6 +122,13 @@ class HarmonyReplyParser:
         self._next_call = 0
         self.messages: list[Any] = []
         self.reasoning_tokens = 0
+        #: what the last `feed` read, as vLLM's `Segment`: (channel, recipient, text delta); None for
+        #: an id the parser refused
+        self.segment: tuple[str | None, str | None, str] | None = None
+        #: the message the last `feed` (or `finish`) completed, else None
+        self.completed: Any = None
+        #: `finish` completed a message the reply left open (vLLM's `last_append_flush_status`)
+        self.flushed = False
 
     def _poll(self) -> Any:
         done = self._parser.messages
@@ -144,15 +151,19 @@ class HarmonyReplyParser:
         from openai_harmony import HarmonyError
 
         before = _recipient(self._parser.current_recipient)
+        self.segment = self.completed = None
         try:
             self._parser.process(token_id)
         except HarmonyError:
             return None
         channel, recipient = self._parser.current_channel, _recipient(self._parser.current_recipient)
         piece = self._parser.last_content_delta or ""
-        if self._poll() is not None:
+        self.completed = self._poll()
+        if self.completed is not None:
+            self.segment = (self.completed.channel, _recipient(self.completed.recipient), "")
             self._pending = []
             return None
+        self.segment = (channel, recipient, piece)
         self._pending.append(token_id)
         if (channel == "analysis" or (channel == "commentary" and recipient is not None)) \
                 and not self.tokenizer.encoding.is_special_token(token_id):
@@ -177,17 +188,22 @@ class HarmonyReplyParser:
         """End the reply (vLLM's `flush`).
 
         Returns:
-            The text of a message left unfinished (it becomes `content`), or None.
+            The text of a message left unfinished inside its header (it becomes `content`), or None.
+            `completed` is then the message the end completed (a message cut in its body is completed
+            as far as it got), and `flushed` whether there was one.
         """
         from openai_harmony import HarmonyError, Message, Role
 
         try:
             self._parser.process_eos()
-            self._poll()
+            self.completed = self._poll()
         except HarmonyError:
             text = self.tokenizer.decode(self._pending)
-            self.messages.append(Message.from_role_and_content(Role.ASSISTANT, text).with_channel("final"))
+            self.completed = Message.from_role_and_content(Role.ASSISTANT, text).with_channel("final")
+            self.messages.append(self.completed)
+            self.flushed = True
             return text
+        self.flushed = self.completed is not None
         return None
 
     def parse(self, ids: Sequence[int]) -> tuple[str | None, str | None, list[dict[str, Any]]]:
