@@ -15,7 +15,8 @@ text delta (`response.output_text.delta`, `response.reasoning_text.delta`,
 `response.function_call_arguments.delta`, one per sampled id), its done events come when its message
 ends, a message that never had a delta gets none, and the final response reuses the streamed ids.
 Usage counts reasoning tokens as the chat path does and gives per-turn lists of one turn. Output
-logprobs are refused with vLLM's 400 (`logprobs are not supported with gpt-oss models`). Messages
+logprobs are refused before (`responses_endpoint`: vLLM's 400 `logprobs are not supported with
+gpt-oss models`). Messages
 to other recipients (built-in tools, MCP) are not emulated: they give no item.
 """
 
@@ -29,7 +30,7 @@ from rollout_dataset.backend.emitted import generate_choices
 from rollout_dataset.backend.engine import Generation
 from rollout_dataset.backend.harmony_endpoint import harmony_request_prompt
 from rollout_dataset.backend.harmony_reply import HarmonyReplyParser, harmony_reply_ids
-from rollout_dataset.backend.params import CommonParams, RequestError, check_context
+from rollout_dataset.backend.params import CommonParams, check_context
 from rollout_dataset.backend.policies import PolicyOutput, PolicyRequest
 
 __all__ = ["harmony_responses", "harmony_output_items", "harmony_message_dict"]
@@ -267,15 +268,9 @@ async def harmony_responses(state: Any, body: dict[str, Any], common: CommonPara
         The JSON response, or vLLM's event stream when `stream` is true.
 
     Raises:
-        RequestError: output logprobs asked for, a reasoning effort Harmony does not take, a message
-            it cannot render, or a prompt over the context.
+        RequestError: a reasoning effort Harmony does not take, a message it cannot render, or a
+            prompt over the context.
     """
-    from rollout_dataset.backend.responses_endpoint import LOGPROBS_INCLUDE
-
-    include = body.get("include")
-    if isinstance(include, list) and LOGPROBS_INCLUDE in include:
-        raise RequestError("logprobs are not supported with gpt-oss models", param="logprobs",
-                           type_="invalid_request_error")
     reasoning = body.get("reasoning")
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
     tok = state.tokenizer

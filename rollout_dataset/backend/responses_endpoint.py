@@ -11,7 +11,8 @@ no `[DONE]`), `include: ["message.output_text.logprobs"]` (+ `top_logprobs`), an
 prompt's and the output's token ids). Shapes were recorded from the genuine server
 (tests/data/real_vllm_responses/) and are checked key by key in tests/test_real_vllm_wire.py.
 Not supported (refused or ignored as noted): `previous_response_id` and `store` (nothing is
-stored), built-in tools (dropped), `background`.
+stored), built-in tools (dropped), `background`. On a Harmony (gpt-oss) backend the answer is
+vLLM's gpt-oss Responses path instead (`rollout_dataset.backend.harmony_responses`).
 """
 
 from __future__ import annotations
@@ -194,6 +195,11 @@ async def responses_endpoint(request: Request, state: Any, respond: Any) -> Resp
     rid, created = f"resp_{_hex(8)}", P.now()
     if state.harmony:  # vLLM's gpt-oss path: Harmony output parsed into reasoning, function calls and text
         from rollout_dataset.backend.harmony_responses import harmony_responses
+
+        include = body.get("include")
+        if isinstance(include, list) and LOGPROBS_INCLUDE in include:
+            raise RequestError("logprobs are not supported with gpt-oss models", param="logprobs",
+                               type_="invalid_request_error")
 
         def response(**kw: Any) -> dict:
             return _response(body, common.model, rid, created, tools=tools, tool_choice=tool_choice, **kw)
