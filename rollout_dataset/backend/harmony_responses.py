@@ -22,7 +22,7 @@ to other recipients (built-in tools, MCP) are not emulated: they give no item.
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
