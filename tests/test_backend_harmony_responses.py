@@ -157,3 +157,22 @@ def test_the_answer_and_stream_equal_genuine_vllm_for_the_same_sampled_ids(repla
             if "response" in event:
                 _without_prefix_cache(event["response"])
         assert _strip(events) == _strip(recorded["events"])
+
+
+FROM_VLLM_CODE = json.loads((Path(__file__).parent / "data" / "vllm_harmony_response_items.json").read_text())
+
+
+@pytest.mark.parametrize("case", [c for c in FROM_VLLM_CODE if not c.startswith("_")])
+def test_replies_with_analysis_give_the_items_and_events_vllm_code_gives(case):
+    expected = FROM_VLLM_CODE[case]
+    body = {"model": "local", "input": "w", "tools": [{"type": "function", "name": "get_weather",
+                                                       "parameters": {"type": "object"}}]}
+    with LocalBackend.start_in_thread(tokenizer="harmony", policy=_Replay(expected["token_ids"]),
+                                      harmony_start_date=DATE) as backend:
+        items = httpx.post(f"{backend.base_url}/responses", json=body, timeout=60).json()["output"]
+        with httpx.stream("POST", f"{backend.base_url}/responses", json={**body, "stream": True}, timeout=60) as s:
+            events = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: ")][2:-1]
+    for event in expected["events"]:
+        event["sequence_number"] = "ID"  # vLLM numbers them when it sends them
+    assert _strip(items) == _strip(expected["items"])
+    assert _strip([{**e, "sequence_number": "ID"} for e in events]) == _strip(expected["events"])
