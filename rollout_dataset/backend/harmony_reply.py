@@ -28,7 +28,8 @@ from typing import Any, Sequence
 from rollout_dataset.backend.hermes import make_tool_call_id
 from rollout_dataset.backend.policies import PolicyOutput
 
-__all__ = ["HARMONY_REASONING_PARSER", "harmony_reply_ids", "HarmonyReplyParser"]
+__all__ = ["HARMONY_REASONING_PARSER", "BUILTIN_RECIPIENTS", "harmony_reply_ids", "HarmonyReplyParser",
+           "is_function_recipient"]
 
 #: vLLM's name of the gpt-oss reasoning parser (`--reasoning-parser openai_gptoss`)
 HARMONY_REASONING_PARSER = "openai_gptoss"
@@ -82,17 +83,32 @@ def _recipient(raw: str | None) -> str | None:
     return raw if cut < 0 else (raw[:cut].rstrip() or None)
 
 
-def _is_function(recipient: str | None) -> bool:
-    """A function-tool recipient (vLLM's `is_function_recipient` for the chat endpoint)."""
+#: Harmony's built-in tool namespaces: a recipient in them is never a function call
+BUILTIN_RECIPIENTS = ("python", "browser", "container")
+
+
+def is_function_recipient(recipient: str | None, function_names: frozenset[str] | None = None) -> bool:
+    """vLLM's `is_function_recipient`: whether a message's recipient is a function tool.
+
+    Args:
+        recipient: the message's recipient (``functions.NAME``, a bare name, ``assistant``, ...).
+        function_names: the request's function tool names (the Responses endpoint passes them: a
+            bare name is a function only when among them); None (the chat endpoint): any bare name.
+
+    Returns:
+        True for a function call.
+    """
     if not recipient or recipient.startswith("<|") or recipient == "assistant":
         return False
     if recipient.startswith("functions."):
         return len(recipient) > len("functions.")
-    return recipient.split(".", 1)[0] not in ("python", "browser", "container")
+    if recipient.split(".", 1)[0] in BUILTIN_RECIPIENTS:
+        return False
+    return function_names is None or recipient in function_names
 
 
 def _kind(channel: str | None, recipient: str | None) -> str:
-    if _is_function(recipient):
+    if is_function_recipient(recipient):
         return "tool"
     if channel == "analysis":
         return "reasoning"
@@ -135,6 +151,7 @@ class HarmonyReplyParser:
         if len(done) <= self._done:
             return None
         message = done[self._done]
+        message.recipient = _recipient(message.recipient)  # as vLLM's `_poll_completed_message`
         self._done += 1
         self.messages.append(message)
         return message

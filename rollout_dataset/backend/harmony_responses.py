@@ -29,27 +29,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from rollout_dataset.backend.emitted import generate_choices
 from rollout_dataset.backend.engine import Generation
 from rollout_dataset.backend.harmony_endpoint import harmony_request_prompt
-from rollout_dataset.backend.harmony_reply import HarmonyReplyParser, harmony_reply_ids
+from rollout_dataset.backend.harmony_reply import HarmonyReplyParser, harmony_reply_ids, is_function_recipient
 from rollout_dataset.backend.params import CommonParams, check_context
 from rollout_dataset.backend.policies import PolicyOutput, PolicyRequest
 
 __all__ = ["harmony_responses", "harmony_output_items", "harmony_message_dict"]
-
-#: Harmony's built-in tool namespaces: a recipient in them is never a function call (vLLM's
-#: `BUILTIN_TOOL_TO_MCP_SERVER_LABEL`)
-_BUILTIN = ("python", "browser", "container")
-
-
-def _is_function(recipient: str | None, names: frozenset[str]) -> bool:
-    """vLLM's `is_function_recipient` with the request's function tool names (the Responses form)."""
-    if not recipient or recipient.startswith("<|") or recipient == "assistant":
-        return False
-    if recipient.startswith("functions."):
-        return len(recipient) > len("functions.")
-    if recipient.split(".", 1)[0] in _BUILTIN:
-        return False
-    return recipient in names
-
 
 def _text(message: Any) -> str:
     return message.content[0].text if message.content else ""
@@ -109,7 +93,7 @@ def harmony_output_items(message: Any, function_names: frozenset[str], incomplet
     status = "incomplete" if incomplete else "completed"
     recipient = message.recipient
     if recipient is not None:
-        if not _is_function(recipient, function_names):
+        if not is_function_recipient(recipient, function_names):
             return []
         return [_function_item(recipient.removeprefix("functions."), c.text, status, new_id) for c in message.content]
     if message.channel == "analysis":
@@ -158,7 +142,7 @@ class _EventState:
                                                             "part": {"text": "", "type": "reasoning_text"}}))
             out.append(("response.reasoning_text.delta", {"content_index": self.content_index, "delta": text,
                                                           **self._where()}))
-        elif _is_function(recipient, self.names):
+        elif is_function_recipient(recipient, self.names):
             if not self.function_started:
                 self.function_started = True
                 self.item_id, self.call_id = f"fc_{self.new_id()}", f"call_{self.new_id()}"
@@ -175,7 +159,7 @@ class _EventState:
         if self.added or self.function_started:
             text, where = _text(message), self._where()
             if message.recipient is not None:
-                if _is_function(message.recipient, self.names):
+                if is_function_recipient(message.recipient, self.names):
                     name = message.recipient.removeprefix("functions.")
                     item = _function_item(name, text, "completed", lambda: "")
                     item.update(id=self.item_id, call_id=self.call_id)
