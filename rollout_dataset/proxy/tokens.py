@@ -260,6 +260,9 @@ def token_fields(response: Any, kind: str | None) -> dict[str, Any]:
         "notes": [],
     }
     if kind is None or not isinstance(response, dict):
+        if kind is not None and response is not None and not isinstance(response, str):  # text: noted where read
+            out["notes"].append(f"the answer is a JSON {type(response).__name__}, not a JSON object; "
+                                "no token fields read")
         return out
     if kind == "responses":
         return responses_token_fields(response, out)
