@@ -183,3 +183,50 @@ def test_local_backend_refuses_prompt_logprobs_when_streaming(backend):
     r = httpx.post(f"{backend.base_url}/completions", json={"prompt": [5, 6], "max_tokens": 1, "stream": True,
                                                             "prompt_logprobs": 1})
     assert r.status_code == 400 and "stream=True" in r.text
+
+
+@pytest.fixture(scope="module")
+def audited(captured, backend, tmp_path_factory):
+    """A dataset of one rollout, audited; and a second rollout's artifact folder to append."""
+    from rollout_dataset.builder import build
+    from rollout_dataset.demo import capture_demo_rollouts
+
+    root = tmp_path_factory.mktemp("audited")
+    ds = root / "ds"
+    build([captured], ds, progress=False)
+    assert cli_main(["audit", str(ds), "--against", backend.base_url, "--no-progress"]) == 0
+    more = capture_demo_rollouts(root / "more", [1])
+    return ds, more
+
+
+def test_an_append_keeps_the_audit_config_and_says_which_rollouts_it_covers(audited, tmp_path):
+    import datasets
+
+    src, more = audited
+    ds = tmp_path / "ds"
+    shutil.copytree(src, ds)
+    assert cli_main(["build", str(more[0].parent), "--out", str(ds), "--append", "--no-progress"]) == 0
+    rows = datasets.load_dataset(str(ds), "audit", split="train")
+    assert rows.num_rows == 1
+    card = (ds / "README.md").read_text()
+    assert card.count("## Logprob audit") == 1
+    assert "This audit covers the 1 rollout it was run on (the figures below and the rows of the `audit` config); the dataset now holds 2." in card
+
+
+def test_a_compaction_keeps_a_current_audit_as_it_was(audited, backend, tmp_path):
+    import datasets
+
+    from rollout_dataset.builder.compaction import compact_local
+
+    src, more = audited
+    ds = tmp_path / "ds"
+    shutil.copytree(src, ds)
+    assert cli_main(["build", str(more[0].parent), "--out", str(ds), "--append", "--no-progress"]) == 0
+    assert cli_main(["audit", str(ds), "--against", backend.base_url, "--no-progress"]) == 0
+    before = (ds / "README.md").read_text()
+    section = before[before.index("## Logprob audit"):].strip()
+    assert "This audit covers" not in section  # the re-run audit covers both rollouts
+    assert compact_local(ds, target_bytes=1 << 30).changed
+    card = (ds / "README.md").read_text()
+    assert datasets.load_dataset(str(ds), "audit", split="train").num_rows == 2
+    assert section in card and card.count("## Logprob audit") == 1

@@ -101,6 +101,12 @@ RULES = [
         id="builder-no-hub",
     ),
     pytest.param(
+        "the builder keeps an audit through `builder.audit_card` without importing the audit package",
+        ("builder/",),
+        ("rollout_dataset.audit",),
+        id="builder-no-audit",
+    ),
+    pytest.param(
         "the version and the package paths are leaves: nothing imports the package root for them",
         ("",),
         ("rollout_dataset.__version__",),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rollout_dataset.audit.metrics import QUANTILES
+from rollout_dataset.builder.audit_card import (AUDIT_CONFIG, AUDIT_DATA_FILES, AUDIT_HEADING, audit_config_entry,
+                                                audit_section)
 
 __all__ = ["write_audit_json", "AuditConfigWriter", "AUDIT_SCHEMA", "card_statement", "write_card_statement"]
 
@@ -69,10 +70,10 @@ class AuditConfigWriter:
     """
 
     def __init__(self, dataset: Path, rows_per_group: int = 256) -> None:
-        self.folder = Path(dataset) / "data" / "audit"
+        self.folder = (Path(dataset) / AUDIT_DATA_FILES).parent
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.path = self.folder / "audit-00000.parquet"
-        self._tmp = self.folder / ".audit-00000.parquet.tmp"
+        self.path = self.folder / f"{AUDIT_CONFIG}-00000.parquet"
+        self._tmp = self.folder / f".{AUDIT_CONFIG}-00000.parquet.tmp"
         self._writer = pq.ParquetWriter(self._tmp, AUDIT_SCHEMA)
         self._rows: list[dict[str, Any]] = []
         self._per_group = rows_per_group
@@ -112,7 +113,7 @@ def card_statement(summary: dict[str, Any], scorer: Any, n_rollouts: int, n_not_
         f"a transformers forward pass of `{scorer.model}` in {scorer.dtype}"
     flag = f"--against {scorer.url}" if scorer.kind == "server" else f"--model {scorer.model} --dtype {scorer.dtype}"
     q = summary["ratio_quantiles"]
-    return (f"## Logprob audit\n\n"
+    return (f"{AUDIT_HEADING}\n\n"
             f"The captured `logprobs` of {n_rollouts} rollouts were re-scored from the `sequences` rows by {how} "
             f"(model `{scorer.model}`): {summary['tokens_scored']} sampled tokens, mean |Δ logprob| "
             f"{summary['mean_abs_diff']:.2g}, max {summary['max_abs_diff']:.2g}, share over 1e-2 "
@@ -121,9 +122,6 @@ def card_statement(summary: dict[str, Any], scorer: Any, n_rollouts: int, n_not_
             f"{n_not_comparable} calls were not comparable (reasons in the `audit` config). Per-rollout figures "
             f"are in the `audit` config, one row per rollout: `load_dataset(REPO, \"audit\", split=\"train\")`, "
             f"REPO being this dataset's id or folder. Reproduce: `rollout-dataset audit DATASET {flag}`.\n")
-
-
-_SECTION = re.compile(r"\n## Logprob audit\n.*?(?=\n## |\Z)", re.S)
 
 
 def write_card_statement(dataset: Path, statement: str) -> None:
@@ -138,11 +136,11 @@ def write_card_statement(dataset: Path, statement: str) -> None:
         end = text.index("\n---", 4)
         meta = yaml.safe_load(text[4:end]) or {}
         body = text[end + 4:]
-    configs = [c for c in meta.get("configs", []) if c.get("config_name") != "audit"]
-    configs.append({"config_name": "audit", "data_files": [{"split": "train", "path": "data/audit/*.parquet"}]})
+    configs = [c for c in meta.get("configs", []) if c.get("config_name") != AUDIT_CONFIG]
+    configs.append(audit_config_entry())
     meta["configs"] = configs
     infos = meta.get("dataset_info")
     if isinstance(infos, list):
-        meta["dataset_info"] = [i for i in infos if i.get("config_name") != "audit"]
-    body = _SECTION.sub("", body).rstrip("\n") + "\n\n" + statement
+        meta["dataset_info"] = [i for i in infos if i.get("config_name") != AUDIT_CONFIG]
+    body = audit_section(body)[0].rstrip("\n") + "\n\n" + statement
     _atomic_write(card, "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---" + body)

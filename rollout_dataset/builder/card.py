@@ -18,6 +18,7 @@ import yaml
 
 from rollout_dataset.builder import contracts
 from rollout_dataset.builder.aggregates import ROW_COUNT_COLUMN, CardAggregates
+from rollout_dataset.builder.audit_card import KeptAudit, audit_config_entry, kept_section
 from rollout_dataset.builder.card_info import CardOptions, default_citation
 from rollout_dataset.builder.configs import CONFIGS, DEFAULT_CONFIG, features_yaml, resolved_columns
 from rollout_dataset.builder.writer import LIST_LEVEL, TEXT_LEVEL
@@ -125,7 +126,8 @@ def contracts_source() -> str:
 def render_card(summary_rows: Iterable[dict[str, Any]] | CardAggregates, *, template: str | Path | None = None,
                 repo_id: str | None = None, pretty_name: str | None = None, license: str | None = None,
                 config_bytes: dict[str, int] | None = None, traces_repo_id: str | None = None,
-                arrow_bytes: dict[str, int] | None = None, options: CardOptions | None = None) -> str:
+                arrow_bytes: dict[str, int] | None = None, options: CardOptions | None = None,
+                audit: KeptAudit | None = None) -> str:
     """Render README.md for a dataset.
 
     Args:
@@ -139,6 +141,9 @@ def render_card(summary_rows: Iterable[dict[str, Any]] | CardAggregates, *, temp
         arrow_bytes: Arrow bytes per config over all shards (`num_bytes`, `dataset_size`).
         options: the author's card options (title, license, language, homepage, repository, citation).
         traces_repo_id: the companion repo holding the trace-viewer sessions (linked), if pushed.
+        audit: the dataset's `audit` config (`builder.audit_card.kept_audit`): its YAML entry and card
+            section are kept, the section opened by a coverage note when the audit's rows no longer
+            match the rollouts.
 
     Returns:
         The README text: YAML header + body.
@@ -169,6 +174,11 @@ def render_card(summary_rows: Iterable[dict[str, Any]] | CardAggregates, *, temp
         repo_id=repo_id or "path/to/DATASET_DIR", json=json, contracts_source=contracts_source(),
         traces_repo_id=traces_repo_id, options=options, citation=citation,
         encodings={"text_level": TEXT_LEVEL, "list_level": LIST_LEVEL})
+    if audit is not None:
+        meta["configs"].append(audit_config_entry())
+        section = kept_section(audit, stats["n_rollouts"])
+        if section:
+            body = body.rstrip("\n") + "\n\n" + section
     header = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=1000)
     return f"---\n{header}---\n\n{body.lstrip()}"
 

@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
+from rollout_dataset.builder.audit_card import kept_audit
 from rollout_dataset.builder.card import read_card_metadata, render_card
 from rollout_dataset.builder.card_info import load_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
@@ -410,6 +411,6 @@ def _compact_local_locked(dataset_dir: Path, target_bytes: int, configs: Sequenc
         context = card_context(readme.read_text(encoding="utf-8"))
         context["arrow_bytes"] = arrow_bytes
         text = render_card(aggregates, template=template, config_bytes=config_bytes,
-                           options=load_card_options(dataset_dir), **context)
+                           options=load_card_options(dataset_dir), audit=kept_audit(dataset_dir), **context)
         write_text_atomic(readme, text)
     return result

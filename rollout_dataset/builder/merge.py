@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 from rollout_dataset.builder import staging
 from rollout_dataset.builder.aggregates import CardAggregates
 from rollout_dataset.builder.build import BuildResult, check_shards, dataset_rollout_ids, iter_summary_rows
+from rollout_dataset.builder.audit_card import kept_audit
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.card_info import CardOptions, arrow_num_bytes, save_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG, arrow_schema
@@ -207,7 +208,8 @@ def write_card(dataset_dir: str | Path, options: CardOptions, *, template: str |
                result: BuildResult | None = None) -> list[Path]:
     """Render README.md over the whole dataset folder (every summary row) and keep the card options.
 
-    The statistics are those `build` computes: rows from every ``summary`` shard, parquet bytes and
+    An audit the folder holds (``data/audit/``) is kept: its config entry and card section
+    (`builder.audit_card`). The statistics are those `build` computes: rows from every ``summary`` shard, parquet bytes and
     Arrow bytes per config from every shard. Both files are replaced atomically (never written
     through a hard link to an earlier dataset's file).
 
@@ -228,7 +230,7 @@ def write_card(dataset_dir: str | Path, options: CardOptions, *, template: str |
     options_file = save_card_options(options, folder)
     readme = folder / "README.md"
     write_text_atomic(readme, render_card(aggregates, template=template, options=options, config_bytes=config_bytes,
-                                          arrow_bytes=arrow))
+                                          arrow_bytes=arrow, audit=kept_audit(folder)))
     if result is not None:
         result.bytes_per_config = config_bytes
         result.total_rollouts = aggregates.n
