@@ -213,6 +213,18 @@ def test_an_append_keeps_the_audit_config_and_says_which_rollouts_it_covers(audi
     assert "This audit covers the 1 rollout it was run on (the figures below and the rows of the `audit` config); the dataset now holds 2." in card
 
 
+def test_a_build_into_an_audited_dataset_keeps_the_audit_config(audited, tmp_path):
+    import datasets
+
+    src, more = audited
+    ds = tmp_path / "ds"
+    shutil.copytree(src, ds)
+    assert cli_main(["build", str(more[0].parent), "--out", str(ds), "--no-progress"]) == 0
+    assert datasets.load_dataset(str(ds), "audit", split="train").num_rows == 1
+    card = (ds / "README.md").read_text()
+    assert card.count("## Logprob audit") == 1 and "the dataset now holds 2." in card
+
+
 def test_a_compaction_keeps_a_current_audit_as_it_was(audited, backend, tmp_path):
     import datasets
 

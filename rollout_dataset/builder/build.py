@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 
 from rollout_dataset.builder import staging
 from rollout_dataset.builder.aggregates import CardAggregates
+from rollout_dataset.builder.audit_card import kept_audit
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.card_info import (
@@ -356,11 +357,12 @@ def finish_dataset(stage: str | Path, parts: Sequence[PartResult], *, prefix: st
         written.extend(sorted(write_tokenizer_files(tokenizer, stage).iterdir()))
     config_bytes = {c: sum(p.stat().st_size for p in (stage / "data" / c).glob("*.parquet")) for c in CONFIG_NAMES}
     readme = stage / "README.md"
+    audit = kept_audit(stage)  # read from the earlier card before it is unlinked
     for rewritten in (readme, stage / CARD_OPTIONS_FILE):
         rewritten.unlink(missing_ok=True)  # hard links to the earlier dataset: never write through them
     written.append(save_card_options(options, stage))
     readme.write_text(render_card(aggregates, template=template, options=options, config_bytes=config_bytes,
-                                  arrow_bytes=arrow), encoding="utf-8")
+                                  arrow_bytes=arrow, audit=audit), encoding="utf-8")
     staging.fsync_tree(written + [readme])
     return FinishedDataset(readme=readme, total_rollouts=aggregates.n, bytes_per_config=config_bytes,
                            arrow_bytes=arrow, written=written)
