@@ -2,8 +2,8 @@
 
 `rollout-dataset audit DATASET` adds this config (``data/audit/*.parquet``, one row per audited rollout)
 with a YAML `configs` entry and a ``## Logprob audit`` section. Every later rendering of the card (a
-build or append into the folder, a compaction) must keep both, or `load_dataset(DATASET, "audit")` fails while the shards stay.
-This module is the one definition both sides use: `rollout_dataset.audit.writers` adds the entry and
+build or append into the folder, a compaction) must keep both, or `load_dataset(DATASET, "audit")`
+fails while the shards stay. This module is the one definition both sides use: `rollout_dataset.audit.writers` adds the entry and
 section, the builder's `render_card` keeps them (`kept_audit` reads what a dataset folder holds). It
 imports nothing of the audit package, so data still flows builder -> audit.
 
