@@ -242,3 +242,33 @@ def test_a_compaction_keeps_a_current_audit_as_it_was(audited, backend, tmp_path
     card = (ds / "README.md").read_text()
     assert datasets.load_dataset(str(ds), "audit", split="train").num_rows == 2
     assert section in card and card.count("## Logprob audit") == 1
+
+
+def test_a_push_of_an_audited_dataset_declares_only_the_configs_it_uploads(audited, tmp_path):
+    """`push` uploads the build's configs, not `data/audit/`: its card (re-rendered over the Hub's
+    rollouts on every push) must then declare no `audit` config, or the Hub dataset would not load."""
+    import os
+    import subprocess
+    import sys
+
+    from hub_fixture import FakeHub
+    from rollout_dataset.builder.card import read_card_metadata
+
+    src, more = audited
+    ds = tmp_path / "ds"
+    shutil.copytree(src, ds)
+    with FakeHub() as hub:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
+        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "home"), HF_TOKEN="hf_x", HF_HUB_DISABLE_TELEMETRY="1")
+        for step in ([], ["build", str(more[0].parent), "--out", str(ds), "--append", "--no-progress"]):
+            if step:
+                assert cli_main(step) == 0
+            proc = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "push", str(ds), "--repo", "org/a"],
+                                  env=env, capture_output=True, text=True, timeout=240)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            files = hub.files("org/a")
+            card = files["README.md"].decode()
+            declared = {c["config_name"] for c in read_card_metadata(card)["configs"]}
+            uploaded = {p.split("/")[1] for p in files if p.startswith("data/") and p.endswith(".parquet")}
+            assert declared == uploaded and "audit" not in declared
+            assert "## Logprob audit" not in card
