@@ -122,3 +122,48 @@ def test_a_recorder_writes_its_records_while_every_other_descriptor_is_in_use(tm
     assert result["texts"] == {"s": before + ["at the limit"] * 2, "t": ["at the limit"]}
     assert result["indices"] == {"s": list(range(len(before) + 2)), "t": [0]}
     assert result["cut_aside"] == (["s.jsonl.cut-1"] if resume == "resume" else [])
+
+
+_READ_AT_THE_LIMIT = r"""
+import json, os, resource, sys
+from pathlib import Path
+from rollout_dataset.proxy.recorder import TraceRecorder
+from rollout_dataset.proxy.shared_recorder import SharedTraceRecorder
+
+recorder_class = {"single": TraceRecorder, "shared": SharedTraceRecorder}[sys.argv[1]]
+trace_dir = Path(sys.argv[2])
+other = recorder_class(trace_dir)  # another worker (or this proxy before a restart)
+for n in range(2):
+    other.write("s", {"index": other.next_index("s"), "text": f"by the other {n}"})
+other.close()
+reader = recorder_class(trace_dir, max_open_files=1)
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+held = []
+while True:  # every other descriptor in use
+    try:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        break
+texts = [r["text"] for r in reader.records_by_others("s")]
+try:
+    os.close(os.open(os.devnull, os.O_RDONLY))
+    still_full = False
+except OSError:
+    still_full = True  # the borrowed descriptor went back to the spares
+for fd in held:
+    os.close(fd)
+print(json.dumps({"texts": texts, "still_full": still_full, "held": len(held)}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["single", "shared"])
+def test_on_policy_reads_the_records_of_other_workers_while_every_other_descriptor_is_in_use(tmp_path: Path,
+                                                                                             kind: str):
+    done = subprocess.run([sys.executable, "-c", _READ_AT_THE_LIMIT, kind, str(tmp_path)],
+                          capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["held"] > 0 and result["still_full"]
+    assert result["texts"] == ["by the other 0", "by the other 1"]
