@@ -167,3 +167,40 @@ def test_on_policy_reads_the_records_of_other_workers_while_every_other_descript
     result = json.loads(done.stdout)
     assert result["held"] > 0 and result["still_full"]
     assert result["texts"] == ["by the other 0", "by the other 1"]
+
+
+_THREAD_OPENS = r"""
+import asyncio, json, sys, threading
+import httpx
+from rollout_dataset.proxy.app import ProxyApp
+from rollout_dataset.proxy.intake import _problem
+from rollout_dataset.proxy.recorder import TraceRecorder
+from rollout_dataset.schema.api_requests import (MESSAGES_REQUEST_SCHEMA, RESPONSES_REQUEST_SCHEMA,
+                                                 messages_request_problem, responses_request_problem)
+
+ProxyApp("http://127.0.0.1:9", TraceRecorder(sys.argv[1]), httpx.AsyncHTTPTransport())  # the proxy starts
+opened = []
+
+def audit(event, args):
+    if event in ("open", "os.listdir", "os.scandir") and threading.current_thread() is not threading.main_thread():
+        opened.append(f"{event} {args[0]}")
+
+sys.addaudithook(audit)
+
+async def judge():  # the first bad bodies after startup: judged in a worker thread
+    return [await _problem(messages_request_problem, {"model": 5}, MESSAGES_REQUEST_SCHEMA),
+            await _problem(responses_request_problem, {"model": 5}, RESPONSES_REQUEST_SCHEMA)]
+
+print(json.dumps({"problems": asyncio.run(judge()), "opened": opened}))
+"""
+
+
+def test_judging_a_request_body_off_the_event_loop_opens_no_file(tmp_path: Path):
+    # Out of descriptors, the recorder closes a spare and opens a trace file on the slot it freed; a worker
+    # thread opening a file in between would take that slot, and the record would fail.
+    done = subprocess.run([sys.executable, "-c", _THREAD_OPENS, str(tmp_path)], capture_output=True, text=True,
+                          timeout=30, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert all(result["problems"]), result["problems"]
+    assert result["opened"] == []
