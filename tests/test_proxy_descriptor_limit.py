@@ -33,27 +33,33 @@ async def _slow_answer(head: bytes) -> tuple[bytes, bool]:
             + _ANSWER, True)
 
 
+async def _overlapping_calls(base: str, calls: int) -> list[httpx.Response | None]:
+    """`calls` chat calls at once, each in its own session ``s<n>``; None for a connection reset unread."""
+    limits = httpx.Limits(max_connections=calls, max_keepalive_connections=0)
+    async with httpx.AsyncClient(limits=limits, timeout=20) as http:
+        async def call(n: int) -> httpx.Response | None:
+            try:
+                return await http.post(base.replace("/v1", f"/sessions/s{n}/v1") + "/chat/completions",
+                                       json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            except httpx.TransportError:  # a connection the server reset before reading it
+                return None
+
+        return await asyncio.wait_for(asyncio.gather(*(call(n) for n in range(calls))), 30)
+
+
+def _limit_descriptors() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_a_proxy_out_of_descriptors_records_every_call_it_answers(tmp_path: Path, workers: int):
     calls = 100
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
-
     async with serve_raw(_slow_answer) as (root, _):
         proc, base = spawn_cli_server(["proxy", "--upstream", root + "/v1", "--trace-dir", str(tmp_path / "t"),
-                                       "--workers", str(workers), "--max-open-files", "4"], preexec_fn=limit)
+                                       "--workers", str(workers), "--max-open-files", "4"],
+                                      preexec_fn=_limit_descriptors)
         try:
-            limits = httpx.Limits(max_connections=calls, max_keepalive_connections=0)
-            async with httpx.AsyncClient(limits=limits, timeout=20) as http:
-                async def call(n: int) -> httpx.Response | None:
-                    try:
-                        return await http.post(base.replace("/v1", f"/sessions/s{n}/v1") + "/chat/completions",
-                                               json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-                    except httpx.TransportError:  # a connection the server reset before reading it
-                        return None
-
-                answers = await asyncio.wait_for(asyncio.gather(*(call(n) for n in range(calls))), 30)
+            answers = await _overlapping_calls(base, calls)
         finally:
             stop_cli_server(proc)
     answered = {n: r for n, r in enumerate(answers) if r is not None}
@@ -64,6 +70,21 @@ async def test_a_proxy_out_of_descriptors_records_every_call_it_answers(tmp_path
         assert path.exists(), f"call {n} answered {response.status_code} {response.text[:300]} without a record"
         records = read_trace(path)
         assert [(r["index"], r["status"]) for r in records] == [(0, response.status_code)]
+
+
+async def test_a_proxy_out_of_descriptors_says_so_once_naming_the_limit_and_what_to_change(tmp_path: Path):
+    with open(tmp_path / "stderr", "w") as stderr:
+        async with serve_raw(_slow_answer) as (root, _):
+            proc, base = spawn_cli_server(["proxy", "--upstream", root + "/v1", "--trace-dir", str(tmp_path / "t"),
+                                           "--max-open-files", "4"], preexec_fn=_limit_descriptors, stderr=stderr)
+            try:
+                answers = await _overlapping_calls(base, 100)
+            finally:
+                stop_cli_server(proc)
+    assert any(r is None or "Too many open files" in r.text for r in answers), "the proxy never ran out"
+    said = (tmp_path / "stderr").read_text()
+    assert said.count("out of file descriptors (RLIMIT_NOFILE 40)") == 1, said[-3000:]
+    assert "raise `ulimit -n`" in said
 
 
 _AT_THE_LIMIT = r"""

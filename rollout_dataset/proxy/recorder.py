@@ -21,7 +21,6 @@ record), and the arrival index and the chain continue after the last complete re
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import hashlib
 import json
@@ -34,6 +33,7 @@ from typing import Any, Iterator
 import orjson
 
 from rollout_dataset.errors import RecordWriteError, SchemaValidationError
+from rollout_dataset.proxy.descriptors import note_out_of_descriptors, out_of_descriptors
 from rollout_dataset.proxy.jsoncodec import encode_record, loads
 from rollout_dataset.trace_integrity import (
     CHAIN_FIELD,
@@ -226,13 +226,14 @@ class TraceRecorder:
         try:
             return os.open(path, flags, 0o600), False
         except OSError as exc:
-            if not _out_of_descriptors(exc):
+            if not out_of_descriptors(exc):
                 raise
+            note_out_of_descriptors(exc)
         self._free_idle()
         try:
             return os.open(path, flags, 0o600), False
         except OSError as exc:
-            if not _out_of_descriptors(exc) or not self._spares:
+            if not out_of_descriptors(exc) or not self._spares:
                 raise
         os.close(self._spares.pop())
         try:
@@ -495,11 +496,6 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def _out_of_descriptors(exc: OSError) -> bool:
-    """Whether an open failed for want of a descriptor (this process's or the system's)."""
-    return exc.errno in (errno.EMFILE, errno.ENFILE)
 
 
 def _free_name(path: Path) -> Path:
