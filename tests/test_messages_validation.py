@@ -29,6 +29,15 @@ BAD = {
                       {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "Bash", "input": "ls"}]},
                       {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "a"}]}]},
         "messages[1].content"),
+    "an image block whose source is a string": (
+        {"messages": [{"role": "user", "content": [{"type": "image", "source": "cat.png"}, {"type": "text", "text": "hi"}]}]},
+        "messages[0].content"),
+    "an image in a tool result whose source is a string": (
+        {"messages": [{"role": "user", "content": "hi"},
+                      {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "Bash", "input": {}}]},
+                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+                                                    "content": [{"type": "image", "source": "cat.png"}]}]}]},
+        "messages[2].content"),
     "an unknown block type beside text": (
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "hologram", "data": "x"}]}]},
         "messages[0].content"),

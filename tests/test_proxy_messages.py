@@ -255,3 +255,101 @@ async def test_an_upstream_without_chat_gets_the_call_natively_and_it_is_recorde
     assert record["capture_level"] == "text" and record["prompt_token_ids"] is None
     assert record["response"]["content"] == [{"type": "text", "text": "Hi there"}]
     assert "upstream" not in record and any("no chat completions endpoint" in n for n in record["notes"])
+
+
+def _chat_stream_upstream(chunks: list) -> object:
+    """A model server whose chat endpoint streams `chunks` (parsed JSON values), then ``[DONE]``."""
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def chat(request):
+        text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        return Response(text, media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+def _chunk(delta: dict, finish: str | None = None) -> dict:
+    return {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+async def _messages_stream(tmp_path: Path, chunks: list) -> tuple[str, dict]:
+    from proxy_fakes import serve
+
+    async with serve(_chat_stream_upstream(chunks)) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+            async with httpx.AsyncClient(timeout=10) as client:
+                response = await client.post(messages_url(proxy), json={**BODY, "stream": True})
+    (record,) = valid(read_trace(proxy.trace_path()))
+    return response.text, record
+
+
+async def test_a_chat_chunk_the_translation_cannot_read_is_not_forwarded_into_the_messages_stream(tmp_path):
+    text, record = await _messages_stream(tmp_path, [[1], _chunk({"role": "assistant", "content": ""}),
+                                                     _chunk({"content": "hi"}), _chunk({}, "stop")])
+    data = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    assert all(isinstance(d, dict) and "type" in d for d in data), data
+    assert data[0]["type"] == "message_start" and record["response"]["content"] == [{"type": "text", "text": "hi"}]
+    assert any("stream event 0" in note for note in record["notes"])
+
+
+async def test_text_in_the_first_chat_chunk_reaches_the_messages_answer(tmp_path):
+    text, record = await _messages_stream(tmp_path, [_chunk({"role": "assistant", "content": "Hel"}),
+                                                     _chunk({"content": "lo"}), _chunk({}, "stop")])
+    assert record["response"]["content"] == [{"type": "text", "text": "Hello"}]
+    assert '"text":"Hel"' in text
+
+
+def _native_stream_upstream(events: list[dict]) -> object:
+    """A Messages-only server (no chat endpoint) that streams `events`, and nothing after."""
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def messages(request):
+        text = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+        return Response(text, media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
+
+
+_NATIVE_START = {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                                                       "model": "m", "content": [], "usage": {"input_tokens": 5}}}
+
+
+async def _native_stream(tmp_path: Path, events: list[dict]) -> tuple[str, list[dict]]:
+    from proxy_fakes import serve
+
+    async with serve(_native_stream_upstream(events)) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+            async with httpx.AsyncClient(timeout=10) as client:
+                response = await client.post(messages_url(proxy), json={**BODY, "stream": True})
+    return response.text, valid(read_trace(proxy.trace_path()))
+
+
+async def test_a_native_messages_stream_with_an_event_of_odd_shape_is_recorded_as_it_came(tmp_path):
+    odd = {"type": "content_block_start", "index": [0], "content_block": {"type": "text", "text": ""}}
+    text, records = await _native_stream(tmp_path, [_NATIVE_START, odd, {"type": "message_stop"}])
+    (record,) = records
+    assert isinstance(record["response"], str) and '"index": [0]' in record["response"]
+    assert any("could not be assembled" in note for note in record["notes"])
+    assert "api_error" not in text
+
+
+async def test_a_native_messages_stream_that_ends_before_message_stop_is_recorded_as_cut_short(tmp_path):
+    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}
+    _, (record,) = await _native_stream(tmp_path, [_NATIVE_START, delta])
+    assert record["error"]["kind"] == "upstream_disconnect" and "message_stop" in record["error"]["message"]
+
+
+async def test_an_error_in_the_chat_stream_reaches_the_harness_as_an_anthropic_error_event(tmp_path):
+    error = {"error": {"object": "error", "message": "engine died", "type": "InternalServerError", "code": 500}}
+    text, record = await _messages_stream(tmp_path, [_chunk({"role": "assistant", "content": ""}),
+                                                     _chunk({"content": "Hel"}), error])
+    events = [line[7:] for line in text.splitlines() if line.startswith("event: ")]
+    assert events[-1] == "error" and "message_delta" not in events, events
+    last = json.loads([line for line in text.splitlines() if line.startswith("data: ")][-1][6:])
+    assert last == {"type": "error", "error": {"type": "api_error", "message": "engine died"}}
+    assert record["error"]["kind"] == "upstream_status"

@@ -132,3 +132,75 @@ async def test_the_openai_agents_sdk_with_its_default_responses_api_is_captured_
     document = export_rollout(records, session_id="agents", capture_level="tokens")
     agent_seqs = [s for s in document["sequences"] if s["role"] == "agent"]
     assert len(agent_seqs) == 1 and agent_seqs[0]["n_turns"] == 2
+
+
+def _responses_upstream(answer: dict[str, Any] | None = None, events: list[dict[str, Any]] | None = None):
+    """A model server whose `/v1/responses` answers with `answer`, or streams `events` (and nothing after)."""
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def responses(request):
+        if events is not None:
+            text = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+            return Response(text, media_type="text/event-stream")
+        return Response(json.dumps(answer), media_type="application/json")
+
+    return Starlette(routes=[Route("/v1/responses", responses, methods=["POST"])])
+
+
+def _answer(output_ids: list[Any]) -> dict[str, Any]:
+    return {"id": "resp_1", "object": "response", "status": "completed", "model": "m",
+            "output": [{"type": "message", "id": "m1", "role": "assistant", "status": "completed",
+                        "content": [{"type": "output_text", "text": "hi", "annotations": []}]}],
+            "input_messages": [{"type": "raw_message_tokens", "message": "", "tokens": [1, 2, 3]}],
+            "output_messages": [{"type": "raw_message_tokens", "message": "", "tokens": output_ids}],
+            "usage": {"input_tokens": 3, "output_tokens": len(output_ids), "total_tokens": 3 + len(output_ids)}}
+
+
+async def _one_record(tmp_path: Path, app: Any, body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    import httpx
+    from proxy_fakes import serve
+
+    async with serve(app) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+            async with httpx.AsyncClient(timeout=10) as client:
+                reply = await client.post(proxy.base_url + "/responses", json=body)
+    (record,) = read_trace(proxy.trace_path())
+    assert schema_errors(record, "trace_record") == []
+    return reply, record
+
+
+async def test_responses_token_ids_that_are_not_integers_are_ignored_and_named(tmp_path):
+    reply, record = await _one_record(tmp_path, _responses_upstream(_answer(["a", None, 1.5, True])),
+                                      {"model": "m", "input": "hello"})
+    assert reply.status_code == 200
+    assert record["completion_token_ids"] is None and record["capture_level"] == "text"
+    assert any("output_messages" in note and "not integers" in note for note in record["notes"])
+
+
+async def test_a_responses_stream_that_ends_before_its_final_event_is_recorded_as_cut_short(tmp_path):
+    started = {**_answer([7, 8]), "status": "in_progress", "output": [], "input_messages": None,
+               "output_messages": None}
+    events = [{"type": "response.created", "response": started},
+              {"type": "response.output_text.delta", "delta": "hi", "item_id": "m1", "output_index": 0,
+               "content_index": 0, "logprobs": []}]
+    _, record = await _one_record(tmp_path, _responses_upstream(events=events),
+                                  {"model": "m", "input": "hello", "stream": True})
+    assert record["error"]["kind"] == "upstream_disconnect"
+    assert "response.completed" in record["error"]["message"]
+
+
+async def test_an_answer_that_is_not_a_json_object_is_recorded_with_a_note_naming_it(tmp_path):
+    reply, record = await _one_record(tmp_path, _responses_upstream([1, 2]), {"model": "m", "input": "hello"})
+    assert reply.json() == [1, 2] and record["response"] == [1, 2]
+    assert record["capture_level"] == "none"
+    assert any("not a JSON object" in note for note in record["notes"])
+
+
+async def test_responses_logprobs_that_are_not_numbers_are_named_as_such(tmp_path):
+    answer = _answer([7])
+    answer["output"][0]["content"][0]["logprobs"] = [{"token": "hi", "logprob": "high", "bytes": [], "top_logprobs": []}]
+    _, record = await _one_record(tmp_path, _responses_upstream(answer), {"model": "m", "input": "hello"})
+    assert record["per_token_logps"] is None and record["completion_token_ids"] == [7]
+    assert any("not all numbers" in note for note in record["notes"]), record["notes"]

@@ -7,6 +7,7 @@ import hashlib
 import json
 import http.client
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -326,3 +327,63 @@ def test_a_viewer_served_on_a_named_address_answers_that_host_and_loopback_names
     assert client.get("/api/info", headers={"Host": "192.0.2.7:8080"}).status_code == 200
     assert client.get("/api/info", headers={"Host": "localhost:8080"}).status_code == 200
     assert client.get("/api/info", headers={"Host": "evil.example"}).status_code == 400
+
+
+def test_a_rollout_whose_text_holds_a_lone_surrogate_is_served_with_it_as_an_escape(oddity_tree):
+    from viewer_fixtures import LONE_SURROGATE
+
+    with serve_in_thread(lambda: viewer_server(oddity_tree), name="viewer-oddity") as server:
+        reply = httpx.get(server.url + "api/rollout", params={"id": "rollout-000"})
+    assert reply.status_code == 200, reply.text
+    assert b"\\ud800" in reply.content
+    texts = [m["content"] or "" for conv in reply.json()["conversations"] for m in conv["messages"]]
+    assert any(text.startswith(LONE_SURROGATE) for text in texts)
+
+
+def test_the_export_writes_a_rollout_whose_text_holds_a_lone_surrogate_as_an_escape(oddity_tree, tmp_path):
+    result = export_static(oddity_tree, tmp_path / "site")
+    assert result["rollouts"] == 2
+    data = [p.read_text(encoding="utf-8") for p in (tmp_path / "site" / "data").glob("r?.js")]
+    assert any("\\ud800" in text for text in data)
+
+
+def test_validation_errors_in_the_index_and_a_page_name_no_path_of_this_machine(hostile_viewer, hostile_tree):
+    index = httpx.get(hostile_viewer.url + "api/index").text
+    page = httpx.get(hostile_viewer.url + "api/rollout", params={"id": "rollout-001"})
+    assert "rollout.json" in page.json()["errors"][0]
+    assert str(hostile_tree) not in index and str(hostile_tree) not in page.text
+
+
+def test_an_export_names_no_path_of_this_machine(hostile_tree, tmp_path):
+    export_static(hostile_tree, tmp_path / "site")
+    leaked = [p.name for p in (tmp_path / "site" / "data").iterdir() if str(hostile_tree) in p.read_text("utf-8")]
+    assert leaked == []
+
+
+def test_the_graph_of_a_folder_that_fails_validation_has_no_edge_to_a_missing_node(demo_folders, tmp_path):
+    from rollout_dataset.viewer.app import load_view
+    from rollout_dataset.viewer.sources import open_source
+
+    shutil.copytree(demo_folders[0] / "rollout-000", tmp_path / "rollout-000")
+    task = json.loads((tmp_path / "rollout-000" / "task.json").read_text())
+    (tmp_path / "rollout-000" / "task.json").write_text(json.dumps(dict(task, task_id="another-task")))
+    _, view, _ = load_view(open_source(tmp_path), "rollout-000")
+    assert view["errors"]
+    nodes = {node["id"] for node in view["graph"]["nodes"]}
+    assert all(a in nodes and b in nodes for a, b in view["graph"]["edges"])
+
+
+def test_an_export_names_a_token_window_it_cannot_read_and_goes_on(demo_folders, tmp_path):
+    import pyarrow as pa
+
+    dataset = tmp_path / "dataset"
+    shutil.copytree(demo_folders[1], dataset)
+    (shard,) = (dataset / "data" / "sequences").glob("*.parquet")
+    table = pq.read_table(shard)
+    rows = table.to_pylist()
+    rows[0]["input_ids"][3] = None  # a corrupt shard: a null token id
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), shard)
+    result = export_static(dataset, tmp_path / "site")
+    assert result["rollouts"] == 3
+    windows = [p.read_text("utf-8") for p in (tmp_path / "site" / "data").glob("r*-s*-w*.js")]
+    assert sum("TypeError" in text for text in windows) == 1

@@ -249,3 +249,71 @@ def test_a_tokenizer_named_by_a_rollout_is_neither_fetched_nor_read_from_outside
             _, err = proc.communicate(timeout=30)
         assert hub.requests == [], "the viewer asked the Hub for a tokenizer a rollout named"
     assert proc.returncode == 0 and "Traceback" not in err
+
+
+def test_an_export_opens_a_rollout_whose_id_is_a_javascript_object_key(browser, oddity_tree, tmp_path):
+    out = tmp_path / "site"
+    export_static(oddity_tree, out)
+    context = browser.new_context(offline=True)
+    page = context.new_page()
+    _ready(page, (out / "rollout.html").as_uri() + "?id=__proto__")
+    assert page.locator("#title").inner_text().endswith("__proto__")
+    assert page.locator(".tokens .tok").count() == int(page.locator("#total-tokens").get_attribute("data-value")) > 0
+    context.close()
+
+
+_LEFT_EDGES = """(id) => {
+  const walker = document.createTreeWalker(document.getElementById("title"), NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const at = node.data.indexOf(id);
+    if (at < 0) continue;
+    const edge = (i) => { const r = document.createRange(); r.setStart(node, i); r.setEnd(node, i + 1); return r.getBoundingClientRect().left; };
+    return [edge(at), edge(at + id.length - 1)];
+  }
+  return null;
+}"""
+
+
+def test_a_right_to_left_override_in_rollout_text_does_not_reorder_the_rollout_id_after_it(page, oddity_tree):
+    from viewer_fixtures import RIGHT_TO_LEFT_TITLE
+
+    with serve_in_thread(lambda: viewer_server(oddity_tree), name="viewer-browser-oddity") as server:
+        _ready(page, server.url + "rollout.html?id=__proto__")
+        assert RIGHT_TO_LEFT_TITLE in page.locator("#title").text_content()
+        first, last = page.evaluate(_LEFT_EDGES, "__proto__")
+    assert first < last, "the id's first character is drawn left of its last"
+
+
+@pytest.mark.parametrize("mode", ["served", "exported"])
+def test_the_index_names_a_summary_shard_it_could_not_read(browser, demo_folders, tmp_path, mode):
+    dataset = tmp_path / "dataset"
+    shutil.copytree(demo_folders[1], dataset)
+    (dataset / "data" / "summary" / "zzz-broken.parquet").write_bytes(b"not parquet")
+    page = browser.new_page()
+    if mode == "exported":
+        export_static(dataset, tmp_path / "site")
+        _ready(page, (tmp_path / "site" / "index.html").as_uri())
+        page.wait_for_selector("body[data-loaded]", timeout=20_000)
+        status = page.locator("#status").inner_text()
+    else:
+        with serve_in_thread(lambda: viewer_server(dataset), name="viewer-browser-broken") as server:
+            _ready(page, server.url)
+            page.wait_for_selector("body[data-loaded]", timeout=20_000)
+            status = page.locator("#status").inner_text()
+    assert page.locator("a.rollout-link").count() == 3
+    assert "index stopped" in status and "zzz-broken.parquet" in status
+    page.close()
+
+
+def test_a_token_holding_a_right_to_left_override_does_not_reorder_the_tokens_after_it(page, dataset_url, demo_folders):
+    # no tokenizer the tests ship decodes one id to U+202E, so the page's own token spans are given one
+    summary = pq.read_table(demo_folders[1] / "data" / "summary").to_pylist()[0]
+    _ready(page, dataset_url + "rollout.html?id=" + summary["rollout_id"])
+    first, second = page.evaluate("""() => {
+      const box = document.querySelector(".tokens");
+      const token = (text) => el("span", "tok m1 lp0", text);
+      const tokens = [token("\\u202e"), token("AB"), token("CD")];
+      box.prepend(...tokens);
+      return [tokens[1].getBoundingClientRect().left, tokens[2].getBoundingClientRect().left];
+    }""")
+    assert first < second, "the token after the override is drawn left of the one that follows it"

@@ -84,3 +84,28 @@ def crafter_tree(tmp_path_factory) -> Path:
                                                       area=(32, 32)))
     assert result.ok
     return root
+
+
+LONE_SURROGATE = "lone \ud800 surrogate"
+RIGHT_TO_LEFT_TITLE = "title \u202e"  # a right-to-left override, never closed
+
+
+@pytest.fixture(scope="session")
+def oddity_tree(demo_folders, tmp_path_factory) -> Path:
+    """A copy of two demo artifact folders: ``rollout-000`` whose answers hold a lone surrogate (a
+    harness may send one; the trace keeps it as its escape), and one folder named ``__proto__`` whose
+    task title opens a right-to-left override."""
+    from rollout_dataset.trace_integrity import reseal
+
+    root = tmp_path_factory.mktemp("viewer-oddity") / "tree"
+    shutil.copytree(demo_folders[0] / "rollout-000", root / "rollout-000")
+    shutil.copytree(demo_folders[0] / "rollout-001", root / "__proto__")
+    trace_file = root / "rollout-000" / "trace.json"
+    trace = json.loads(trace_file.read_text())
+    for call in trace["calls"]:
+        message = call["response"]["choices"][0]["message"]
+        message["content"] = LONE_SURROGATE + (message.get("content") or "")
+    trace_file.write_text(json.dumps(reseal(trace)))  # ASCII: the surrogate stays the escape \ud800
+    task_file = root / "__proto__" / "task.json"
+    task_file.write_text(json.dumps(dict(json.loads(task_file.read_text()), title=RIGHT_TO_LEFT_TITLE)))
+    return root

@@ -52,13 +52,15 @@ class CallRecorder:
         ok = call.error is None or call.error["kind"] in ("client_disconnect", "upstream_disconnect",
                                                           "upstream_timeout")
         response = answer.body
-        if asked.kind == "messages" and isinstance(response, str):  # a native Messages stream, as it came
-            response = assemble_events(response) or response
         try:
+            if asked.kind == "messages" and isinstance(response, str):  # a native Messages stream, as it came
+                response = assemble_events(response) or response
             fields = token_fields(response if ok else None, asked.kind)
         except Exception as exc:  # noqa: BLE001 - an answer of unexpected shape: recorded as it came, without token fields
             fields = token_fields(None, asked.kind)
-            fields["notes"] = [f"no token fields: the answer has an unexpected shape ({type(exc).__name__}: {exc})"]
+            what = "the stream could not be assembled" if isinstance(response, str) else "no token fields"
+            fields["notes"] = [f"{what}: the answer has an unexpected shape ({type(exc).__name__}: {exc}); "
+                               "recorded as it came"]
         record: dict[str, Any] = {
             "schema_version": 1,
             "index": call.index,

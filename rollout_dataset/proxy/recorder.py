@@ -467,7 +467,10 @@ def chained_line(record: dict[str, Any], raw: dict[str, bytes] | None, nonfinite
     except TypeError:  # big ints, lone surrogates or deep nesting: see what it is
         _flatten_too_deep(record, raw)
         digest_bytes = canonical_bytes(record)
-    line = encode_record({k: v for k, v in record.items() if k not in raw}, nonfinite)
+    unspliced = record.copy()  # a copy and a pop each: cheaper than a comprehension over every field
+    for key in raw:
+        unspliced.pop(key, None)
+    line = encode_record(unspliced, nonfinite)
     if raw:
         parts = [line[:-1]]
         for key, value in raw.items():

@@ -134,12 +134,18 @@ class ResponsesAssembler:
             if event.get("type") in _FINAL_EVENTS:
                 self._final = event["response"]
 
+    @property
+    def finished(self) -> bool:
+        """Whether a final event (``response.completed`` / ``.incomplete`` / ``.failed``) came."""
+        return self._final is not None
+
     def response(self) -> dict[str, Any] | None:
         """The final response object (the last one seen when the stream ended early)."""
         return self._final if self._final is not None else self._latest
 
 
-def _ids_of(messages: Any) -> list[int] | None:
+def _ids_of(messages: Any, field: str, notes: list[str]) -> list[int] | None:
+    """The token ids of `input_messages` / `output_messages`, or None (with a note when they are not integers)."""
     if not isinstance(messages, list) or not messages:
         return None
     ids: list[int] = []
@@ -148,6 +154,9 @@ def _ids_of(messages: Any) -> list[int] | None:
         if not isinstance(tokens, list):
             return None
         ids.extend(tokens)
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        notes.append(f"{field} tokens are not integers; ignored")
+        return None
     return ids
 
 
@@ -175,8 +184,8 @@ def responses_token_fields(response: dict[str, Any], out: dict[str, Any]) -> dic
         out["finish_reason"] = "stop"
     else:
         out["finish_reason"] = response.get("status")
-    out["prompt_token_ids"] = _ids_of(response.get("input_messages"))
-    out["completion_token_ids"] = _ids_of(response.get("output_messages"))
+    out["prompt_token_ids"] = _ids_of(response.get("input_messages"), "input_messages", notes)
+    out["completion_token_ids"] = _ids_of(response.get("output_messages"), "output_messages", notes)
     if out["prompt_token_ids"] is not None and out["completion_token_ids"] is not None:
         out["capture_level"] = "tokens"
         out["token_source"] = "response_messages"
@@ -197,6 +206,8 @@ def responses_token_fields(response: dict[str, Any], out: dict[str, Any]) -> dic
             notes.append(f"output-text logprobs cover {len(values)} of {len(ids)} output tokens (a vLLM Responses "
                          "stream sends none for tokens that add no text of their own: the end-of-sequence token, "
                          "a function call's tokens, bytes of an unfinished character); per_token_logps left null")
+    elif values:
+        notes.append("the server's output-text logprobs are not all numbers; per_token_logps left null")
     elif ids:
         notes.append("the server returned no output-text logprobs for these output tokens; per_token_logps left null")
     if isinstance(usage, dict) and ids is not None and isinstance(usage.get("output_tokens"), int) \

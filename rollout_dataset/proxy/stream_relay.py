@@ -28,7 +28,7 @@ from rollout_dataset.proxy.jsoncodec import dumps_event, has_digit_run, loads_ev
 from rollout_dataset.proxy.responses_capture import ResponsesAssembler
 from rollout_dataset.proxy.streaming import StreamAssembler
 from rollout_dataset.proxy.tokens import TokenRequest, strip_response
-from rollout_dataset.wire.anthropic_chat import ChatStreamToMessages, encode_events
+from rollout_dataset.wire.anthropic_chat import ChatStreamToMessages, encode_events, stream_end_problem
 from rollout_dataset.wire.sse import encode_event
 
 __all__ = ["StreamRelay", "frame", "frame_json", "plain_utf8"]
@@ -76,6 +76,11 @@ class StreamRelay:
             answer.body = bytes(kept).decode("utf-8", errors="replace") if kept else None
             raise
         answer.body = bytes(kept).decode("utf-8", errors="replace") if kept else None
+        if call.asked.kind == "messages" and answer.status < 400 and len(kept) < RAW_RECORD_CAP and \
+                answer.upstream_headers.get("content-encoding", "identity").strip().lower() == "identity":
+            problem = stream_end_problem(answer.body or "")  # a native Messages stream, kept whole
+            if problem is not None:
+                call.fail(problem[0], f"{problem[1]} ({url})")
         failure = self.record.finish(call)
         tail = b"" if failure is None else call_error_event(call, 500, unrecorded_message(failure), "record_write_failed")
         delivery.ended = True
@@ -153,6 +158,10 @@ class StreamRelay:
                             edited = strip_response(chunk, token_req) if strip else None
                         except Exception as exc:  # noqa: BLE001 - unexpected types: forwarded as is, kept raw for the record
                             edited = None
+                            if translator is not None:  # a chat chunk has no place in a Messages stream
+                                call.notes.append(f"stream event {len(raw_events) - 1} has an unexpected shape "
+                                                  f"({type(exc).__name__}: {exc}); left out of the Messages stream")
+                                continue
                             call.notes.append(f"stream event {len(raw_events) - 1} has an unexpected shape "
                                               f"({type(exc).__name__}: {exc}); forwarded as is")
                         if edited is not None:
@@ -175,8 +184,11 @@ class StreamRelay:
             raise
         if assembler.errors:
             call.fail("upstream_status", f"the model server sent an error event: {str(assembler.errors[0])[:500]}")
+        if isinstance(assembler, ResponsesAssembler) and not assembler.finished:
+            call.fail("upstream_disconnect", f"the model server at {url} ended the Responses stream before its final "
+                                             "event (response.completed, .incomplete or .failed)")
         if translator is not None:
-            if not tail:  # the stream ended without [DONE]: the harness is told, in its API
+            if not tail and not translator.failed:  # the stream ended without [DONE]: the harness is told, in its API
                 message = f"the model server at {url} ended the stream before it was complete"
                 call.fail("upstream_disconnect", message)
                 tail = call_error_event(call, 502, message, "upstream_disconnect")

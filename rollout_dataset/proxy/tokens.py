@@ -9,12 +9,11 @@ form ``token_id:N``. Ids are never re-rendered from text here.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from rollout_dataset.proxy.responses_capture import prepare_responses, responses_token_fields, strip_responses
-from rollout_dataset.proxy.jsoncodec import dumps_standard
+from rollout_dataset.proxy.jsoncodec import dumps_standard, encode_record
 
 __all__ = [
     "GENERATION_ENDPOINTS",
@@ -107,7 +106,7 @@ def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes,
     if all(key not in parsed for key in changes):
         stripped = raw.rstrip()
         if stripped.endswith(b"}"):
-            extra = json.dumps(changes, separators=(",", ":")).encode()[1:-1]
+            extra = encode_record(changes)[1:-1]  # compact, as the standard encoder writes these names and numbers
             head = stripped[:-1].rstrip()
             sep = b"" if head.endswith(b"{") else b","
             return TokenRequest(kind, asked_ids, asked_logprobs, changes, head + sep + extra + b"}")
@@ -261,6 +260,9 @@ def token_fields(response: Any, kind: str | None) -> dict[str, Any]:
         "notes": [],
     }
     if kind is None or not isinstance(response, dict):
+        if kind is not None and response is not None and not isinstance(response, str):  # text: noted where read
+            out["notes"].append(f"the answer is a JSON {type(response).__name__}, not a JSON object; "
+                                "no token fields read")
         return out
     if kind == "responses":
         return responses_token_fields(response, out)

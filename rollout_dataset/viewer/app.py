@@ -26,14 +26,16 @@ from typing import Any, Iterator
 from starlette.applications import Starlette
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, Response
+from starlette.responses import JSONResponse as _StarletteJSONResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from rollout_dataset.viewer.sources import RolloutNotFound, RolloutSource
-from rollout_dataset.viewer.views import MAX_WINDOW, index_record, rollout_view, token_window
+from rollout_dataset.viewer.views import MAX_WINDOW, index_record, page_json, rollout_view, token_window
 
-__all__ = ["build_app", "static_dir", "PAGES", "IndexScan", "SECURITY_HEADERS", "CONTENT_SECURITY_POLICY", "load_view"]
+__all__ = ["build_app", "static_dir", "PAGES", "IndexScan", "SECURITY_HEADERS", "CONTENT_SECURITY_POLICY", "load_view",
+           "error_view"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,14 @@ SECURITY_HEADERS = {"content-security-policy": CONTENT_SECURITY_POLICY, "x-conte
 PAGES = ("index.html", "rollout.html")
 """The viewer's pages (in `static_dir`): served by the app, copied by the static export."""
 _DEFAULT_PAGE = 200
+
+
+class JSONResponse(_StarletteJSONResponse):
+    """A JSON answer written by `page_json` (a lone surrogate as its escape, NaN as null), never a 500."""
+
+    def render(self, content: Any) -> bytes:
+        """The body's bytes (UTF-8)."""
+        return page_json(content).encode("utf-8")
 
 
 def static_dir() -> Path:
@@ -60,6 +70,7 @@ class IndexScan:
     """
 
     def __init__(self, source: RolloutSource) -> None:
+        self._source = source
         self._rows: list[dict[str, Any]] = []
         self._iter: Iterator[dict[str, Any]] | None = source.index_rows()
         self._lock = threading.Lock()
@@ -78,12 +89,15 @@ class IndexScan:
         with self._lock:
             while self._iter is not None and len(self._rows) < offset + limit:
                 try:
-                    self._rows.append(index_record(next(self._iter)))
+                    row = index_record(next(self._iter))
+                    if isinstance(row["error"], str):
+                        row["error"] = self._source.shown(row["error"])
+                    self._rows.append(row)
                 except StopIteration:
                     self._iter = None
                 except Exception as exc:  # noqa: BLE001 - a broken shard: the rows read so far stay listed
                     log.warning("index scan stopped: %s", exc)
-                    self.error = f"{type(exc).__name__}: {exc}"
+                    self.error = self._source.shown(f"{type(exc).__name__}: {exc}")
                     self._iter = None
             return self._rows[offset:offset + limit], self._iter is None and offset + limit >= len(self._rows)
 
@@ -103,7 +117,8 @@ def load_view(source: RolloutSource, rid: str) -> tuple[dict[str, Any], dict[str
         rid: the rollout id.
 
     Returns:
-        ``(loaded, view, tokenizer)``.
+        ``(loaded, view, tokenizer)``; the view's errors name the root by its name, not its path
+        (`RolloutSource.shown`).
 
     Raises:
         RolloutNotFound: no such rollout.
@@ -111,7 +126,23 @@ def load_view(source: RolloutSource, rid: str) -> tuple[dict[str, Any], dict[str
     loaded = source.rollout_rows(rid)
     tokenizer, note = source.tokenizer(source.tokenizer_spec(loaded["rows"])) if loaded["rows"].get("sequences") \
         else (None, None)
-    return loaded, rollout_view(loaded, rid, note), tokenizer
+    view = rollout_view(loaded, rid, source.shown(note) if note else None)
+    view["errors"] = [source.shown(str(error)) for error in view["errors"]]
+    return loaded, view, tokenizer
+
+
+def error_view(source: RolloutSource, rid: str, exc: BaseException) -> dict[str, Any]:
+    """The page data of a rollout that could not be read: its id and the error (no path of this machine).
+
+    Args:
+        source: the rollout source.
+        rid: the rollout id.
+        exc: what went wrong.
+
+    Returns:
+        ``{"id", "errors"}``.
+    """
+    return {"id": rid, "errors": [source.shown(f"{type(exc).__name__}: {exc}")]}
 
 
 def _int(request: Request, name: str, default: int, low: int = 0, high: int = 1 << 31) -> int:
@@ -147,11 +178,9 @@ def build_app(source: RolloutSource, host: str | None = None) -> Any:
         An ASGI app: the Starlette routes behind a GET-only guard that adds `SECURITY_HEADERS`
         (serve it with `rollout_dataset.server_runner`).
     """
-    root_text = str(source.root)
-
     def not_found(what: str) -> JSONResponse:
         """A 404 that names the rollout, never a path of this machine (the root shows as its name)."""
-        return _not_found(what.replace(root_text, source.root.name))
+        return _not_found(source.shown(what))
 
     scan = IndexScan(source)
     pages = static_dir()
@@ -182,7 +211,7 @@ def build_app(source: RolloutSource, host: str | None = None) -> Any:
             return not_found(f"no rollout {rid!r}")
         except Exception as exc:  # shown in the page, never a dead server
             log.exception("rollout %s", rid)
-            view = {"id": rid, "errors": [f"{type(exc).__name__}: {exc}"]}
+            view = error_view(source, rid, exc)
         return JSONResponse(view)
 
     async def tokens(request: Request) -> Response:
@@ -200,7 +229,7 @@ def build_app(source: RolloutSource, host: str | None = None) -> Any:
             return not_found(str(exc))
         except Exception as exc:  # named in the page, the server keeps serving
             log.exception("tokens of %s", rid)
-            return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=500)
+            return JSONResponse({"error": source.shown(f"{type(exc).__name__}: {exc}")}, status_code=500)
 
     app = Starlette(routes=[
         Route("/", page), Route("/index.html", page), Route("/rollout.html", page),

@@ -16,9 +16,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rollout_dataset.viewer.app import PAGES, IndexScan, load_view, static_dir
+from rollout_dataset.viewer.app import PAGES, IndexScan, error_view, load_view, static_dir
 from rollout_dataset.viewer.sources import open_source
-from rollout_dataset.viewer.views import token_window
+from rollout_dataset.viewer.views import page_json, token_window
 
 __all__ = ["export_static", "EXPORT_WINDOW"]
 
@@ -29,19 +29,11 @@ EXPORT_WINDOW = 2048
 
 
 def _write_data(folder: Path, name: str, key: str, payload: Any) -> None:
-    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
+    """One data script: ``RD_DATA(key, "<JSON text>")``. The payload goes as a string the page hands to
+    ``JSON.parse``, never as an object literal, which would take a key ``__proto__`` (a rollout id, a
+    harness's field) for the object's prototype and drop it."""
+    text = json.dumps(page_json(payload), ensure_ascii=False)
     (folder / name).write_text(f"RD_DATA({json.dumps(key)},{text});\n", encoding="utf-8")
-
-
-def _finite(value: Any) -> Any:
-    """NaN and infinities (JSON has none) as None."""
-    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
 
 
 def export_static(path: str | Path, out: str | Path) -> dict[str, Any]:
@@ -71,22 +63,27 @@ def export_static(path: str | Path, out: str | Path) -> dict[str, Any]:
     for page in PAGES:
         html = (assets / page).read_text(encoding="utf-8")
         (out / page).write_text(html.replace('content="server"', 'content="export"'), encoding="utf-8")
-    rows = IndexScan(source).all()
+    scan = IndexScan(source)
+    rows = scan.all()
     ids = {row["id"]: n for n, row in enumerate(rows)}
     _write_data(data, "info.js", "info", {"kind": source.kind, "name": source.root.name, "exported": True})
-    _write_data(data, "index.js", "index", _finite({"rows": rows, "done": True}))
+    _write_data(data, "index.js", "index", {"rows": rows, "done": True, "error": scan.error})
     _write_data(data, "ids.js", "ids", ids)
     for rid, n in ids.items():
         try:
             loaded, view, tokenizer = load_view(source, rid)
         except Exception as exc:  # noqa: BLE001 - shown in the exported page, as the server would
-            loaded, view, tokenizer = None, {"id": rid, "errors": [f"{type(exc).__name__}: {exc}"]}, None
-        _write_data(data, f"r{n}.js", "rollout", _finite(view))
+            loaded, view, tokenizer = None, error_view(source, rid, exc), None
+        _write_data(data, f"r{n}.js", "rollout", view)
         if loaded is None:  # the error view above: no sequences
             continue
         for seq in view.get("sequences") or []:
             for w, start in enumerate(range(0, seq["n_tokens"], EXPORT_WINDOW)):
-                window = token_window(loaded, seq["index"], start, EXPORT_WINDOW, tokenizer)
-                _write_data(data, f"r{n}-s{seq['index']}-w{w}.js", f"t{seq['index']}-{start}", _finite(window))
+                try:
+                    window = token_window(loaded, seq["index"], start, EXPORT_WINDOW, tokenizer)
+                except Exception as exc:  # noqa: BLE001 - a corrupt row: the page names it, as the server's 500 does
+                    log.warning("rollout %s, sequence %s, tokens from %d: %s", rid, seq["index"], start, exc)
+                    window = {"error": source.shown(f"{type(exc).__name__}: {exc}")}
+                _write_data(data, f"r{n}-s{seq['index']}-w{w}.js", f"t{seq['index']}-{start}", window)
     log.debug("exported %d rollouts to %s", len(ids), out)
     return {"folder": str(out), "index": str(out / "index.html"), "rollouts": len(ids)}

@@ -109,6 +109,18 @@ class RolloutSource:
         """Yield one index record per rollout (see `SUMMARY_FIELDS`)."""
         raise NotImplementedError
 
+    def shown(self, text: str) -> str:
+        """A message for a page: the root's path written as its name (a page, or an export uploaded
+        beside the dataset, names no path of this machine).
+
+        Args:
+            text: an error or validation message.
+
+        Returns:
+            The message with every occurrence of the root's path replaced by the root's name.
+        """
+        return text.replace(str(self.root), self.root.name)
+
     def _load_rollout(self, rid: str) -> dict[str, Any]:
         raise NotImplementedError
 

@@ -15,6 +15,7 @@ All text stays data: the front end inserts it with ``textContent``, never as HTM
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rollout_dataset.reasoning import THINK_CLOSE, THINK_OPEN
@@ -22,10 +23,41 @@ from rollout_dataset.reasoning import THINK_CLOSE, THINK_OPEN
 #: Harmony's markers of an analysis message (`<|channel|>analysis<|message|>...<|end|>`)
 HARMONY_CHANNEL, HARMONY_ANALYSIS_NAME, HARMONY_END = "<|channel|>", "analysis", "<|end|>"
 
-__all__ = ["index_record", "reasoning_positions", "rollout_view", "token_window", "MAX_WINDOW"]
+__all__ = ["index_record", "page_json", "reasoning_positions", "rollout_view", "token_window", "MAX_WINDOW"]
 
 #: the most tokens one window request returns.
 MAX_WINDOW = 4096
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities (JSON has none) as None, at any depth."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def page_json(value: Any) -> str:
+    """The JSON text the pages read (the server's API and the static export alike).
+
+    Rollout text may hold a lone surrogate (a harness can send one as an escape; the trace keeps it),
+    which UTF-8 cannot hold: it is written as its ``\\uXXXX`` escape, which the page's ``JSON.parse``
+    reads back as the same code unit. NaN and infinities, which JSON has not, become null.
+
+    Args:
+        value: a JSON-ready value (anything else is written as its ``str``).
+
+    Returns:
+        The JSON text, every character of it encodable as UTF-8.
+    """
+    text = json.dumps(_finite(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _share(continuity: Any) -> float | None:
@@ -104,6 +136,8 @@ def _graph(trace: list[dict[str, Any]], sequences: list[dict[str, Any]], calls_d
                 discarded.add(index)
             elif turn.get("role"):
                 roles.setdefault(index, turn["role"])
+    known = {t["call_index"] for t in trace}  # a folder that fails validation may have calls but no trace
+    edges = {(a, b) for a, b in edges if a in known and b in known}
     children = {a for a, _ in edges}
     has_parent = {b for _, b in edges}
     nodes = []

@@ -47,6 +47,7 @@ __all__ = [
     "encode_events",
     "anthropic_error_type",
     "stop_reason",
+    "stream_end_problem",
     "usage",
 ]
 
@@ -428,6 +429,7 @@ class ChatStreamToMessages:
         self._tool_ids: dict[int, str] = {}
         self._blocks: list[dict[str, Any]] = []
         self._message: dict[str, Any] = {}
+        self.failed = False  # an error chunk came: its `error` event was the stream's last
 
     def _start(self, block: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         self._type = block["type"]
@@ -477,13 +479,27 @@ class ChatStreamToMessages:
 
         Returns:
             ``(event_name, data)`` pairs.
+
+        Raises:
+            TypeError: the chunk is not a JSON object (nothing is sent for it; the next chunk opens
+                the message).
         """
+        if not isinstance(chunk, dict):
+            raise TypeError(f"a chat chunk is a JSON {type(chunk).__name__}, not an object")
+        if self.failed:
+            return []
+        if "error" in chunk and "choices" not in chunk:  # the server failed mid-stream: tell the harness, end
+            self.failed = True
+            return ([] if self._first else self._stop_and_flush()) + [("error", _stream_error(chunk["error"]))]
         if self._first:
             self._first = False
             self._message = {"id": chunk.get("id"), "type": "message", "role": "assistant", "content": [],
                              "model": chunk.get("model"), "stop_reason": None, "stop_sequence": None,
                              "usage": usage(chunk.get("usage"))}
-            return [("message_start", {"type": "message_start", "message": dict(self._message)})]
+            start = [("message_start", {"type": "message_start", "message": dict(self._message)})]
+            # vLLM's first chunk holds the role only, and vLLM's own layer reads nothing more of it;
+            # an upstream that puts text (or a finish) there would otherwise lose it
+            return start + (self._choice_events(chunk["choices"][0]) if _first_choice(chunk) else [])
         choices = chunk.get("choices") or []
         events: list[tuple[str, dict[str, Any]]]
         if not choices:
@@ -495,8 +511,11 @@ class ChatStreamToMessages:
                                              "delta": {"stop_reason": reason, "stop_sequence": sequence},
                                              "usage": usage(chunk.get("usage"))}))
             return events
-        choice = choices[0]
-        events = []
+        return self._choice_events(choices[0])
+
+    def _choice_events(self, choice: Any) -> list[tuple[str, dict[str, Any]]]:
+        """The events of one chunk's first choice (its delta, its finish)."""
+        events: list[tuple[str, dict[str, Any]]] = []
         if choice.get("finish_reason") is not None:
             self._finish = choice["finish_reason"]
             self._matched = choice.get("stop_reason")
@@ -536,7 +555,10 @@ class ChatStreamToMessages:
         return events
 
     def done(self) -> list[tuple[str, dict[str, Any]]]:
-        """The events at the chat stream's ``[DONE]``: open blocks closed, then ``message_stop``."""
+        """The events at the chat stream's ``[DONE]``: open blocks closed, then ``message_stop`` (none
+        after an error event)."""
+        if self.failed:
+            return []
         return self._stop_and_flush() + [("message_stop", {"type": "message_stop"})]
 
     def message(self) -> dict[str, Any]:
@@ -549,6 +571,24 @@ class ChatStreamToMessages:
                 block["input"] = json.loads(raw) if is_json(raw) else raw
             blocks.append(block)
         return {**self._message, "content": blocks}
+
+
+def _stream_error(error: Any) -> dict[str, Any]:
+    """The Anthropic ``error`` event for a chat stream's error chunk (``{"error": {"message", "code"}}``)."""
+    error = error if isinstance(error, dict) else {"message": error}
+    code = error.get("code")
+    kind = anthropic_error_type(code) if isinstance(code, int) and code >= 400 else "api_error"
+    return anthropic_error(kind, str(error.get("message") or error)[:4000])
+
+
+def _first_choice(chunk: dict[str, Any]) -> bool:
+    """Whether a chunk's first choice carries anything beyond the role (text, reasoning, tool calls, a finish)."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return False
+    delta = choices[0].get("delta") or {}
+    carried = ("content", "reasoning", "reasoning_content", "tool_calls")
+    return choices[0].get("finish_reason") is not None or (isinstance(delta, dict) and any(delta.get(k) for k in carried))
 
 
 def assemble_events(text: str) -> dict[str, Any] | None:
@@ -594,6 +634,29 @@ def assemble_events(text: str) -> dict[str, Any] | None:
             block["input"] = json.loads(raw) if is_json(raw) else raw
         content.append(block)
     return {**message, "content": content}
+
+
+def stream_end_problem(text: str) -> tuple[str, str] | None:
+    """What is wrong with how a Messages SSE stream ended, or None when it reached ``message_stop``.
+
+    Args:
+        text: the whole stream's bytes as text.
+
+    Returns:
+        None, or ``(error kind, message)``: ``upstream_status`` for an ``error`` event,
+        ``upstream_disconnect`` for a stream that stopped before ``message_stop``.
+    """
+    for sse in iter_events(text):
+        try:
+            event = json.loads(sse.data)
+        except ValueError:
+            continue
+        kind = event.get("type") if isinstance(event, dict) else None
+        if kind == "message_stop":
+            return None
+        if kind == "error":
+            return "upstream_status", f"the model server sent an error event: {sse.data[:500]}"
+    return "upstream_disconnect", "the Messages stream ended before its message_stop event"
 
 
 def encode_events(events: Iterable[tuple[str, dict[str, Any]]]) -> bytes:

@@ -7,11 +7,12 @@ const RD = (() => {
   const meta = document.querySelector('meta[name="rd-mode"]');
   const exported = meta && meta.content === "export";
   const waiting = {};
-  // an export's data files call this with their key and payload
-  window.RD_DATA = (key, payload) => {
+  // an export's data files call this with their key and payload's JSON text (never an object
+  // literal, which would take a "__proto__" key for the prototype)
+  window.RD_DATA = (key, text) => {
     const done = waiting[key];
     delete waiting[key];
-    if (done) done.resolve(payload);
+    if (done) done.resolve(JSON.parse(text));
   };
 
   function loadScript(key, file) {
@@ -28,7 +29,7 @@ const RD = (() => {
   let exportIds = null;
   async function exportId(id) {
     if (!exportIds) exportIds = await loadScript("ids", "ids.js");
-    if (!(id in exportIds)) throw new Error("no rollout " + JSON.stringify(id) + " in this export");
+    if (!Object.hasOwn(exportIds, id)) throw new Error("no rollout " + JSON.stringify(id) + " in this export");
     return exportIds[id];
   }
 
@@ -49,9 +50,12 @@ const RD = (() => {
       ? (offset === 0 ? loadScript("index", "index.js") : Promise.resolve({ rows: [], done: true }))
       : api("index", { offset, limit }),
     rollout: async (id) => exported ? loadScript("rollout", "r" + (await exportId(id)) + ".js") : api("rollout", { id }),
-    tokens: async (id, seq, start) => exported
-      ? loadScript("t" + seq + "-" + start, "r" + (await exportId(id)) + "-s" + seq + "-w" + Math.floor(start / WINDOW) + ".js")
-      : api("tokens", { id, seq, start, count: WINDOW }),
+    tokens: async (id, seq, start) => {
+      if (!exported) return api("tokens", { id, seq, start, count: WINDOW });
+      const page = await loadScript("t" + seq + "-" + start, "r" + (await exportId(id)) + "-s" + seq + "-w" + Math.floor(start / WINDOW) + ".js");
+      if (page.error) throw new Error(page.error);  // a window the export could not read, as the server's 500
+      return page;
+    },
     rolloutHref: (id) => "rollout.html?id=" + encodeURIComponent(id),
   };
 })();

@@ -81,16 +81,17 @@ async function main() {
   // regrouping and one render, not one per page)
   const rows = first.rows.slice();
   let done = first.done;
+  let stopped = first.error || null;  // a shard the scan could not read (the rows before it are listed)
   while (!done) {
     status.textContent = "loading… " + rows.length + " rollouts read";
     const page = await RD.indexPage(rows.length, PAGE * 10);
     rows.push(...page.rows);
     done = page.done || page.rows.length === 0;
-    if (page.error) status.textContent = "index stopped: " + page.error;
+    stopped = page.error || stopped;
   }
   await built;
   if (rows.length > first.rows.length) await table.replaceData(rows);
-  if (!status.textContent.startsWith("index stopped")) status.textContent = "";
+  status.textContent = stopped ? "index stopped: " + stopped : "";
   showCount();
   document.body.dataset.loaded = String(rows.length);
 

@@ -28,7 +28,9 @@ function renderHeader(view) {
   const s = view.summary || {};
   const t = view.task || {};
   const box = document.getElementById("header");
-  document.getElementById("title").textContent = (t.title || s.task_id || "rollout") + " — " + view.id;
+  // each piece of rollout text isolated (<bdi>): a right-to-left override in a title cannot reorder the id after it
+  document.getElementById("title").replaceChildren(el("bdi", null, t.title || s.task_id || "rollout"),
+    document.createTextNode(" — "), el("bdi", null, view.id));
   document.title = (s.task_id || view.id) + " — rollout";
   const totals = view.totals || {};
   const counts = el("div", "totals");
