@@ -108,3 +108,25 @@ async def test_a_400_that_is_not_about_logprobs_is_forwarded_unchanged_and_not_s
     (record,) = read_trace(proxy.trace_path())
     assert record["upstream_changes"]["include"] == ["message.output_text.logprobs"]
     assert not any(n.startswith(REFUSED) for n in record["notes"])
+
+
+async def test_a_400_larger_than_the_refusal_check_reads_reaches_the_harness_whole(tmp_path):
+    from proxy_fakes import serve
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    big = json.dumps({"error": {"message": "logprobs " + "x" * 200_000, "type": "invalid_request_error"}})
+    sent: list[dict] = []
+
+    async def responses(request):
+        sent.append(json.loads(await request.body()))
+        return Response(big, status_code=400, media_type="application/json")
+
+    app = Starlette(routes=[Route("/v1/responses", responses, methods=["POST"])])
+    async with serve(app) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+            reply = await _post(proxy.base_url)
+    assert reply.status_code == 400 and reply.text == big and len(sent) == 1
+    (record,) = read_trace(proxy.trace_path())
+    assert record["status"] == 400 and not any(n.startswith(REFUSED) for n in record["notes"])
