@@ -88,16 +88,18 @@ class UpstreamRelay:
         url = redact_url(str(request.url))  # shown in errors and logs: no credential of the harness's query
         asked, answer = call.asked, call.answer
         try:
-            if _adds_logprobs(token_req) and token_req.source.get("model") in self.logprob_refusals:
+            source = _logprobs_added(token_req)
+            if source is not None and source.get("model") in self.logprob_refusals:
                 request, token_req = _without_logprobs(call, request, token_req, "remembered from an earlier call")
             response = await self._send_upstream(call, request, url, send)
             if response is None:
                 return
-            if _adds_logprobs(token_req) and response.status_code == 400:
+            source = _logprobs_added(token_req)
+            if source is not None and response.status_code == 400:
                 response, refused = await _read_refusal(response)
                 if refused:  # the proxy's doing, not the harness's: sent again as the harness could send it
                     await response.aclose()
-                    self.logprob_refusals.add(token_req.source.get("model"))
+                    self.logprob_refusals.add(source.get("model"))
                     request, token_req = _without_logprobs(call, request, token_req, "sent again")
                     response = await self._send_upstream(call, request, url, send)
                     if response is None:
@@ -210,14 +212,17 @@ class UpstreamRelay:
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def _adds_logprobs(token_req: TokenRequest | None) -> bool:
-    """Whether a call is a Responses call whose output-text logprobs only the proxy asked for."""
-    return (token_req is not None and token_req.kind == "responses" and token_req.source is not None
-            and "include" in token_req.changes)
+def _logprobs_added(token_req: TokenRequest | None) -> dict[str, Any] | None:
+    """The harness's body of a Responses call whose output-text logprobs only the proxy asked for, else None."""
+    if token_req is None or token_req.kind != "responses" or "include" not in token_req.changes:
+        return None
+    return token_req.source
 
 
-def _without_logprobs(call: Call, request: httpx.Request, token_req: Any, how: str) -> tuple[httpx.Request, Any]:
+def _without_logprobs(call: Call, request: httpx.Request, token_req: TokenRequest | None,
+                      how: str) -> tuple[httpx.Request, TokenRequest]:
     """The call's upstream request and `TokenRequest` without the proxy's logprob request (noted, recorded)."""
+    assert token_req is not None and token_req.source is not None, "only for `_logprobs_added` calls"
     changes, body = without_logprobs(token_req.source, token_req.changes)
     asked = call.asked
     asked.upstream_changes = changes
