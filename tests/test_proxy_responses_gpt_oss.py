@@ -7,6 +7,7 @@ harness that asks for logprobs itself gets the server's refusal unchanged."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,13 @@ SCRIPT = {"steps": [{"reasoning": "Need the weather tool.", "text": "Checking.",
 BODY = {"model": "local", "input": "Weather in Paris?", "tools": TOOLS, "seed": 1}
 VOLATILE = {"id", "created_at", "call_id", "item_id"}  # differ between any two calls, proxy or not
 REFUSED = "the server refuses output logprobs on /v1/responses"
+#: a genuine vLLM 0.32 serving the scripted tiny gpt-oss (tests/test_real_vllm_harmony.py says how to start it)
+REAL_HARMONY = os.environ.get("REAL_VLLM_HARMONY_URL", "").rstrip("/")
 
 
 def _stable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _stable(v) for k, v in obj.items() if k not in VOLATILE}
+    if isinstance(obj, dict):  # a genuine vLLM's prefix cache may count a repeated prompt's tokens as cached
+        return {k: _stable(v) for k, v in obj.items() if k not in VOLATILE and k != "input_tokens_details"}
     if isinstance(obj, list):
         return [_stable(v) for v in obj]
     return obj
@@ -130,3 +133,25 @@ async def test_a_400_larger_than_the_refusal_check_reads_reaches_the_harness_who
     assert reply.status_code == 400 and reply.text == big and len(sent) == 1
     (record,) = read_trace(proxy.trace_path())
     assert record["status"] == 400 and not any(n.startswith(REFUSED) for n in record["notes"])
+
+
+@pytest.mark.real_vllm
+@pytest.mark.skipif(not REAL_HARMONY, reason="set REAL_VLLM_HARMONY_URL to run against vLLM's gpt-oss path")
+@pytest.mark.parametrize("stream", [False, True])
+async def test_genuine_vllm_gpt_oss_responses_calls_through_the_proxy_get_the_direct_answer(tmp_path, stream):
+    root = REAL_HARMONY.removesuffix("/v1")
+    body = {"model": "gptoss", "temperature": 0, "max_output_tokens": 40, "stream": stream}
+    async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+        if stream:
+            (status, direct), (proxied_status, proxied) = (await _events(REAL_HARMONY, **body),
+                                                           await _events(proxy.base_url, **body))
+            assert status == proxied_status == 200 and proxied == direct
+        else:
+            direct, proxied = await _post(REAL_HARMONY, **body), await _post(proxy.base_url, **body)
+            assert proxied.status_code == direct.status_code == 200
+            assert _stable(proxied.json()) == _stable(direct.json())
+    (record,) = read_trace(proxy.trace_path())
+    assert record["error"] is None and record["capture_level"] == "text"
+    assert record["upstream_changes"] == {"enable_response_messages": True}
+    assert any(n.startswith(REFUSED) for n in record["notes"])
+    assert any("Harmony messages without token ids" in n for n in record["notes"])
