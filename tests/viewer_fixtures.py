@@ -88,13 +88,14 @@ def crafter_tree(tmp_path_factory) -> Path:
 
 LONE_SURROGATE = "lone \ud800 surrogate"
 RIGHT_TO_LEFT_TITLE = "title \u202e"  # a right-to-left override, never closed
+RIGHT_TO_LEFT_TOOL = "write_file\u202e"  # a tool name the model wrote, ending in an override never closed
 
 
 @pytest.fixture(scope="session")
 def oddity_tree(demo_folders, tmp_path_factory) -> Path:
     """A copy of two demo artifact folders: ``rollout-000`` whose answers hold a lone surrogate (a
-    harness may send one; the trace keeps it as its escape), and one folder named ``__proto__`` whose
-    task title opens a right-to-left override."""
+    harness may send one; the trace keeps it as its escape) and whose first answer calls two tools named
+    `RIGHT_TO_LEFT_TOOL`, and one folder named ``__proto__`` whose task title opens a right-to-left override."""
     from rollout_dataset.trace_integrity import reseal
 
     root = tmp_path_factory.mktemp("viewer-oddity") / "tree"
@@ -105,7 +106,26 @@ def oddity_tree(demo_folders, tmp_path_factory) -> Path:
     for call in trace["calls"]:
         message = call["response"]["choices"][0]["message"]
         message["content"] = LONE_SURROGATE + (message.get("content") or "")
+    first = trace["calls"][0]["response"]["choices"][0]["message"]
+    call = first["tool_calls"][0]
+    call["function"]["name"] = RIGHT_TO_LEFT_TOOL
+    first["tool_calls"].append(dict(call, id=call["id"] + "-second", function=dict(call["function"])))
+    for later in trace["calls"][1:]:  # the conversation the harness sent back names it too
+        for message in later["request"]["messages"]:
+            for sent in message.get("tool_calls") or []:
+                if sent["id"] == call["id"]:
+                    sent["function"]["name"] = RIGHT_TO_LEFT_TOOL
     trace_file.write_text(json.dumps(reseal(trace)))  # ASCII: the surrogate stays the escape \ud800
+    turns_file = root / "rollout-000" / "turns.json"
+    turns = json.loads(turns_file.read_text())
+    turns["turns"][0]["tool_calls"] = [RIGHT_TO_LEFT_TOOL, RIGHT_TO_LEFT_TOOL]
+    turns_file.write_text(json.dumps(turns))
+    summary_file = root / "rollout-000" / "summary.json"  # its tool counts agree with turns.json
+    summary = json.loads(summary_file.read_text())
+    summary["tool_calls_by_name"].pop("write_file")
+    summary["tool_calls_by_name"][RIGHT_TO_LEFT_TOOL] = 2
+    summary["tool_calls_total"] += 1
+    summary_file.write_text(json.dumps(summary))
     task_file = root / "__proto__" / "task.json"
     task_file.write_text(json.dumps(dict(json.loads(task_file.read_text()), title=RIGHT_TO_LEFT_TITLE)))
     return root

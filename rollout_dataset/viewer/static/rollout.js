@@ -28,9 +28,9 @@ function renderHeader(view) {
   const s = view.summary || {};
   const t = view.task || {};
   const box = document.getElementById("header");
-  // each piece of rollout text isolated (<bdi>): a right-to-left override in a title cannot reorder the id after it
-  document.getElementById("title").replaceChildren(el("bdi", null, t.title || s.task_id || "rollout"),
-    document.createTextNode(" — "), el("bdi", null, view.id));
+  // each piece of rollout text isolated: a right-to-left override in a title cannot reorder the id after it
+  document.getElementById("title").replaceChildren(isolated(t.title || s.task_id || "rollout"),
+    document.createTextNode(" — "), isolated(view.id));
   document.title = (s.task_id || view.id) + " — rollout";
   const totals = view.totals || {};
   const counts = el("div", "totals");
@@ -161,10 +161,11 @@ function renderConversation(view) {
     if (conv.tools) box.appendChild(folded("tools offered (" + (Array.isArray(conv.tools) ? conv.tools.length : "?") + ")", pre(JSON.stringify(conv.tools, null, 1))));
     for (const m of conv.messages) {
       const item = el("div", "message role-" + String(m.role).replace(/[^a-z]/g, ""));
-      item.appendChild(el("div", "role", m.role + (m.tool_call_id ? " (result of " + m.tool_call_id + ")" : "")));
+      item.appendChild(el("div", "role", m.role, ...(m.tool_call_id ? [piece(" (result of "), isolated(m.tool_call_id), piece(")")] : [])));
       if (m.reasoning) item.appendChild(folded("reasoning", pre(m.reasoning)));
       if (m.content) item.appendChild(pre(m.content, "content"));
-      for (const call of m.tool_calls || []) item.appendChild(el("div", "toolcall", null, el("b", null, "→ " + call.name), el("span", "muted", " " + (call.id || "")), pre(call.arguments)));
+      for (const call of m.tool_calls || []) item.appendChild(el("div", "toolcall", null, el("b", null, "→ ", isolated(call.name)),
+        el("span", "muted", " ", isolated(call.id || "")), pre(call.arguments)));
       box.appendChild(item);
     }
   }
@@ -226,9 +227,11 @@ function renderCalls(view) {
   const s = view.summary || {};
   box.appendChild(kvTable([["context fitting", view.context_fit], ["on-policy continuity", view.continuity]]));
   for (const c of view.calls) {
-    const title = "call " + c.index + " · " + (c.role || "—") + " · " + c.endpoint + " · status " + fmt(c.status) + " · " +
+    // the tool names the model wrote are rollout text: each isolated, so one cannot reorder the next
+    const tools = c.tool_calls.length ? [" · tools ", ...c.tool_calls.flatMap((name, k) => k ? [", ", isolated(name)] : [isolated(name)])] : [];
+    const title = ["call " + c.index + " · " + (c.role || "—") + " · " + c.endpoint + " · status " + fmt(c.status) + " · " +
       fmt(c.latency_ms, 1) + " ms · prompt " + fmt(c.n_prompt_ids) + " / sampled " + fmt(c.n_completion_ids) + " · " +
-      fmt(c.finish_reason) + (c.tool_calls.length ? " · tools " + c.tool_calls.join(", ") : "") + (c.error ? " · ERROR" : "");
+      fmt(c.finish_reason), ...tools, c.error ? " · ERROR" : ""];
     const body = el("div");
     body.appendChild(kvTable([["stream", c.stream], ["time to first token (ms)", c.ttft_ms], ["capture level", c.capture_level],
       ["token source", c.token_source], ["trained", c.trained], ["proxy changed", c.upstream_changes], ["notes", (c.notes || []).join("; ") || "none"],
