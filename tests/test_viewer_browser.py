@@ -341,3 +341,29 @@ def test_a_right_to_left_override_in_a_tool_name_does_not_reorder_what_follows_i
         first, last = page.evaluate(_LEFT_EDGES, [".toolcall.under-test > span.muted", call_id, 0])
         assert first < last, "the call id after the tool's name is drawn reversed"
         _clean(page)
+
+
+@pytest.mark.parametrize("source", ["artifact folder", "dataset"])
+def test_tokens_whose_logprobs_are_missing_are_shown_as_unknown_not_as_confident(page, logprobs_missing_tree, source):
+    tree, dataset = logprobs_missing_tree
+    sequences = pq.read_table(dataset / "data" / "sequences").to_pylist()
+    seq = sequences[0]
+    first_sampled = seq["loss_mask"].index(1)  # call 0's first sampled token: 0.0 in the dataset
+    assert seq["logprobs"][first_sampled] == 0.0 and "logprobs_missing" in seq["findings"]
+    later = seq["prompt_len"] + seq["turn_lengths"][0]  # past call 0: the next sampled token is call 1's
+    later += seq["loss_mask"][later:].index(1)
+    root = tree if source == "artifact folder" else dataset
+    rid = "rollout-000" if source == "artifact folder" else seq["rollout_id"]
+    with serve_in_thread(lambda: viewer_server(root), name="viewer-browser-logprobs") as server:
+        _ready(page, server.url + "rollout.html?id=" + rid)
+        block = page.locator('.sequence[data-sequence="0"]')
+        assert "logprobs missing for call 0" in block.locator("p.logprobs-missing").inner_text()
+        token = block.locator(f'.tok[data-i="{first_sampled}"]')
+        classes = token.get_attribute("class").split()
+        assert "lpn" in classes and not {"lp0", "lp1", "lp2", "lp3", "lp4"} & set(classes)
+        assert token.evaluate("(node) => getComputedStyle(node).backgroundColor") == "rgba(0, 0, 0, 0)"
+        token.scroll_into_view_if_needed()
+        token.hover()
+        assert "missing: not captured" in page.locator("#tip").inner_text()
+        assert "lpn" not in block.locator(f'.tok[data-i="{later}"]').get_attribute("class").split()
+        _clean(page)

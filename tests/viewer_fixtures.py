@@ -129,3 +129,28 @@ def oddity_tree(demo_folders, tmp_path_factory) -> Path:
     task_file = root / "__proto__" / "task.json"
     task_file.write_text(json.dumps(dict(json.loads(task_file.read_text()), title=RIGHT_TO_LEFT_TITLE)))
     return root
+
+
+@pytest.fixture(scope="session")
+def logprobs_missing_tree(demo_folders, tmp_path_factory) -> tuple[Path, Path]:
+    """(artifact tree, its built dataset): a copy of demo ``rollout-000`` whose first call came without
+    per-token logprobs (as a streamed Responses call does), exported again, so its sequences hold 0.0
+    there and carry a `logprobs_missing` finding on call 0."""
+    from rollout_dataset.builder import build
+    from rollout_dataset.export import export_rollout
+    from rollout_dataset.trace_integrity import reseal
+
+    root = tmp_path_factory.mktemp("viewer-logprobs-missing")
+    folder = root / "tree" / "rollout-000"
+    shutil.copytree(demo_folders[0] / "rollout-000", folder)
+    trace = json.loads((folder / "trace.json").read_text())
+    first = trace["calls"][0]
+    first["per_token_logps"] = None
+    first["response"]["choices"][0]["logprobs"] = None
+    (folder / "trace.json").write_text(json.dumps(reseal(trace)))
+    old = json.loads((folder / "rollout.json").read_text())
+    document = export_rollout(trace["calls"], session_id=old["session_id"], metadata=old["metadata"],
+                              capture_level=old["capture_level"], rollout_type=old["rollout_type"])
+    (folder / "rollout.json").write_text(json.dumps(document))
+    build([folder], root / "dataset", progress=False)
+    return root / "tree", root / "dataset"

@@ -44,6 +44,7 @@ __all__ = [
     "INFO",
     "LEVELS",
     "FINDING_CODES",
+    "LOGPROBS_MISSING",
     "finding",
     "call_findings",
     "sampling_findings",
@@ -55,6 +56,9 @@ __all__ = [
 ]
 
 ERROR, WARN, INFO = "ERROR", "WARN", "INFO"
+
+#: the code of a call with no per-token logprobs (its sampled positions hold 0.0 in `sequences`)
+LOGPROBS_MISSING = "logprobs_missing"
 LEVELS = (ERROR, WARN, INFO)
 
 FINDING_CODES: dict[str, str] = {
@@ -62,7 +66,7 @@ FINDING_CODES: dict[str, str] = {
     "empty_ids": ERROR,
     "length_mismatch": ERROR,
     "logprobs_count": ERROR,
-    "logprobs_missing": WARN,
+    LOGPROBS_MISSING: WARN,
     "truncated": WARN,
     "sampling_incomparable": WARN,
     "retokenization_skew": WARN,
@@ -184,7 +188,7 @@ def call_findings(node: TurnNode, *, tokens_expected: bool) -> list[dict[str, An
         if lps is None:
             out.append(
                 finding(
-                    "logprobs_missing",
+                    LOGPROBS_MISSING,
                     f"call {i}: no per-token logprobs for its {len(node.sampled_ids)} sampled ids; "
                     "a trainer must recompute them",
                     call_index=i,
