@@ -49,6 +49,7 @@ from typing import Any, Mapping, Sequence
 from rollout_dataset.wire.content import text_parts
 
 __all__ = [
+    "harmony_prompt_messages",
     "HARMONY_TOKENIZER",
     "HARMONY_INSTALL",
     "HarmonyTokenizer",
@@ -371,7 +372,32 @@ def harmony_prompt_ids(encoding: Any, messages: Sequence[Mapping[str, Any]],
     Raises:
         ValueError: `reasoning_effort` is not one Harmony takes, or a role Harmony has no place for.
     """
-    from openai_harmony import Conversation, Message, ReasoningEffort, RenderConversationConfig, Role, SystemContent
+    from openai_harmony import Conversation, RenderConversationConfig, Role
+
+    kept = harmony_prompt_messages(messages, tools, reasoning_effort, start_date)
+    ids = encoding.render_conversation_for_completion(
+        Conversation.from_messages(kept), Role.ASSISTANT, config=RenderConversationConfig(auto_drop_analysis=False))
+    return _tool_result_headers(encoding, list(ids))
+
+
+def harmony_prompt_messages(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None,
+                            reasoning_effort: str | None = None, start_date: str | None = None) -> list[Any]:
+    """The Harmony messages `harmony_prompt_ids` renders (vLLM's `input_messages` on `/v1/responses`).
+
+    Args:
+        messages: the request's chat messages.
+        tools: the request's tools (None: no developer tool list, as with `tool_choice: none`).
+        reasoning_effort: `low`, `medium`, `high` or None.
+        start_date: the system message's date (YYYY-MM-DD); None: today.
+
+    Returns:
+        The `openai_harmony.Message` list: system, developer (instructions and tools), the
+        conversation without the analysis before its last final answer.
+
+    Raises:
+        ValueError: `reasoning_effort` is not one Harmony takes, or a role Harmony has no place for.
+    """
+    from openai_harmony import Message, ReasoningEffort, Role, SystemContent
 
     if reasoning_effort is not None and reasoning_effort not in REASONING_EFFORTS:
         raise ValueError(f"reasoning_effort={reasoning_effort!r} is not supported by Harmony; "
@@ -396,10 +422,7 @@ def harmony_prompt_ids(encoding: Any, messages: Sequence[Mapping[str, Any]],
             raise ValueError(f"Harmony has no place for message role {message.get('role')!r}: {exc}") from None
     last_final = max((i for i, m in enumerate(harmony) if m.author.role == Role.ASSISTANT and m.channel == "final"),
                      default=-1)
-    kept = [m for i, m in enumerate(harmony) if not (i < last_final and m.channel == "analysis")]
-    ids = encoding.render_conversation_for_completion(
-        Conversation.from_messages(kept), Role.ASSISTANT, config=RenderConversationConfig(auto_drop_analysis=False))
-    return _tool_result_headers(encoding, list(ids))
+    return [m for i, m in enumerate(harmony) if not (i < last_final and m.channel == "analysis")]
 
 
 def _tool_result_headers(encoding: Any, ids: list[int]) -> list[int]:

@@ -72,7 +72,8 @@ def test_audit_of_a_built_dataset_writes_an_audit_config_and_card_statement(capt
     assert cli_main(["audit", str(ds), "--against", backend.base_url, "--no-progress"]) == 0
     rows = datasets.load_dataset(str(ds), "audit", split="train")
     assert rows.num_rows == 1 and rows[0]["mean_abs_diff"] < 1e-6 and rows[0]["scorer"] == "server"
-    assert "## Logprob audit" in (ds / "README.md").read_text()
+    card = (ds / "README.md").read_text()
+    assert "## Logprob audit" in card and 'load_dataset(REPO, "audit", split="train")' in card
 
 
 def test_logprobs_shifted_by_one_position_are_flagged(captured, backend, tmp_path):

@@ -287,7 +287,7 @@ def test_build_skip_invalid_leaves_out_a_refused_folder_and_names_it_on_stderr_a
         "previous call's 1"]
     assert "1 rollouts (1 added, 0 already there, 1 refused by the schema check and left out)" in captured.out
     card = (tmp_path / "ds" / "README.md").read_text()
-    assert "**Left out:** 1 artifact folder(s) were refused by the schema check" in card
+    assert card.count("**Left out:** 1 artifact folder(s) were refused by the schema check") == 1
     assert "- `bad`: bad/trace.json: $.calls[1].index: is 0, not after the previous call&#39;s 1" in card
     assert str(tmp_path) not in card  # no path of this machine on the card
 

@@ -123,3 +123,15 @@ def test_a_parent_rebuilt_from_another_workers_record_is_found_like_one_remember
     for failed in ({"status": 500}, {"error": {"kind": "upstream_status"}}, {"completion_token_ids": None},
                    {"endpoint": "/v1/completions"}):
         assert past_call_from_record({**record, **failed}) is None
+
+
+def test_a_parent_read_back_from_a_record_knows_whether_the_chat_endpoint_rendered_its_prompt():
+    from rollout_dataset.proxy.on_policy import past_call_from_record
+
+    record = {"endpoint": "/v1/chat/completions", "status": 200, "error": None, "index": 0,
+              "request": {"messages": [{"role": "user", "content": "w"}]}, "prompt_token_ids": [1],
+              "completion_token_ids": [2], "continuity": {"status": "exact"}}
+    assert past_call_from_record(record).server_rendered is True
+    assert past_call_from_record({**record, "continuity": {"status": "repaired"}}).server_rendered is False
+    harness_ids = {**record, "request": {**record["request"], "kv_transfer_params": {"prompt_token_ids": [1]}}}
+    assert past_call_from_record(harness_ids).server_rendered is False

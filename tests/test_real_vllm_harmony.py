@@ -16,11 +16,15 @@ For each request the local backend emits exactly the ids the genuine server samp
 must then agree on the prompt ids (vLLM's Harmony render of the messages), every key and type, the
 reasoning/content/tool-call split, finish and stop reasons, `usage` and, streamed, every chunk's delta
 and ids. Only ids of responses and tool calls, timestamps, fingerprints and logprob values may differ.
+The same holds on `/v1/responses` (`test_local_harmony_responses_match_genuine_vllm`; what it compares
+is recorded in tests/data/real_vllm_harmony_responses.json for the default run), the prefix cache's
+figures aside.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import os
 from typing import Any
 
@@ -99,3 +103,66 @@ def test_genuine_vllm_tokenize_does_not_render_harmony():
     r = httpx.post(f"{REAL.removesuffix('/v1')}/tokenize", timeout=60,
                    json={"model": "gptoss", "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 400 and "chat template" in r.json()["error"]["message"]
+
+
+RESPONSES_TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather of a city",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+#: /v1/responses cases (the ones recorded in tests/data/real_vllm_harmony_responses.json)
+RESPONSES_CASES: dict[str, dict[str, Any]] = {
+    "tools": {"tools": RESPONSES_TOOLS, "instructions": "Be brief."}, "no_tools": {},
+    "cut3": {"tools": RESPONSES_TOOLS, "max_output_tokens": 3}, "cut12": {"tools": RESPONSES_TOOLS, "max_output_tokens": 12},
+    "logprobs": {"tools": RESPONSES_TOOLS, "include": ["message.output_text.logprobs"]},
+    "messages": {"tools": RESPONSES_TOOLS, "enable_response_messages": True},
+    "history": {"tools": RESPONSES_TOOLS, "input": [
+        {"role": "user", "content": "w"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]},
+}
+
+
+def _responses_view(value: Any) -> Any:
+    """An answer or event without its random ids and timestamps, and without the prefix cache's figures
+    (vLLM caches a repeated prompt; the local backend has no cache)."""
+    if isinstance(value, dict):
+        out = {k: ("ID" if k in ("id", "call_id", "item_id", "created_at") else _responses_view(v))
+               for k, v in value.items()}
+        if "cache_write_tokens" in out:
+            out.update(cached_tokens=0, cache_write_tokens=0, cached_tokens_per_turn=[0])
+        return out
+    if isinstance(value, list):
+        return [_responses_view(v) for v in value]
+    return value
+
+
+def _responses_events(base_url: str, body: dict) -> list[dict]:
+    with httpx.stream("POST", f"{base_url}/responses", json={**body, "stream": True}, timeout=120) as r:
+        return [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+
+
+@pytest.mark.parametrize("case", list(RESPONSES_CASES))
+def test_local_harmony_responses_match_genuine_vllm(case):
+    """Re-records what tests/data/real_vllm_harmony_responses.json holds: the same request to both servers,
+    the local backend emitting the ids the genuine model samples, answers and event streams equal."""
+    sampled = post_chat(REAL, {"model": "gptoss", "messages": [{"role": "user", "content": "w"}], "max_tokens": 40,
+                               "temperature": 0, "return_token_ids": True})["choices"][0]["token_ids"]
+    body = {"model": "gptoss", "input": "w", "temperature": 0, "max_output_tokens": 40, **RESPONSES_CASES[case]}
+    with LocalBackend.start_in_thread(tokenizer="harmony", policy=_Fixed(sampled), served_model_name="gptoss",
+                                      reasoning_parser="openai_gptoss", harmony_start_date=DATE) as local:
+        real, mine = (httpx.post(f"{url}/responses", json=body, timeout=120) for url in (REAL, local.base_url))
+        assert mine.status_code == real.status_code
+        assert _responses_view(mine.json()) == _responses_view(real.json())
+        if real.status_code == 200:
+            assert _responses_view(_responses_events(local.base_url, body)) == \
+                _responses_view(_responses_events(REAL, body))
+
+
+class _Fixed:
+    """Emits the given ids whatever the request."""
+
+    run_in_thread = False
+
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+
+    def respond(self, request):
+        return PolicyOutput(token_ids=self.ids)

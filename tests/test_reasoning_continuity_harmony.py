@@ -128,3 +128,66 @@ async def test_a_server_whose_tokenize_renders_otherwise_than_its_chat_endpoint_
     messages = first + [{"role": "assistant", "content": None, "tool_calls": []}, {"role": "tool", "content": "x"}]
     decided = await harmony_bridge(tokenize, detokenize, known, {"model": "m"}, messages, parent, [])
     assert (decided.status, decided.reason, known) == ("not_repaired", TOKENIZE_DIFFERS, {"m": TOKENIZE_DIFFERS})
+
+
+def _tokenize_writing_tool_results_as_openai_harmony_0_0_8(backend: LocalBackend) -> None:
+    """Make the backend's /tokenize disagree with its chat endpoint on later turns only: tool results'
+    headers in `openai-harmony` 0.0.8's form, where the chat endpoint writes vLLM's (oss-harmony 0.0.11)."""
+    import json
+    import re
+
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    original = next(r for r in backend.app.router.routes if getattr(r, "path", None) == "/tokenize").endpoint
+    tok = backend.tokenizer
+
+    async def tokenize(request):
+        answer = json.loads((await original(request)).body)
+        text = re.sub(r"<\|start\|>(functions\.\w+)<\|channel\|>commentary to=assistant<\|message\|>",
+                      r"<|start|>\1 to=assistant<|channel|>commentary<|message|>", tok.decode(answer["tokens"]))
+        return JSONResponse({**answer, "tokens": tok.encode(text), "count": len(tok.encode(text))})
+
+    backend.app.router.routes.insert(0, Route("/tokenize", tokenize, methods=["POST"]))
+
+
+async def _conversation(tmp_path: Path, steps: list[dict], extra: dict, disagree_later: bool = False) -> list[dict]:
+    """One call per step: a tool call's result is sent back, a final answer is followed by a new user turn;
+    the harness drops the analysis."""
+    async with LocalBackend(tokenizer="harmony", policy="script", script={"steps": steps},
+                            reasoning_parser="openai_gptoss", harmony_start_date="2026-12-04") as backend:
+        if disagree_later:
+            _tokenize_writing_tool_results_as_openai_harmony_0_0_8(backend)
+        async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path, on_policy=True) as proxy:
+            url = proxy.session_base_url("s") + "/chat/completions"
+            async with httpx.AsyncClient(timeout=60) as client:
+                messages: list[dict] = [{"role": "user", "content": "weather?"}]
+                for _ in steps:
+                    response = await client.post(url, json={"model": "local", "messages": messages, "tools": TOOLS,
+                                                            **extra})
+                    assert response.status_code == 200, response.text
+                    reply = response.json()["choices"][0]["message"]
+                    messages.append({"role": "assistant", "content": reply["content"],
+                                     **({"tool_calls": reply["tool_calls"]} if reply.get("tool_calls") else {})})
+                    for call in reply.get("tool_calls") or []:
+                        messages.append({"role": "tool", "tool_call_id": call["id"], "content": "sunny"})
+                    if not reply.get("tool_calls"):
+                        messages.append({"role": "user", "content": "sure?"})
+            return read_trace(proxy.trace_path("s"), seal=proxy.seal("s"))
+
+
+async def test_a_later_call_the_chat_endpoint_rendered_is_checked_against_tokenize_too(tmp_path):
+    steps = [{"reasoning": "Need it.", "tool_calls": [{"name": "bash", "arguments": {"cmd": "weather"}}]},
+             {"reasoning": "Got it.", "text": "Sunny."}, {"text": "Yes."}, {"text": "Sure."}]
+    records = await _conversation(tmp_path, steps, {}, disagree_later=True)
+    # call 2 (a new user turn) was sent as the harness sent it: the chat endpoint rendered its tool result,
+    # and /tokenize renders that result otherwise, so call 3 and every later call are not bridged
+    assert _statuses(records)[2][0] == "reasoning_dropped"
+    assert _statuses(records)[3] == ("not_repaired", "tokenize_differs")
+
+
+async def test_a_harness_that_sets_reasoning_effort_is_still_bridged(tmp_path):
+    steps = [{"reasoning": f"Plan {k}.", "tool_calls": [{"name": "bash", "arguments": {"cmd": f"echo {k}"}}]}
+             for k in range(2)]
+    records = await _conversation(tmp_path, steps, {"reasoning_effort": "high"})
+    assert _statuses(records)[1] == ("repaired", "harness_dropped_reasoning")  # /tokenize rendered "Reasoning: high"

@@ -119,7 +119,8 @@ def card_statement(summary: dict[str, Any], scorer: Any, n_rollouts: int, n_not_
             f"{summary['share_over_1e-2']:.2g}; KL(sampler ‖ scorer) k1 {summary['kl_k1']:.2g}, k3 "
             f"{summary['kl_k3']:.2g}; importance ratio p01 {q['p01']:.4f}, p50 {q['p50']:.4f}, p99 {q['p99']:.4f}. "
             f"{n_not_comparable} calls were not comparable (reasons in the `audit` config). Per-rollout figures "
-            f"are in the `audit` config. Reproduce: `rollout-dataset audit DATASET {flag}`.\n")
+            f"are in the `audit` config, one row per rollout: `load_dataset(REPO, \"audit\", split=\"train\")`, "
+            f"REPO being this dataset's id or folder. Reproduce: `rollout-dataset audit DATASET {flag}`.\n")
 
 
 _SECTION = re.compile(r"\n## Logprob audit\n.*?(?=\n## |\Z)", re.S)

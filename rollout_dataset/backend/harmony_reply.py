@@ -28,7 +28,8 @@ from typing import Any, Sequence
 from rollout_dataset.backend.hermes import make_tool_call_id
 from rollout_dataset.backend.policies import PolicyOutput
 
-__all__ = ["HARMONY_REASONING_PARSER", "harmony_reply_ids", "HarmonyReplyParser"]
+__all__ = ["HARMONY_REASONING_PARSER", "BUILTIN_RECIPIENTS", "harmony_reply_ids", "HarmonyReplyParser",
+           "is_function_recipient"]
 
 #: vLLM's name of the gpt-oss reasoning parser (`--reasoning-parser openai_gptoss`)
 HARMONY_REASONING_PARSER = "openai_gptoss"
@@ -82,17 +83,32 @@ def _recipient(raw: str | None) -> str | None:
     return raw if cut < 0 else (raw[:cut].rstrip() or None)
 
 
-def _is_function(recipient: str | None) -> bool:
-    """A function-tool recipient (vLLM's `is_function_recipient` for the chat endpoint)."""
+#: Harmony's built-in tool namespaces: a recipient in them is never a function call
+BUILTIN_RECIPIENTS = ("python", "browser", "container")
+
+
+def is_function_recipient(recipient: str | None, function_names: frozenset[str] | None = None) -> bool:
+    """vLLM's `is_function_recipient`: whether a message's recipient is a function tool.
+
+    Args:
+        recipient: the message's recipient (``functions.NAME``, a bare name, ``assistant``, ...).
+        function_names: the request's function tool names (the Responses endpoint passes them: a
+            bare name is a function only when among them); None (the chat endpoint): any bare name.
+
+    Returns:
+        True for a function call.
+    """
     if not recipient or recipient.startswith("<|") or recipient == "assistant":
         return False
     if recipient.startswith("functions."):
         return len(recipient) > len("functions.")
-    return recipient.split(".", 1)[0] not in ("python", "browser", "container")
+    if recipient.split(".", 1)[0] in BUILTIN_RECIPIENTS:
+        return False
+    return function_names is None or recipient in function_names
 
 
 def _kind(channel: str | None, recipient: str | None) -> str:
-    if _is_function(recipient):
+    if is_function_recipient(recipient):
         return "tool"
     if channel == "analysis":
         return "reasoning"
@@ -122,12 +138,20 @@ class HarmonyReplyParser:
         self._next_call = 0
         self.messages: list[Any] = []
         self.reasoning_tokens = 0
+        #: what the last `feed` read, as vLLM's `Segment`: (channel, recipient, text delta); None for
+        #: an id the parser refused
+        self.segment: tuple[str | None, str | None, str] | None = None
+        #: the message the last `feed` (or `finish`) completed, else None
+        self.completed: Any = None
+        #: `finish` completed a message the reply left open (vLLM's `last_append_flush_status`)
+        self.flushed = False
 
     def _poll(self) -> Any:
         done = self._parser.messages
         if len(done) <= self._done:
             return None
         message = done[self._done]
+        message.recipient = _recipient(message.recipient)  # as vLLM's `_poll_completed_message`
         self._done += 1
         self.messages.append(message)
         return message
@@ -144,15 +168,19 @@ class HarmonyReplyParser:
         from openai_harmony import HarmonyError
 
         before = _recipient(self._parser.current_recipient)
+        self.segment = self.completed = None
         try:
             self._parser.process(token_id)
         except HarmonyError:
             return None
         channel, recipient = self._parser.current_channel, _recipient(self._parser.current_recipient)
         piece = self._parser.last_content_delta or ""
-        if self._poll() is not None:
+        self.completed = self._poll()
+        if self.completed is not None:
+            self.segment = (self.completed.channel, _recipient(self.completed.recipient), "")
             self._pending = []
             return None
+        self.segment = (channel, recipient, piece)
         self._pending.append(token_id)
         if (channel == "analysis" or (channel == "commentary" and recipient is not None)) \
                 and not self.tokenizer.encoding.is_special_token(token_id):
@@ -177,17 +205,22 @@ class HarmonyReplyParser:
         """End the reply (vLLM's `flush`).
 
         Returns:
-            The text of a message left unfinished (it becomes `content`), or None.
+            The text of a message left unfinished inside its header (it becomes `content`), or None.
+            `completed` is then the message the end completed (a message cut in its body is completed
+            as far as it got), and `flushed` whether there was one.
         """
         from openai_harmony import HarmonyError, Message, Role
 
         try:
             self._parser.process_eos()
-            self._poll()
+            self.completed = self._poll()
         except HarmonyError:
             text = self.tokenizer.decode(self._pending)
-            self.messages.append(Message.from_role_and_content(Role.ASSISTANT, text).with_channel("final"))
+            self.completed = Message.from_role_and_content(Role.ASSISTANT, text).with_channel("final")
+            self.messages.append(self.completed)
+            self.flushed = True
             return text
+        self.flushed = self.completed is not None
         return None
 
     def parse(self, ids: Sequence[int]) -> tuple[str | None, str | None, list[dict[str, Any]]]:

@@ -11,7 +11,8 @@ no `[DONE]`), `include: ["message.output_text.logprobs"]` (+ `top_logprobs`), an
 prompt's and the output's token ids). Shapes were recorded from the genuine server
 (tests/data/real_vllm_responses/) and are checked key by key in tests/test_real_vllm_wire.py.
 Not supported (refused or ignored as noted): `previous_response_id` and `store` (nothing is
-stored), built-in tools (dropped), `background`.
+stored), built-in tools (dropped), `background`. On a Harmony (gpt-oss) backend the answer is
+vLLM's gpt-oss Responses path instead (`rollout_dataset.backend.harmony_responses`).
 """
 
 from __future__ import annotations
@@ -186,17 +187,32 @@ async def responses_endpoint(request: Request, state: Any, respond: Any) -> Resp
     messages = input_to_messages(body)
     chat_tools = tools_to_chat(body.get("tools")) or None
     tool_choice = body.get("tool_choice", "auto" if chat_tools else "none")
+    turn = sum(1 for m in messages if m.get("role") == "assistant")
+    req = PolicyRequest(messages=messages, tools=chat_tools, tool_choice=_chat_tool_choice(tool_choice),
+                        seed=common.seed, sampling=common.sampling, turn=turn, endpoint="chat", model=common.model,
+                        choice_index=0)
+    tools = _echo_tools(body.get("tools"))
+    rid, created = f"resp_{_hex(8)}", P.now()
+    if state.harmony:  # vLLM's gpt-oss path: Harmony output parsed into reasoning, function calls and text
+        from rollout_dataset.backend.harmony_responses import harmony_responses
+
+        include = body.get("include")
+        if isinstance(include, list) and LOGPROBS_INCLUDE in include:
+            raise RequestError("logprobs are not supported with gpt-oss models", param="logprobs",
+                               type_="invalid_request_error")
+
+        def response(**kw: Any) -> dict:
+            return _response(body, common.model, rid, created, tools=tools, tool_choice=tool_choice, **kw)
+
+        return await harmony_responses(state, body, common, messages, chat_tools, max_out, req, respond, response,
+                                       _event, lambda: _hex(8))
     try:
         prompt_text = render_chat(state.tokenizer, messages, chat_tools, True, {})
     except ValueError as exc:
         raise RequestError(str(exc), param="input") from None
     prompt_ids = encode_text(state.tokenizer, prompt_text)
     max_tokens = check_context(state.max_model_len, len(prompt_ids), max_out)
-    turn = sum(1 for m in messages if m.get("role") == "assistant")
-    out = await respond(state, PolicyRequest(messages=messages, tools=chat_tools,
-                                             tool_choice=_chat_tool_choice(tool_choice), seed=common.seed,
-                                             sampling=common.sampling, turn=turn, endpoint="chat",
-                                             model=common.model, choice_index=0))
+    out = await respond(state, req)
     g = generate(state.tokenizer, state.model, prompt_ids, emitted_text(out), prompt_text=prompt_text,
                  max_tokens=max_tokens, stop=common.stop)
     include = body.get("include") or []
@@ -212,8 +228,6 @@ async def responses_endpoint(request: Request, state: Any, respond: Any) -> Resp
                  "type": "raw_message_tokens"}],
                [{"message": decode(g.token_ids, skip_special_tokens=False), "tokens": list(g.token_ids),
                  "type": "raw_message_tokens"}])
-    rid, created = f"resp_{_hex(8)}", P.now()
-    tools = _echo_tools(body.get("tools"))
     incomplete = g.finish_reason == "length"
     final = _response(body, common.model, rid, created, status="incomplete" if incomplete else "completed",
                       output=answer.items(), usage=_usage(len(prompt_ids), len(g.steps)), incomplete=incomplete,

@@ -50,8 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k-limits-json", type=Path, metavar="FILE", help="JSON {achievement: count limit} for complex")
     parser.add_argument("--indicator-lambda", type=float, default=None, help="reward per indicator for simple (default 1.0)")
     parser.add_argument("--executor", choices=["local", "ray"], default="local", help="local threads (default) or Ray tasks")
-    parser.add_argument("--tasks", default="builtin", help="task source: builtin, a JSONL/parquet file, hf:ORG/NAME[:SPLIT], "
-                        "harbor-builtin, or a folder of Harbor task folders")
+    parser.add_argument("--tasks", default="builtin", help="task source: builtin, a JSONL/parquet file, a local dataset "
+                        "folder DIR[:SPLIT], hf:ORG/NAME[:SPLIT], harbor-builtin, or a folder of Harbor task folders")
     parser.add_argument("--n-prompts", type=int, default=64, help="size of the task list (default 64)")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="wall-time budget per rollout (default 900)")
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see docs/proxy.md, On-policy mode)")

@@ -43,7 +43,7 @@ Every command follows one contract:
 | `0` | done |
 | `1` | failed: the work could not be done (a model server answering 4xx/5xx or unreachable, held-out leakage, artifacts that do not validate, a failed push, a `--port` already in use for `serve`, `proxy` and `view` alike, ...) |
 | `2` | usage: bad arguments or configuration (an unknown flag, a value out of range, an unreadable task or config file) |
-| `130` | interrupted (Ctrl-C); `143` after SIGTERM for `build` |
+| `130` | interrupted (Ctrl-C) while working; the servers (`serve`, `proxy`, `view`) stop on Ctrl-C with `0`; `143` after SIGTERM for `build` |
 
 An error a user can act on is written to **stderr** as one line, `error: ...`, naming the file,
 field, URL, HTTP status, flag or valid range, and, for a missing tool, the command that installs
@@ -59,7 +59,9 @@ it; bad input never prints a traceback. Results (tables, URLs, summaries) go to 
 | `HF_TOKEN`, `HF_ENDPOINT` | `push`, `compact --repo`, any push | the Hub token (never written to a file, log or error) and endpoint |
 | `RAY_ADDRESS` | `build --executor ray`, `batch --executor ray` | the Ray cluster to join (default: start a local one) |
 | `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`, `SSL_CERT_FILE`, `SSL_CERT_DIR` | `proxy`, `capture`, `batch` (the upstream client) | honoured as httpx's `trust_env` does; `--no-trust-env` ignores them |
-| `OPENCODE_BIN`, `CODEX_BIN` | `capture`, `batch` | the opencode / Codex CLI binary (default: `.npm-tools`, then PATH) |
+| `OPENCODE_BIN`, `CODEX_BIN`, `CLAUDE_CODE_BIN`, `HARBOR_BIN` | `capture`, `batch` | the opencode / Codex CLI / Claude Code / Harbor binary (default: `.npm-tools` or `.venv-harbor`, then PATH) |
+| `ROLLOUT_DATASET_SANDBOX_ISOLATION` | `capture`, `batch` | `off`: do not build the allow-list sandbox (the run is then refused unless `--unsafe-sandbox`) |
+| `TIKTOKEN_ENCODINGS_BASE` | `serve --tokenizer harmony` | a folder holding `o200k_base.tiktoken` (default: rebuilt offline from `quicktok-v1`) |
 | `REAL_VLLM_URL` | the opt-in tests (`make test-real-vllm`) | a genuine vLLM server's base URL |
 
 ## Global options

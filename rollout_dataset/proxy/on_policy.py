@@ -53,6 +53,7 @@ __all__ = [
     "message_key",
     "past_call_from_record",
     "plan_splice",
+    "sends_prompt_ids",
     "request_context",
     "text_only",
     "tool_arguments",
@@ -202,6 +203,8 @@ class PastCall:
         prompt_ids: the prompt ids the engine used.
         completion_ids: the ids it sampled (first choice).
         finish_reason: the first choice's finish reason.
+        server_rendered: its prompt ids are the chat endpoint's own render of `messages` (nobody
+            sent prompt ids: not the proxy, not the harness), so `/tokenize` must give the same ids.
     """
 
     index: int
@@ -212,6 +215,7 @@ class PastCall:
     completion_ids: Sequence[int]
     finish_reason: str | None = None
     text_chars: int = 0
+    server_rendered: bool = True
 
 
 def past_call_from_record(record: Mapping[str, Any]) -> PastCall | None:
@@ -236,8 +240,24 @@ def past_call_from_record(record: Mapping[str, Any]) -> PastCall | None:
             or not isinstance(prompt, list) or not isinstance(completion, list)):
         return None
     messages = request["messages"]
+    continuity = record.get("continuity")
+    repaired = isinstance(continuity, Mapping) and continuity.get("status") == "repaired"  # the proxy sent ids
     return PastCall(record["index"], [message_key(m) for m in messages], request_context(request), messages,
-                    prompt, completion, record.get("finish_reason"))
+                    prompt, completion, record.get("finish_reason"),
+                    server_rendered=not repaired and not sends_prompt_ids(request))
+
+
+def sends_prompt_ids(request: Mapping[str, Any]) -> bool:
+    """Whether a chat request gives the server its prompt ids (`kv_transfer_params.prompt_token_ids`).
+
+    Args:
+        request: the request body.
+
+    Returns:
+        True when the prompt the server used may not be its own render of the messages.
+    """
+    params = request.get("kv_transfer_params")
+    return isinstance(params, Mapping) and params.get("prompt_token_ids") is not None
 
 
 @dataclass

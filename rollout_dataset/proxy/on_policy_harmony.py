@@ -24,10 +24,14 @@ The server's ``/tokenize`` must render messages as its chat endpoint does: the l
 (`serve --tokenizer harmony`). vLLM 0.32's ``/tokenize`` renders a gpt-oss request with the model's
 Jinja chat template instead of Harmony (read in its source, `vllm/entrypoints/serve/tokenize/serving.py`
 calls `preprocess_chat`, not the Harmony path), so against it this bridge would splice framing the
-chat endpoint does not render (docs/reasoning.md "Limits"). One guard: the first call of a
-conversation was generated from the chat endpoint's own render, so when ``/tokenize`` renders its
-messages to other ids, the server's two renders disagree: that call's child and every later call for
-the model are ``not_repaired`` (``tokenize_differs``), sent as the harness sent them.
+chat endpoint does not render (docs/reasoning.md "Limits"). One guard, on every call whose parent
+was generated from the chat endpoint's own render (nobody sent prompt ids: a conversation's first
+call, and any call sent as the harness sent it, such as a new user turn after a final answer, whose
+history holds tool results): ``/tokenize`` is asked for the same messages (with the request's
+``reasoning_effort``, which the Harmony render reads), and when its ids differ the server's two
+renders disagree: that call and every later call for the model are ``not_repaired``
+(``tokenize_differs``), sent as the harness sent them. A parent whose prompt ids the proxy sent
+cannot be checked (the server generated from them without rendering).
 """
 
 from __future__ import annotations
@@ -185,8 +189,7 @@ async def harmony_bridge(tokenize: Tokenize, detokenize: Detokenize, known: dict
     if known[model] == OTHER:
         return None
     idx, k = parent.index, len(parent.message_keys)
-    first = not any(isinstance(m, Mapping) and m.get("role") == "assistant" for m in parent.messages)
-    if first and list(parent.prompt_ids) != list(parent_render):  # the chat endpoint's own render, re-asked
+    if parent.server_rendered and list(parent.prompt_ids) != list(parent_render):  # the chat render, re-asked
         known[model] = TOKENIZE_DIFFERS
         return Continuity("not_repaired", idx, TOKENIZE_DIFFERS, _TOKENIZE_DIFFERS)
     sampled_ids = list(parent.completion_ids)

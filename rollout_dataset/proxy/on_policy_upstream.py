@@ -38,6 +38,7 @@ from rollout_dataset.proxy.on_policy import (
     plan_splice,
     request_context,
     restore_reasoning,
+    sends_prompt_ids,
     text_only,
 )
 
@@ -49,7 +50,7 @@ PROBE_MESSAGES = [{"role": "user", "content": "on-policy probe"}]
 AUX_TIMEOUT_S = 60.0  # read timeout of /tokenize, /detokenize and the probe
 PROBE_IDS = 32  # the probe sends this many ids of the first prompt it would send (not its probe message's)
 _PASS_TO_TOKENIZE = ("model", "tools", "chat_template", "chat_template_kwargs", "continue_final_message",
-                     "documents", "add_special_tokens")
+                     "documents", "add_special_tokens", "reasoning_effort")
 _AUX_DROP = frozenset({b"content-type", b"accept", b"content-length"})
 
 
@@ -80,6 +81,7 @@ class Prepared:
         message_keys: `message_key` of each request message (for the memory).
         context: the request's `request_context`.
         messages: the request's messages.
+        harness_ids: the harness sent prompt ids itself (`kv_transfer_params.prompt_token_ids`).
     """
 
     body: bytes
@@ -88,6 +90,7 @@ class Prepared:
     message_keys: list[str] = field(default_factory=list)
     context: str = ""
     messages: list[Any] = field(default_factory=list)
+    harness_ids: bool = False
 
 
 def context_overflow(n_target: int, n_render: int, max_model_len: int | None, body: dict[str, Any]) -> str | None:
@@ -265,7 +268,7 @@ class OnPolicyMode:
         if not isinstance(messages, list):
             messages = []
         prepared = Prepared(body, Continuity("not_repaired"), message_keys=[message_key(m) for m in messages],
-                            context=request_context(parsed), messages=messages)
+                            context=request_context(parsed), messages=messages, harness_ids=sends_prompt_ids(parsed))
         try:
             prepared.continuity = await self._decide(session, parsed, messages, prepared, headers)
         except _AuxError as exc:
@@ -410,5 +413,6 @@ class OnPolicyMode:
         if ok and isinstance(prompt_ids, list) and isinstance(completion_ids, list):
             self.memory.remember(session, PastCall(index, prepared.message_keys, prepared.context,
                                                    prepared.messages, prompt_ids, completion_ids,
-                                                   fields.get("finish_reason")))
+                                                   fields.get("finish_reason"),
+                                                   server_rendered=prepared.target is None and not prepared.harness_ids))
         return notes

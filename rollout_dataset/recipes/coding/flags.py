@@ -14,8 +14,9 @@ __all__ = ["CODING_FLAGS"]
 CODING_FLAGS: tuple[CaptureFlag, ...] = (
     CaptureFlag("--task-index", "which task of the selected list", default=0, type=int),
     CaptureFlag("--n-prompts", "size of the selected task list", default=64, type=int),
-    CaptureFlag("--tasks", "builtin | FILE (.jsonl/.parquet) | hf:ORG/NAME[:SPLIT] | harbor-builtin | DIR of Harbor "
-                           "task folders (task.toml, instruction.md, tests/test.sh)", default="builtin"),
+    CaptureFlag("--tasks", "builtin | FILE (.jsonl/.parquet) | DIR[:SPLIT] (a local dataset folder, read by datasets) | "
+                           "hf:ORG/NAME[:SPLIT] | harbor-builtin | DIR of Harbor task folders (task.toml, instruction.md, "
+                           "tests/test.sh)", default="builtin"),
     CaptureFlag("--harness", 'builtin | cmd:"COMMAND" ({base_url} {model} {task_file} {workdir}) | '
                              "mini-swe-agent | opencode | codex | claude-code | terminus-2 (Harbor tasks; make harbor)",
                 default="builtin"),
