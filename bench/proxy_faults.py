@@ -16,10 +16,11 @@ Then stops the proxy, reads every trace file with `read_trace` (chain checked) a
 record_write_failed, streams that ended without a terminating event, and the proxy's RSS sampled
 every 0.5 s (first, peak, last, and the slope over the second half of the run).
 
-    .venv/bin/python bench/proxy_faults.py [--calls 5000] [--concurrency 48] [--nofile 128] [--workers 1]
+    .venv/bin/python bench/proxy_faults.py [--calls 5000] [--concurrency 48] [--nofile 128] [--workers 1] [--on-policy]
 
 With ``--workers N`` the proxy serves from N worker processes (each under the descriptor limit); the
-RSS figures are then the parent's only.
+RSS figures are then the parent's only. With ``--on-policy`` the proxy runs in on-policy mode, and the
+figures add each record's continuity (status:reason; ``proxy_error`` where the mode itself failed).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "proxy_faults.json"
 MESSAGES = [{"role": "user", "content": "Say hello."}]
+OUT_OF_DESCRIPTORS = "out of file descriptors"  # the start of the proxy's warning (proxy.descriptors)
 MALFORMED = ["index_list", "choices_dict", "wrong_ids", "invalid_json", "deep", "surrogate"]
 CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
          "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None, "token_ids": [7]}]}
@@ -202,6 +204,8 @@ def main() -> int:
     parser.add_argument("--nofile", type=int, default=128, help="RLIMIT_NOFILE of the proxy process")
     parser.add_argument("--max-open-files", type=int, default=16, help="the proxy's trace-handle cache")
     parser.add_argument("--workers", type=int, default=1, help="the proxy's worker processes")
+    parser.add_argument("--on-policy", action="store_true",
+                        help="run the proxy with --on-policy (each call first reads others' records in its file)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(RESULTS), help="where to save the figures")
     args = parser.parse_args()
@@ -224,7 +228,8 @@ def main() -> int:
 
     proxy = subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", "proxy", "--upstream",
                               f"http://127.0.0.1:{up_port}/v1", "--trace-dir", str(trace_dir), "--upstream-timeout",
-                              "30", "--max-open-files", str(args.max_open_files), "--workers", str(args.workers)],
+                              "30", "--max-open-files", str(args.max_open_files), "--workers", str(args.workers)]
+                             + (["--on-policy"] if args.on_policy else []),
                              env=env, stdout=subprocess.PIPE, stderr=open(trace_dir.with_suffix(".log"), "w"),
                              text=True, preexec_fn=limit)
     try:
@@ -255,6 +260,7 @@ def main() -> int:
     mismatched = 0
     unrecorded_successes = 0
     errors: Counter = Counter()
+    continuity: Counter = Counter()  # on-policy mode: status:reason of every record
     for session, made in per_session.items():
         path = trace_dir / f"{session}.jsonl"
         if not path.exists():
@@ -270,6 +276,8 @@ def main() -> int:
         mismatched += len(found) != made
         for record in found:
             errors[(record.get("error") or {}).get("kind", "none")] += 1
+            if "continuity" in record:
+                continuity[f"{record['continuity'].get('status')}:{record['continuity'].get('reason')}"] += 1
     values = [kib for _, kib in samples]
     half = samples[len(samples) // 2:]
     slope = 0.0
@@ -286,6 +294,8 @@ def main() -> int:
         "sessions_with_wrong_count": mismatched, "unparseable_trace_files": len(unparseable),
         "successes": sum(successes.values()), "successes_without_a_record": unrecorded_successes,
         "unparseable_examples": unparseable[:3], "record_error_kinds": dict(errors),
+        "on_policy": args.on_policy, "continuity": dict(continuity),
+        "out_of_descriptor_warnings": trace_dir.with_suffix(".log").read_text().count(OUT_OF_DESCRIPTORS),
         "client": dict(stats),
         "proxy_rss_kib": {"first": values[0] if values else None, "peak": max(values) if values else None,
                           "last": values[-1] if values else None,
@@ -304,6 +314,9 @@ def main() -> int:
     print(f"successful answers {sum(successes.values())}, of them without a record: {unrecorded_successes}")
     print(f"client saw: {dict(stats)}")
     print(f"record error kinds: {dict(errors)}")
+    if args.on_policy:
+        print(f"on-policy continuity (status:reason): {dict(continuity)}")
+    print(f"proxy warnings 'out of file descriptors': {result['out_of_descriptor_warnings']}")
     print(f"proxy RSS KiB: first {rss['first']}, peak {rss['peak']}, last {rss['last']}, "
           f"slope over the second half {rss['slope_second_half_kib_per_s']} KiB/s")
     print(f"saved {out}")

@@ -64,4 +64,5 @@ def local_backend_thread():
 
 
 # The viewer's demo rollouts and dataset, built once per session (tests/viewer_fixtures.py).
-from viewer_fixtures import audited_tree, crafter_tree, demo_folders, hostile_tree, oddity_tree  # noqa: E402,F401
+from viewer_fixtures import (  # noqa: E402,F401
+    audited_tree, crafter_tree, demo_folders, hostile_tree, logprobs_missing_tree, oddity_tree)

@@ -47,3 +47,22 @@ async def test_a_trainable_sequence_without_a_conversation_fails_the_build_namin
             call["request"] = {"model": "local"}  # a request that reads as no conversation
     with pytest.raises(ArtifactError, match=r"rollout r sequence \d+: its last call .* conversations config"):
         conversation_rows(art, seq_rows)
+
+
+async def test_a_responses_call_continuing_a_stored_response_names_its_conversation_partial(tmp_path):
+    records = await recorded_session(tmp_path, responses_session)
+    last = records[-1]
+    full_ids = list(last["prompt_token_ids"])
+    # as a harness sends it to vLLM with its response store on: the new item and the stored answer's id
+    last["request"] = dict(last["request"], input=last["request"]["input"][-1:], previous_response_id="resp_stored")
+    document = export_rollout(records, session_id="s", capture_level="tokens", tokenizer=load_tokenizer("builtin"))
+    (partial,) = [f for f in document["findings"] if f["code"] == "conversation_partial"]
+    assert partial["level"] == "WARN" and partial["call_index"] == last["index"] and "'resp_stored'" in partial["message"]
+    summary = {"rollout_id": "r", "task_id": "t", "env_reward": 1.0, "reward_after_penalties": 1.0}
+    art = {"summary": summary, "trace": {"calls": records}, "rollout": document}
+    seq_rows = sequence_rows(art)
+    (row,) = [r for r in conversation_rows(art, seq_rows) if seq_rows[r["sequence_index"]]["node_ids"][-1] == last["index"]]
+    assert [m["content"] for m in row["messages"]][:1] == ["question 2"]  # only the new item: the row is partial
+    sequence = seq_rows[row["sequence_index"]]
+    assert "conversation_partial" in sequence["findings"], "the partial row's sequence does not name it"
+    assert sequence["input_ids"][:len(full_ids)] == full_ids, "the token ids keep the whole conversation"

@@ -10,7 +10,7 @@ import pytest
 from rollout_dataset.errors import TaskIndexError
 from rollout_dataset.sandbox import verify_solution
 from rollout_dataset.tasks import (
-    MIN_LEAK_CHARS,
+    STATEMENT_LEAK_MIN_CHARS,
     Task,
     TestCase,
     builtin_tasks,
@@ -56,7 +56,7 @@ def test_no_held_out_test_appears_in_its_statement():
 def test_leak_rule_ignores_texts_shorter_than_the_minimum_and_glued_tokens():
     task = Task("t", "t", "Print 10 or FizzBuzz\n16 please", (TestCase("x\n", "no\n"),),
                 (TestCase("10\n", "FizzBuzz\n1\n"), TestCase("zz\n", "16 please\n")))
-    assert MIN_LEAK_CHARS == 3
+    assert STATEMENT_LEAK_MIN_CHARS == 3
     # "10" is too short, "FizzBuzz\n1" is glued to "6"; "16 please" is a real hit
     assert find_held_out_text(task, task.instruction, allow_in_instruction=False) == ["held-out test 1 output"]
 

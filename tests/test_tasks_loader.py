@@ -47,6 +47,24 @@ def test_jsonl_file_loads_with_default_column_names(tmp_path):
     assert first.source == f"file:{path.resolve()}"
 
 
+def test_loading_warns_of_a_task_whose_statement_shows_a_held_out_test(tmp_path, caplog):
+    rows = _rows(2)
+    rows[1]["tests"][0] = {"input": "110\n", "output": "220\n"}  # held-out test 0 of double-1
+    rows[1]["statement"] += "\nFor example 110 gives 220.\n"
+    path = _write_jsonl(tmp_path / "tasks.jsonl", rows)
+    with caplog.at_level("WARNING", logger="rollout_dataset.tasks.loader"):
+        load_tasks(str(path), n_prompts=2)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2 and all("task double-1: held-out test 0" in w for w in warnings)
+
+
+def test_loading_clean_tasks_warns_of_nothing(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="rollout_dataset.tasks.loader"):
+        load_tasks(str(_write_jsonl(tmp_path / "tasks.jsonl", _rows())), n_prompts=4)
+        load_tasks("builtin", n_prompts=64)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+
+
 def test_examples_are_read_from_the_instruction_when_there_is_no_visible_test_column(tmp_path):
     tasks = load_task_source(str(_write_jsonl(tmp_path / "t.jsonl", _rows(1))))
     assert [(v.input, v.output) for v in tasks[0].visible_tests] == [("2\n", "4\n")]

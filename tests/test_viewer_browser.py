@@ -262,10 +262,13 @@ def test_an_export_opens_a_rollout_whose_id_is_a_javascript_object_key(browser, 
     context.close()
 
 
-_LEFT_EDGES = """(id) => {
-  const walker = document.createTreeWalker(document.getElementById("title"), NodeFilter.SHOW_TEXT);
+# the left edges of the first and last character of `id`'s `nth` occurrence in `selector`'s first element
+_LEFT_EDGES = """([selector, id, nth]) => {
+  const walker = document.createTreeWalker(document.querySelector(selector), NodeFilter.SHOW_TEXT);
+  let seen = 0;
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-    const at = node.data.indexOf(id);
+    let at = node.data.indexOf(id);
+    while (at >= 0 && seen < nth) { seen++; at = node.data.indexOf(id, at + 1); }
     if (at < 0) continue;
     const edge = (i) => { const r = document.createRange(); r.setStart(node, i); r.setEnd(node, i + 1); return r.getBoundingClientRect().left; };
     return [edge(at), edge(at + id.length - 1)];
@@ -280,7 +283,7 @@ def test_a_right_to_left_override_in_rollout_text_does_not_reorder_the_rollout_i
     with serve_in_thread(lambda: viewer_server(oddity_tree), name="viewer-browser-oddity") as server:
         _ready(page, server.url + "rollout.html?id=__proto__")
         assert RIGHT_TO_LEFT_TITLE in page.locator("#title").text_content()
-        first, last = page.evaluate(_LEFT_EDGES, "__proto__")
+        first, last = page.evaluate(_LEFT_EDGES, ["#title", "__proto__", 0])
     assert first < last, "the id's first character is drawn left of its last"
 
 
@@ -317,3 +320,50 @@ def test_a_token_holding_a_right_to_left_override_does_not_reorder_the_tokens_af
       return [tokens[1].getBoundingClientRect().left, tokens[2].getBoundingClientRect().left];
     }""")
     assert first < second, "the token after the override is drawn left of the one that follows it"
+
+
+def test_a_right_to_left_override_in_a_tool_name_does_not_reorder_what_follows_it(page, oddity_tree):
+    from viewer_fixtures import RIGHT_TO_LEFT_TOOL
+
+    with serve_in_thread(lambda: viewer_server(oddity_tree), name="viewer-browser-oddity") as server:
+        _ready(page, server.url + "rollout.html?id=rollout-000")
+        page.click("#tabs button[data-tab=calls]")
+        header = "#call-0 > summary"
+        assert page.locator(header).text_content().count(RIGHT_TO_LEFT_TOOL) == 2
+        # the call header lists both tools: the second name is drawn left to right
+        first, last = page.evaluate(_LEFT_EDGES, [header, "write_file", 1])
+        assert first < last, "the second tool's name is drawn reversed in the call header"
+        # the conversation's tool-call label: the call id after the name is drawn left to right
+        page.click("#tabs button[data-tab=conversation]")
+        label = page.locator(".toolcall", has_text=RIGHT_TO_LEFT_TOOL).first
+        call_id = label.locator("span.muted").text_content().strip()
+        label.evaluate("(node) => node.classList.add('under-test')")
+        first, last = page.evaluate(_LEFT_EDGES, [".toolcall.under-test > span.muted", call_id, 0])
+        assert first < last, "the call id after the tool's name is drawn reversed"
+        _clean(page)
+
+
+@pytest.mark.parametrize("source", ["artifact folder", "dataset"])
+def test_tokens_whose_logprobs_are_missing_are_shown_as_unknown_not_as_confident(page, logprobs_missing_tree, source):
+    tree, dataset = logprobs_missing_tree
+    sequences = pq.read_table(dataset / "data" / "sequences").to_pylist()
+    seq = sequences[0]
+    first_sampled = seq["loss_mask"].index(1)  # call 0's first sampled token: 0.0 in the dataset
+    assert seq["logprobs"][first_sampled] == 0.0 and "logprobs_missing" in seq["findings"]
+    later = seq["prompt_len"] + seq["turn_lengths"][0]  # past call 0: the next sampled token is call 1's
+    later += seq["loss_mask"][later:].index(1)
+    root = tree if source == "artifact folder" else dataset
+    rid = "rollout-000" if source == "artifact folder" else seq["rollout_id"]
+    with serve_in_thread(lambda: viewer_server(root), name="viewer-browser-logprobs") as server:
+        _ready(page, server.url + "rollout.html?id=" + rid)
+        block = page.locator('.sequence[data-sequence="0"]')
+        assert "logprobs missing for call 0" in block.locator("p.logprobs-missing").inner_text()
+        token = block.locator(f'.tok[data-i="{first_sampled}"]')
+        classes = token.get_attribute("class").split()
+        assert "lpn" in classes and not {"lp0", "lp1", "lp2", "lp3", "lp4"} & set(classes)
+        assert token.evaluate("(node) => getComputedStyle(node).backgroundColor") == "rgba(0, 0, 0, 0)"
+        token.scroll_into_view_if_needed()
+        token.hover()
+        assert "missing: not captured" in page.locator("#tip").inner_text()
+        assert "lpn" not in block.locator(f'.tok[data-i="{later}"]').get_attribute("class").split()
+        _clean(page)

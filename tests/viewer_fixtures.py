@@ -88,13 +88,14 @@ def crafter_tree(tmp_path_factory) -> Path:
 
 LONE_SURROGATE = "lone \ud800 surrogate"
 RIGHT_TO_LEFT_TITLE = "title \u202e"  # a right-to-left override, never closed
+RIGHT_TO_LEFT_TOOL = "write_file\u202e"  # a tool name the model wrote, ending in an override never closed
 
 
 @pytest.fixture(scope="session")
 def oddity_tree(demo_folders, tmp_path_factory) -> Path:
     """A copy of two demo artifact folders: ``rollout-000`` whose answers hold a lone surrogate (a
-    harness may send one; the trace keeps it as its escape), and one folder named ``__proto__`` whose
-    task title opens a right-to-left override."""
+    harness may send one; the trace keeps it as its escape) and whose first answer calls two tools named
+    `RIGHT_TO_LEFT_TOOL`, and one folder named ``__proto__`` whose task title opens a right-to-left override."""
     from rollout_dataset.trace_integrity import reseal
 
     root = tmp_path_factory.mktemp("viewer-oddity") / "tree"
@@ -105,7 +106,51 @@ def oddity_tree(demo_folders, tmp_path_factory) -> Path:
     for call in trace["calls"]:
         message = call["response"]["choices"][0]["message"]
         message["content"] = LONE_SURROGATE + (message.get("content") or "")
+    first = trace["calls"][0]["response"]["choices"][0]["message"]
+    call = first["tool_calls"][0]
+    call["function"]["name"] = RIGHT_TO_LEFT_TOOL
+    first["tool_calls"].append(dict(call, id=call["id"] + "-second", function=dict(call["function"])))
+    for later in trace["calls"][1:]:  # the conversation the harness sent back names it too
+        for message in later["request"]["messages"]:
+            for sent in message.get("tool_calls") or []:
+                if sent["id"] == call["id"]:
+                    sent["function"]["name"] = RIGHT_TO_LEFT_TOOL
     trace_file.write_text(json.dumps(reseal(trace)))  # ASCII: the surrogate stays the escape \ud800
+    turns_file = root / "rollout-000" / "turns.json"
+    turns = json.loads(turns_file.read_text())
+    turns["turns"][0]["tool_calls"] = [RIGHT_TO_LEFT_TOOL, RIGHT_TO_LEFT_TOOL]
+    turns_file.write_text(json.dumps(turns))
+    summary_file = root / "rollout-000" / "summary.json"  # its tool counts agree with turns.json
+    summary = json.loads(summary_file.read_text())
+    summary["tool_calls_by_name"].pop("write_file")
+    summary["tool_calls_by_name"][RIGHT_TO_LEFT_TOOL] = 2
+    summary["tool_calls_total"] += 1
+    summary_file.write_text(json.dumps(summary))
     task_file = root / "__proto__" / "task.json"
     task_file.write_text(json.dumps(dict(json.loads(task_file.read_text()), title=RIGHT_TO_LEFT_TITLE)))
     return root
+
+
+@pytest.fixture(scope="session")
+def logprobs_missing_tree(demo_folders, tmp_path_factory) -> tuple[Path, Path]:
+    """(artifact tree, its built dataset): a copy of demo ``rollout-000`` whose first call came without
+    per-token logprobs (as a streamed Responses call does), exported again, so its sequences hold 0.0
+    there and carry a `logprobs_missing` finding on call 0."""
+    from rollout_dataset.builder import build
+    from rollout_dataset.export import export_rollout
+    from rollout_dataset.trace_integrity import reseal
+
+    root = tmp_path_factory.mktemp("viewer-logprobs-missing")
+    folder = root / "tree" / "rollout-000"
+    shutil.copytree(demo_folders[0] / "rollout-000", folder)
+    trace = json.loads((folder / "trace.json").read_text())
+    first = trace["calls"][0]
+    first["per_token_logps"] = None
+    first["response"]["choices"][0]["logprobs"] = None
+    (folder / "trace.json").write_text(json.dumps(reseal(trace)))
+    old = json.loads((folder / "rollout.json").read_text())
+    document = export_rollout(trace["calls"], session_id=old["session_id"], metadata=old["metadata"],
+                              capture_level=old["capture_level"], rollout_type=old["rollout_type"])
+    (folder / "rollout.json").write_text(json.dumps(document))
+    build([folder], root / "dataset", progress=False)
+    return root / "tree", root / "dataset"

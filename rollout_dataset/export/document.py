@@ -20,6 +20,7 @@ from rollout_dataset.export.findings import (
     has_error,
     prefix_breaks,
     retokenization_findings,
+    stored_conversation_findings,
 )
 from rollout_dataset.export.sequences import AGENT, AUXILIARY, DISCARDED, PathSequence, assign_roles, build_sequences
 from rollout_dataset.graph import RolloutGraph, build_graph, is_generation_record
@@ -114,8 +115,8 @@ def export_rollout(
     # Call-level findings first: they gate the sequences through those calls.
     per_call: dict[int, list[dict[str, Any]]] = {}
     for node in graph.nodes():
-        found = call_findings(node, tokens_expected=with_tokens)
         record = by_index.get(node.index, {})
+        found = call_findings(node, tokens_expected=with_tokens) + stored_conversation_findings(record)
         repaired = (record.get("continuity") or {}).get("status") == "repaired"  # differs by design, recorded
         if tokenizer is not None and with_tokens and not repaired:
             found += retokenization_findings(node, tokenizer, _chat_template_kwargs(by_index.get(node.index, {})))

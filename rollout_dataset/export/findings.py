@@ -16,6 +16,8 @@ length_mismatch           ERROR    id counts disagree with ``usage`` or with eac
 logprobs_count            ERROR    per-token logprobs present but not one per sampled id
 logprobs_missing          WARN     no per-token logprobs (a trainer must recompute them)
 truncated                 WARN     finish reason ``length``: the output hit max_tokens
+conversation_partial      WARN     a Responses request continues a stored response (``previous_response_id``):
+                                   its messages (and `conversations` row) lack the turns before it
 sampling_incomparable     WARN     temperature/top_p != 1, top_k set, or unknown logprobs mode
 retokenization_skew       WARN     request re-rendered through the chat template != server ids
 call_error                WARN     the call failed (upstream error, disconnect) yet got a response
@@ -37,6 +39,7 @@ from rollout_dataset.export.breaks import BreakCause, explain_break
 from rollout_dataset.graph import RolloutGraph, TurnNode, normalise_message
 from rollout_dataset.reasoning import odd_reasoning
 from rollout_dataset.tokenizers import common_prefix, template_messages
+from rollout_dataset.wire.records import call_api
 
 __all__ = [
     "ERROR",
@@ -44,9 +47,11 @@ __all__ = [
     "INFO",
     "LEVELS",
     "FINDING_CODES",
+    "LOGPROBS_MISSING",
     "finding",
     "call_findings",
     "sampling_findings",
+    "stored_conversation_findings",
     "retokenization_findings",
     "render_prompt_ids",
     "prefix_break_findings",
@@ -55,6 +60,9 @@ __all__ = [
 ]
 
 ERROR, WARN, INFO = "ERROR", "WARN", "INFO"
+
+#: the code of a call with no per-token logprobs (its sampled positions hold 0.0 in `sequences`)
+LOGPROBS_MISSING = "logprobs_missing"
 LEVELS = (ERROR, WARN, INFO)
 
 FINDING_CODES: dict[str, str] = {
@@ -62,8 +70,9 @@ FINDING_CODES: dict[str, str] = {
     "empty_ids": ERROR,
     "length_mismatch": ERROR,
     "logprobs_count": ERROR,
-    "logprobs_missing": WARN,
+    LOGPROBS_MISSING: WARN,
     "truncated": WARN,
+    "conversation_partial": WARN,
     "sampling_incomparable": WARN,
     "retokenization_skew": WARN,
     "call_error": WARN,
@@ -109,6 +118,33 @@ def _differs(value: Any, default: float) -> bool:
         return not math.isclose(float(value), default)
     except (TypeError, ValueError):
         return True
+
+
+def stored_conversation_findings(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A ``conversation_partial`` finding when a Responses request continues a stored response.
+
+    With ``previous_response_id`` (vLLM with its response store on) the request's ``input`` holds only
+    the new items: the server prepends the stored conversation, so the prompt ids hold it, but the
+    record's messages, and the `conversations` row built from them, do not.
+
+    Args:
+        record: the call's trace record.
+
+    Returns:
+        ``[]``, or the one finding naming the call and the stored response's id.
+    """
+    request = record.get("request")
+    if call_api(record) != "responses" or not isinstance(request, dict):
+        return []
+    previous = request.get("previous_response_id")
+    if previous is None or previous == "":
+        return []
+    i = record.get("index")
+    shown = repr(previous) if len(repr(previous)) <= 80 else repr(previous)[:77] + "..."
+    return [finding("conversation_partial",
+                    f"call {i}: the request continues stored response {shown} (previous_response_id): its "
+                    "messages hold only the new items, so its conversation (and conversations row) lacks the turns "
+                    "before them; its token ids hold them", call_index=i if isinstance(i, int) else None)]
 
 
 def sampling_findings(node: TurnNode) -> list[dict[str, Any]]:
@@ -184,7 +220,7 @@ def call_findings(node: TurnNode, *, tokens_expected: bool) -> list[dict[str, An
         if lps is None:
             out.append(
                 finding(
-                    "logprobs_missing",
+                    LOGPROBS_MISSING,
                     f"call {i}: no per-token logprobs for its {len(node.sampled_ids)} sampled ids; "
                     "a trainer must recompute them",
                     call_index=i,

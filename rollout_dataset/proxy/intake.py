@@ -26,6 +26,7 @@ from rollout_dataset.proxy.tokens import GENERATION_ENDPOINTS, sampling_params
 from rollout_dataset.schema.api_requests import (
     MESSAGES_REQUEST_SCHEMA,
     RESPONSES_REQUEST_SCHEMA,
+    load_request_validators,
     problem_field,
     responses_request_problem,
     surely_valid,
@@ -80,6 +81,9 @@ class RequestReader:
         self.max_body_bytes = max_body_bytes
         self.bound = bound
         self.answers = answers
+        # Built here, on the event loop: a body is judged in a worker thread (`_problem`), and a thread that
+        # opened a schema file could take the descriptor the recorder frees for a trace file at the limit.
+        load_request_validators()
 
     @staticmethod
     def open(scope: Scope) -> Call:

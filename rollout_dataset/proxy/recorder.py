@@ -20,7 +20,7 @@ record), and the arrival index and the chain continue after the last complete re
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import functools
 import hashlib
 import json
@@ -33,6 +33,7 @@ from typing import Any, Iterator
 import orjson
 
 from rollout_dataset.errors import RecordWriteError, SchemaValidationError
+from rollout_dataset.proxy.descriptors import note_out_of_descriptors, out_of_descriptors
 from rollout_dataset.proxy.jsoncodec import encode_record, loads
 from rollout_dataset.trace_integrity import (
     CHAIN_FIELD,
@@ -225,13 +226,14 @@ class TraceRecorder:
         try:
             return os.open(path, flags, 0o600), False
         except OSError as exc:
-            if not _out_of_descriptors(exc):
+            if not out_of_descriptors(exc):
                 raise
+            note_out_of_descriptors(exc)
         self._free_idle()
         try:
             return os.open(path, flags, 0o600), False
         except OSError as exc:
-            if not _out_of_descriptors(exc) or not self._spares:
+            if not out_of_descriptors(exc) or not self._spares:
                 raise
         os.close(self._spares.pop())
         try:
@@ -265,28 +267,28 @@ class TraceRecorder:
         for session in [s for s in self._fds if s not in self._pinned]:
             os.close(self._fds.pop(session))
 
-    def _read_borrowing(self, path: Path) -> bytes:
-        """A whole file's bytes, read through `_open_borrowing`."""
-        fd, borrowed = self._open_borrowing(path, os.O_RDONLY | _CLOEXEC)
+    @contextlib.contextmanager
+    def _opened_borrowing(self, path: Path, flags: int) -> Iterator[int]:
+        """A descriptor for one use, opened through `_open_borrowing` and closed after it (a borrowed
+        one goes back to the spares)."""
+        fd, borrowed = self._open_borrowing(path, flags)
         try:
-            with open(fd, "rb", closefd=False) as f:
-                return f.read()
+            yield fd
         finally:
             if borrowed:
                 self._return_borrowed(fd)
             else:
                 os.close(fd)
 
+    def _read_borrowing(self, path: Path) -> bytes:
+        """A whole file's bytes, read through `_open_borrowing`."""
+        with self._opened_borrowing(path, os.O_RDONLY | _CLOEXEC) as fd, open(fd, "rb", closefd=False) as f:
+            return f.read()
+
     def _write_new_borrowing(self, path: Path, data: bytes) -> None:
         """Write a file anew, opened through `_open_borrowing`."""
-        fd, borrowed = self._open_borrowing(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC)
-        try:
+        with self._opened_borrowing(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC) as fd:
             write_all(fd, data)
-        finally:
-            if borrowed:
-                self._return_borrowed(fd)
-            else:
-                os.close(fd)
 
     def _close_oldest(self) -> None:
         _, fd = self._fds.popitem(last=False)
@@ -381,11 +383,12 @@ class TraceRecorder:
         while len(self._followed) >= _MAX_FOLLOWED:
             self._followed.popitem(last=False)
         self._followed[session] = followed
-        try:
-            f = open(self.path(session), "rb")
-        except FileNotFoundError:
-            return
-        with f:
+        with contextlib.ExitStack() as stack:
+            try:  # through the spare descriptors like every other open: on-policy mode reads here at the limit too
+                fd = stack.enter_context(self._opened_borrowing(self.path(session), os.O_RDONLY | _CLOEXEC))
+            except FileNotFoundError:
+                return
+            f = stack.enter_context(open(fd, "rb", closefd=False))
             size = os.fstat(f.fileno()).st_size
             if size < followed.offset:
                 followed.offset, followed.own = 0, {}
@@ -496,11 +499,6 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def _out_of_descriptors(exc: OSError) -> bool:
-    """Whether an open failed for want of a descriptor (this process's or the system's)."""
-    return exc.errno in (errno.EMFILE, errno.ENFILE)
 
 
 def _free_name(path: Path) -> Path:

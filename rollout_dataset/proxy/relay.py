@@ -3,13 +3,17 @@
 It sends the rewritten request to the model server (falling back to the Messages request as it came
 when the upstream has no chat endpoint), reads the answer's headers, and hands a stream to the
 stream relay (`proxy/stream_relay.py`); a whole answer is read (counted against the in-flight bound),
-recorded, then sent. A harness that goes away cancels the exchange.
+recorded, then sent. A harness that goes away cancels the exchange. A Responses call the server refuses
+because of the proxy's logprob request (vLLM's gpt-oss path) is sent once more without it
+(`proxy/responses_capture.py`), and later calls to that model go without it from the start.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -22,6 +26,8 @@ from rollout_dataset.proxy.inflight import InflightBound
 from rollout_dataset.proxy.jsoncodec import dumps_event, dumps_standard, loads
 from rollout_dataset.proxy.messages_capture import translate_whole
 from rollout_dataset.proxy.redact import redact_url
+from rollout_dataset.proxy.responses_capture import (LOGPROBS_REFUSED_NOTE, REFUSAL_BODY_CAP, LogprobRefusals,
+                                                     refuses_logprobs, without_logprobs)
 from rollout_dataset.proxy.rewrite import Outgoing
 from rollout_dataset.proxy.stream_relay import StreamRelay
 from rollout_dataset.proxy.tokens import TokenRequest, strip_response
@@ -54,6 +60,7 @@ class UpstreamRelay:
         self.answers = answers
         self.bound = bound
         self.streams = streams
+        self.logprob_refusals = LogprobRefusals()  # models whose server refused the Responses logprobs
 
     async def forward(self, call: Call, outgoing: Outgoing, receive: Receive, send: Send) -> None:
         """Run the exchange in this task while a watcher cancels it if the harness goes away.
@@ -81,9 +88,22 @@ class UpstreamRelay:
         url = redact_url(str(request.url))  # shown in errors and logs: no credential of the harness's query
         asked, answer = call.asked, call.answer
         try:
+            source = _logprobs_added(token_req)
+            if source is not None and source.get("model") in self.logprob_refusals:
+                request, token_req = _without_logprobs(call, request, token_req, "remembered from an earlier call")
             response = await self._send_upstream(call, request, url, send)
             if response is None:
                 return
+            source = _logprobs_added(token_req)
+            if source is not None and response.status_code == 400:
+                response, refused = await _read_refusal(response)
+                if refused:  # the proxy's doing, not the harness's: sent again as the harness could send it
+                    await response.aclose()
+                    self.logprob_refusals.add(source.get("model"))
+                    request, token_req = _without_logprobs(call, request, token_req, "sent again")
+                    response = await self._send_upstream(call, request, url, send)
+                    if response is None:
+                        return
             if asked.translator is not None and response.status_code in (404, 405) and asked.native_request is not None:
                 await response.aclose()  # no chat endpoint upstream (not vLLM): the Messages call goes as it came
                 call.notes.append(f"the model server at {url} has no chat completions endpoint "
@@ -190,6 +210,73 @@ class UpstreamRelay:
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         call.delivery.ended = True
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _logprobs_added(token_req: TokenRequest | None) -> dict[str, Any] | None:
+    """The harness's body of a Responses call whose output-text logprobs only the proxy asked for, else None."""
+    if token_req is None or token_req.kind != "responses" or "include" not in token_req.changes:
+        return None
+    return token_req.source
+
+
+def _without_logprobs(call: Call, request: httpx.Request, token_req: TokenRequest | None,
+                      how: str) -> tuple[httpx.Request, TokenRequest]:
+    """The call's upstream request and `TokenRequest` without the proxy's logprob request (noted, recorded)."""
+    assert token_req is not None and token_req.source is not None, "only for `_logprobs_added` calls"
+    changes, body = without_logprobs(token_req.source, token_req.changes)
+    asked = call.asked
+    asked.upstream_changes = changes
+    asked.effective = {**asked.requested, **changes}
+    call.notes.append(f"{LOGPROBS_REFUSED_NOTE} ({how})")
+    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+    headers.append((b"content-length", str(len(body)).encode()))
+    again = httpx.Request(request.method, request.url, stream=httpx.ByteStream(body), headers=headers,
+                          extensions=request.extensions)
+    again.read()
+    return again, dataclasses.replace(token_req, changes=changes, body=body)
+
+
+class _Replayed(httpx.AsyncByteStream):
+    """A response body's first bytes (already read), then the rest of it from the same read."""
+
+    def __init__(self, head: bytes, rest: AsyncIterator[bytes] | None, original: httpx.Response) -> None:
+        self.head = head
+        self.rest = rest
+        self.original = original
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self.head:
+            yield self.head
+        if self.rest is not None:
+            async for chunk in self.rest:
+                yield chunk
+
+    async def aclose(self) -> None:
+        await self.original.aclose()
+
+
+async def _read_refusal(response: httpx.Response) -> tuple[httpx.Response, bool]:
+    """Whether an HTTP 400 is the server's refusal of output logprobs, and the response to relay otherwise.
+
+    Up to `REFUSAL_BODY_CAP` bytes of the body are read; the returned response gives the same bytes.
+    """
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if "json" not in response.headers.get("content-type", "") or encoding != "identity":
+        return response, False
+    head = bytearray()
+    chunks = response.aiter_raw()
+    whole = True
+    async for chunk in chunks:
+        head += chunk
+        if len(head) > REFUSAL_BODY_CAP:
+            whole = False
+            break
+    if whole and refuses_logprobs(response.status_code, bytes(head)):
+        return response, True
+    replay = httpx.Response(response.status_code, headers=response.headers.raw,
+                            stream=_Replayed(bytes(head), None if whole else chunks, response),
+                            request=response.request, extensions=response.extensions)
+    return replay, False
 
 
 def _translated_whole(call: Call, url: str, parsed: Any, status: int) -> bytes:

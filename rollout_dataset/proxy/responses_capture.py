@@ -12,19 +12,36 @@ do not cover every output id (a vLLM 0.32 Responses *stream* leaves out tokens t
 their own: the end-of-sequence token, a function call's tokens, bytes of an unfinished character;
 whole answers cover every id), `per_token_logps` stays null and a note says why: ids are exact, logprobs
 are never padded or guessed.
+
+vLLM 0.32 serving a gpt-oss model refuses that `include` with HTTP 400 ("logprobs are not supported
+with gpt-oss models"). When the harness did not ask for it itself, the refusal is the proxy's doing:
+the relay sends the call once more without the proxy's `include` (`without_logprobs`; the harness's
+body as it came, `enable_response_messages` still added), remembers the model
+(`LogprobRefusals`, so later calls do not pay the refused round trip), and the record says why it
+has no logprobs. That server's `input_messages`/`output_messages` are Harmony messages without
+token ids, so such a record is at level ``text``, and its notes say so.
 """
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from typing import Any
 
 from rollout_dataset.proxy.jsoncodec import dumps_standard
 
-__all__ = ["LOGPROBS_INCLUDE", "ResponsesAssembler", "prepare_responses", "strip_responses",
-           "responses_token_fields"]
+__all__ = ["LOGPROBS_INCLUDE", "LOGPROBS_REFUSED_NOTE", "LogprobRefusals", "ResponsesAssembler",
+           "prepare_responses", "strip_responses", "responses_token_fields", "refuses_logprobs",
+           "without_logprobs"]
 
 #: the `include` value that asks for output-text logprobs
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+#: the note of a record whose call was sent without the proxy's logprob request
+LOGPROBS_REFUSED_NOTE = ("the server refuses output logprobs on /v1/responses (vLLM's gpt-oss path answers "
+                         "HTTP 400 'logprobs are not supported with gpt-oss models'): sent without the proxy's "
+                         f"include of {LOGPROBS_INCLUDE}, recorded without logprobs")
+#: largest error body read to tell a logprob refusal (bytes)
+REFUSAL_BODY_CAP = 64 * 1024
 _FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 
 
@@ -50,6 +67,72 @@ def prepare_responses(parsed: dict[str, Any], limits: dict[str, Any] | None = No
     changes.update(limits or {})
     body = {**parsed, **changes}
     return asked_ids, asked_logprobs, changes, dumps_standard(body)  # a lone surrogate stays an escape
+
+
+def refuses_logprobs(status: int, body: bytes) -> bool:
+    """Whether an answer is the server's refusal of output logprobs on `/v1/responses`.
+
+    vLLM 0.32 (`responses/serving.py`, `_validate_create_responses_input`) answers a gpt-oss model's
+    call that includes the output-text logprobs with HTTP 400, an error whose message is "logprobs are
+    not supported with gpt-oss models" and whose `param` is ``logprobs``.
+
+    Args:
+        status: the answer's HTTP status.
+        body: the answer's body (JSON).
+
+    Returns:
+        True for an HTTP 400 whose error message or `param` names logprobs.
+    """
+    if status != 400:
+        return False
+    try:
+        parsed = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    error = error if isinstance(error, dict) else parsed
+    if not isinstance(error, dict):
+        return False
+    return any(isinstance(error.get(key), str) and "logprob" in error[key].lower() for key in ("message", "param"))
+
+
+def without_logprobs(parsed: dict[str, Any], changes: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    """The upstream body of a Responses call without the proxy's logprob request.
+
+    Args:
+        parsed: the harness's body (not modified).
+        changes: the fields `prepare_responses` added or changed.
+
+    Returns:
+        ``(changes, body)``: the changes still made (the harness's own `include`, if any, goes as it
+        came) and the upstream body.
+    """
+    kept = {key: value for key, value in changes.items() if key != "include"}
+    return kept, dumps_standard({**parsed, **kept})
+
+
+class LogprobRefusals:
+    """The models whose server refused the output-text logprobs, most recent last (bounded).
+
+    Args:
+        size: how many models are remembered (the oldest is forgotten first).
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._models: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, model: object) -> bool:
+        return isinstance(model, str) and model in self._models
+
+    def add(self, model: object) -> None:
+        """Remember that the server refused logprobs for `model` (a name that is not a string is not kept)."""
+        if not isinstance(model, str):
+            return
+        self._models[model] = None
+        self._models.move_to_end(model)
+        while len(self._models) > self.size:
+            self._models.popitem(last=False)
 
 
 def _strip_parts(item: Any) -> Any:
@@ -147,6 +230,10 @@ class ResponsesAssembler:
 def _ids_of(messages: Any, field: str, notes: list[str]) -> list[int] | None:
     """The token ids of `input_messages` / `output_messages`, or None (with a note when they are not integers)."""
     if not isinstance(messages, list) or not messages:
+        return None
+    if not any(isinstance(m, dict) and "tokens" in m for m in messages):
+        if all(isinstance(m, dict) and "role" in m for m in messages):
+            notes.append(f"{field} are Harmony messages without token ids (vLLM's gpt-oss Responses path)")
         return None
     ids: list[int] = []
     for message in messages:

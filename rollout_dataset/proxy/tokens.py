@@ -61,6 +61,7 @@ class TokenRequest:
     changes: dict[str, Any] = field(default_factory=dict)
     body: bytes = b""
     top_logprobs_set: bool = False  # responses: the harness set `top_logprobs` itself
+    source: dict[str, Any] | None = None  # responses: the harness's body, to send again without logprobs
 
     @property
     def needs_strip(self) -> bool:
@@ -87,7 +88,7 @@ def prepare_request(kind: str, parsed: dict[str, Any], raw: bytes,
     """
     if kind == "responses":  # the Responses API: rollout_dataset.proxy.responses_capture
         asked_ids, asked_logprobs, sent, upstream_body = prepare_responses(parsed, limits)
-        return TokenRequest(kind, asked_ids, asked_logprobs, sent, upstream_body, "top_logprobs" in parsed)
+        return TokenRequest(kind, asked_ids, asked_logprobs, sent, upstream_body, "top_logprobs" in parsed, parsed)
     asked_ids = parsed.get("return_token_ids") is True
     if kind == "chat":
         asked_logprobs = bool(parsed.get("logprobs"))

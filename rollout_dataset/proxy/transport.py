@@ -32,6 +32,7 @@ from typing import Any, AsyncIterator, Callable
 import httptools
 import httpx
 
+from rollout_dataset.proxy.descriptors import note_out_of_descriptors
 from rollout_dataset.proxy.redact import redact_url, redact_urls_in_text
 
 __all__ = ["UpstreamTransport", "MAX_HEADER_BYTES", "HIGH_WATER_BYTES"]
@@ -438,6 +439,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             if isinstance(exc, asyncio.TimeoutError):
                 raise httpx.ConnectTimeout(f"connecting to {url} timed out") from None
             if isinstance(exc, OSError):
+                note_out_of_descriptors(exc)
                 raise httpx.ConnectError(redact_urls_in_text(f"cannot connect to {url}: {exc}")) from None
             raise
         self._all.add(conn)

@@ -18,7 +18,7 @@ from referencing import Registry, Resource
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
-__all__ = ["SCHEMA_NAMES", "load_schema", "schema_errors", "fast_schema_valid", "validate"]
+__all__ = ["SCHEMA_NAMES", "load_schema", "load_validators", "schema_errors", "fast_schema_valid", "validate"]
 
 
 def _schema_dir() -> Traversable:
@@ -76,6 +76,23 @@ def _fast_validator(name: str) -> Any:
     schemas = [load_schema(n) for n in _names()]
     registry = jsonschema_rs.Registry([(s["$id"], s) for s in schemas if "$id" in s])
     return jsonschema_rs.validator_for(load_schema(name), registry=registry)
+
+
+def load_validators(name: str) -> None:
+    """Build a schema's validators (both engines, and the registry they resolve `$ref` in) now.
+
+    They are otherwise built at first use, which reads the schema files; a server that checks bodies
+    off its event loop calls this at startup, so that no worker thread opens a file (a thread's open
+    can take a descriptor the server freed for a file of its own when it is out of them).
+
+    Args:
+        name: the schema's name.
+
+    Raises:
+        KeyError: no schema of that name ships with the package.
+    """
+    _fast_validator(name)
+    _validator(name)
 
 
 def fast_schema_valid(document: Any, name: str) -> bool:

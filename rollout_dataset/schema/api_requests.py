@@ -12,15 +12,22 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rollout_dataset.schema import fast_schema_valid, schema_errors
+from rollout_dataset.schema import fast_schema_valid, load_validators, schema_errors
 
 __all__ = ["MESSAGES_REQUEST_SCHEMA", "RESPONSES_REQUEST_SCHEMA", "messages_request_problem",
-           "responses_request_problem", "problem_field", "non_finite_number", "surely_valid"]
+           "responses_request_problem", "problem_field", "non_finite_number", "surely_valid",
+           "load_request_validators"]
 
 #: the schema of a `/v1/messages` body.
 MESSAGES_REQUEST_SCHEMA = "messages_request"
 #: the schema of a `/v1/responses` body.
 RESPONSES_REQUEST_SCHEMA = "responses_request"
+
+
+def load_request_validators() -> None:
+    """Build the validators of every request schema here now, not at the first body (see `load_validators`)."""
+    for schema in (MESSAGES_REQUEST_SCHEMA, RESPONSES_REQUEST_SCHEMA):
+        load_validators(schema)
 
 
 def non_finite_number(value: Any, path: str = "$") -> str | None:

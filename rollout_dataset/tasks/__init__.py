@@ -19,7 +19,7 @@ from __future__ import annotations
 from .builtin import BUILTIN_SOURCE, builtin_data_path, builtin_tasks, find_builtin_task_by_instruction
 from .loader import DEFAULT_COLUMNS, load_task_source, load_tasks, select_task, tasks_from_records
 from .model import (
-    MIN_LEAK_CHARS,
+    STATEMENT_LEAK_MIN_CHARS,
     Task,
     TestCase,
     compose_instruction,
@@ -50,7 +50,7 @@ __all__ = [
     "held_out_leaks",
     "find_held_out_text",
     "occurs_as_tokens",
-    "MIN_LEAK_CHARS",
+    "STATEMENT_LEAK_MIN_CHARS",
     "DEFAULT_COLUMNS",
     "BUILTIN_SOURCE",
 ]

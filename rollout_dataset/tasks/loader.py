@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping
 from ..errors import TaskIndexError, TaskSourceError
 from .builtin import BUILTIN_SOURCE, builtin_tasks
 from .harbor_format import HARBOR_BUILTIN_DIR, HARBOR_BUILTIN_SOURCE, is_harbor_task_set, load_harbor_tasks
-from .model import Task, TestCase, parse_examples, parse_test_cases
+from .model import Task, TestCase, held_out_leaks, parse_examples, parse_test_cases
 
 __all__ = ["DEFAULT_COLUMNS", "load_tasks", "load_task_source", "select_task", "tasks_from_records"]
 
@@ -267,7 +267,9 @@ def load_tasks(source: str = BUILTIN_SOURCE, n_prompts: int = 64, seed: int = 0,
 
     The source order is shuffled with ``random.Random(seed)`` and the first ``n_prompts`` are kept;
     when the source has fewer, all of them are returned (never repeated). The same seed always
-    gives the same tasks in the same order, so a task index means the same task across runs.
+    gives the same tasks in the same order, so a task index means the same task across runs. A
+    selected task whose statement shows one of its held-out tests (`held_out_leaks`) is logged as a
+    warning naming the task and the test.
 
     Args:
         source: see `load_task_source`.
@@ -289,7 +291,11 @@ def load_tasks(source: str = BUILTIN_SOURCE, n_prompts: int = 64, seed: int = 0,
     random.Random(seed).shuffle(order)
     if n_prompts > len(tasks):
         log.info("task source %s has %d tasks (< n_prompts=%d); using all of them", source, len(tasks), n_prompts)
-    return [tasks[i] for i in order[: int(n_prompts)]]
+    selected = [tasks[i] for i in order[: int(n_prompts)]]
+    for task in selected:  # a statement that shows a held-out test makes its reward test what the agent saw
+        for problem in held_out_leaks(task):
+            log.warning("task source %s: %s; its reward does not measure generalisation", source, problem)
+    return selected
 
 
 def select_task(tasks: list[Task], index: int) -> Task:

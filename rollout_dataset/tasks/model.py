@@ -14,7 +14,7 @@ back (also used for tasks from files that carry no separate visible-test column)
 
 Leak rule (`held_out_leaks`, `find_held_out_text`): a held-out input or expected output *appears* in
 a text when its normalised form (trailing whitespace per line and trailing newlines dropped, then
-leading blank lines dropped) is at least `MIN_LEAK_CHARS` (3) characters long and occurs in the text
+leading blank lines dropped) is at least `STATEMENT_LEAK_MIN_CHARS` (3) characters long and occurs in the text
 as whole tokens: not glued to a letter or digit on either side (so "FizzBuzz\n1" does not appear in
 "FizzBuzz\n16", nor "100" in "1000000", but "2 3" does appear in "2 3 5 7"). Shorter texts ("1",
 "no", "-5") occur in any prose by chance and tell an agent nothing, so they are exempt. An expected
@@ -34,7 +34,7 @@ __all__ = [
     "TestCase",
     "parse_test_cases",
     "Task",
-    "MIN_LEAK_CHARS",
+    "STATEMENT_LEAK_MIN_CHARS",
     "format_examples",
     "compose_instruction",
     "visible_tests_text",
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 #: shortest held-out text (after normalisation) the leak rule looks for
-MIN_LEAK_CHARS = 3
+STATEMENT_LEAK_MIN_CHARS = 3
 
 
 @dataclass(frozen=True)
@@ -245,7 +245,7 @@ def _candidates(task: Task) -> Iterable[tuple[str, int, str]]:
             yield "output", i, out
 
 
-def find_held_out_text(task: Task, text: str, *, min_chars: int = MIN_LEAK_CHARS,
+def find_held_out_text(task: Task, text: str, *, min_chars: int = STATEMENT_LEAK_MIN_CHARS,
                        allow_in_instruction: bool = True) -> list[str]:
     """Which held-out inputs/outputs of a task occur in a text (the leak rule of this module).
 
@@ -270,7 +270,7 @@ def find_held_out_text(task: Task, text: str, *, min_chars: int = MIN_LEAK_CHARS
     return hits
 
 
-def held_out_leaks(task: Task, *, min_chars: int = MIN_LEAK_CHARS) -> list[str]:
+def held_out_leaks(task: Task, *, min_chars: int = STATEMENT_LEAK_MIN_CHARS) -> list[str]:
     """Check a task's own instruction against its held-out tests.
 
     Args:

@@ -7,7 +7,8 @@
   (counts; their tokens come by window), the audit summary and the Crafter decisions.
 * `token_window` — ``count`` tokens of one sequence from ``start``: id, decoded text, special or
   not, loss mask, logprob, the call that sampled it (or whose prompt brought it), and the audit's
-  scorer logprob where an audit exists.
+  scorer logprob where an audit exists. A call the sequence row's findings name `logprobs_missing`
+  has its logprobs as null (unknown), not the 0.0 the dataset stores there.
 
 All text stays data: the front end inserts it with ``textContent``, never as HTML.
 """
@@ -18,12 +19,13 @@ import json
 import re
 from typing import Any
 
+from rollout_dataset.export.findings import LOGPROBS_MISSING
 from rollout_dataset.reasoning import THINK_CLOSE, THINK_OPEN
 
 #: Harmony's markers of an analysis message (`<|channel|>analysis<|message|>...<|end|>`)
 HARMONY_CHANNEL, HARMONY_ANALYSIS_NAME, HARMONY_END = "<|channel|>", "analysis", "<|end|>"
 
-__all__ = ["index_record", "page_json", "reasoning_positions", "rollout_view", "token_window", "MAX_WINDOW"]
+__all__ = ["index_record", "logprobs_missing_calls", "page_json", "reasoning_positions", "rollout_view", "token_window", "MAX_WINDOW"]
 
 #: the most tokens one window request returns.
 MAX_WINDOW = 4096
@@ -41,6 +43,25 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
+
+
+def logprobs_missing_calls(sequence: dict[str, Any]) -> set[int]:
+    """The calls of a sequence whose per-token logprobs were never captured.
+
+    The dataset stores 0.0 at their sampled positions (a float32 list has no nulls); the sequence
+    row's findings name each such call (`LOGPROBS_MISSING`, with its ``call_index``).
+
+    Args:
+        sequence: a `sequences` row, its ``findings`` parsed (a cell that is not a list names none).
+
+    Returns:
+        The calls' arrival indices.
+    """
+    findings = sequence.get("findings")
+    if not isinstance(findings, list):
+        return set()
+    return {int(f["call_index"]) for f in findings
+            if isinstance(f, dict) and f.get("code") == LOGPROBS_MISSING and isinstance(f.get("call_index"), int)}
 
 
 def page_json(value: Any) -> str:
@@ -212,6 +233,7 @@ def rollout_view(loaded: dict[str, Any], rid: str, tokenizer_note: str | None = 
                           "root_id": s.get("root_id"), "node_ids": s.get("node_ids"), "n_turns": s.get("n_turns"),
                           "prompt_len": s.get("prompt_len"), "n_trainable": s.get("n_trainable"),
                           "n_tokens": len(s.get("input_ids") or []), "findings": s.get("findings"),
+                          "logprobs_missing_calls": sorted(logprobs_missing_calls(s)),
                           "new_root": previous_root is not None and s.get("root_id") != previous_root})
         previous_root = s.get("root_id")
     crafter = extra.get("crafter") if isinstance(extra.get("crafter"), dict) else None
@@ -298,7 +320,8 @@ def token_window(loaded: dict[str, Any], sequence_index: int, start: int, count:
     Returns:
         ``{"total", "start", "tokens": [[id, text, special, mask, logprob, call, scorer_logprob, reasoning],
         ...], "call_starts": [position, ...]}``; ``reasoning`` marks a token inside a think block
-        (`reasoning_positions`).
+        (`reasoning_positions`); ``logprob`` is null where it is unknown (a call in
+        `logprobs_missing_calls`, or past the row's logprobs).
 
     Raises:
         KeyError: no such sequence.
@@ -318,6 +341,7 @@ def token_window(loaded: dict[str, Any], sequence_index: int, start: int, count:
     scored = next((s.get("scorer_logprobs") for s in audit.get("sequences") or []
                    if isinstance(s, dict) and s.get("sequence_index") == sequence_index), None) or []
     spans = _call_spans(sequence, rows.get("trace") or [])
+    missing = logprobs_missing_calls(sequence)
     texts = [str(i) for i in window]
     specials: set[int] = set()
     if tokenizer is not None and window:
@@ -333,7 +357,7 @@ def token_window(loaded: dict[str, Any], sequence_index: int, start: int, count:
         while span < len(spans) - 1 and position >= spans[span][1]:
             span += 1
         call = spans[span][2] if spans else None
-        lp = float(logprobs[position]) if position < len(logprobs) else None
+        lp = float(logprobs[position]) if position < len(logprobs) and call not in missing else None
         score = scored[position] if position < len(scored) else None
         tokens.append([token, texts[offset], token in specials, int(mask[position]) if position < len(mask) else 0,
                        lp, call, score, position in reasoning])

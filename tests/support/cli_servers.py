@@ -8,16 +8,18 @@ import subprocess
 import sys
 from collections.abc import Callable
 from signal import SIGINT
+from typing import Any
 
 
-def spawn_cli_server(args: list[str], preexec_fn: Callable[[], None] | None = None) -> tuple[subprocess.Popen, str]:
-    """`rollout-dataset ARGS` in a child process, once it has printed its base URL.
+def spawn_cli_server(args: list[str], preexec_fn: Callable[[], None] | None = None,
+                     stderr: Any = subprocess.DEVNULL) -> tuple[subprocess.Popen, str]:
+    """`rollout-dataset ARGS` in a child process, once it has printed its base URL (its stderr to `stderr`).
 
     Raises:
         RuntimeError: the first line is not a URL (the child is killed).
     """
     proc = subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            stderr=stderr, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                             preexec_fn=preexec_fn)
     line = proc.stdout.readline().strip()
     if not line.startswith("http"):

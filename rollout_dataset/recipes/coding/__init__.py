@@ -12,13 +12,13 @@ import of `env.py`).
 
 from rollout_dataset.recipes.coding.config import CaptureConfig
 from rollout_dataset.recipes.coding.hiding import capture_hidden_paths
-from rollout_dataset.recipes.coding.leakage import MIN_LEAK_CHARS, LeakHit, scan_for_leaks
+from rollout_dataset.recipes.coding.leakage import ROLLOUT_LEAK_MIN_CHARS, LeakHit, scan_for_leaks
 from rollout_dataset.recipes.coding.statement import SOLUTION_NOTE, harness_statement
 
 __all__ = [
     "CaptureConfig",
     "LeakHit",
-    "MIN_LEAK_CHARS",
+    "ROLLOUT_LEAK_MIN_CHARS",
     "SOLUTION_NOTE",
     "capture_hidden_paths",
     "harness_statement",

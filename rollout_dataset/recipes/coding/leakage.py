@@ -6,7 +6,7 @@ and the expected output of each held-out test.
 
 What counts as a hit: the held-out text (trailing whitespace of each line and surrounding blank
 space dropped, on both sides of the comparison) is at least
-`MIN_LEAK_CHARS` characters long, does NOT occur in the statement the agent was given (text the
+`ROLLOUT_LEAK_MIN_CHARS` characters long, does NOT occur in the statement the agent was given (text the
 agent legitimately saw cannot leak), and occurs verbatim in a request or a working file. Shorter
 texts (``"1"``, ``"YES"``, ``"100"``) occur in any program by chance and say nothing; they are
 skipped. (The task set's own rule for statements, `rollout_dataset.tasks`, is stricter, 3
@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-__all__ = ["LeakHit", "MIN_LEAK_CHARS", "leak_candidates", "scan_for_leaks", "strings_in"]
+__all__ = ["LeakHit", "ROLLOUT_LEAK_MIN_CHARS", "leak_candidates", "scan_for_leaks", "strings_in"]
 
 logger = logging.getLogger(__name__)
 
 #: held-out texts shorter than this (after stripping) are not searched for.
-MIN_LEAK_CHARS = 6
+ROLLOUT_LEAK_MIN_CHARS = 6
 _MAX_FILE_BYTES = 2_000_000
 
 
@@ -98,7 +98,7 @@ def leak_candidates(statement: str, held_out: Sequence[Any]) -> list[tuple[int, 
         for field in ("input", "output"):
             raw = test[field] if isinstance(test, dict) else getattr(test, field)
             text = _norm(raw or "")
-            if len(text) >= MIN_LEAK_CHARS and text not in _norm(statement):
+            if len(text) >= ROLLOUT_LEAK_MIN_CHARS and text not in _norm(statement):
                 out.append((i, field, text))
     return out
 

@@ -69,6 +69,10 @@ function el(tag, cls, text, ...children) {
   return node;
 }
 
+// rollout text as its own bidi-isolated piece: a direction override in it (U+202E) cannot reorder
+// what the page draws after it. Every piece of rollout text set inside a line of page text uses this.
+function isolated(text) { return el("bdi", null, text); }
+
 function fmt(value, digits) {
   if (value === null || value === undefined) return "n/a";
   if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(digits === undefined ? 3 : digits);
@@ -91,12 +95,15 @@ function kvTable(pairs, cls) {
   return table;
 }
 
+function piece(part) { return part instanceof Node ? part : document.createTextNode(String(part)); }
+
 function pre(text, cls) { return el("pre", cls, text === null || text === undefined ? "" : String(text)); }
 
+// summary: text, or a list of pieces (text, or nodes such as `isolated` rollout text)
 function folded(summary, body, open) {
   const details = el("details");
   if (open) details.open = true;
-  details.appendChild(el("summary", null, summary));
+  details.appendChild(Array.isArray(summary) ? el("summary", null, null, ...summary.map(piece)) : el("summary", null, summary));
   details.appendChild(body);
   return details;
 }

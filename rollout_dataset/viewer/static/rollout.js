@@ -5,6 +5,7 @@
 const params = new URLSearchParams(location.search);
 const rolloutId = params.get("id") || "";
 
+// a null logprob is unknown (never captured: the dataset's 0.0 there is not a confidence): no colour
 function lpClass(lp) {
   if (lp === null || lp === undefined) return "lpn";
   if (lp > -0.1) return "lp0";
@@ -28,9 +29,9 @@ function renderHeader(view) {
   const s = view.summary || {};
   const t = view.task || {};
   const box = document.getElementById("header");
-  // each piece of rollout text isolated (<bdi>): a right-to-left override in a title cannot reorder the id after it
-  document.getElementById("title").replaceChildren(el("bdi", null, t.title || s.task_id || "rollout"),
-    document.createTextNode(" — "), el("bdi", null, view.id));
+  // each piece of rollout text isolated: a right-to-left override in a title cannot reorder the id after it
+  document.getElementById("title").replaceChildren(isolated(t.title || s.task_id || "rollout"),
+    document.createTextNode(" — "), isolated(view.id));
   document.title = (s.task_id || view.id) + " — rollout";
   const totals = view.totals || {};
   const counts = el("div", "totals");
@@ -63,6 +64,7 @@ function renderHeader(view) {
 
 // ----------------------------------------------------------------------------------------- tokens
 const tip = document.getElementById("tip");
+const LOGPROB_MISSING = "missing: not captured (the dataset holds 0.0 here; a trainer must recompute it)";
 let colourBy = "logprob";
 const tokenStore = {};
 const colourClass = (token) => colourBy === "audit" ? diffClass(token[4], token[6]) : lpClass(token[4]);
@@ -71,8 +73,8 @@ function showTip(event, token, position) {
   const [id, text, special, mask, lp, call, scored, reasoning] = token;
   tip.replaceChildren(kvTable([
     ["position", position], ["id", id], ["text", JSON.stringify(text)], ["special", special], ["reasoning", !!reasoning],
-    ["loss mask", mask], ["logprob", mask ? lp : "n/a (context token)"], ["call", call],
-    ...(scored !== null && scored !== undefined ? [["scorer logprob", scored], ["|Δ|", Math.abs(lp - scored)]] : []),
+    ["loss mask", mask], ["logprob", !mask ? "n/a (context token)" : lp === null || lp === undefined ? LOGPROB_MISSING : lp], ["call", call],
+    ...(scored !== null && scored !== undefined ? [["scorer logprob", scored], ["|Δ|", lp === null || lp === undefined ? "n/a" : Math.abs(lp - scored)]] : []),
   ]));
   tip.hidden = false;
   tip.style.left = Math.min(event.pageX + 12, window.scrollX + window.innerWidth - 320) + "px";
@@ -84,6 +86,9 @@ function renderSequence(view, seq, container) {
   block.dataset.sequence = String(seq.index);
   if (seq.new_root) block.appendChild(el("div", "fragment-break", "fragment break: this sequence starts at call " + seq.root_id +
     ", whose prompt did not extend the previous sequence's tokens (re-rendered from scratch)"));
+  const missing = seq.logprobs_missing_calls || [];
+  if (missing.length) block.appendChild(el("p", "warn logprobs-missing", "logprobs missing for call" + (missing.length > 1 ? "s " : " ") +
+    missing.join(", ") + ": their sampled tokens are shown uncoloured (the dataset holds 0.0 there; a trainer must recompute them)"));
   block.appendChild(el("h3", null, "sequence " + seq.index + " · " + seq.role + (seq.trainable ? " · trainable" : "") +
     " · " + seq.n_tokens + " tokens · " + seq.n_trainable + " trainable · calls " + (seq.node_ids || []).join(", ")));
   const stream = el("div", "tokens");
@@ -128,7 +133,7 @@ function renderTokens(view) {
   const box = document.getElementById("tab-tokens");
   const legend = el("div", "legend");
   legend.appendChild(el("span", "tok m0", "context (mask 0)"));
-  for (const [cls, label] of [["lp0", "logprob > -0.1"], ["lp1", "> -0.5"], ["lp2", "> -1.5"], ["lp3", "> -3"], ["lp4", "≤ -3"]]) legend.appendChild(el("span", "tok m1 " + cls, label));
+  for (const [cls, label] of [["lp0", "logprob > -0.1"], ["lp1", "> -0.5"], ["lp2", "> -1.5"], ["lp3", "> -3"], ["lp4", "≤ -3"], ["lpn", "logprob missing"]]) legend.appendChild(el("span", "tok m1 " + cls, label));
   legend.appendChild(el("span", "tok sp", "special token"));
   legend.appendChild(el("span", "tok rs", "reasoning (think block)"));
   if (view.audit) {
@@ -161,10 +166,11 @@ function renderConversation(view) {
     if (conv.tools) box.appendChild(folded("tools offered (" + (Array.isArray(conv.tools) ? conv.tools.length : "?") + ")", pre(JSON.stringify(conv.tools, null, 1))));
     for (const m of conv.messages) {
       const item = el("div", "message role-" + String(m.role).replace(/[^a-z]/g, ""));
-      item.appendChild(el("div", "role", m.role + (m.tool_call_id ? " (result of " + m.tool_call_id + ")" : "")));
+      item.appendChild(el("div", "role", m.role, ...(m.tool_call_id ? [piece(" (result of "), isolated(m.tool_call_id), piece(")")] : [])));
       if (m.reasoning) item.appendChild(folded("reasoning", pre(m.reasoning)));
       if (m.content) item.appendChild(pre(m.content, "content"));
-      for (const call of m.tool_calls || []) item.appendChild(el("div", "toolcall", null, el("b", null, "→ " + call.name), el("span", "muted", " " + (call.id || "")), pre(call.arguments)));
+      for (const call of m.tool_calls || []) item.appendChild(el("div", "toolcall", null, el("b", null, "→ ", isolated(call.name)),
+        el("span", "muted", " ", isolated(call.id || "")), pre(call.arguments)));
       box.appendChild(item);
     }
   }
@@ -226,9 +232,11 @@ function renderCalls(view) {
   const s = view.summary || {};
   box.appendChild(kvTable([["context fitting", view.context_fit], ["on-policy continuity", view.continuity]]));
   for (const c of view.calls) {
-    const title = "call " + c.index + " · " + (c.role || "—") + " · " + c.endpoint + " · status " + fmt(c.status) + " · " +
+    // the tool names the model wrote are rollout text: each isolated, so one cannot reorder the next
+    const tools = c.tool_calls.length ? [" · tools ", ...c.tool_calls.flatMap((name, k) => k ? [", ", isolated(name)] : [isolated(name)])] : [];
+    const title = ["call " + c.index + " · " + (c.role || "—") + " · " + c.endpoint + " · status " + fmt(c.status) + " · " +
       fmt(c.latency_ms, 1) + " ms · prompt " + fmt(c.n_prompt_ids) + " / sampled " + fmt(c.n_completion_ids) + " · " +
-      fmt(c.finish_reason) + (c.tool_calls.length ? " · tools " + c.tool_calls.join(", ") : "") + (c.error ? " · ERROR" : "");
+      fmt(c.finish_reason), ...tools, c.error ? " · ERROR" : ""];
     const body = el("div");
     body.appendChild(kvTable([["stream", c.stream], ["time to first token (ms)", c.ttft_ms], ["capture level", c.capture_level],
       ["token source", c.token_source], ["trained", c.trained], ["proxy changed", c.upstream_changes], ["notes", (c.notes || []).join("; ") || "none"],

@@ -1,0 +1,157 @@
+"""The Responses API through the proxy to a gpt-oss server (the local backend with
+`--tokenizer harmony`, which answers `/v1/responses` as vLLM 0.32 serves gpt-oss): the server refuses
+the output-text logprobs the proxy asks for, so the proxy sends the call again without them, the
+harness gets the answer it gets directly, and the record says why it holds text, not tokens. A
+harness that asks for logprobs itself gets the server's refusal unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from rollout_dataset.backend import LocalBackend
+from rollout_dataset.proxy import CaptureProxy, read_trace
+from rollout_dataset.schema import schema_errors
+
+TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather of a city",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+SCRIPT = {"steps": [{"reasoning": "Need the weather tool.", "text": "Checking.",
+                     "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}],
+          "final": "Sunny in Paris."}
+BODY = {"model": "local", "input": "Weather in Paris?", "tools": TOOLS, "seed": 1}
+VOLATILE = {"id", "created_at", "call_id", "item_id"}  # differ between any two calls, proxy or not
+REFUSED = "the server refuses output logprobs on /v1/responses"
+#: a genuine vLLM 0.32 serving the scripted tiny gpt-oss (tests/test_real_vllm_harmony.py says how to start it)
+REAL_HARMONY = os.environ.get("REAL_VLLM_HARMONY_URL", "").rstrip("/")
+
+
+def _stable(obj: Any) -> Any:
+    if isinstance(obj, dict):  # a genuine vLLM's prefix cache may count a repeated prompt's tokens as cached
+        return {k: _stable(v) for k, v in obj.items() if k not in VOLATILE and k != "input_tokens_details"}
+    if isinstance(obj, list):
+        return [_stable(v) for v in obj]
+    return obj
+
+
+@pytest.fixture
+async def stack(tmp_path: Path):
+    async with LocalBackend(tokenizer="harmony", policy="script", script=SCRIPT, reasoning_parser="openai_gptoss",
+                            harmony_start_date="2026-12-04") as backend:
+        async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path / "traces") as proxy:
+            yield backend, proxy
+
+
+async def _post(base_url: str, **extra: Any) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=60) as client:
+        return await client.post(f"{base_url}/responses", json={**BODY, **extra})
+
+
+async def _events(base_url: str, **extra: Any) -> tuple[int, list[dict]]:
+    async with httpx.AsyncClient(timeout=60) as client:
+        async with client.stream("POST", f"{base_url}/responses", json={**BODY, "stream": True, **extra}) as r:
+            lines = [line async for line in r.aiter_lines()]
+    return r.status_code, [_stable(json.loads(line[6:])) for line in lines if line.startswith("data: ")]
+
+
+async def test_a_responses_call_gets_the_answer_it_gets_directly_and_the_record_names_the_refusal(stack):
+    backend, proxy = stack
+    direct, proxied = await _post(backend.base_url), await _post(proxy.base_url)
+    assert proxied.status_code == direct.status_code == 200
+    assert _stable(proxied.json()) == _stable(direct.json())
+    (record,) = read_trace(proxy.trace_path())
+    assert schema_errors(record, "trace_record") == [] and record["error"] is None
+    assert record["upstream_changes"] == {"enable_response_messages": True}
+    assert record["per_token_logps"] is None and any(n.startswith(REFUSED) for n in record["notes"])
+    # gpt-oss gives Harmony messages, not ids: text level, and the notes say so
+    assert record["capture_level"] == "text" and record["completion_token_ids"] is None
+    assert any("Harmony messages without token ids" in n for n in record["notes"])
+
+
+async def test_a_streamed_responses_call_gets_the_events_it_gets_directly(stack):
+    backend, proxy = stack
+    (status, direct), (proxied_status, proxied) = await _events(backend.base_url), await _events(proxy.base_url)
+    assert status == proxied_status == 200 and proxied == direct and proxied[-1]["type"] == "response.completed"
+    (record,) = read_trace(proxy.trace_path())
+    assert record["stream"] is True and record["error"] is None and record["capture_level"] == "text"
+    assert any(n.startswith(REFUSED) for n in record["notes"])
+
+
+async def test_later_calls_to_a_refusing_model_are_sent_without_logprobs_at_once(stack):
+    _, proxy = stack
+    for _ in range(2):
+        assert (await _post(proxy.base_url)).status_code == 200
+    first, second = read_trace(proxy.trace_path())
+    assert any(n.startswith(REFUSED) and n.endswith("(sent again)") for n in first["notes"])
+    assert any(n.startswith(REFUSED) and n.endswith("(remembered from an earlier call)") for n in second["notes"])
+    assert second["upstream_changes"] == {"enable_response_messages": True}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_harness_that_asks_for_logprobs_itself_gets_the_servers_400_unchanged(stack, stream):
+    backend, proxy = stack
+    extra = {"include": ["message.output_text.logprobs"], "stream": stream}
+    direct, proxied = await _post(backend.base_url, **extra), await _post(proxy.base_url, **extra)
+    assert proxied.status_code == direct.status_code == 400
+    assert proxied.json() == direct.json()
+    (record,) = read_trace(proxy.trace_path())
+    assert record["status"] == 400 and not any(n.startswith(REFUSED) for n in record["notes"])
+
+
+async def test_a_400_that_is_not_about_logprobs_is_forwarded_unchanged_and_not_sent_again(stack):
+    backend, proxy = stack
+    extra = {"max_output_tokens": 10**9}
+    direct, proxied = await _post(backend.base_url, **extra), await _post(proxy.base_url, **extra)
+    assert proxied.status_code == direct.status_code == 400
+    assert proxied.content == direct.content and "max_output_tokens" in proxied.json()["error"]["message"]
+    (record,) = read_trace(proxy.trace_path())
+    assert record["upstream_changes"]["include"] == ["message.output_text.logprobs"]
+    assert not any(n.startswith(REFUSED) for n in record["notes"])
+
+
+async def test_a_400_larger_than_the_refusal_check_reads_reaches_the_harness_whole(tmp_path):
+    from proxy_fakes import serve
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    big = json.dumps({"error": {"message": "logprobs " + "x" * 200_000, "type": "invalid_request_error"}})
+    sent: list[dict] = []
+
+    async def responses(request):
+        sent.append(json.loads(await request.body()))
+        return Response(big, status_code=400, media_type="application/json")
+
+    app = Starlette(routes=[Route("/v1/responses", responses, methods=["POST"])])
+    async with serve(app) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+            reply = await _post(proxy.base_url)
+    assert reply.status_code == 400 and reply.text == big and len(sent) == 1
+    (record,) = read_trace(proxy.trace_path())
+    assert record["status"] == 400 and not any(n.startswith(REFUSED) for n in record["notes"])
+
+
+@pytest.mark.real_vllm
+@pytest.mark.skipif(not REAL_HARMONY, reason="set REAL_VLLM_HARMONY_URL to run against vLLM's gpt-oss path")
+@pytest.mark.parametrize("stream", [False, True])
+async def test_genuine_vllm_gpt_oss_responses_calls_through_the_proxy_get_the_direct_answer(tmp_path, stream):
+    root = REAL_HARMONY.removesuffix("/v1")
+    body = {"model": "gptoss", "temperature": 0, "max_output_tokens": 40, "stream": stream}
+    async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+        if stream:
+            (status, direct), (proxied_status, proxied) = (await _events(REAL_HARMONY, **body),
+                                                           await _events(proxy.base_url, **body))
+            assert status == proxied_status == 200 and proxied == direct
+        else:
+            direct, proxied = await _post(REAL_HARMONY, **body), await _post(proxy.base_url, **body)
+            assert proxied.status_code == direct.status_code == 200
+            assert _stable(proxied.json()) == _stable(direct.json())
+    (record,) = read_trace(proxy.trace_path())
+    assert record["error"] is None and record["capture_level"] == "text"
+    assert record["upstream_changes"] == {"enable_response_messages": True}
+    assert any(n.startswith(REFUSED) for n in record["notes"])
+    assert any("Harmony messages without token ids" in n for n in record["notes"])
