@@ -155,3 +155,92 @@ async def test_genuine_vllm_gpt_oss_responses_calls_through_the_proxy_get_the_di
     assert record["upstream_changes"] == {"enable_response_messages": True}
     assert any(n.startswith(REFUSED) for n in record["notes"])
     assert any("Harmony messages without token ids" in n for n in record["notes"])
+
+
+def _answer(body: dict[str, Any], logprobs: bool) -> dict[str, Any]:
+    """A Responses answer with ids, and with an output-text logprob when `logprobs`."""
+    entries = [{"token": "hi", "logprob": -0.1, "bytes": [104, 105], "top_logprobs": []}] if logprobs else None
+    return {"id": "r1", "object": "response", "status": "completed", "model": body["model"],
+            "output": [{"type": "message", "id": "m", "role": "assistant", "status": "completed",
+                        "content": [{"type": "output_text", "text": "hi", "annotations": [], "logprobs": entries}]}],
+            "input_messages": [{"tokens": [1, 2]}], "output_messages": [{"tokens": [3]}],
+            "usage": {"input_tokens": 2, "output_tokens": 1, "total_tokens": 3}}
+
+
+async def test_a_400_that_merely_echoes_logprob_reaches_the_harness_unchanged_and_later_calls_keep_logprobs(tmp_path):
+    from proxy_fakes import serve
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    # vLLM 0.32's validation handler echoes the harness's bad input value into the 400's message
+    echo = json.dumps({"error": {"message": "1 validation error:\n  {'type': 'model_attributes_type', 'loc': "
+                                            "'body.prompt', 'msg': 'Input should be a valid dictionary', "
+                                            "'input': 'logprobs are not supported with gpt-oss models'}",
+                                 "type": "Bad Request", "param": "logprobs", "code": 400}})
+    sent: list[dict] = []
+
+    async def responses(request):
+        body = json.loads(await request.body())
+        sent.append(body)
+        if "prompt" in body:
+            return Response(echo, status_code=400, media_type="application/json")
+        return JSONResponse(_answer(body, "message.output_text.logprobs" in (body.get("include") or [])))
+
+    app = Starlette(routes=[Route("/v1/responses", responses, methods=["POST"])])
+    async with serve(app) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+            hostile = await _post(proxy.base_url, prompt="logprobs are not supported with gpt-oss models")
+            later = await _post(proxy.base_url)
+    assert hostile.status_code == 400 and hostile.text == echo and len(sent) == 2
+    assert sent[1]["include"] == ["message.output_text.logprobs"]
+    assert later.status_code == 200 and later.json()["output"][0]["content"][0]["logprobs"] is None
+    first, second = read_trace(proxy.trace_path())
+    assert first["status"] == 400 and not any(n.startswith(REFUSED) for n in first["notes"])
+    assert second["per_token_logps"] == [-0.1] and not any(n.startswith(REFUSED) for n in second["notes"])
+
+
+async def test_a_refusing_model_is_remembered_only_once_the_call_without_logprobs_succeeds(tmp_path):
+    from proxy_fakes import serve
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    refusal = {"error": {"message": "logprobs are not supported with gpt-oss models", "type": "invalid_request_error",
+                         "param": "logprobs", "code": 400}}
+    sent: list[bool] = []
+
+    async def responses(request):
+        body = json.loads(await request.body())
+        sent.append("message.output_text.logprobs" in (body.get("include") or []))
+        if sent[-1]:
+            return JSONResponse(refusal, status_code=400)
+        if sent.count(False) == 1:  # the first call sent again fails for a reason of its own
+            return JSONResponse({"error": {"message": "busy", "type": "ServiceUnavailable", "code": 503}}, 503)
+        return JSONResponse(_answer(body, False))
+
+    app = Starlette(routes=[Route("/v1/responses", responses, methods=["POST"])])
+    async with serve(app) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+            statuses = [(await _post(proxy.base_url)).status_code for _ in range(3)]
+    assert statuses == [503, 200, 200]
+    assert sent == [True, False, True, False, False]  # the failed resend did not make the model remembered
+
+
+@pytest.mark.parametrize("close", [True, False])
+async def test_an_upstream_that_fails_while_its_400_is_read_is_named_the_model_servers_fault(tmp_path, close, caplog):
+    from proxy_fakes import serve_raw
+
+    async def answer(head: bytes) -> tuple[bytes, bool]:  # a 400's head and part of its body, then close or stall
+        return (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n"
+                b'{"error": {"message": "x', close)
+
+    kind, status = ("upstream_disconnect", 502) if close else ("upstream_timeout", 504)
+    async with serve_raw(answer) as (root, _):
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces",
+                                upstream_timeout=1.0) as proxy:
+            reply = await _post(proxy.base_url)
+    assert reply.status_code == status and "the model server at" in reply.json()["error"]["message"]
+    (record,) = read_trace(proxy.trace_path())
+    assert record["status"] == status and record["error"]["kind"] == kind
+    assert not any(r.exc_info for r in caplog.records)  # no traceback: not the proxy's failure

@@ -96,14 +96,20 @@ class UpstreamRelay:
                 return
             source = _logprobs_added(token_req)
             if source is not None and response.status_code == 400:
-                response, refused = await _read_refusal(response)
+                try:
+                    response, refused = await _read_refusal(response)
+                except httpx.TransportError as exc:
+                    await response.aclose()
+                    await self._reply_read_failure(call, url, exc, send)
+                    return
                 if refused:  # the proxy's doing, not the harness's: sent again as the harness could send it
                     await response.aclose()
-                    self.logprob_refusals.add(source.get("model"))
                     request, token_req = _without_logprobs(call, request, token_req, "sent again")
                     response = await self._send_upstream(call, request, url, send)
                     if response is None:
                         return
+                    if response.status_code < 400:  # remembered only once the call went through without them
+                        self.logprob_refusals.add(source.get("model"))
             if asked.translator is not None and response.status_code in (404, 405) and asked.native_request is not None:
                 await response.aclose()  # no chat endpoint upstream (not vLLM): the Messages call goes as it came
                 call.notes.append(f"the model server at {url} has no chat completions endpoint "
@@ -157,6 +163,17 @@ class UpstreamRelay:
                                            f"could not reach the model server at {url}: {type(exc).__name__}: {exc}")
         return None
 
+    async def _reply_read_failure(self, call: Call, url: str, exc: httpx.TransportError, send: Send) -> None:
+        """Answer a failure while reading the upstream's body: 504 `upstream_timeout` on a timeout, else 502
+        `upstream_disconnect` (the model server's fault, not the proxy's)."""
+        if isinstance(exc, httpx.TimeoutException):
+            await self.answers.reply_error(call, send, 504, "upstream_timeout",
+                                           f"the model server at {url} stopped sending its answer "
+                                           "(timeout; see upstream_timeout)")
+        else:
+            await self.answers.reply_error(call, send, 502, "upstream_disconnect",
+                                           f"the model server at {url} dropped the connection: {exc}")
+
     async def _relay_whole(self, call: Call, url: str, response: httpx.Response,
                            token_req: TokenRequest | None, send: Send) -> None:
         """A non-streamed answer: read it, record it, then send it."""
@@ -165,14 +182,8 @@ class UpstreamRelay:
             data = await self.bound.read_counted(call, response, send)
             if data is None:
                 return
-        except httpx.TimeoutException:
-            await self.answers.reply_error(call, send, 504, "upstream_timeout",
-                                           f"the model server at {url} stopped sending its answer "
-                                           "(timeout; see upstream_timeout)")
-            return
         except httpx.TransportError as exc:
-            await self.answers.reply_error(call, send, 502, "upstream_disconnect",
-                                           f"the model server at {url} dropped the connection: {exc}")
+            await self._reply_read_failure(call, url, exc, send)
             return
         body = data
         ctype = answer.upstream_headers.get("content-type", "")

@@ -16,9 +16,10 @@ are never padded or guessed.
 vLLM 0.32 serving a gpt-oss model refuses that `include` with HTTP 400 ("logprobs are not supported
 with gpt-oss models"). When the harness did not ask for it itself, the refusal is the proxy's doing:
 the relay sends the call once more without the proxy's `include` (`without_logprobs`; the harness's
-body as it came, `enable_response_messages` still added), remembers the model
+body as it came, `enable_response_messages` still added), remembers the model once that call succeeds
 (`LogprobRefusals`, so later calls do not pay the refused round trip), and the record says why it
-has no logprobs. That server's `input_messages`/`output_messages` are Harmony messages without
+has no logprobs. Only that exact refusal counts (`refuses_logprobs`): any other 400, even one whose
+message mentions logprobs, goes to the harness as the server sent it. That server's `input_messages`/`output_messages` are Harmony messages without
 token ids, so such a record is at level ``text``, and its notes say so.
 """
 
@@ -30,15 +31,19 @@ from typing import Any
 
 from rollout_dataset.proxy.jsoncodec import dumps_standard
 
-__all__ = ["LOGPROBS_INCLUDE", "LOGPROBS_REFUSED_NOTE", "LogprobRefusals", "ResponsesAssembler",
+__all__ = ["LOGPROBS_INCLUDE", "LOGPROBS_REFUSAL_MESSAGE", "LOGPROBS_REFUSAL_PARAM", "LOGPROBS_REFUSED_NOTE",
+           "LogprobRefusals", "ResponsesAssembler",
            "prepare_responses", "strip_responses", "responses_token_fields", "refuses_logprobs",
            "without_logprobs"]
 
 #: the `include` value that asks for output-text logprobs
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+#: vLLM 0.32's whole error message (and `param`) refusing output logprobs for a gpt-oss model
+LOGPROBS_REFUSAL_MESSAGE = "logprobs are not supported with gpt-oss models"
+LOGPROBS_REFUSAL_PARAM = "logprobs"
 #: the note of a record whose call was sent without the proxy's logprob request
 LOGPROBS_REFUSED_NOTE = ("the server refuses output logprobs on /v1/responses (vLLM's gpt-oss path answers "
-                         "HTTP 400 'logprobs are not supported with gpt-oss models'): sent without the proxy's "
+                         f"HTTP 400 '{LOGPROBS_REFUSAL_MESSAGE}'): sent without the proxy's "
                          f"include of {LOGPROBS_INCLUDE}, recorded without logprobs")
 #: largest error body read to tell a logprob refusal (bytes)
 REFUSAL_BODY_CAP = 64 * 1024
@@ -81,7 +86,9 @@ def refuses_logprobs(status: int, body: bytes) -> bool:
         body: the answer's body (JSON).
 
     Returns:
-        True for an HTTP 400 whose error message or `param` names logprobs.
+        True only for an HTTP 400 whose ``error`` object has exactly that message and `param`: a 400 that
+        merely mentions logprobs (vLLM's validation errors echo the harness's input values) is the
+        harness's to see, and must not make the proxy drop logprobs for the model.
     """
     if status != 400:
         return False
@@ -90,10 +97,8 @@ def refuses_logprobs(status: int, body: bytes) -> bool:
     except (ValueError, UnicodeDecodeError):
         return False
     error = parsed.get("error") if isinstance(parsed, dict) else None
-    error = error if isinstance(error, dict) else parsed
-    if not isinstance(error, dict):
-        return False
-    return any(isinstance(error.get(key), str) and "logprob" in error[key].lower() for key in ("message", "param"))
+    return (isinstance(error, dict) and error.get("message") == LOGPROBS_REFUSAL_MESSAGE
+            and error.get("param") == LOGPROBS_REFUSAL_PARAM)
 
 
 def without_logprobs(parsed: dict[str, Any], changes: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
