@@ -32,7 +32,10 @@ AUDIT_DATA_FILES = f"data/{AUDIT_CONFIG}/*.parquet"
 #: the heading that opens the card's audit section
 AUDIT_HEADING = "## Logprob audit"
 
-_SECTION = re.compile(r"(?:\A|\n)" + re.escape(AUDIT_HEADING) + r"\n.*?(?=\n## |\Z)", re.S)
+# the audit section is always appended last: only a heading that no other `## ` heading follows to the
+# end of the card counts (a heading injected earlier in the card, e.g. through a rollout's model name,
+# is not the section)
+_SECTION = re.compile(r"(?:\A|\n)" + re.escape(AUDIT_HEADING) + r"(?:\n(?!## )[^\n]*)*\Z")
 _NOTE_PREFIX = "> This audit covers the "
 _NOTE = re.compile(r"^" + re.escape(_NOTE_PREFIX) + r".*\n\n?", re.M)
 
@@ -68,7 +71,7 @@ def audit_section(body: str) -> tuple[str, str | None]:
 
     Returns:
         ``(rest, section)``: ``section`` starts at the heading and ends with one newline; None when
-        the card has no audit section.
+        the card does not end with an audit section (the section is always the card's last).
     """
     match = _SECTION.search(body)
     if not match:
