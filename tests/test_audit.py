@@ -343,3 +343,41 @@ def test_a_corrupt_card_fails_the_audit_in_one_line_before_any_shard_is_written(
     assert err.count("\n") == 1 and err.startswith("error: ") and "README.md" in err and fault in err
     assert "Traceback" not in err
     assert not (ds / "data" / "audit").exists() and (ds / "README.md").read_text() == card
+
+
+def test_a_hub_compaction_keeps_an_audit_config_uploaded_by_hand(audited, tmp_path):
+    """`push` does not upload `data/audit/`; when a user uploads it (and the card) by hand, a remote
+    compaction re-renders the card and must keep the `audit` entry and section, as a local one does."""
+    import os
+    import subprocess
+    import sys
+
+    from huggingface_hub import HfApi
+
+    from hub_fixture import FakeHub
+    from rollout_dataset.builder import build
+    from rollout_dataset.builder.card import read_card_metadata
+
+    src, more = audited
+    second = tmp_path / "second"
+    build([more[0]], second, progress=False)
+    with FakeHub() as hub:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PUSH_", "HUGGINGFACE"))}
+        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "home"), HF_TOKEN="hf_x", HF_HUB_DISABLE_TELEMETRY="1")
+
+        def run(*args: str) -> None:
+            proc = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", *args], env=env, capture_output=True,
+                                  text=True, timeout=240)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+
+        for ds in (src, second):
+            run("push", str(ds), "--repo", "org/a", "--no-compact")
+        api = HfApi(endpoint=hub.url, token="hf_x")
+        for path in [*sorted((src / "data" / "audit").glob("*.parquet")), src / "README.md"]:
+            api.upload_file(path_or_fileobj=str(path), path_in_repo=path.relative_to(src).as_posix(), repo_id="org/a",
+                            repo_type="dataset")
+        run("compact", "--repo", "org/a")
+        card = hub.files("org/a")["README.md"].decode()
+    assert "audit" in {c["config_name"] for c in read_card_metadata(card)["configs"]}
+    assert card.splitlines().count("## Logprob audit") == 1 and "were re-scored" in card
+    assert "This audit covers the 1 rollout it was run on" in card and "the dataset now holds 2." in card
