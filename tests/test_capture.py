@@ -112,3 +112,18 @@ def test_a_task_from_a_local_jsonl_file_is_captured_with_an_external_harness(tmp
     assert summary["task_id"] == "double-it" and summary["env_reward"] == 1.0 and summary["captured_calls"] == 0
     assert [p["code"] for p in summary["penalties"]] == ["never_ran_code"]
     assert json.loads((tmp_path / "out" / "task.json").read_text())["source"].startswith("file:")
+
+
+def test_a_capture_on_a_task_whose_statement_shows_a_held_out_test_warns_of_it(tmp_path, caplog):
+    tasks = tmp_path / "tasks.jsonl"
+    row = {"task_id": "double-shown", "title": "Double it",
+           "instruction": "Print twice the integer given.\n\nExample 1\nInput:\n4\nOutput:\n8\n\n123456 gives 246912.\n",
+           "held_out_tests": [{"input": f"{n}\n", "output": f"{2 * n}\n"} for n in (0, -7, 123456, 99, 5)]}
+    tasks.write_text(json.dumps(row) + "\n")
+    harness = "cmd:printf 'print(2 * int(input()))\\n' > solution.py"
+    with caplog.at_level("WARNING", logger="rollout_dataset.tasks.loader"):
+        result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", tasks=str(tasks), harness=harness,
+                                               timeout_s=60))
+    assert result.ok, (result.errors, result.validation_failures)
+    warned = [r.getMessage() for r in caplog.records if r.name == "rollout_dataset.tasks.loader"]
+    assert warned and all(w.startswith("task double-shown: held-out test 2 ") for w in warned)

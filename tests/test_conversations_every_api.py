@@ -15,6 +15,7 @@ from support.api_sessions import chat_session, messages_session, recorded_sessio
 from rollout_dataset.builder.rows import conversation_rows, sequence_rows
 from rollout_dataset.errors import ArtifactError
 from rollout_dataset.export import export_rollout
+from rollout_dataset.export.findings import stored_conversation_findings
 from rollout_dataset.tokenizers import load_tokenizer
 
 
@@ -66,3 +67,12 @@ async def test_a_responses_call_continuing_a_stored_response_names_its_conversat
     sequence = seq_rows[row["sequence_index"]]
     assert "conversation_partial" in sequence["findings"], "the partial row's sequence does not name it"
     assert sequence["input_ids"][:len(full_ids)] == full_ids, "the token ids keep the whole conversation"
+
+
+def test_a_partial_conversation_without_token_ids_does_not_claim_its_ids_hold_the_turns():
+    request = {"model": "m", "input": [{"role": "user", "content": "next"}], "previous_response_id": "resp_gone"}
+    call = {"index": 3, "endpoint": "/v1/responses", "request": request}
+    with_ids = stored_conversation_findings({**call, "prompt_token_ids": [1, 2, 3]})
+    failed = stored_conversation_findings({**call, "prompt_token_ids": None})  # e.g. the server has no store
+    assert "its token ids hold them" in with_ids[0]["message"]
+    assert failed[0]["code"] == "conversation_partial" and "token ids" not in failed[0]["message"]

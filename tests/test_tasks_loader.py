@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rollout_dataset.errors import TaskSourceError
-from rollout_dataset.tasks import load_task_source, load_tasks, select_task
+from rollout_dataset.tasks import load_task_source, load_tasks, select_task, warn_of_held_out_leaks
 
 INSTRUCTION = "Print the input doubled.\n\nExample 1\nInput:\n2\nOutput:\n4\n"
 
@@ -47,22 +47,31 @@ def test_jsonl_file_loads_with_default_column_names(tmp_path):
     assert first.source == f"file:{path.resolve()}"
 
 
-def test_loading_warns_of_a_task_whose_statement_shows_a_held_out_test(tmp_path, caplog):
+def _leaky_task_file(tmp_path):
     rows = _rows(2)
     rows[1]["tests"][0] = {"input": "110\n", "output": "220\n"}  # held-out test 0 of double-1
     rows[1]["statement"] += "\nFor example 110 gives 220.\n"
-    path = _write_jsonl(tmp_path / "tasks.jsonl", rows)
-    with caplog.at_level("WARNING", logger="rollout_dataset.tasks.loader"):
-        load_tasks(str(path), n_prompts=2)
-    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warnings) == 2 and all("task double-1: held-out test 0" in w for w in warnings)
+    return _write_jsonl(tmp_path / "tasks.jsonl", rows)
 
 
-def test_loading_clean_tasks_warns_of_nothing(tmp_path, caplog):
+def _warnings(caplog):
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_task_whose_statement_shows_a_held_out_test_is_warned_of_once_per_process(tmp_path, caplog):
+    task = load_task_source(str(_leaky_task_file(tmp_path)))[1]
     with caplog.at_level("WARNING", logger="rollout_dataset.tasks.loader"):
-        load_tasks(str(_write_jsonl(tmp_path / "tasks.jsonl", _rows())), n_prompts=4)
-        load_tasks("builtin", n_prompts=64)
-    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+        first = warn_of_held_out_leaks(task)
+        again = warn_of_held_out_leaks(task)  # the next rollout on the same task: no second warning
+    assert first == again and len(first) == 2
+    assert len(_warnings(caplog)) == 2 and all("task double-1: held-out test 0" in w for w in _warnings(caplog))
+
+
+def test_clean_tasks_are_not_warned_of(tmp_path, caplog):
+    tasks = load_tasks(str(_leaky_task_file(tmp_path)), n_prompts=2) + load_tasks("builtin", n_prompts=64)
+    with caplog.at_level("WARNING", logger="rollout_dataset.tasks.loader"):
+        problems = [warn_of_held_out_leaks(t) for t in tasks if t.task_id != "double-1"]
+    assert problems == [[]] * (len(tasks) - 1) and _warnings(caplog) == []
 
 
 def test_examples_are_read_from_the_instruction_when_there_is_no_visible_test_column(tmp_path):

@@ -144,7 +144,8 @@ def stored_conversation_findings(record: dict[str, Any]) -> list[dict[str, Any]]
     return [finding("conversation_partial",
                     f"call {i}: the request continues stored response {shown} (previous_response_id): its "
                     "messages hold only the new items, so its conversation (and conversations row) lacks the turns "
-                    "before them; its token ids hold them", call_index=i if isinstance(i, int) else None)]
+                    "before them" + ("; its token ids hold them" if record.get("prompt_token_ids") else ""),
+                    call_index=i if isinstance(i, int) else None)]
 
 
 def sampling_findings(node: TurnNode) -> list[dict[str, Any]]:

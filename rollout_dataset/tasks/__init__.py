@@ -5,6 +5,7 @@ Public API:
 - `Task`, `TestCase` — a stdin -> stdout problem with visible examples and held-out tests.
 - `load_tasks(source="builtin", n_prompts=64, seed=0, column_map=None)` — deterministic selection.
 - `select_task(tasks, index)` — raises `TaskIndexError` naming the valid range ``0..N-1``.
+- `warn_of_held_out_leaks(task)` — logs, once per task per process, a statement that shows a held-out test.
 - `builtin_tasks()`, `find_builtin_task_by_instruction(text)` — the shipped set; recognise a task
   from a prompt (used by the local backend's oracle policy).
 - `visible_tests_text(task)` — the examples as text (``visible_tests.txt``).
@@ -17,7 +18,7 @@ trailing whitespace from each line and trailing newlines.
 from __future__ import annotations
 
 from .builtin import BUILTIN_SOURCE, builtin_data_path, builtin_tasks, find_builtin_task_by_instruction
-from .loader import DEFAULT_COLUMNS, load_task_source, load_tasks, select_task, tasks_from_records
+from .loader import DEFAULT_COLUMNS, load_task_source, load_tasks, select_task, tasks_from_records, warn_of_held_out_leaks
 from .model import (
     STATEMENT_LEAK_MIN_CHARS,
     Task,
@@ -39,6 +40,7 @@ __all__ = [
     "load_task_source",
     "select_task",
     "tasks_from_records",
+    "warn_of_held_out_leaks",
     "builtin_tasks",
     "builtin_data_path",
     "find_builtin_task_by_instruction",

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import random
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -35,7 +36,8 @@ from .builtin import BUILTIN_SOURCE, builtin_tasks
 from .harbor_format import HARBOR_BUILTIN_DIR, HARBOR_BUILTIN_SOURCE, is_harbor_task_set, load_harbor_tasks
 from .model import Task, TestCase, held_out_leaks, parse_examples, parse_test_cases
 
-__all__ = ["DEFAULT_COLUMNS", "load_tasks", "load_task_source", "select_task", "tasks_from_records"]
+__all__ = ["DEFAULT_COLUMNS", "load_tasks", "load_task_source", "select_task", "tasks_from_records",
+           "warn_of_held_out_leaks"]
 
 log = logging.getLogger(__name__)
 
@@ -267,9 +269,7 @@ def load_tasks(source: str = BUILTIN_SOURCE, n_prompts: int = 64, seed: int = 0,
 
     The source order is shuffled with ``random.Random(seed)`` and the first ``n_prompts`` are kept;
     when the source has fewer, all of them are returned (never repeated). The same seed always
-    gives the same tasks in the same order, so a task index means the same task across runs. A
-    selected task whose statement shows one of its held-out tests (`held_out_leaks`) is logged as a
-    warning naming the task and the test.
+    gives the same tasks in the same order, so a task index means the same task across runs.
 
     Args:
         source: see `load_task_source`.
@@ -291,11 +291,34 @@ def load_tasks(source: str = BUILTIN_SOURCE, n_prompts: int = 64, seed: int = 0,
     random.Random(seed).shuffle(order)
     if n_prompts > len(tasks):
         log.info("task source %s has %d tasks (< n_prompts=%d); using all of them", source, len(tasks), n_prompts)
-    selected = [tasks[i] for i in order[: int(n_prompts)]]
-    for task in selected:  # a statement that shows a held-out test makes its reward test what the agent saw
-        for problem in held_out_leaks(task):
-            log.warning("task source %s: %s; its reward does not measure generalisation", source, problem)
-    return selected
+    return [tasks[i] for i in order[: int(n_prompts)]]
+
+
+_WARNED_LEAKS: set[tuple[str, str]] = set()  # (source, task id) already warned of in this process
+_WARNED_LEAKS_LOCK = threading.Lock()
+
+
+def warn_of_held_out_leaks(task: Task) -> list[str]:
+    """Log a warning, once per task per process, when a task's statement shows one of its held-out tests.
+
+    A rollout on such a task earns its reward on what the agent was shown (`held_out_leaks`); the task
+    is still used (the data is the user's). Episodes call this for the task they run.
+
+    Args:
+        task: the task a rollout is about to run.
+
+    Returns:
+        The problems found (empty for a clean task), whether or not they were logged this time.
+    """
+    problems = held_out_leaks(task)
+    if problems:
+        with _WARNED_LEAKS_LOCK:
+            first = (task.source, task.task_id) not in _WARNED_LEAKS
+            _WARNED_LEAKS.add((task.source, task.task_id))
+        if first:
+            for problem in problems:
+                log.warning("%s (%s): its reward does not measure generalisation", problem, task.source)
+    return problems
 
 
 def select_task(tasks: list[Task], index: int) -> Task:

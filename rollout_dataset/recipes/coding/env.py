@@ -346,7 +346,7 @@ class CodingEnvironment(EnvironmentBase):
         """
         from rollout_dataset.harness import resolve_harness
         from rollout_dataset.sandbox.isolation import check_sandbox_ro_paths, require_isolation
-        from rollout_dataset.tasks import load_tasks, select_task
+        from rollout_dataset.tasks import load_tasks, select_task, warn_of_held_out_leaks
 
         if config.policy == "script" and not config.script and not config.base_url:
             raise ValueError("--policy script needs --script FILE")
@@ -355,6 +355,7 @@ class CodingEnvironment(EnvironmentBase):
         check_sandbox_ro_paths(config.sandbox_ro_paths, [config.out_dir])
         tasks = load_tasks(config.tasks, n_prompts=config.n_prompts, seed=config.seed)
         task = select_task(tasks, config.task_index)
+        warn_of_held_out_leaks(task)
         _check_harbor_harness(config.harness, task)
         logger.info("task index=%d id=%s held_out=%d dataset_seed=%d rollout_seed=%d", config.task_index,
                     task.task_id, len(task.held_out_tests), config.seed, config.effective_rollout_seed)
