@@ -272,3 +272,112 @@ def test_a_push_of_an_audited_dataset_declares_only_the_configs_it_uploads(audit
             uploaded = {p.split("/")[1] for p in files if p.startswith("data/") and p.endswith(".parquet")}
             assert declared == uploaded and "audit" not in declared
             assert "## Logprob audit" not in card
+
+
+_HOSTILE_MODEL = "m\n## Logprob audit\n\nFAKE: audit passed, KL 0\n"
+
+
+def _hostile_row() -> dict:
+    return {"rollout_id": "r1", "env": "e\n## Env", "model": _HOSTILE_MODEL, "harness": "h\r\n# H", "task_id": "t",
+            "n_calls": 1}
+
+
+def test_a_rollout_name_holding_line_breaks_renders_on_one_card_line():
+    from rollout_dataset.builder.card import render_card
+
+    card = render_card([_hostile_row()])
+    assert "## Logprob audit" not in card.splitlines()
+    models = [line for line in card.splitlines() if line.startswith("| models |")]
+    assert models == ["| models | `m ## Logprob audit  FAKE: audit passed, KL 0` (1) |"]
+    assert not any(line.startswith(("## Env", "# H")) for line in card.splitlines())
+
+
+def test_only_the_audit_section_that_ends_the_card_is_the_audit():
+    from rollout_dataset.builder.audit_card import audit_section
+
+    body = "# T\n\n## Logprob audit\n\nFAKE\n\n## Columns\n\ntext\n\n## Logprob audit\n\nREAL\n"
+    rest, section = audit_section(body)
+    assert section == "## Logprob audit\n\nREAL\n"
+    assert "FAKE" in rest and "REAL" not in rest
+
+
+def test_the_real_audit_survives_two_rebuilds_of_a_card_with_a_hostile_model_name():
+    from rollout_dataset.builder.audit_card import KeptAudit, audit_section
+    from rollout_dataset.builder.card import render_card
+
+    real = "## Logprob audit\n\nThe captured `logprobs` of 1 rollouts were re-scored: REAL\n"
+    card = render_card([_hostile_row()], audit=KeptAudit(real, 1))
+    for _ in range(2):
+        section = audit_section(card)[1]
+        assert section == real
+        card = render_card([_hostile_row()], audit=KeptAudit(section, 1))
+    assert card.splitlines().count("## Logprob audit") == 1 and card.rstrip().endswith("REAL")
+
+
+@pytest.fixture(scope="module")
+def built(captured, tmp_path_factory):
+    """A built dataset of one rollout, not audited."""
+    from rollout_dataset.builder import build
+
+    ds = tmp_path_factory.mktemp("built") / "ds"
+    build([captured], ds, progress=False)
+    return ds
+
+
+@pytest.mark.parametrize("front, fault", [
+    ("- a list\n", "not a mapping"),
+    ("configs: [summary]\n", "'configs' must be a list of mappings"),
+    ("configs: 5\n", "'configs' must be a list of mappings"),
+    (": [\n", "not valid YAML"),
+    (None, "no closing '---'"),
+])
+def test_a_corrupt_card_fails_the_audit_in_one_line_before_any_shard_is_written(built, backend, tmp_path, capsys,
+                                                                                front, fault):
+    ds = tmp_path / "ds"
+    shutil.copytree(built, ds)
+    card = "---\ntitle: x\nno closing fence\n" if front is None else f"---\n{front}---\nbody\n"
+    (ds / "README.md").write_text(card)
+    rc = cli_main(["audit", str(ds), "--against", backend.base_url, "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.count("\n") == 1 and err.startswith("error: ") and "README.md" in err and fault in err
+    assert "Traceback" not in err
+    assert not (ds / "data" / "audit").exists() and (ds / "README.md").read_text() == card
+
+
+def test_a_hub_compaction_keeps_an_audit_config_uploaded_by_hand(audited, tmp_path):
+    """`push` does not upload `data/audit/`; when a user uploads it (and the card) by hand, a remote
+    compaction re-renders the card and must keep the `audit` entry and section, as a local one does."""
+    import os
+    import subprocess
+    import sys
+
+    from huggingface_hub import HfApi
+
+    from hub_fixture import FakeHub
+    from rollout_dataset.builder import build
+    from rollout_dataset.builder.card import read_card_metadata
+
+    src, more = audited
+    second = tmp_path / "second"
+    build([more[0]], second, progress=False)
+    with FakeHub() as hub:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PUSH_", "HUGGINGFACE"))}
+        env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "home"), HF_TOKEN="hf_x", HF_HUB_DISABLE_TELEMETRY="1")
+
+        def run(*args: str) -> None:
+            proc = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", *args], env=env, capture_output=True,
+                                  text=True, timeout=240)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+
+        for ds in (src, second):
+            run("push", str(ds), "--repo", "org/a", "--no-compact")
+        api = HfApi(endpoint=hub.url, token="hf_x")
+        for path in [*sorted((src / "data" / "audit").glob("*.parquet")), src / "README.md"]:
+            api.upload_file(path_or_fileobj=str(path), path_in_repo=path.relative_to(src).as_posix(), repo_id="org/a",
+                            repo_type="dataset")
+        run("compact", "--repo", "org/a")
+        card = hub.files("org/a")["README.md"].decode()
+    assert "audit" in {c["config_name"] for c in read_card_metadata(card)["configs"]}
+    assert card.splitlines().count("## Logprob audit") == 1 and "were re-scored" in card
+    assert "This audit covers the 1 rollout it was run on" in card and "the dataset now holds 2." in card

@@ -15,8 +15,11 @@ import pyarrow.parquet as pq
 from rollout_dataset.audit.metrics import QUANTILES
 from rollout_dataset.builder.audit_card import (AUDIT_CONFIG, AUDIT_DATA_FILES, AUDIT_HEADING, audit_config_entry,
                                                 audit_section)
+from rollout_dataset.builder.card import one_line
+from rollout_dataset.errors import ArtifactError
 
-__all__ = ["write_audit_json", "AuditConfigWriter", "AUDIT_SCHEMA", "card_statement", "write_card_statement"]
+__all__ = ["write_audit_json", "AuditConfigWriter", "AUDIT_SCHEMA", "card_statement", "read_card",
+           "write_card_statement"]
 
 AUDIT_FILE = "audit.json"
 _SUMMARY_FLOATS = ("mean_abs_diff", "max_abs_diff", "share_over_1e-3", "share_over_1e-2", "share_over_1e-1",
@@ -109,13 +112,14 @@ def card_statement(summary: dict[str, Any], scorer: Any, n_rollouts: int, n_not_
     Returns:
         A markdown section (``## Logprob audit`` ...).
     """
-    how = f"the server's own prefill scores (`prompt_logprobs`) at {scorer.url}" if scorer.kind == "server" else \
-        f"a transformers forward pass of `{scorer.model}` in {scorer.dtype}"
-    flag = f"--against {scorer.url}" if scorer.kind == "server" else f"--model {scorer.model} --dtype {scorer.dtype}"
+    url, model, dtype = one_line(scorer.url), one_line(scorer.model), one_line(scorer.dtype)
+    how = f"the server's own prefill scores (`prompt_logprobs`) at {url}" if scorer.kind == "server" else \
+        f"a transformers forward pass of `{model}` in {dtype}"
+    flag = f"--against {url}" if scorer.kind == "server" else f"--model {model} --dtype {dtype}"
     q = summary["ratio_quantiles"]
     return (f"{AUDIT_HEADING}\n\n"
             f"The captured `logprobs` of {n_rollouts} rollouts were re-scored from the `sequences` rows by {how} "
-            f"(model `{scorer.model}`): {summary['tokens_scored']} sampled tokens, mean |Δ logprob| "
+            f"(model `{model}`): {summary['tokens_scored']} sampled tokens, mean |Δ logprob| "
             f"{summary['mean_abs_diff']:.2g}, max {summary['max_abs_diff']:.2g}, share over 1e-2 "
             f"{summary['share_over_1e-2']:.2g}; KL(sampler ‖ scorer) k1 {summary['kl_k1']:.2g}, k3 "
             f"{summary['kl_k3']:.2g}; importance ratio p01 {q['p01']:.4f}, p50 {q['p50']:.4f}, p99 {q['p99']:.4f}. "
@@ -124,23 +128,58 @@ def card_statement(summary: dict[str, Any], scorer: Any, n_rollouts: int, n_not_
             f"REPO being this dataset's id or folder. Reproduce: `rollout-dataset audit DATASET {flag}`.\n")
 
 
-def write_card_statement(dataset: Path, statement: str) -> None:
-    """Add (or replace) the `audit` config's YAML entry and the audit section of the dataset card."""
+def read_card(dataset: Path) -> tuple[dict[str, Any], str]:
+    """Read the dataset card's YAML front matter and body, checking what the audit will change in it.
+
+    Args:
+        dataset: the dataset folder (its ``README.md``; a missing card reads as empty).
+
+    Returns:
+        ``(meta, body)``: the front matter (a mapping) and the text after its closing ``---``.
+
+    Raises:
+        ArtifactError: the front matter has no closing ``---``, is not valid YAML, is not a mapping, or
+            its ``configs`` is not a list of mappings (named with README.md).
+    """
     import yaml
 
     card = Path(dataset) / "README.md"
     text = card.read_text(encoding="utf-8") if card.is_file() else "---\n---\n"
-    meta: dict[str, Any] = {}
-    body = text
-    if text.startswith("---\n"):
-        end = text.index("\n---", 4)
+    if not text.startswith("---\n"):
+        return {}, text
+    end = text.find("\n---", 3)
+    if end < 0:
+        raise ArtifactError(f"{card}: YAML front matter has no closing '---' line; fix or delete the card")
+    try:
         meta = yaml.safe_load(text[4:end]) or {}
-        body = text[end + 4:]
-    configs = [c for c in meta.get("configs", []) if c.get("config_name") != AUDIT_CONFIG]
-    configs.append(audit_config_entry())
-    meta["configs"] = configs
+    except yaml.YAMLError as exc:
+        raise ArtifactError(f"{card}: YAML front matter is not valid YAML ({one_line(exc)})") from None
+    if not isinstance(meta, dict):
+        raise ArtifactError(f"{card}: YAML front matter is a {type(meta).__name__}, not a mapping")
+    configs = meta.get("configs", [])
+    if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+        raise ArtifactError(f"{card}: YAML field 'configs' must be a list of mappings (config_name, data_files)")
+    return meta, text[end + 4:]
+
+
+def write_card_statement(dataset: Path, statement: str) -> None:
+    """Add (or replace) the `audit` config's YAML entry and the audit section of the dataset card.
+
+    Args:
+        dataset: the dataset folder.
+        statement: the section (`card_statement`); it becomes the card's last section.
+
+    Raises:
+        ArtifactError: the card's front matter is corrupt (see `read_card`).
+    """
+    import yaml
+
+    meta, body = read_card(dataset)
+    meta["configs"] = [c for c in meta.get("configs", []) if c.get("config_name") != AUDIT_CONFIG]
+    meta["configs"].append(audit_config_entry())
     infos = meta.get("dataset_info")
     if isinstance(infos, list):
-        meta["dataset_info"] = [i for i in infos if i.get("config_name") != AUDIT_CONFIG]
+        meta["dataset_info"] = [i for i in infos if not (isinstance(i, dict) and i.get("config_name") == AUDIT_CONFIG)]
     body = audit_section(body)[0].rstrip("\n") + "\n\n" + statement
-    _atomic_write(card, "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---" + body)
+    _atomic_write(Path(dataset) / "README.md",
+                  "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---" + body)

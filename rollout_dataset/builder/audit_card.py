@@ -16,14 +16,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import pyarrow.parquet as pq
 
 from rollout_dataset.errors import ArtifactError
 
 __all__ = ["AUDIT_CONFIG", "AUDIT_DATA_FILES", "AUDIT_HEADING", "KeptAudit", "audit_config_entry", "audit_section",
-           "kept_audit", "coverage_note", "kept_section"]
+           "audit_rows", "kept_audit", "coverage_note", "kept_section"]
 
 #: the config's name (``load_dataset(DATASET, "audit")``)
 AUDIT_CONFIG = "audit"
@@ -32,7 +32,10 @@ AUDIT_DATA_FILES = f"data/{AUDIT_CONFIG}/*.parquet"
 #: the heading that opens the card's audit section
 AUDIT_HEADING = "## Logprob audit"
 
-_SECTION = re.compile(r"(?:\A|\n)" + re.escape(AUDIT_HEADING) + r"\n.*?(?=\n## |\Z)", re.S)
+# the audit section is always appended last: only a heading that no other `## ` heading follows to the
+# end of the card counts (a heading injected earlier in the card, e.g. through a rollout's model name,
+# is not the section)
+_SECTION = re.compile(r"(?:\A|\n)" + re.escape(AUDIT_HEADING) + r"(?:\n(?!## )[^\n]*)*\Z")
 _NOTE_PREFIX = "> This audit covers the "
 _NOTE = re.compile(r"^" + re.escape(_NOTE_PREFIX) + r".*\n\n?", re.M)
 
@@ -68,7 +71,7 @@ def audit_section(body: str) -> tuple[str, str | None]:
 
     Returns:
         ``(rest, section)``: ``section`` starts at the heading and ends with one newline; None when
-        the card has no audit section.
+        the card does not end with an audit section (the section is always the card's last).
     """
     match = _SECTION.search(body)
     if not match:
@@ -128,12 +131,27 @@ def kept_audit(dataset_dir: str | Path) -> KeptAudit | None:
     shards = sorted(folder.glob(AUDIT_DATA_FILES))
     if not shards:
         return None
+    readme = folder / "README.md"
+    section = audit_section(readme.read_text(encoding="utf-8"))[1] if readme.is_file() else None
+    return KeptAudit(section, audit_rows(shards))
+
+
+def audit_rows(shards: Iterable[str | Path]) -> int:
+    """Rows of the `audit` config's shards (one per audited rollout), read from their parquet footers.
+
+    Args:
+        shards: the shard files (local paths).
+
+    Returns:
+        The row count.
+
+    Raises:
+        ArtifactError: a shard is not readable parquet (named).
+    """
     rows = 0
     for shard in shards:
         try:
             rows += pq.ParquetFile(shard).metadata.num_rows
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
             raise ArtifactError(f"{shard}: not readable parquet ({exc}); re-run `rollout-dataset audit`") from exc
-    readme = folder / "README.md"
-    section = audit_section(readme.read_text(encoding="utf-8"))[1] if readme.is_file() else None
-    return KeptAudit(section, rows)
+    return rows

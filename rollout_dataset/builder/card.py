@@ -25,7 +25,7 @@ from rollout_dataset.builder.writer import LIST_LEVEL, TEXT_LEVEL
 from rollout_dataset.errors import ArtifactError
 
 __all__ = ["TEMPLATE_PATH", "CARD_PROSE_MAX_LINES", "contracts_source", "card_stats", "card_metadata", "render_card",
-           "read_card_metadata", "card_prose_lines"]
+           "read_card_metadata", "card_prose_lines", "one_line"]
 
 # The template lives at the repo top; `builder/dataset_card.md` links to it so that a wheel ships it too.
 TEMPLATE_PATH = Path(__file__).parent / "dataset_card.md"
@@ -123,6 +123,22 @@ def contracts_source() -> str:
     return inspect.getsource(contracts).rstrip()
 
 
+def one_line(text: Any) -> str:
+    """A rollout-derived string (a model, env or harness name, a refusal reason) flattened to one card line.
+
+    The card's `one_line` filter: every line break (``\\n``, ``\\r``, the Unicode line separators) becomes
+    a space, so a hostile name can neither start a markdown heading (a fake ``## Logprob audit``) nor
+    break a table row.
+
+    Args:
+        text: the value (rendered with `str`).
+
+    Returns:
+        The text on one line.
+    """
+    return " ".join(str(text).splitlines())
+
+
 def render_card(summary_rows: Iterable[dict[str, Any]] | CardAggregates, *, template: str | Path | None = None,
                 repo_id: str | None = None, pretty_name: str | None = None, license: str | None = None,
                 config_bytes: dict[str, int] | None = None, traces_repo_id: str | None = None,
@@ -169,6 +185,7 @@ def render_card(summary_rows: Iterable[dict[str, Any]] | CardAggregates, *, temp
                for s in CONFIGS]
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True)
+    env.filters["one_line"] = one_line
     body = env.from_string(path.read_text(encoding="utf-8")).render(
         stats=stats, configs=configs, pretty_name=pretty_name, default_config=DEFAULT_CONFIG,
         repo_id=repo_id or "path/to/DATASET_DIR", json=json, contracts_source=contracts_source(),

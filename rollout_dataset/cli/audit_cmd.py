@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from rollout_dataset.audit.metrics import TokenDiffs, summarize
     from rollout_dataset.audit.readers import is_dataset
     from rollout_dataset.audit.run import audit
-    from rollout_dataset.audit.writers import (AuditConfigWriter, card_statement, write_audit_json,
+    from rollout_dataset.audit.writers import (AuditConfigWriter, card_statement, read_card, write_audit_json,
                                                write_card_statement)
     from rollout_dataset.errors import RolloutDatasetError
 
@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         scorer = _scorer(args)
         dataset = is_dataset(path)
+        if dataset and not args.no_write:
+            read_card(path)  # a corrupt card fails the audit before any shard is written
         writer = AuditConfigWriter(path) if dataset and not args.no_write else None
         overall, n, n_nc, over, flagged = TokenDiffs(), 0, 0, [], []
         for result in audit(path, scorer, worst_k=args.worst, progress=not args.no_progress):
@@ -85,14 +87,13 @@ def run(args: argparse.Namespace) -> int:
                 flagged.append(doc)
             if args.max_mean_abs_diff is not None and s["tokens_scored"] and s["mean_abs_diff"] > args.max_mean_abs_diff:
                 over.append(doc)
+        summary = summarize(overall)
         if writer is not None:
             writer.close()
+            write_card_statement(path, card_statement(summary, scorer, n, n_nc))
     except RolloutDatasetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    summary = summarize(overall)
-    if writer is not None:
-        write_card_statement(path, card_statement(summary, scorer, n, n_nc))
     q = summary["ratio_quantiles"]
     print(f"audit: {n} rollouts, {summary['tokens_scored']} tokens scored by {scorer.kind} ({scorer.model}"
           f"{', ' + scorer.dtype if scorer.dtype else ''}); mean |Δ| {summary['mean_abs_diff']:.3g}, "

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rollout_dataset.builder.audit_card import AUDIT_CONFIG, KeptAudit, audit_rows, audit_section
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.card_info import arrow_num_bytes
 from rollout_dataset.builder.compaction import (
@@ -33,7 +34,7 @@ from rollout_dataset.builder.compaction import (
 )
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.hub.commits import CommitPlan, RetryPolicy, check_repo_id, commit_with_retry
-from rollout_dataset.hub.plans import CARD_PATH, config_bytes, merge_groups, repo_file_sizes, shard_path
+from rollout_dataset.hub.plans import CARD_PATH, config_bytes, config_shards, merge_groups, repo_file_sizes, shard_path
 
 __all__ = ["AUTO_COMPACT_SHARDS", "compact_repo"]
 
@@ -135,10 +136,17 @@ def _plan_compaction(api: Any, repo_id: str, info: Any, target_bytes: int, templ
             ops.append(CommitOperationAdd(path_in_repo=shard_path(config, name), path_or_fileobj=str(out)))
     rows = [r for t in summary_tables for r in t.to_pylist()]
     context: dict[str, Any] = {}
-    if CARD_PATH in files:
-        context = card_context(download(CARD_PATH).read_text(encoding="utf-8"))
+    card_text = download(CARD_PATH).read_text(encoding="utf-8") if CARD_PATH in files else None
+    if card_text is not None:
+        context = card_context(card_text)
         if context["arrow_bytes"]:
             context["arrow_bytes"] = {c: n + arrow_delta[c] for c, n in context["arrow_bytes"].items()}
+    # an `audit` config uploaded to the repo by hand keeps its YAML entry and card section, as a local
+    # compaction keeps them (its shards are left alone; their footers give the audited rollouts)
+    audit_paths = config_shards(files, AUDIT_CONFIG)
+    if audit_paths:
+        context["audit"] = KeptAudit(audit_section(card_text)[1] if card_text else None,
+                                     audit_rows(download(p) for p in audit_paths))
     readme = render_card(rows, template=template, repo_id=repo_id, config_bytes=sizes, **context)
     ops.append(CommitOperationAdd(path_in_repo=CARD_PATH, path_or_fileobj=readme.encode("utf-8")))
     return CommitPlan(ops, "Compact shards", detail=result)
