@@ -178,10 +178,11 @@ async def one_call(session: aiohttp.ClientSession, base: str, model: str, stream
 
 
 async def measure(bases: dict[str, str], model: str, calls: int, max_tokens: int, rounds: int = 4,
-                  pids: dict[str, int] | None = None) -> dict[str, dict]:
+                  pids: dict[str, int] | None = None, c32_calls: int | None = None) -> dict[str, dict]:
     """Every phase interleaves the targets (call by call at c=1, round by round at c=32), so the load
     other processes put on the machine hits every target alike. Targets with a pid in `pids` also
-    get the CPU their processes spent per call at c=32."""
+    get the CPU their processes spent per call at c=32, over `c32_calls` calls (the kernel counts CPU
+    in 10 ms ticks: 4,608 calls of about 0.2 ms each put a tick under 1% of the figure)."""
     pids = pids or {}
     out: dict[str, dict] = {name: {} for name in bases}
     headers = {"authorization": f"Bearer {BENCH_KEY}"}
@@ -201,7 +202,7 @@ async def measure(bases: dict[str, str], model: str, calls: int, max_tokens: int
         lat: dict[str, list[float]] = {n: [] for n in bases}
         wall: dict[str, float] = {n: 0.0 for n in bases}
         cpu: dict[str, float] = {n: 0.0 for n in bases}
-        per_worker = max(2, calls // (8 * rounds))
+        per_worker = max(2, (c32_calls or calls * 4) // (32 * rounds))
         for _ in range(rounds):
             for name, base in bases.items():
 
@@ -365,6 +366,8 @@ def main() -> int:
     parser.add_argument("--model", default=None, help="model name (default: the server's first model)")
     parser.add_argument("--calls", type=int, default=300, help="calls per target at concurrency 1")
     parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--c32-calls", type=int, default=4608,
+                        help="calls per target at concurrency 32 (latency, throughput and CPU per call)")
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument("--also", action="append", default=[], metavar="NAME=URL",
                         help="measure another OpenAI-compatible base URL too (e.g. a bare pass-through proxy)")
@@ -382,7 +385,7 @@ def main() -> int:
                                                     "proxy_overhead.json, or proxy_overhead_quick.json with --quick)")
     args = parser.parse_args()
     if args.quick:
-        args.calls, args.streams = min(args.calls, 60), min(args.streams, 64)
+        args.calls, args.streams, args.c32_calls = min(args.calls, 60), min(args.streams, 64), min(args.c32_calls, 256)
     args.out = args.out or str(RESULTS.with_name("proxy_overhead_quick.json") if args.quick else RESULTS)
 
     procs: list[subprocess.Popen] = []
@@ -421,14 +424,16 @@ def main() -> int:
         # Phase 1: direct vs the recording proxy (and --also targets). Phase 2, with LiteLLM started
         # only then (its idle background work would otherwise tax phase 1): direct vs LiteLLM.
         # Each phase interleaves its own direct baseline; "added" is relative to that baseline.
-        phases = [asyncio.run(measure(bases, model, args.calls, args.max_tokens, pids=proxy_pids))]
+        phases = [asyncio.run(measure(bases, model, args.calls, args.max_tokens, pids=proxy_pids,
+                                      c32_calls=args.c32_calls))]
         stream_bases = {"direct": upstream, **{name: bases[name] for name in proxy_pids}}
         streaming = asyncio.run(measure_streams(stream_bases, proxy_pids, model, args.streams, args.stream_tokens))
         if not args.skip_litellm:
             litellm_proc, litellm_base = start_litellm(upstream, model, workdir)
             procs.append(litellm_proc)
             phases.append(asyncio.run(measure({"direct": upstream, "LiteLLM proxy": litellm_base}, model,
-                                              args.calls, args.max_tokens, pids={"LiteLLM proxy": litellm_proc.pid})))
+                                              args.calls, args.max_tokens, pids={"LiteLLM proxy": litellm_proc.pid},
+                                              c32_calls=args.c32_calls)))
             # LiteLLM streams far slower: a quarter of the streams, measured against direct again
             litellm_streams = asyncio.run(measure_streams(
                 {"direct (LiteLLM phase)": upstream, "LiteLLM proxy": litellm_base}, {"LiteLLM proxy": litellm_proc.pid},
