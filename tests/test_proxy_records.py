@@ -367,3 +367,20 @@ async def test_an_answer_past_the_in_flight_limit_gets_a_503_and_is_recorded(tmp
     assert r.status_code == 503 and "max_inflight_bytes" in r.json()["error"]["message"]
     (record,) = read_trace(tmp_path / "t" / "default.jsonl")
     assert record["status"] == 503 and record["error"]["kind"] == "proxy_overloaded"
+
+
+async def test_a_400_whose_body_breaks_off_records_the_status_and_names_the_disconnect(tmp_path):
+    from proxy_fakes import serve_raw
+
+    async def answer(head: bytes) -> tuple[bytes, bool]:  # a 400's head and part of its body, then close
+        return (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n"
+                b'{"error": {"message": "x', True)
+
+    async with serve_raw(answer) as (root, _):
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces") as proxy:
+            async with httpx.AsyncClient(timeout=30) as client:
+                r = await client.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": MESSAGES})
+    assert r.status_code == 502 and "dropped the connection" in r.json()["error"]["message"]
+    (record,) = read_trace(proxy.trace_path())
+    assert record["error"]["kind"] == "upstream_status"  # the first failure: the 400
+    assert [n for n in record["notes"] if n.startswith("then upstream_disconnect: ")], record["notes"]

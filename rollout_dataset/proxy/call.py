@@ -145,7 +145,11 @@ class Call:
         self.delivery = Delivery()
 
     def fail(self, kind: str, message: str) -> None:
-        """Record the call's first error (later ones are consequences of it).
+        """Record the call's first error; a later one of another kind is kept as a note.
+
+        The first error is the record's `error` (later ones are usually its consequences); a later
+        failure of another kind (a 400 whose body then breaks off) is noted, so no failure goes
+        unnamed.
 
         Args:
             kind: the error kind (``upstream_status``, ``client_disconnect``, ...).
@@ -153,6 +157,8 @@ class Call:
         """
         if self.error is None:
             self.error = {"kind": kind, "message": message}
+        elif kind != self.error["kind"]:
+            self.notes.append(f"then {kind}: {message}")
 
 
 def uuid4_hex() -> str:
