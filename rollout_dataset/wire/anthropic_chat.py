@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
+
+from httpx_sse import ServerSentEvent
 
 from rollout_dataset.wire.content import is_json
 from rollout_dataset.wire.sse import encode_json_event, iter_events
@@ -591,6 +593,16 @@ def _first_choice(chunk: dict[str, Any]) -> bool:
     return choices[0].get("finish_reason") is not None or (isinstance(delta, dict) and any(delta.get(k) for k in carried))
 
 
+def _typed_events(text: str) -> Iterator[tuple[ServerSentEvent, Any, Any]]:
+    """Each event of a Messages SSE stream whose data is JSON: ``(event, its data parsed, its "type")``."""
+    for sse in iter_events(text):
+        try:
+            event = json.loads(sse.data)
+        except ValueError:
+            continue
+        yield sse, event, event.get("type") if isinstance(event, dict) else None
+
+
 def assemble_events(text: str) -> dict[str, Any] | None:
     """The message a Messages SSE stream adds up to (for a stream forwarded as it came).
 
@@ -602,12 +614,7 @@ def assemble_events(text: str) -> dict[str, Any] | None:
     """
     message: dict[str, Any] | None = None
     blocks: dict[int, dict[str, Any]] = {}
-    for sse in iter_events(text):
-        try:
-            event = json.loads(sse.data)
-        except ValueError:
-            continue
-        kind = event.get("type") if isinstance(event, dict) else None
+    for _, event, kind in _typed_events(text):
         if kind == "message_start" and isinstance(event.get("message"), dict):
             message = dict(event["message"])
         elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
@@ -646,12 +653,7 @@ def stream_end_problem(text: str) -> tuple[str, str] | None:
         None, or ``(error kind, message)``: ``upstream_status`` for an ``error`` event,
         ``upstream_disconnect`` for a stream that stopped before ``message_stop``.
     """
-    for sse in iter_events(text):
-        try:
-            event = json.loads(sse.data)
-        except ValueError:
-            continue
-        kind = event.get("type") if isinstance(event, dict) else None
+    for sse, _, kind in _typed_events(text):
         if kind == "message_stop":
             return None
         if kind == "error":
