@@ -87,6 +87,38 @@ async def test_a_proxy_out_of_descriptors_says_so_once_naming_the_limit_and_what
     assert "raise `ulimit -n`" in said
 
 
+#: the scripts below: lower the limit to 64 and hold every descriptor left (`held`)
+_TAKE_EVERY_DESCRIPTOR = r"""
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+held = []
+while True:  # every other descriptor in use
+    try:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        break
+"""
+
+#: then: `still_full` (every borrowed descriptor went back to the spares), and give `held` back
+_STILL_FULL_THEN_GIVE_BACK = r"""
+try:
+    os.close(os.open(os.devnull, os.O_RDONLY))
+    still_full = False
+except OSError:
+    still_full = True
+for fd in held:
+    os.close(fd)
+"""
+
+
+def _run_at_the_limit(script: str, *args: str) -> dict:
+    """Run a script of this file in a child process; its one line of JSON output."""
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
 _AT_THE_LIMIT = r"""
 import json, os, resource, sys
 from pathlib import Path
@@ -105,24 +137,11 @@ if resume:  # a session file from before: picked up (read, a cut last line moved
     for state in trace_dir.glob(".proxy-state/*"):
         state.unlink()  # the state is rebuilt from the trace file
 recorder = recorder_class(trace_dir, max_open_files=1)
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
-held = []
-while True:  # every other descriptor in use
-    try:
-        held.append(os.open(os.devnull, os.O_RDONLY))
-    except OSError:
-        break
+""" + _TAKE_EVERY_DESCRIPTOR + r"""
 for session in ("s", "t", "s"):
     recorder.write(session, {"index": recorder.next_index(session), "text": "at the limit"})
 seals = {session: recorder.seal(session) for session in ("s", "t")}
-try:
-    os.close(os.open(os.devnull, os.O_RDONLY))
-    still_full = False
-except OSError:
-    still_full = True  # every borrowed descriptor went back to the spares
-for fd in held:
-    os.close(fd)
+""" + _STILL_FULL_THEN_GIVE_BACK + r"""
 print(json.dumps({"still_full": still_full, "held": len(held),
                   "texts": {s: [r["text"] for r in read_trace(trace_dir / f"{s}.jsonl", seal)] for s, seal in seals.items()},
                   "indices": {s: [r["index"] for r in read_trace(trace_dir / f"{s}.jsonl")] for s in seals},
@@ -134,10 +153,7 @@ print(json.dumps({"still_full": still_full, "held": len(held),
 @pytest.mark.parametrize("kind", ["single", "shared"])
 def test_a_recorder_writes_its_records_while_every_other_descriptor_is_in_use(tmp_path: Path, kind: str,
                                                                                resume: str):
-    done = subprocess.run([sys.executable, "-c", _AT_THE_LIMIT, kind, str(tmp_path), resume],
-                          capture_output=True, text=True, timeout=30, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout)
+    result = _run_at_the_limit(_AT_THE_LIMIT, kind, str(tmp_path), resume)
     assert result["held"] > 0 and result["still_full"]
     before = ["before 0", "before 1"] if resume == "resume" else []
     assert result["texts"] == {"s": before + ["at the limit"] * 2, "t": ["at the limit"]}
@@ -158,22 +174,9 @@ for n in range(2):
     other.write("s", {"index": other.next_index("s"), "text": f"by the other {n}"})
 other.close()
 reader = recorder_class(trace_dir, max_open_files=1)
-soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
-held = []
-while True:  # every other descriptor in use
-    try:
-        held.append(os.open(os.devnull, os.O_RDONLY))
-    except OSError:
-        break
+""" + _TAKE_EVERY_DESCRIPTOR + r"""
 texts = [r["text"] for r in reader.records_by_others("s")]
-try:
-    os.close(os.open(os.devnull, os.O_RDONLY))
-    still_full = False
-except OSError:
-    still_full = True  # the borrowed descriptor went back to the spares
-for fd in held:
-    os.close(fd)
+""" + _STILL_FULL_THEN_GIVE_BACK + r"""
 print(json.dumps({"texts": texts, "still_full": still_full, "held": len(held)}))
 """
 
@@ -181,11 +184,7 @@ print(json.dumps({"texts": texts, "still_full": still_full, "held": len(held)}))
 @pytest.mark.parametrize("kind", ["single", "shared"])
 def test_on_policy_reads_the_records_of_other_workers_while_every_other_descriptor_is_in_use(tmp_path: Path,
                                                                                              kind: str):
-    done = subprocess.run([sys.executable, "-c", _READ_AT_THE_LIMIT, kind, str(tmp_path)],
-                          capture_output=True, text=True, timeout=30,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout)
+    result = _run_at_the_limit(_READ_AT_THE_LIMIT, kind, str(tmp_path))
     assert result["held"] > 0 and result["still_full"]
     assert result["texts"] == ["by the other 0", "by the other 1"]
 
