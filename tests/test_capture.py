@@ -98,15 +98,19 @@ def test_the_wrong_attempt_is_penalty_free_but_scored_by_the_real_verifier(captu
     assert summary["reward_after_penalties"] == pytest.approx(summary["env_reward"])
 
 
-def test_a_task_from_a_local_jsonl_file_is_captured_with_an_external_harness(tmp_path):
+def _capture_a_doubling_task(tmp_path, task_id: str, instruction: str):
+    """Capture one rollout of a task from a local JSONL file: double the integer given (solved by a command)."""
     tasks = tmp_path / "tasks.jsonl"
-    row = {"task_id": "double-it", "title": "Double it",
-           "instruction": "Print twice the integer given on one line.\n\nExample 1\nInput:\n4\nOutput:\n8\n",
+    row = {"task_id": task_id, "title": "Double it", "instruction": instruction,
            "held_out_tests": [{"input": f"{n}\n", "output": f"{2 * n}\n"} for n in (0, -7, 123456, 99, 5)]}
     tasks.write_text(json.dumps(row) + "\n")
     harness = "cmd:printf 'print(2 * int(input()))\\n' > solution.py"
-    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", tasks=str(tasks), harness=harness,
-                                           timeout_s=60))
+    return capture_rollout(CaptureConfig(out_dir=tmp_path / "out", tasks=str(tasks), harness=harness, timeout_s=60))
+
+
+def test_a_task_from_a_local_jsonl_file_is_captured_with_an_external_harness(tmp_path):
+    result = _capture_a_doubling_task(
+        tmp_path, "double-it", "Print twice the integer given on one line.\n\nExample 1\nInput:\n4\nOutput:\n8\n")
     assert result.ok, (result.errors, result.validation_failures)
     summary = result.summary
     assert summary["task_id"] == "double-it" and summary["env_reward"] == 1.0 and summary["captured_calls"] == 0
@@ -115,15 +119,10 @@ def test_a_task_from_a_local_jsonl_file_is_captured_with_an_external_harness(tmp
 
 
 def test_a_capture_on_a_task_whose_statement_shows_a_held_out_test_warns_of_it(tmp_path, caplog):
-    tasks = tmp_path / "tasks.jsonl"
-    row = {"task_id": "double-shown", "title": "Double it",
-           "instruction": "Print twice the integer given.\n\nExample 1\nInput:\n4\nOutput:\n8\n\n123456 gives 246912.\n",
-           "held_out_tests": [{"input": f"{n}\n", "output": f"{2 * n}\n"} for n in (0, -7, 123456, 99, 5)]}
-    tasks.write_text(json.dumps(row) + "\n")
-    harness = "cmd:printf 'print(2 * int(input()))\\n' > solution.py"
     with caplog.at_level("WARNING", logger="rollout_dataset.tasks.loader"):
-        result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", tasks=str(tasks), harness=harness,
-                                               timeout_s=60))
+        result = _capture_a_doubling_task(
+            tmp_path, "double-shown",
+            "Print twice the integer given.\n\nExample 1\nInput:\n4\nOutput:\n8\n\n123456 gives 246912.\n")
     assert result.ok, (result.errors, result.validation_failures)
     warned = [r.getMessage() for r in caplog.records if r.name == "rollout_dataset.tasks.loader"]
     assert warned and all(w.startswith("task double-shown: held-out test 2 ") for w in warned)
