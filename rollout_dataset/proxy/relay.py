@@ -28,7 +28,7 @@ from rollout_dataset.proxy.messages_capture import translate_whole
 from rollout_dataset.proxy.redact import redact_url
 from rollout_dataset.proxy.responses_capture import (LOGPROBS_REFUSED_NOTE, REFUSAL_BODY_CAP, LogprobRefusals,
                                                      refuses_logprobs, without_logprobs)
-from rollout_dataset.proxy.rewrite import Outgoing
+from rollout_dataset.proxy.rewrite import Outgoing, with_body
 from rollout_dataset.proxy.stream_relay import StreamRelay
 from rollout_dataset.proxy.tokens import TokenRequest, strip_response
 from rollout_dataset.wire.anthropic_chat import anthropic_error
@@ -239,12 +239,7 @@ def _without_logprobs(call: Call, request: httpx.Request, token_req: TokenReques
     asked.upstream_changes = changes
     asked.effective = {**asked.requested, **changes}
     call.notes.append(f"{LOGPROBS_REFUSED_NOTE} ({how})")
-    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
-    headers.append((b"content-length", str(len(body)).encode()))
-    again = httpx.Request(request.method, request.url, stream=httpx.ByteStream(body), headers=headers,
-                          extensions=request.extensions)
-    again.read()
-    return again, dataclasses.replace(token_req, changes=changes, body=body)
+    return with_body(request, body), dataclasses.replace(token_req, changes=changes, body=body)
 
 
 class _Replayed(httpx.AsyncByteStream):
