@@ -59,6 +59,17 @@ class InflightBound:
         await self.answers.reply_error(call, send, 503, "proxy_overloaded", self.overload_message(size))
         return False
 
+    def give_back(self, call: Call, size: int) -> None:
+        """Give back `size` of the bytes a call holds, dropped before its end (at most what it holds).
+
+        Args:
+            call: the call.
+            size: how many bytes it no longer holds.
+        """
+        size = min(size, call.delivery.reserved)
+        self.held -= size
+        call.delivery.reserved -= size
+
     def release(self, call: Call) -> None:
         """Give back every byte the call held (at its end)."""
         self.held -= call.delivery.reserved
