@@ -369,6 +369,27 @@ async def test_an_answer_past_the_in_flight_limit_gets_a_503_and_is_recorded(tmp
     assert record["status"] == 503 and record["error"]["kind"] == "proxy_overloaded"
 
 
+async def test_a_compressed_answer_is_counted_as_it_decodes_and_gets_a_503_past_the_in_flight_limit(tmp_path: Path):
+    import gzip
+
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def chat(request):  # 5 MB decoded from a 5 kB body whose content-length is the encoded size
+        return Response(gzip.compress(b" " * 5_000_000), media_type="application/json",
+                        headers={"content-encoding": "gzip"})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    async with serve(app) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "t", max_inflight_bytes=100_000) as proxy:
+            async with httpx.AsyncClient(timeout=10) as client:
+                r = await client.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": MESSAGES})
+    assert r.status_code == 503 and "max_inflight_bytes" in r.json()["error"]["message"]
+    (record,) = read_trace(tmp_path / "t" / "default.jsonl")
+    assert record["status"] == 503 and record["error"]["kind"] == "proxy_overloaded"
+
+
 async def test_a_passed_through_stream_past_the_in_flight_limit_ends_with_a_503_event_and_is_recorded(tmp_path: Path):
     from starlette.applications import Starlette
     from starlette.responses import StreamingResponse

@@ -87,21 +87,18 @@ class InflightBound:
             The body's bytes, or None when the call was refused.
         """
         names = call.answer.upstream_headers
+        encoded = names.get("content-encoding", "identity").strip().lower() != "identity"
         declared = names.get("content-length")
-        if declared is not None and declared.strip().isdigit():
+        if not encoded and declared is not None and declared.strip().isdigit():
             if not await self.reserve(call, int(declared), send):
                 return None
             data = await read_whole(response, names)
             if len(data) > int(declared):
                 self.reserve_nowait(call, len(data) - int(declared))  # counted even when over: it is here
             return data
-        if names.get("content-encoding", "identity").strip().lower() != "identity":
-            data = await response.aread()  # decoded by httpx; counted once here
-            if not await self.reserve(call, len(data), send):
-                return None
-            return data
         parts: list[bytes] = []
-        async for chunk in response.aiter_raw():
+        # decoded by httpx read by read (a declared length is the encoded one): counted as it grows
+        async for chunk in (response.aiter_bytes() if encoded else response.aiter_raw()):
             if not await self.reserve(call, len(chunk), send):
                 return None
             parts.append(chunk)
