@@ -1,18 +1,29 @@
 """The in-flight byte bound: request bodies plus buffered response bytes held by all calls at once.
 
 Past `max_inflight_bytes` a call is refused with a recorded 503, so a burst of long contexts cannot
-exhaust the proxy's memory.
+exhaust the proxy's memory. The proxy's own calls to the server while it prepares a call (context
+fitting's and on-policy mode's ``/tokenize``, ``/detokenize``, ``/v1/models``) read their answers
+through `read_passing`, counted against the call being prepared (`InflightBound.counting`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 import httpx
 
+from rollout_dataset.errors import InflightLimitError
 from rollout_dataset.proxy.asgi_types import Send
 from rollout_dataset.proxy.call import Call
 from rollout_dataset.proxy.error_answers import ErrorAnswerer
 
-__all__ = ["InflightBound", "read_whole"]
+__all__ = ["InflightBound", "read_passing", "read_whole"]
+
+#: the bound and the call whose preparation is running in this task (`InflightBound.counting`)
+_preparing: contextvars.ContextVar[tuple[InflightBound, Call] | None] = contextvars.ContextVar("preparing",
+                                                                                              default=None)
 
 
 class InflightBound:
@@ -70,6 +81,19 @@ class InflightBound:
         self.held -= size
         call.delivery.reserved -= size
 
+    @contextlib.contextmanager
+    def counting(self, call: Call) -> Iterator[None]:
+        """Within this block (and the tasks it starts), `read_passing` counts against `call`.
+
+        Args:
+            call: the call being prepared.
+        """
+        token = _preparing.set((self, call))
+        try:
+            yield
+        finally:
+            _preparing.reset(token)
+
     def release(self, call: Call) -> None:
         """Give back every byte the call held (at its end)."""
         self.held -= call.delivery.reserved
@@ -103,6 +127,40 @@ class InflightBound:
                 return None
             parts.append(chunk)
         return b"".join(parts)
+
+
+async def read_passing(response: httpx.Response) -> bytes:
+    """A whole answer to one of the proxy's own calls to the server, counted while it is read.
+
+    Inside `InflightBound.counting` the bytes count against the call being prepared as they
+    arrive, and are given back once read: the caller parses and drops them before the event loop
+    runs again. Elsewhere the answer is read uncounted.
+
+    Args:
+        response: the server's response, headers read (the caller closes it).
+
+    Returns:
+        The body's bytes (decoded as httpx decodes them).
+
+    Raises:
+        InflightLimitError: the bytes would pass the in-flight limit (the read stops there).
+        httpx.TransportError: the server failed while the body was read.
+    """
+    preparing = _preparing.get()
+    if preparing is None:
+        return await response.aread()
+    bound, call = preparing
+    held = 0
+    parts: list[bytes] = []
+    try:
+        async for chunk in response.aiter_bytes():
+            if not bound.reserve_nowait(call, len(chunk)):
+                raise InflightLimitError(bound.overload_message(len(chunk)))
+            held += len(chunk)
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        bound.give_back(call, held)
 
 
 async def read_whole(response: httpx.Response, names: dict[str, str]) -> bytes:

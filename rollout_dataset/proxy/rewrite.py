@@ -15,10 +15,12 @@ from typing import Any
 
 import httpx
 
+from rollout_dataset.errors import InflightLimitError
 from rollout_dataset.proxy.asgi_types import Scope, Send
 from rollout_dataset.proxy.call import SESSION_HEADER, Call
 from rollout_dataset.proxy.context_fit import CONTEXT_EXHAUSTED, ContextFitter
 from rollout_dataset.proxy.error_answers import ErrorAnswerer
+from rollout_dataset.proxy.inflight import InflightBound
 from rollout_dataset.proxy.intake import Checked
 from rollout_dataset.proxy.messages_capture import CHAT_ENDPOINT
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode
@@ -128,18 +130,23 @@ class RequestRewriter:
         fitter: context fitting (None: no limit is changed).
         on_policy: on-policy mode (None: off).
         answers: the error answerer (a context with no room left is answered 400).
+        bound: the in-flight bound the answers of the server calls made here are counted against.
     """
 
     def __init__(self, urls: UpstreamUrls, timeout_extensions: dict[str, Any], fitter: ContextFitter | None,
-                 on_policy: OnPolicyMode | None, answers: ErrorAnswerer) -> None:
+                 on_policy: OnPolicyMode | None, answers: ErrorAnswerer, bound: InflightBound) -> None:
         self.urls = urls
         self.extensions = timeout_extensions
         self.fitter = fitter
         self.on_policy = on_policy
         self.answers = answers
+        self.bound = bound
 
     async def rewrite(self, call: Call, scope: Scope, checked: Checked, send: Send) -> Outgoing | None:
         """The upstream request for a checked call.
+
+        The answers of the server calls context fitting and on-policy mode make for it
+        (``/tokenize``, ...) are counted against the in-flight bound as the call's own bytes.
 
         Args:
             call: the call.
@@ -148,8 +155,17 @@ class RequestRewriter:
             send: the ASGI send callable.
 
         Returns:
-            What to send, or None when the call was answered (no room left in the context).
+            What to send, or None when the call was answered (no room left in the context, or a
+            server's answer past the in-flight limit: 503).
         """
+        with self.bound.counting(call):
+            try:
+                return await self._rewrite(call, scope, checked, send)
+            except InflightLimitError as exc:
+                await self.answers.reply_error(call, send, 503, "proxy_overloaded", str(exc))
+                return None
+
+    async def _rewrite(self, call: Call, scope: Scope, checked: Checked, send: Send) -> Outgoing | None:
         raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
         endpoint = call.endpoint
         query: bytes = scope.get("query_string") or b""
