@@ -266,3 +266,26 @@ async def test_an_https_upstream_named_by_host_is_verified_and_told_that_name(tm
                 (record,) = read_trace(proxy.trace_path())
     assert response.status_code == 200 and response.content == BODY and record["error"] is None
     assert names == ["localhost"] and b"\r\nhost: " + upstream.removeprefix("https://").encode() + b"\r\n" in heads[0]
+
+
+async def test_a_host_name_whose_first_address_refuses_is_reached_at_the_next(monkeypatch):
+    import socket
+
+    real = socket.getaddrinfo
+
+    def two_addresses(host, port, *args, **kwargs):  # as a resolver answers a name with two addresses
+        if host != "upstream.test":
+            return real(host, port, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port)) for address in ("127.0.0.2", "127.0.0.1")]
+
+    monkeypatch.setattr(socket, "getaddrinfo", two_addresses)
+    async with serve_raw(replying((answer(), False))) as (root, accepted):
+        url = root.replace("127.0.0.1", "upstream.test") + "/v1/models"
+        transport = UpstreamTransport(httpx.Limits(max_connections=4))
+        try:
+            response = await transport.handle_async_request(httpx.Request("GET", url))
+            assert response.status_code == 200 and len(accepted) == 1  # nothing listens on 127.0.0.2
+            await response.aread()
+            await response.aclose()
+        finally:
+            await transport.aclose()

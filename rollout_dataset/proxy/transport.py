@@ -469,7 +469,8 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             raise OSError(f"{host} has no address")
         if len({str(exc) for exc in errors}) == 1:
             raise errors[0]
-        raise OSError(errors[0].errno, "; ".join(f"{exc}" for exc in errors))  # as asyncio joins them
+        joined = "; ".join(f"{exc}" for exc in errors)  # every address's failure, as asyncio joins them
+        raise OSError(errors[0].errno, joined) if errors[0].errno is not None else OSError(joined)
 
     async def _addresses(self, host: str, port: int) -> list[str]:
         """The addresses to connect to: the host itself when it is an address, else the lookup's answer.
