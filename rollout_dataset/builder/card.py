@@ -165,7 +165,7 @@ def code_span(text: Any) -> str:
         return "` `"
     longest = max((len(run) for run in _BACKTICK_RUNS.findall(content)), default=0)
     fence = "`" * (longest + 1)
-    if not content or content.startswith("`") or content.endswith("`") or (
+    if content.startswith("`") or content.endswith("`") or (
             content.startswith(" ") and content.endswith(" ") and content.strip(" ")):
         content = f" {content} "
     return f"{fence}{content}{fence}"
