@@ -144,3 +144,19 @@ def test_a_card_over_hostile_names_keeps_its_yaml_header_and_every_config_loads(
         rows = datasets.load_dataset(str(dataset), spec.name, split="train", cache_dir=str(tmp_path))
         assert len(rows) == next(i for i in meta["dataset_info"] if i["config_name"] == spec.name)["splits"][0]["num_examples"]
     assert {(r["model"], r["task_id"], r["harness"]) for r in summary} == {(HOSTILE_MODEL, HOSTILE_TASK, HOSTILE_HARNESS)}
+
+
+def test_a_served_models_hostile_name_in_the_audit_statement_is_one_code_span():
+    from types import SimpleNamespace
+
+    from rollout_dataset.audit.writers import card_statement
+
+    # a server scorer names the model its /v1/models lists first: the server's word, not the operator's
+    scorer = SimpleNamespace(kind="server", url="http://127.0.0.1:8000/v1", model=HOSTILE_MODEL, dtype=None)
+    figures = dict.fromkeys(("tokens_scored", "mean_abs_diff", "max_abs_diff", "share_over_1e-2", "kl_k1", "kl_k3"), 0)
+    statement = card_statement(dict(figures, ratio_quantiles=dict.fromkeys(("p01", "p50", "p99"), 1.0)), scorer, 2, 0)
+    tokens = _markdown().parse(statement)
+    inline = [c for t in tokens if t.type == "inline" for c in t.children]
+    assert [c.content for c in inline if c.type == "code_inline"].count(one_line(HOSTILE_MODEL)) == 1
+    assert not [c for c in inline if c.type == "html_inline"]
+    assert [t.type for t in tokens].count("heading_open") == 1  # its own "## Logprob audit", no other
