@@ -78,9 +78,11 @@ function isolated(text) { return el("bdi", null, text === null || text === undef
 // between U+2068 FIRST STRONG ISOLATE and U+2069 POP DIRECTIONAL ISOLATE
 function isolatedText(text) { return "\u2068" + String(text) + "\u2069"; }
 
-// items (rollout text) each isolated, with `separator` (page text) between them, in one span
+// items (rollout text, each isolated; or nodes built of isolated pieces) with `separator` (page
+// text) between them, in one span
 function isolatedList(items, separator) {
-  return el("span", null, null, ...(items || []).flatMap((item, k) => k ? [piece(separator), isolated(fmt(item))] : [isolated(fmt(item))]));
+  const node = (item) => item instanceof Node ? item : isolated(fmt(item));
+  return el("span", null, null, ...(items || []).flatMap((item, k) => k ? [piece(separator), node(item)] : [node(item)]));
 }
 
 function fmt(value, digits) {

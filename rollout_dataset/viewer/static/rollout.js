@@ -49,7 +49,7 @@ function renderHeader(view) {
     ["stop reason", s.stop_reason], ["timed out", s.timed_out], ["held-out tests passed", fmt(s.held_out_passed) + " / " + fmt(s.held_out_tests)],
     ["capture level", s.capture_level], ["trainable", s.trainable], ["findings", s.findings_count],
     ["stepwise", s.stepwise], ["env metrics", s.env_metrics],
-    ["timings (s)", isolatedList(Object.entries(timings).map(([k, v]) => k + " " + fmt(v)), ", ")],
+    ["timings (s)", isolatedList(Object.entries(timings).map(([k, v]) => el("span", null, null, isolated(k), piece(" "), isolated(fmt(v)))), ", ")],
   ], "header-kv"));
   if (view.tokenizer_note) box.appendChild(el("p", "warn", view.tokenizer_note));
   if (t.instruction) box.appendChild(folded("task statement", pre(t.instruction), true));
@@ -243,7 +243,8 @@ function renderCalls(view) {
     body.appendChild(kvTable([["stream", c.stream], ["time to first token (ms)", c.ttft_ms], ["capture level", c.capture_level],
       ["token source", c.token_source], ["trained", c.trained], ["proxy changed", c.upstream_changes],
       ["notes", (c.notes || []).length ? isolatedList(c.notes, "; ") : "none"],
-      ["context fitting", (c.context_fit || []).length ? isolatedList(c.context_fit.map((f) => f.field + " " + f.requested + " → " + f.effective), "; ") : "not lowered"],
+      ["context fitting", (c.context_fit || []).length ? isolatedList(c.context_fit.map((f) => el("span", null, null, isolated(f.field), piece(" "),
+        isolated(fmt(f.requested)), piece(" → "), isolated(fmt(f.effective)))), "; ") : "not lowered"],
       ["on-policy continuity", c.continuity], ["error", c.error]]));
     body.appendChild(samplingTable(c.requested_sampling_params, c.effective_sampling_params));
     const details = folded(title, body);
