@@ -167,6 +167,31 @@ def test_the_builtin_task_data_and_the_project_checkout_are_not_in_the_root():
 
 
 @needs_allow_list
+def test_the_task_data_reads_as_empty_when_the_runtime_holds_the_package():
+    # a wheel install puts rollout_dataset/ under sys.prefix, which every root binds as the runtime:
+    # binding the package's parent stands for it (in an editable install it lies outside the runtime)
+    path = builtin_data_path()
+    site = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(path)))))
+    code = f"import os\nprint(os.path.exists({path!r}), len(os.listdir(os.path.dirname({path!r}))))\n"
+    with Sandbox(ro_paths=[site]) as box:
+        result = box.run([PY, "-c", code])
+    assert result.stdout.split() == ["False", "0"], (result.stdout, result.stderr)
+
+
+@needs_allow_list
+def test_the_task_data_reads_as_empty_at_every_path_a_bind_shows_it(tmp_path):
+    # a worktree's .venv symlink binds the venv twice: at its real path and at the link's path
+    path = builtin_data_path()
+    site = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(path)))))
+    alias = tmp_path / "alias-site"
+    seen = str(alias / os.path.relpath(path, site))
+    code = f"import os\nprint(os.path.exists({seen!r}), len(os.listdir(os.path.dirname({seen!r}))))\n"
+    with Sandbox(ro_paths=[(site, alias)]) as box:
+        result = box.run([PY, "-c", code])
+    assert result.stdout.split() == ["False", "0"], (result.stdout, result.stderr)
+
+
+@needs_allow_list
 def test_a_masked_path_inside_the_root_reads_as_empty_and_cannot_be_unmounted(tmp_path):
     (tmp_path / "work").mkdir()
     secret = tmp_path / "work" / "held_out_tests.json"

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["IsolationMode", "RootSpec", "probe_isolation", "isolation_report", "bwrap_argv", "runtime_paths",
+__all__ = ["IsolationMode", "RootSpec", "probe_isolation", "task_data_dir", "mask_targets", "isolation_report", "bwrap_argv", "runtime_paths",
            "ISOLATION_LEVELS", "SANDBOX_UID_RANGE", "require_isolation", "check_sandbox_ro_paths", "fresh_sandbox_uid", "write_etc"]
 
 log = logging.getLogger(__name__)
@@ -91,8 +91,9 @@ class RootSpec:
         rw_paths: further host directories bound read-write at their own path (an external
             harness's HOME).
         ro_paths: host paths bound read-only, as ``(source, destination)`` pairs.
-        masks: paths covered by an empty read-only directory or file when they lie inside a bound tree
-            (others are not in the root anyway and are left out).
+        masks: paths covered by an empty read-only directory or file wherever a bound tree shows them
+            (others are not in the root anyway and are left out); the package's task data
+            (`task_data_dir`) is always masked.
         tmp_mb: size of the private ``/tmp`` tmpfs in MiB.
         uid: the host uid the command runs as (root runner only; None in user-namespace mode).
         etc_dir: a folder holding the generated ``passwd``, ``group`` and ``hosts`` (see `write_etc`).
@@ -245,6 +246,43 @@ def _parents_args(dest: Path, made: set[Path]) -> list[str]:
     return args
 
 
+def task_data_dir() -> Path:
+    """The package's task data (built-in held-out tests, reference solutions, Harbor task folders).
+
+    A wheel install puts it under ``sys.prefix``, which every root binds read-only as the runtime:
+    `bwrap_argv` masks it in every root, at every path a bind shows it.
+
+    Returns:
+        The resolved folder.
+    """
+    from rollout_dataset.package_paths import TASK_PACKAGE_DIR
+
+    return TASK_PACKAGE_DIR / "data"
+
+
+def mask_targets(mask: Path, binds: Sequence[tuple[Path, Path]]) -> list[Path]:
+    """Every path inside the root at which the host path `mask` shows, through the root's binds.
+
+    Args:
+        mask: a host path (or a path inside the root) that must read as empty.
+        binds: the root's ``(source, destination)`` binds.
+
+    Returns:
+        `mask` itself when a destination holds it, and the path it appears at under each bind whose
+        (resolved) source holds it (a venv reached through a symlink is bound twice), without duplicates.
+    """
+    targets: list[Path] = []
+    real = mask.resolve()
+    for source, dest in binds:
+        if mask == dest or dest in mask.parents:
+            found = [mask]
+        else:
+            src = source.resolve()
+            found = [dest / real.relative_to(src)] if (real == src or src in real.parents) else []
+        targets += [t for t in found if t not in targets]
+    return targets
+
+
 def bwrap_argv(argv: Sequence[str], spec: RootSpec, *, privileged: bool) -> list[str]:
     """The command line running `argv` in the allow-list root `spec` describes.
 
@@ -287,15 +325,19 @@ def bwrap_argv(argv: Sequence[str], spec: RootSpec, *, privileged: bool) -> list
         args += _parents_args(Path(dest), made) + ["--ro-bind", str(source), str(dest)]
     for rw_path in [*spec.rw_paths, spec.workdir]:
         args += _parents_args(Path(rw_path), made) + ["--bind", str(rw_path), str(rw_path)]
-    bound = [d for _, d in runtime_paths()] + [Path(d) for _, d in spec.ro_paths] + \
-        [Path(p) for p in [*spec.rw_paths, spec.workdir]]
-    for mask in spec.masks:
-        if not any(Path(mask) == d or d in Path(mask).parents for d in bound):
-            continue  # not in the root at all: masking it would only create its (empty) parents
-        if os.path.isdir(mask):
-            args += ["--perms", "0555", "--tmpfs", str(mask), "--remount-ro", str(mask)]
-        elif os.path.exists(mask) and spec.etc_dir is not None:
-            args += ["--ro-bind", str(spec.etc_dir / "empty"), str(mask)]
+    binds = [*runtime_paths(), *((Path(s), Path(d)) for s, d in spec.ro_paths),
+             *((Path(p), Path(p)) for p in [*spec.rw_paths, spec.workdir])]
+    masked: set[Path] = set()
+    for mask in [*spec.masks, task_data_dir()]:
+        is_dir = os.path.isdir(mask)
+        for target in mask_targets(Path(mask), binds):  # none: not in the root at all
+            if target in masked:
+                continue
+            masked.add(target)
+            if is_dir:
+                args += ["--perms", "0555", "--tmpfs", str(target), "--remount-ro", str(target)]
+            elif os.path.exists(mask) and spec.etc_dir is not None:
+                args += ["--ro-bind", str(spec.etc_dir / "empty"), str(target)]
     args += list(spec.extra_args)
     args += ["--chdir", str(spec.workdir), "--"]
     if privileged:
