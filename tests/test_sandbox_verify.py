@@ -46,6 +46,33 @@ def test_a_solution_file_in_the_agent_workdir_is_verified(tmp_path):
     assert verify_solution(SUM, tmp_path / "solution.py").env_reward == 1.0
 
 
+def test_a_symlinked_solution_file_is_not_followed_so_no_host_file_is_read(tmp_path):
+    # the agent's workdir is untrusted: a link to a host file the verifier may read but the sandbox may
+    # not (a token) would run that file as the solution and record its text in the errors
+    secret = tmp_path / "token"
+    secret.write_text("hf_NOT_FOR_THE_DATASET\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "solution.py").symlink_to(secret)
+    result = verify_solution(SUM, work)
+    assert result.env_reward == 0.0 and result.per_test == [] and "symlink" in result.errors[0]
+    assert "hf_NOT_FOR_THE_DATASET" not in repr(result.to_dict())
+
+
+def test_a_solution_file_that_is_a_fifo_or_too_large_scores_zero_without_hanging(tmp_path):
+    import os
+
+    from rollout_dataset.sandbox.verify import MAX_SOLUTION_BYTES
+
+    os.mkfifo(tmp_path / "solution.py")
+    result = verify_solution(SUM, tmp_path)
+    assert result.env_reward == 0.0 and "not a regular file" in result.errors[0]
+    (tmp_path / "solution.py").unlink()
+    (tmp_path / "solution.py").write_bytes(b"#" * (MAX_SOLUTION_BYTES + 1))
+    result = verify_solution(SUM, tmp_path)
+    assert result.env_reward == 0.0 and "larger than" in result.errors[0]
+
+
 def test_a_crashing_solution_records_a_runtime_error_per_test():
     result = verify_solution(SUM, "raise SystemExit('boom')")
     assert result.env_reward == 0.0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "DEFAULT_SOLUTION_FILE",
+    "MAX_SOLUTION_BYTES",
     "VERIFY_LIMITS",
     "VerifyResult",
     "ExampleResult",
@@ -44,6 +46,8 @@ log = logging.getLogger(__name__)
 
 #: the file name a solution is expected under, in the agent's working directory
 DEFAULT_SOLUTION_FILE = "solution.py"
+#: the largest solution file the verifier reads (a larger one scores 0.0)
+MAX_SOLUTION_BYTES = 4 * 1024 * 1024
 #: limits of one test run: small programs on small inputs
 VERIFY_LIMITS = Limits(wall_s=10.0, cpu_s=5.0, memory_mb=512, output_bytes=1_000_000, file_mb=16)
 
@@ -181,10 +185,31 @@ def _solution_text(solution: str | os.PathLike[str] | None) -> tuple[str | None,
         path = Path(solution)
         if path.is_dir():
             path = path / DEFAULT_SOLUTION_FILE
-        if not path.is_file():
-            return None, f"no solution file at {path}"
-        return path.read_bytes().decode("utf-8", errors="replace"), None
+        return _read_solution_file(path)
     return str(solution), None
+
+
+def _read_solution_file(path: Path) -> tuple[str | None, str | None]:
+    """(text, error) of a solution file the agent wrote: a regular file, never a link's target.
+
+    The file lies in a folder untrusted code wrote; this process may read far more of the host than
+    the sandbox does (a link to a root-only token file would run it as the solution and put its text
+    into the recorded errors), so a symlink, FIFO or device is refused, as is a file past `MAX_SOLUTION_BYTES`.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None, f"no solution file at {path}"
+    except OSError as exc:
+        why = "a symlink (not followed)" if path.is_symlink() else f"unreadable ({exc.strerror})"
+        return None, f"solution file {path} is {why}"
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return None, f"solution file {path} is not a regular file"
+        if info.st_size > MAX_SOLUTION_BYTES:
+            return None, f"solution file {path} is larger than {MAX_SOLUTION_BYTES} bytes ({info.st_size})"
+        return handle.read(MAX_SOLUTION_BYTES).decode("utf-8", errors="replace"), None
 
 
 def _run_one(source: str, filename: str, stdin: str, limits: Limits, command: Sequence[str] | None,
@@ -226,7 +251,9 @@ def verify_solution(task: "Task", solution: str | os.PathLike[str] | None, limit
         task: the task whose ``held_out_tests`` are run.
         solution: the solution's source text, a path to the file, or the agent's working directory
             (then ``<dir>/solution.py``); a one-line string naming an existing path or ending in
-            ``.py`` is taken as a path. None or a missing file: reward 0.0 (the agent failed).
+            ``.py`` is taken as a path. None or a missing file: reward 0.0 (the agent failed); so is
+            a solution file that is a symlink (never followed), not a regular file, or larger than
+            `MAX_SOLUTION_BYTES`.
         limits: limits of each test run (default `VERIFY_LIMITS`).
         filename: the name the solution is copied in as.
         command: how to run it (default ``[sys.executable, filename]``).
