@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -88,14 +90,31 @@ def read_reward(logs_dir: Path) -> tuple[float | None, str | None]:
     """
     text_file, json_file = logs_dir / "reward.txt", logs_dir / "reward.json"
     try:
+        for path in (text_file, json_file):
+            if path.is_symlink():  # planted by the code under test: its target is a host file (one reading "1")
+                return None, f"the verifier's {path.name} is a symlink (not followed)"
         if text_file.is_file():
-            return float(text_file.read_text().strip()), None
+            return float(_read_small_regular(text_file).strip()), None
         if json_file.is_file():
-            value = json.loads(json_file.read_text()).get("reward")
+            value = json.loads(_read_small_regular(json_file)).get("reward")
             return (float(value), None) if isinstance(value, (int, float)) else (None, "reward.json has no numeric reward")
     except (ValueError, OSError, AttributeError) as exc:
         return None, f"the verifier's reward file is not a number ({exc})"
     return None, "the verifier wrote no /logs/verifier/reward.txt or reward.json"
+
+
+def _read_small_regular(path: Path, limit: int = 65536) -> str:
+    """The text of a regular file, opened without following a link swapped in (``O_NOFOLLOW``).
+
+    Raises:
+        OSError: a link, not a regular file, or larger than `limit` bytes.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise OSError(f"{path.name} is not a regular file of at most {limit} bytes")
+        return handle.read(limit).decode("utf-8", errors="replace")
 
 
 def verify_harbor_task(task_dir: Path, workdir: Path, harbor_fields: Mapping[str, Any]) -> tuple[float | None, str | None]:
