@@ -1,9 +1,12 @@
 #!/bin/bash
 # The verifier: /app/solution.py on every held-out case of cases.json; reward = the fraction passed.
+# -I: the working directory (/app, the agent's files) is not on sys.path, so no json.py of theirs
+# is imported here; the cases are read, then removed before any solution runs
 mkdir -p /logs/verifier
-python3 - <<'PY'
-import json, subprocess
+python3 -I - <<'PY'
+import json, os, subprocess
 cases = json.load(open("/tests/cases.json"))
+os.remove("/tests/cases.json")
 passed = 0
 for case in cases:
     try:
@@ -14,5 +17,8 @@ for case in cases:
         ok = False
     passed += ok
     print("PASS" if ok else "FAIL")
+for name in ("reward.txt", "reward.json"):  # a link or file the solution planted is replaced, not written through
+    if os.path.lexists("/logs/verifier/" + name):
+        os.remove("/logs/verifier/" + name)
 open("/logs/verifier/reward.txt", "w").write(str(round(passed / len(cases), 4)))
 PY
