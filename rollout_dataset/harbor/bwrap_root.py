@@ -95,19 +95,27 @@ class TaskRoot:
         if self.workdir:
             self.host_path(self.workdir).mkdir(parents=True, exist_ok=True)
 
-    def argv(self, command: str, cwd: str | None = None, env: Mapping[str, str] | None = None) -> list[str]:
+    def argv(self, command: str, cwd: str | None = None, env: Mapping[str, str] | None = None,
+             own_pids: bool = False) -> list[str]:
         """The bwrap command line running ``bash -c command`` in the root.
+
+        The command runs as root with no capabilities: without a PID namespace of its own it may
+        signal every root process of the host (``kill -9 -1``). Harbor's environment needs its tmux
+        server to outlive each command, so only `own_pids` commands get one.
 
         Args:
             command: the shell command.
             cwd: its working directory inside the root (default: the workdir, else ``/``).
             env: more variables.
+            own_pids: run in a new PID namespace (everything in it dies with the command).
 
         Returns:
             argv.
         """
         args = ["bwrap", "--bind", str(self.root), "/", "--unshare-net", "--unshare-ipc", "--unshare-uts",
                 "--hostname", "sandbox", "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
+        if own_pids:
+            args[1:1] = ["--unshare-pid"]
         for name in _LINKS:
             host = Path("/" + name)
             if host.is_dir() and not host.is_symlink():  # symlinks (merged /usr) are made in the root
@@ -126,12 +134,13 @@ class TaskRoot:
         return {"preexec_fn": _limits(self.memory_mb)}
 
     def run(self, command: str, timeout_s: float, cwd: str | None = None) -> tuple[int, str]:
-        """Run one command to its end or its timeout (its process group killed).
+        """Run one command to its end or its timeout (its process group killed), in a PID namespace of
+        its own: what it starts cannot signal a host process and dies with it.
 
         Returns:
             ``(exit code, output)``; `TIMEOUT_EXIT` on timeout.
         """
-        proc = subprocess.Popen(self.argv(command, cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(self.argv(command, cwd, own_pids=True), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, **self.popen_kwargs())
         try:
             out, _ = proc.communicate(timeout=timeout_s)
