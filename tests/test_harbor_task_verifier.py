@@ -66,3 +66,39 @@ def test_the_reference_solution_still_scores_one(tmp_path):
     source = reference[start:reference.index("\nEOF", start)] + "\n"
     reward, why = verify_harbor_task(SUM_TASK, _workdir(tmp_path, {"solution.py": source}), {})
     assert reward == 1.0, why
+
+
+@needs_bwrap
+def test_a_verifier_run_cannot_signal_a_host_process(tmp_path):
+    import subprocess
+
+    from rollout_dataset.harbor.bwrap_root import TaskRoot
+
+    host = subprocess.Popen(["sleep", "30"])
+    root = TaskRoot("/app")
+    try:
+        root.build()
+        code, output = root.run(f"kill -9 {host.pid}; echo kill=$?", 10)
+        assert host.poll() is None, output
+        assert "kill=1" in output
+    finally:
+        root.close()
+        host.kill()
+        host.wait()
+
+
+@needs_bwrap
+def test_a_solution_that_writes_a_reward_and_kills_the_verifier_is_not_rewarded(tmp_path):
+    kill_verifier = ("import os, signal\nopen('/logs/verifier/reward.txt', 'w').write('1')\n"
+                     "os.kill(os.getppid(), signal.SIGKILL)\n")
+    reward, why = verify_harbor_task(SUM_TASK, _workdir(tmp_path, {"solution.py": kill_verifier}), {})
+    assert reward is None or reward < 0.5, why
+
+
+@needs_bwrap
+def test_a_solution_that_writes_a_reward_and_kills_test_sh_too_is_not_rewarded(tmp_path):
+    kill_both = ("import os, signal\nopen('/logs/verifier/reward.txt', 'w').write('1')\n"
+                 "parent = os.getppid()\nshell = int(open(f'/proc/{parent}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+                 "os.kill(shell, signal.SIGKILL)\nos.kill(parent, signal.SIGKILL)\n")
+    reward, why = verify_harbor_task(SUM_TASK, _workdir(tmp_path, {"solution.py": kill_both}), {})
+    assert reward is None, why

@@ -138,6 +138,8 @@ def verify_harbor_task(task_dir: Path, workdir: Path, harbor_fields: Mapping[str
         code, output = root.run("bash /tests/test.sh", float(harbor_fields.get("verifier_timeout_sec") or 600.0))
         if code == TIMEOUT_EXIT:
             return None, f"the verifier timed out after {harbor_fields.get('verifier_timeout_sec')} s"
+        if code < 0 or 128 < code <= 128 + 64:  # the code under test may have written a reward, then killed it
+            return None, f"the verifier was killed by signal {abs(code) if code < 0 else code - 128}: its reward file is not trusted"
         return read_reward(root.host_path("/logs/verifier"))
     finally:
         root.close()

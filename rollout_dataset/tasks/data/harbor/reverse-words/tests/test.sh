@@ -2,8 +2,10 @@
 # The verifier: /app/solution.py on every held-out case of cases.json; reward = the fraction passed.
 # -I: the working directory (/app, the agent's files) is not on sys.path, so no json.py of theirs
 # is imported here; the cases are read, then removed before any solution runs
+# a solution runs as the same user: one that writes a reward and kills this Python leaves reward 0
 mkdir -p /logs/verifier
-python3 -I - <<'PY'
+rm -f /logs/verifier/reward.txt /logs/verifier/reward.json
+python3 -I - <<'PY' || { rm -f /logs/verifier/reward.txt /logs/verifier/reward.json; echo 0 > /logs/verifier/reward.txt; }
 import json, os, subprocess
 cases = json.load(open("/tests/cases.json"))
 os.remove("/tests/cases.json")
