@@ -339,3 +339,16 @@ def test_batch_refuses_an_out_folder_that_holds_something_else(tmp_path, capsys)
     assert code == 1 and err == [f"error: {out}: not empty and not a batch's folder (no batch.json); give a new or "
                                  "empty --out, or the folder of the batch to resume"]
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # nothing written into it
+
+
+@pytest.mark.parametrize(("flag", "value", "field"), [
+    ("--timeout-s", "-1", "timeout_s"), ("--timeout-s", "0", "timeout_s"), ("--timeout-s", "nan", "timeout_s"),
+    ("--timeout-s", "inf", "timeout_s"), ("--n-prompts", "0", "n_prompts"), ("--n-prompts", "-3", "n_prompts"),
+])
+def test_cli_out_of_range_budget_exits_two_before_any_rollout(tmp_path, capsys, flag, value, field):
+    out = tmp_path / "b"
+    code = main(["batch", "--env", "test-standin", "--smoke", "--no-progress", "--out", str(out), flag, value])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith(f"error: {field}: ") and "out of range" in err[0]
+    assert not out.exists()  # refused before the batch folder was made

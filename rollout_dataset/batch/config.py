@@ -8,6 +8,7 @@ shape: `{enabled, mode, strategy, indicator_lambda, weights, k_limits}`. It can 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,9 @@ __all__ = [
 ]
 
 EXECUTORS = ("local", "ray")
+#: the longest wall-time budget of one rollout (`BatchConfig.timeout_s`): one year, far inside what a
+#: socket timeout holds (infinity or ~1e10 s overflow it deep inside the rollout, after the batch started).
+MAX_TIMEOUT_S = 365 * 24 * 3600.0
 
 
 def _read_document(path: Path) -> Any:
@@ -241,6 +245,11 @@ class BatchConfig:
             raise ConfigError(f"max_turns: {self.max_turns} is out of range (>= 1)")
         if self.concurrency < 1:
             raise ConfigError(f"concurrency: {self.concurrency} is out of range (>= 1)")
+        if isinstance(self.n_prompts, bool) or not isinstance(self.n_prompts, int) or self.n_prompts < 1:
+            raise ConfigError(f"n_prompts: {self.n_prompts!r} is out of range (an integer >= 1)")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) \
+                or not math.isfinite(self.timeout_s) or not 0 < self.timeout_s <= MAX_TIMEOUT_S:
+            raise ConfigError(f"timeout_s: {self.timeout_s!r} is out of range (seconds, > 0 and <= {MAX_TIMEOUT_S:.0f})")
         if self.executor not in EXECUTORS:
             raise ConfigError(f"executor: {self.executor!r} is not one of {', '.join(EXECUTORS)}")
         if not isinstance(self.env_options, Mapping) or not all(isinstance(k, str) and k for k in self.env_options):
