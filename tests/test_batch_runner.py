@@ -352,3 +352,14 @@ def test_cli_out_of_range_budget_exits_two_before_any_rollout(tmp_path, capsys, 
     assert code == 2
     assert len(err) == 1 and err[0].startswith(f"error: {field}: ") and "out of range" in err[0]
     assert not out.exists()  # refused before the batch folder was made
+
+
+def test_cli_a_push_repo_that_is_not_org_slash_name_exits_two_before_any_rollout(tmp_path, capsys, monkeypatch):
+    _CLI_STANDIN["fn"] = standin = StandIn()
+    monkeypatch.setenv("PUSH_TO_DATASET", "not a repo")
+    out = tmp_path / "p"
+    code = main(["batch", "--env", "test-standin", "--smoke", "--no-progress", "--push-every", "1", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["error: push_repo: 'not a repo' is not of the form org/name (the CLI reads it "
+                                 "from PUSH_TO_DATASET)"]
+    assert standin.calls == [] and not out.exists()

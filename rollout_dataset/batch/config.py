@@ -257,6 +257,14 @@ class BatchConfig:
         self.env_options = dict(self.env_options)
         if isinstance(self.push_every, bool) or not isinstance(self.push_every, int) or self.push_every < 0:
             raise ConfigError(f"push_every: {self.push_every!r} is out of range (an integer >= 0)")
+        if self.push_repo is not None:
+            from rollout_dataset.hub.commits import check_repo_id
+
+            try:
+                check_repo_id(self.push_repo)
+            except ValueError:
+                raise ConfigError(f"push_repo: {self.push_repo!r} is not of the form org/name (the CLI reads it "
+                                  "from PUSH_TO_DATASET)") from None
         if self.push_every and not self.push_repo:
             raise ConfigError("push_every: needs a destination repo (push_repo; the CLI reads PUSH_TO_DATASET=org/name)")
         self.strategies = tuple(self.strategies)
