@@ -178,3 +178,29 @@ def test_a_bad_repo_id_is_refused_before_any_request(tmp_path):
 
     with pytest.raises(ValueError, match="org/name"):
         push(tmp_path, "no-slash")
+
+
+_PLANT = """
+import sys
+from huggingface_hub import HfApi
+HfApi().upload_file(path_or_fileobj=b"PAR1 not parquet", path_in_repo=sys.argv[2], repo_id=sys.argv[1],
+                    repo_type="dataset")
+"""
+
+
+@pytest.mark.parametrize("command", ["push", "compact"])
+def test_an_unreadable_shard_in_the_repo_fails_in_one_line_naming_the_repo_and_the_file(tmp_path, command):
+    first, second = _dataset(tmp_path / "a", 1, seed=600), _dataset(tmp_path / "b", 1, seed=610)
+    with FakeHub(token=TOKEN) as hub:
+        env = _env(hub, tmp_path / "home")
+        _push(first, "org/bad", env)
+        _py(["-c", _PLANT, "org/bad", "data/summary/zz-planted.parquet"], env)
+        commits = len(hub.repos["org/bad"].commits)
+        args = ["push", str(second), "--repo", "org/bad"] if command == "push" else ["compact", "--repo", "org/bad"]
+        failed = _py(["-m", "rollout_dataset.cli", *args], env, check=False)
+        assert len(hub.repos["org/bad"].commits) == commits  # nothing committed
+    err = [line for line in failed.stderr.splitlines() if not line.startswith("INFO ")]  # progress logs
+    assert failed.returncode == 1 and len(err) == 1, failed.stderr
+    action = "push to" if command == "push" else "compact"
+    assert err[0].startswith(f"error: {action} org/bad at {hub.url} failed: data/summary/zz-planted.parquet")
+    assert ": not a readable parquet shard (" in err[0] and "nothing was committed" in err[0]

@@ -33,7 +33,14 @@ from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.tokenizer_files import TOKENIZER_DIR, tokenizer_uploads
 from rollout_dataset.builder.writer import copy_filtered, shard_name
 from rollout_dataset.errors import ArtifactError, PublishError
-from rollout_dataset.hub.commits import CommitPlan, RetryPolicy, check_repo_id, commit_with_retry, hub_errors
+from rollout_dataset.hub.commits import (
+    CommitPlan,
+    RetryPolicy,
+    check_repo_id,
+    commit_with_retry,
+    hub_errors,
+    repo_file_errors,
+)
 from rollout_dataset.hub.plans import (
     CARD_PATH,
     config_bytes,
@@ -172,7 +179,8 @@ def _plan_push(api: Any, repo_id: str, info: Any, dataset_dir: Path, local_ids: 
     sizes = config_bytes(remote_files)
     remote_rows = []
     for path in config_shards(remote_files, DEFAULT_CONFIG):
-        remote_rows.extend(pq.read_table(_download(api, repo_id, info, path)).to_pylist())
+        with repo_file_errors(path):
+            remote_rows.extend(pq.read_table(_download(api, repo_id, info, path)).to_pylist())
     remote_ids = {r["rollout_id"] for r in remote_rows}
     new_ids = local_ids - remote_ids
     planned = _Planned(skipped=sorted(local_ids & remote_ids), total_rollouts=len(remote_ids))
@@ -196,7 +204,8 @@ def _plan_push(api: Any, repo_id: str, info: Any, dataset_dir: Path, local_ids: 
         ops.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(local_file)))
         planned.files.append(path_in_repo)
     union = remote_rows + [r for r in read_summary_rows(dataset_dir) if r["rollout_id"] in new_ids]
-    card_text = _download(api, repo_id, info, CARD_PATH).read_text("utf-8") if CARD_PATH in remote_files else ""
+    with repo_file_errors(CARD_PATH):
+        card_text = _download(api, repo_id, info, CARD_PATH).read_text("utf-8") if CARD_PATH in remote_files else ""
     before = card_context(card_text)["arrow_bytes"] or {}
     arrow_bytes = {c: before.get(c, 0) + arrow_num_bytes(sorted((work / c).glob("*.parquet"))) for c in CONFIG_NAMES}
     readme = render_card(union, template=template, repo_id=repo_id, config_bytes=sizes, arrow_bytes=arrow_bytes,
