@@ -363,3 +363,30 @@ def test_cli_a_push_repo_that_is_not_org_slash_name_exits_two_before_any_rollout
     assert code == 2 and err == ["error: push_repo: 'not a repo' is not of the form org/name (the CLI reads it "
                                  "from PUSH_TO_DATASET)"]
     assert standin.calls == [] and not out.exists()
+
+
+def test_a_second_batch_into_a_folder_a_batch_is_running_in_is_refused_and_touches_nothing(tmp_path):
+    from rollout_dataset.errors import DatasetDirError
+
+    started, release = threading.Event(), threading.Event()
+
+    def hold(job):  # the first batch's rollout is in flight, its folder being written
+        Path(job.artifact_dir).mkdir(parents=True, exist_ok=True)
+        (Path(job.artifact_dir) / "in-flight.txt").write_text("being written")
+        started.set()
+        assert release.wait(30)
+
+    config = make_config(tmp_path, seeds=[0], rollouts_per_seed=1, build_dataset=False)
+    first = threading.Thread(target=run_batch, args=(config,), kwargs={"run_one": StandIn(fail=hold)})
+    first.start()
+    try:
+        assert started.wait(30)
+        second = StandIn()
+        with pytest.raises(DatasetDirError, match="another batch is running in it"):
+            run_batch(config, run_one=second)
+        assert second.calls == []
+        assert [p.name for p in (config.out_dir / "rollouts").glob("*/in-flight.txt")] == ["in-flight.txt"]
+    finally:
+        release.set()
+        first.join(30)
+

@@ -26,8 +26,10 @@ so `simple` and `complex` are compared on the very same rollouts.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
+import os
 import shutil
 import subprocess
 import uuid
@@ -385,11 +387,44 @@ def run_batch(config: BatchConfig, run_one: RunOne | None = None, *, executor: E
         GuardrailError: no agent turns (mean 0 or more than half at 0), or some rollouts failed;
             the outputs are written first, the dataset is not built.
         ConfigError: an invalid configuration.
-        DatasetDirError: `config.out_dir` is a non-empty folder that is not a batch's.
+        DatasetDirError: `config.out_dir` is a non-empty folder that is not a batch's, or another
+            batch is running in it.
     """
     out = config.out_dir
     _check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
+    lock = _lock_batch_dir(out)
+    try:
+        return _run_locked(config, run_one, executor)
+    finally:
+        os.close(lock)
+
+
+def _lock_batch_dir(out: Path) -> int:
+    """Take the batch folder's exclusive lock (the kernel drops it when the process ends, kill -9 included).
+
+    Two batches in one folder would each delete and re-run the rollouts the other has in flight
+    (a resume re-runs every unfinished rollout into the same folder), mixing their files.
+
+    Returns:
+        The open fd holding the lock (close it to release).
+
+    Raises:
+        DatasetDirError: another batch holds it.
+    """
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DatasetDirError(f"{out}: another batch is running in it; wait for it to finish (or stop it), then "
+                              "run again to resume") from None
+    return fd
+
+
+def _run_locked(config: BatchConfig, run_one: RunOne | None, executor: Executor | None) -> BatchResult:
+    """`run_batch` once the batch folder's lock is held."""
+    out = config.out_dir
     batch_id = _batch_id(out)
     _warn_on_changed_settings(config)
     if run_one is None:
