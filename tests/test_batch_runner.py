@@ -390,3 +390,17 @@ def test_a_second_batch_into_a_folder_a_batch_is_running_in_is_refused_and_touch
         release.set()
         first.join(30)
 
+
+@pytest.mark.parametrize("text", ["{", "", '{"batch_id": "not-a-uuid"}', "[]"])
+def test_a_resume_with_an_unreadable_batch_json_is_refused_instead_of_starting_a_new_batch_id(tmp_path, text):
+    from rollout_dataset.errors import DatasetDirError
+
+    config = make_config(tmp_path, seeds=[0], rollouts_per_seed=2, build_dataset=False)
+    run_batch(config, run_one=StandIn())
+    finished = sorted(p.name for p in (config.out_dir / "rollouts").iterdir())
+    (config.out_dir / "batch.json").write_text(text)
+    again = StandIn()
+    with pytest.raises(DatasetDirError, match=r"batch\.json: .*batch_id"):
+        run_batch(config, run_one=again)
+    assert again.calls == [] and (config.out_dir / "batch.json").read_text() == text
+    assert sorted(p.name for p in (config.out_dir / "rollouts").iterdir()) == finished

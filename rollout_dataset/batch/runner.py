@@ -100,17 +100,34 @@ def _check_out_dir(out_dir: Path) -> None:
 
 
 def _batch_id(out_dir: Path) -> str:
+    """The batch id of `out_dir`'s `batch.json`; a new one (written, fsynced) when there is none.
+
+    Every rollout id derives from it, so a batch.json that exists but holds no valid id is refused:
+    a fresh id would orphan every finished rollout (a resume would run them all again, and
+    `dataset/` would hold only the new ones).
+
+    Raises:
+        DatasetDirError: batch.json exists but is unreadable or holds no valid `batch_id`.
+    """
     path = out_dir / _BATCH_FILE
-    doc = _read_json(path)
-    if isinstance(doc, dict) and isinstance(doc.get("batch_id"), str):
+    if path.exists():
+        doc = _read_json(path)
+        raw = doc.get("batch_id") if isinstance(doc, dict) else None
         try:
-            return uuid.UUID(doc["batch_id"]).hex
+            return uuid.UUID(raw).hex if isinstance(raw, str) else _no_batch_id(path, doc)
         except ValueError:
-            pass
-        log.warning("%s: unreadable batch_id; starting a new batch id", path)
+            return _no_batch_id(path, doc)
     batch_id = uuid.uuid4().hex
-    _write_json(path, {"schema_version": 1, "batch_id": batch_id, "created_at": utc_now()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps({"schema_version": 1, "batch_id": batch_id, "created_at": utc_now()},
+                                       indent=2) + "\n", fsync=True)
     return batch_id
+
+
+def _no_batch_id(path: Path, doc: Any) -> str:
+    what = "not a JSON object" if not isinstance(doc, dict) else f"batch_id {doc.get('batch_id')!r} is not a uuid"
+    raise DatasetDirError(f"{path}: {what}; every rollout id of the batch derives from its batch_id, so the batch "
+                          "cannot resume without it: restore the file, or give a new --out")
 
 
 def _settings(config: BatchConfig, base_url: str | None) -> dict[str, Any]:
