@@ -204,3 +204,16 @@ def test_an_unreadable_shard_in_the_repo_fails_in_one_line_naming_the_repo_and_t
     action = "push to" if command == "push" else "compact"
     assert err[0].startswith(f"error: {action} org/bad at {hub.url} failed: data/summary/zz-planted.parquet")
     assert ": not a readable parquet shard (" in err[0] and "nothing was committed" in err[0]
+
+
+def test_a_cut_short_local_shard_is_named_before_anything_reaches_the_hub(tmp_path):
+    ds = _dataset(tmp_path / "a", 2, seed=700)
+    shard = sorted((ds / "data" / "sequences").glob("*.parquet"))[0]
+    os.truncate(shard, 300)
+    with FakeHub(token=TOKEN) as hub:
+        failed = _py(["-m", "rollout_dataset.cli", "push", str(ds), "--repo", "org/cut"], _env(hub, tmp_path / "home"),
+                     check=False)
+        assert hub.repos == {}  # neither the dataset repo nor its -traces companion was created
+    err = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    assert len(err) == 1 and err[0].startswith(f"error: {shard}: not a readable parquet shard"), failed.stderr

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rollout_dataset.builder.build import dataset_rollout_ids, read_summary_rows
+from rollout_dataset.builder.build import check_shards, dataset_rollout_ids, read_summary_rows
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.card_info import arrow_num_bytes, load_card_options
 from rollout_dataset.builder.compaction import card_context
@@ -115,7 +116,8 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
 
     Raises:
         ValueError: `repo_id` is not ``org/name``.
-        ArtifactError: `dataset_dir` holds no built dataset.
+        ArtifactError: `dataset_dir` holds no built dataset, or one of its shards is not readable
+            parquet (named; checked before any request).
         PublishError: the Hub refused (status and URL in the message, never the token), or
             `max_attempts` conflicts in a row.
         TokenizerMismatchError: the repo stores another tokenizer than the dataset (a ValueError).
@@ -126,6 +128,7 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
     dataset_dir = Path(dataset_dir)
     if not list((dataset_dir / "data" / DEFAULT_CONFIG).glob("*.parquet")):
         raise ArtifactError(f"{dataset_dir}: no data/{DEFAULT_CONFIG}/*.parquet (build the dataset first)")
+    check_shards(dataset_dir)  # a cut-short shard is named before any request (no repo, no sessions pushed)
     api = HfApi(endpoint=endpoint, token=token)
     result = PushResult(repo_id=repo_id)
     traces_repo = (traces_repo or default_traces_repo(repo_id)) if traces and local_sessions(dataset_dir) else None
@@ -191,7 +194,10 @@ def _plan_push(api: Any, repo_id: str, info: Any, dataset_dir: Path, local_ids: 
         for shard in sorted((dataset_dir / "data" / config).glob("*.parquet")):
             name = shard_name()
             out = work / config / name
-            rows = copy_filtered(shard, out, config, local_ids & remote_ids)
+            try:
+                rows = copy_filtered(shard, out, config, local_ids & remote_ids)
+            except pa.ArrowException as exc:  # its footer read (check_shards), its pages did not
+                raise ArtifactError(f"{shard}: not a readable parquet shard ({exc}); nothing was pushed") from None
             if rows == 0 and (config_shards(remote_files, config) or config_shards(planned.files, config)):
                 continue  # an empty shard only where the config would have none
             ops.append(CommitOperationAdd(path_in_repo=shard_path(config, name), path_or_fileobj=str(out)))
