@@ -6,6 +6,7 @@ exactly as a user's process would; the fixture stores what they commit.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -217,3 +218,20 @@ def test_a_cut_short_local_shard_is_named_before_anything_reaches_the_hub(tmp_pa
     err = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert failed.returncode == 1 and "Traceback" not in failed.stderr
     assert len(err) == 1 and err[0].startswith(f"error: {shard}: not a readable parquet shard"), failed.stderr
+
+
+
+def test_a_rollout_held_twice_in_the_local_folder_is_pushed_once(tmp_path):
+    ds = _dataset(tmp_path / "a", 2, seed=800)
+    expected = {c: _local_ids(ds, c) for c in CONFIG_NAMES}
+    for config in CONFIG_NAMES:  # a second copy of a shard (copied in by hand), sorting last
+        first = sorted((ds / "data" / config).glob("*.parquet"))[0]
+        shutil.copy(first, first.with_name("99991231T000000000000Z-copy.parquet"))
+    with FakeHub(token=TOKEN) as hub:
+        _push(ds, "org/twice", _env(hub, tmp_path / "home"))
+        files = hub.files("org/twice")
+    for config in CONFIG_NAMES:
+        pushed = sorted(r for p, data in files.items() if p.startswith(f"data/{config}/") and p.endswith(".parquet")
+                        for r in pq.read_table(io.BytesIO(data)).column("rollout_id").to_pylist())
+        assert pushed == expected[config], config
+    assert "**2 rollouts**" in files["README.md"].decode()

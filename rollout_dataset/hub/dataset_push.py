@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from rollout_dataset.builder.build import check_shards, dataset_rollout_ids, read_summary_rows
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.card_info import arrow_num_bytes, load_card_options
-from rollout_dataset.builder.compaction import card_context
+from rollout_dataset.builder.compaction import card_context, shard_rollout_ids
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.tokenizer_files import TOKENIZER_DIR, tokenizer_uploads
 from rollout_dataset.builder.writer import copy_filtered, shard_name
@@ -191,13 +191,16 @@ def _plan_push(api: Any, repo_id: str, info: Any, dataset_dir: Path, local_ids: 
         return CommitPlan(detail=planned)
     ops = []
     for config in CONFIG_NAMES:
+        there = set(remote_ids)  # a row is pushed once: not when the repo or an earlier local shard has its rollout
         for shard in sorted((dataset_dir / "data" / config).glob("*.parquet")):
             name = shard_name()
             out = work / config / name
             try:
-                rows = copy_filtered(shard, out, config, local_ids & remote_ids)
+                ids = set(shard_rollout_ids(shard))
+                rows = copy_filtered(shard, out, config, ids & there)
             except pa.ArrowException as exc:  # its footer read (check_shards), its pages did not
                 raise ArtifactError(f"{shard}: not a readable parquet shard ({exc}); nothing was pushed") from None
+            there |= ids
             if rows == 0 and (config_shards(remote_files, config) or config_shards(planned.files, config)):
                 continue  # an empty shard only where the config would have none
             ops.append(CommitOperationAdd(path_in_repo=shard_path(config, name), path_or_fileobj=str(out)))
@@ -209,7 +212,11 @@ def _plan_push(api: Any, repo_id: str, info: Any, dataset_dir: Path, local_ids: 
     for path_in_repo, local_file in tokenizer_uploads(dataset_dir, remote_tok_sha):
         ops.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(local_file)))
         planned.files.append(path_in_repo)
-    union = remote_rows + [r for r in read_summary_rows(dataset_dir) if r["rollout_id"] in new_ids]
+    fresh: dict[str, dict[str, Any]] = {}  # each new rollout's first summary row, as its shards are pushed
+    for row in read_summary_rows(dataset_dir):
+        if row["rollout_id"] in new_ids:
+            fresh.setdefault(row["rollout_id"], row)
+    union = remote_rows + list(fresh.values())
     with repo_file_errors(CARD_PATH):
         card_text = _download(api, repo_id, info, CARD_PATH).read_text("utf-8") if CARD_PATH in remote_files else ""
     before = card_context(card_text)["arrow_bytes"] or {}
