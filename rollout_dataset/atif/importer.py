@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import contextlib
 import json
+import math
 import os
 import re
 import datetime as _dt
@@ -139,9 +140,42 @@ def _load(path: Path, what: str) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise SchemaValidationError([(str(path), "$", f"cannot read the {what}: {exc}")]) from None
     try:
-        return json.loads(text)
-    except ValueError as exc:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise SchemaValidationError([(str(path), "$", f"not valid JSON (a truncated file?): {exc}")]) from None
+    if _MAYBE_UNSTORABLE.search(text):
+        bad = _unstorable(document)
+        if bad is not None:
+            raise SchemaValidationError([(str(path), *bad)])
+    return document
+
+
+#: what in a JSON text can parse to a value no artifact can hold: NaN/Infinity, a surrogate escape.
+_MAYBE_UNSTORABLE = re.compile(r"NaN|Infinity|\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unstorable(document: Any) -> tuple[str, str] | None:
+    """The first value of a parsed document no artifact can hold, as ``(json path, reason)``.
+
+    JSON has no NaN or Infinity (Python's parser takes them), and a lone surrogate escape parses to
+    text with no UTF-8 form: either would break the build far from the file, so the file is refused.
+    """
+    stack: list[tuple[str, Any]] = [("$", document)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return where, f"is {value}: NaN and Infinity are not JSON numbers"
+        if isinstance(value, str) and _LONE_SURROGATE.search(value):
+            return where, "holds a lone surrogate (an unpaired \\ud800-\\udfff escape): text with no UTF-8 form"
+        if isinstance(value, dict):
+            for key, item in reversed(value.items()):
+                if _LONE_SURROGATE.search(key):
+                    return where, f"has a key with a lone surrogate ({key!r}): text with no UTF-8 form"
+                stack.append((f"{where}.{key}", item))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+    return None
 
 
 def _ours(obj: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,68 @@
+"""A hostile or broken ATIF producer (docs/atif.md, "Bad input"): values no artifact can hold, times
+out of range, and fields the importer's own extras hold are refused by file and field, and one bad
+trajectory among good ones is left out by name while the others build."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from rollout_dataset.atif.export import trajectory_of_folder
+from rollout_dataset.atif.importer import AtifSource, import_documents
+from rollout_dataset.errors import SchemaValidationError
+from support.synthetic_dataset import write_synthetic_rollout
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("art") / "art"
+    write_synthetic_rollout(folder, n_turns=3, context_tokens=300, with_aux=True, with_retry=True)
+    return trajectory_of_folder(folder)
+
+
+def _model_step(trajectory: dict[str, Any], k: int = 0) -> dict[str, Any]:
+    return [s for s in trajectory["steps"] if s["source"] == "agent" and s.get("metrics")][k]
+
+
+def _write(path: Path, trajectory: dict[str, Any] | str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = trajectory if isinstance(trajectory, str) else json.dumps(trajectory)  # ensure_ascii: surrogates as escapes
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _refusal(tmp_path: Path, trajectory: dict[str, Any] | str) -> tuple[str, str, str]:
+    path = _write(tmp_path / "t.atif.json", trajectory)
+    with pytest.raises(SchemaValidationError) as caught:
+        import_documents(AtifSource(path, tmp_path))
+    return caught.value.failures[0]
+
+
+UNSTORABLE: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
+    "nan-logprob": (lambda t: _model_step(t)["metrics"]["logprobs"].__setitem__(0, float("nan")),
+                    ".metrics.logprobs[0]"),
+    "infinite-reward": (lambda t: t["final_metrics"]["extra"]["rollout_dataset"].__setitem__("env_reward", float("inf")),
+                        "$.final_metrics.extra.rollout_dataset.env_reward"),
+    "lone-surrogate-in-text": (lambda t: _model_step(t).__setitem__("message", "ok \ud800 then"), ".message"),
+    "lone-surrogate-in-model": (lambda t: t["agent"].__setitem__("model_name", "m\udc00"), "$.agent.model_name"),
+}
+
+
+@pytest.mark.parametrize("name", UNSTORABLE)
+def test_nan_infinity_and_lone_surrogates_are_refused_naming_the_field(tmp_path, good, name):
+    trajectory = copy.deepcopy(good)
+    break_it, field = UNSTORABLE[name]
+    break_it(trajectory)
+    file, where, reason = _refusal(tmp_path, trajectory)
+    assert file.endswith("t.atif.json") and where.endswith(field), (where, reason)
+
+
+def test_json_nested_beyond_the_parsers_depth_is_refused_as_not_valid_json(tmp_path):
+    file, where, reason = _refusal(tmp_path, "[" * 200_000)
+    assert file.endswith("t.atif.json") and where == "$" and "not valid JSON" in reason
