@@ -16,6 +16,7 @@ import pytest
 from rollout_dataset.atif.export import trajectory_of_folder
 from rollout_dataset.atif.importer import AtifSource, import_documents
 from rollout_dataset.errors import SchemaValidationError
+from rollout_dataset.schema.check import check_document
 from support.synthetic_dataset import write_synthetic_rollout
 
 
@@ -66,3 +67,15 @@ def test_nan_infinity_and_lone_surrogates_are_refused_naming_the_field(tmp_path,
 def test_json_nested_beyond_the_parsers_depth_is_refused_as_not_valid_json(tmp_path):
     file, where, reason = _refusal(tmp_path, "[" * 200_000)
     assert file.endswith("t.atif.json") and where == "$" and "not valid JSON" in reason
+
+
+
+@pytest.mark.parametrize("moment", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_time_whose_utc_form_is_outside_the_datetime_range_imports_with_the_fixed_creation_time(tmp_path, good,
+                                                                                                 moment):
+    trajectory = copy.deepcopy(good)
+    for step in trajectory["steps"]:
+        step["timestamp"] = moment
+    documents = import_documents(AtifSource(_write(tmp_path / "t.atif.json", trajectory), tmp_path))
+    assert documents["summary.json"]["created_at"] == "1970-01-01T00:00:00Z"
+    assert check_document(documents["summary.json"], "summary", "summary.json") == []

@@ -277,11 +277,12 @@ def _observations(step: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _seconds(timestamp: Any) -> float | None:
+    """An ISO 8601 time as epoch seconds; None when absent, unparsable or out of the datetime range."""
     if not isinstance(timestamp, str):
         return None
     try:
         return _dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):  # year 1 at +01:00 is before year 1 in UTC
         return None
 
 
@@ -358,7 +359,7 @@ def _record(call: _Call, index: int, session: str, level: str, source: str) -> d
         "finish_reason": finish, "usage": usage, "requested_sampling_params": sampling,
         "effective_sampling_params": sampling, "capture_level": level, "token_source": None,
         "harness_session_id": None,
-        "notes": [f"imported from ATIF {source} {call.where}" + ("" if at else "; no timestamp: times are 0")],
+        "notes": [f"imported from ATIF {source} {call.where}" + ("" if at else "; no usable timestamp: times are 0")],
         "error": None,
     }
 
@@ -477,11 +478,12 @@ def _iso_z(value: Any) -> str | None:
         return None
     try:
         moment = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=_dt.timezone.utc)
+        moment = moment.astimezone(_dt.timezone.utc)
+    except (ValueError, OverflowError):  # 9999-12-31T23:59:59-01:00 is past year 9999 in UTC
         return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=_dt.timezone.utc)
-    return moment.astimezone(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return moment.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[list[Path], list[tuple[str, str]]]:
