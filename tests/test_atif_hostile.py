@@ -79,3 +79,33 @@ def test_a_time_whose_utc_form_is_outside_the_datetime_range_imports_with_the_fi
     documents = import_documents(AtifSource(_write(tmp_path / "t.atif.json", trajectory), tmp_path))
     assert documents["summary.json"]["created_at"] == "1970-01-01T00:00:00Z"
     assert check_document(documents["summary.json"], "summary", "summary.json") == []
+
+
+LEFT_OUT: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "positive-logprob": lambda t: _model_step(t)["metrics"]["logprobs"].__setitem__(0, 5.0),
+    "float-token-id": lambda t: _model_step(t, -1)["metrics"]["completion_token_ids"].__setitem__(0, 3.0),
+    "token-id-beyond-64-bits": lambda t: _model_step(t, -1)["metrics"]["completion_token_ids"].__setitem__(0, 2**64),
+    "finish-reason-object": lambda t: _model_step(t)["extra"]["rollout_dataset"].__setitem__("finish_reason", {"a": 1}),
+    "call-index-beyond-64-bits": lambda t: [s["extra"]["rollout_dataset"].__setitem__("call_index", 2**64 + i)
+                                            for i, s in enumerate(t["steps"]) if s.get("metrics")],
+    "reward-above-one": lambda t: t["final_metrics"]["extra"]["rollout_dataset"].__setitem__("env_reward", 5),
+    "no-steps": lambda t: t.__setitem__("steps", []),
+}
+
+
+def test_each_trajectory_the_build_could_not_take_is_left_out_by_name_and_the_rest_build(tmp_path, good):
+    inputs = tmp_path / "in"
+    _write(inputs / "good.atif.json", good)
+    for name, break_it in LEFT_OUT.items():
+        trajectory = copy.deepcopy(good)
+        break_it(trajectory)
+        _write(inputs / f"{name}.atif.json", trajectory)
+    out = tmp_path / "ds"
+    proc = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "build", str(inputs), "--out", str(out),
+                           "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    refused = [line for line in proc.stderr.splitlines() if line.startswith("refused:")]
+    assert sorted(line.split(f"{inputs}/")[1].split(".atif.json")[0] for line in refused) == sorted(LEFT_OUT)
+    assert "1 rollouts" in proc.stdout
+    assert not list(tmp_path.glob("*.atif-import-*"))

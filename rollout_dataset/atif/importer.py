@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import shutil
 import datetime as _dt
 from dataclasses import dataclass
 from pathlib import Path
@@ -502,6 +503,7 @@ def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[li
     from rollout_dataset.builder import staging
     from rollout_dataset.builder.inputs import first_failure_line
     from rollout_dataset.files import write_text_atomic
+    from rollout_dataset.schema.check import check_artifact_dir
 
     stage = Path(stage)
     folders: list[Path] = []
@@ -512,6 +514,9 @@ def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[li
         except SchemaValidationError as exc:
             refused.append((str(source.file), first_failure_line(exc)))
             continue
+        except ValueError as exc:  # ids the graph cannot pack (a float, beyond 64 bits)
+            refused.append((str(source.file), f"{source.file}: $: {exc}".replace("\n", " ")))
+            continue
         rid = documents[SUMMARY_FILE]["rollout_id"]
         final = stage / f"{n:06d}-{rid}"
         partial = stage / f".partial-{n:06d}"
@@ -519,6 +524,13 @@ def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[li
         for name, content in documents.items():
             text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False) + "\n"
             write_text_atomic(partial / name, text)
+        failures = check_artifact_dir(partial)
+        if failures:  # what the build would refuse for the whole dataset: this trajectory alone is left out
+            shutil.rmtree(partial)
+            file, where, reason = failures[0]
+            refused.append((str(source.file), f"{source.file}: imports as an artifact folder that is not valid: "
+                                              f"{Path(file).name}: {where}: {reason}".replace("\n", " ")))
+            continue
         partial.rename(final)
         folders.append(final)
         staging.checkpoint("imported")
