@@ -10,8 +10,9 @@ Harbor's `BaseEnvironment` contract (`start`, `stop`, `exec` with cwd/env/timeou
   Harbor uploads them, the tests after the agent has finished), no trace, no secret;
 - every `exec` is a fresh ``bwrap``: new network namespace (loopback only: the model is reached by
   terminus-2 from the host through the recording proxy, never from inside), new IPC/UTS namespaces,
-  all capabilities dropped, ``no_new_privs``; the PID namespace and ``/tmp`` (inside the root) are
-  shared, so the tmux server terminus-2 starts in one `exec` persists to the next;
+  all capabilities dropped, ``no_new_privs``; the environment's own PID namespace (no host process
+  visible) and ``/tmp`` (inside the root) are shared, so the tmux server terminus-2 starts in one
+  `exec` persists to the next;
 - limits: address space from the task's ``memory_mb``, file size, open files; a timed-out command's
   process group is killed (SIGKILL);
 - every command carries a marker variable, so `stop()` kills every process the environment started
@@ -72,8 +73,9 @@ class BwrapEnvironment(BaseEnvironment):
         self._reaper: subprocess.Popen | None = None
 
     async def start(self, force_build: bool) -> None:
-        """Build the root and start the reaper that cleans up if Harbor dies."""
+        """Build the root, start its PID namespace and the reaper that cleans up if Harbor dies."""
         self._task_root.build()
+        self._task_root.start_processes()
         reaper = Path(__file__).with_name("reaper.py")
         self._reaper = subprocess.Popen(
             [sys.executable, str(reaper), str(os.getpid()), self._task_root.marker, str(self._task_root.state)],
