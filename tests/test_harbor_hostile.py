@@ -4,14 +4,19 @@ running outlives its turn into the verifier's, where it could rewrite the tests 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
 
 import pytest
 
+from rollout_dataset.capture import capture_rollout
 from rollout_dataset.harbor.adapter import find_harbor
 from rollout_dataset.harbor.bwrap_root import TaskRoot
+from rollout_dataset.recipes.coding import CaptureConfig
+from rollout_dataset.tasks import load_tasks
+from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_SOURCE
 
 needs_harbor = pytest.mark.skipif(find_harbor() is None, reason="Harbor is not installed (make harbor)")
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed (make system-deps)")
@@ -48,3 +53,24 @@ def test_a_process_that_dropped_its_marker_is_killed_with_the_environment():
     finally:
         root.close()
     assert subprocess.run(["pgrep", "-f", "hidden-survivor"], capture_output=True).returncode == 1
+
+
+def _terminus_step(keystrokes: str, done: bool = False) -> str:
+    return json.dumps({"analysis": "a", "plan": "p", "commands": [{"keystrokes": keystrokes, "duration": 0.5}]
+                       if keystrokes else [], "task_complete": done})
+
+
+@needs_harbor
+@needs_bwrap
+def test_a_background_process_the_agent_left_cannot_forge_the_reward(tmp_path):
+    forger = ("nohup bash -c 'while :; do mkdir -p /logs/verifier /tests; echo 1 > /logs/verifier/reward.txt; "
+              "printf \"echo 1 > /logs/verifier/reward.txt\\n\" > /tests/test.sh; sleep 0.01; done' "
+              ">/dev/null 2>&1 &\n")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"steps": [_terminus_step(forger), _terminus_step("", True), _terminus_step("", True)],
+                                  "final": _terminus_step("", True)}))
+    index = [t.task_id for t in load_tasks(HARBOR_BUILTIN_SOURCE)].index("vowel-count")
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", harness="terminus-2", tasks=HARBOR_BUILTIN_SOURCE,
+                                           task_index=index, policy="script", script=script))
+    assert result.summary["harbor"]["reward_source"] == "harbor_verifier"
+    assert result.summary["env_reward"] == 0.0  # no solution.py: the real tests ran and scored it, nothing else

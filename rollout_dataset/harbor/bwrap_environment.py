@@ -36,9 +36,9 @@ from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
 
 try:  # imported as rollout_dataset.harbor.bwrap_environment (the usual way) or from its folder
-    from rollout_dataset.harbor.bwrap_root import TIMEOUT_EXIT, TaskRoot, kill_group
+    from rollout_dataset.harbor.bwrap_root import REWARD_FILES, TIMEOUT_EXIT, TaskRoot, kill_group
 except ImportError:  # pragma: no cover - PYTHONPATH holds this folder only
-    from bwrap_root import TIMEOUT_EXIT, TaskRoot, kill_group  # type: ignore[no-redef]
+    from bwrap_root import REWARD_FILES, TIMEOUT_EXIT, TaskRoot, kill_group  # type: ignore[no-redef]
 
 __all__ = ["BwrapEnvironment", "ENV_TYPE"]
 
@@ -119,17 +119,26 @@ class BwrapEnvironment(BaseEnvironment):
         shutil.copy2(source_path, target)
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        """Copy a host folder's contents into the root (merged with what is there); ``/tests`` is emptied
-        first, so nothing the agent planted there runs with the verifier."""
+        """Copy a host folder's contents into the root (merged with what is there).
+
+        ``/tests`` comes with the verifier: every process the agent left running is killed first (a
+        fresh PID namespace), so none can rewrite the tests or the reward while the verifier runs;
+        then ``/tests`` is emptied (nothing the agent planted there runs), and the reward files are
+        removed again (one written between Harbor's removal and the kill counts for nothing)."""
+        verifier_next = target_dir.rstrip("/") == "/tests"
+        if verifier_next:
+            self._task_root.start_processes()
         target = self._task_root.host_path(target_dir)
-        if target_dir.rstrip("/") == "/tests" and (target.exists() or target.is_symlink()):
+        if verifier_next and (target.exists() or target.is_symlink()):
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
             else:
                 target.unlink()
         shutil.copytree(source_dir, target, dirs_exist_ok=True)
-        if target_dir.rstrip("/") == "/tests":  # the verifier comes next: its log folder exists even if the agent removed it
+        if verifier_next:  # its log folder exists even if the agent removed it, and holds no reward yet
             self._task_root.build()
+            for reward in REWARD_FILES:
+                self._task_root.host_path(reward).unlink(missing_ok=True)
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         """Copy a file of the root to the host (a symlink leading out of the root is refused)."""
