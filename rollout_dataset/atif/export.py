@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from rollout_dataset.artifact_files import ROLLOUT_FILE, SUMMARY_FILE, TASK_FILE, TRACE_FILE
 from rollout_dataset.atif import ATIF_SCHEMA_VERSION
 from rollout_dataset.graph import RolloutGraph, TurnNode, build_graph
+from rollout_dataset.reasoning import message_reasoning
 from rollout_dataset.wire.content import json_text, text_parts
 
 __all__ = ["EXTRA_KEY", "trajectory_document", "trajectory_of_folder"]
@@ -147,9 +148,8 @@ class _StepWriter:
                                 "requested_sampling_params": node.requested_sampling_params or None}
         if node.request_tools != self.tools:
             ours["tool_definitions"] = node.request_tools
-        reasoning = answer.get("reasoning_content", answer.get("reasoning"))
         self._step("agent", _text(answer.get("content")), timestamp=_iso(node.started_at),
-                   reasoning_content=reasoning if isinstance(reasoning, str) and reasoning else None,
+                   reasoning_content=message_reasoning(answer),
                    tool_calls=_tool_calls(answer), metrics=_metrics(node, self.with_tokens),
                    extra={EXTRA_KEY: {k: v for k, v in ours.items() if v is not None}})
         self.shown = len(messages) + 1
