@@ -109,3 +109,22 @@ def test_each_trajectory_the_build_could_not_take_is_left_out_by_name_and_the_re
     assert sorted(line.split(f"{inputs}/")[1].split(".atif.json")[0] for line in refused) == sorted(LEFT_OUT)
     assert "1 rollouts" in proc.stdout
     assert not list(tmp_path.glob("*.atif-import-*"))
+
+
+def test_a_capture_whose_server_gave_no_logprobs_keeps_its_ids_through_export_and_import(tmp_path):
+    from rollout_dataset.atif.export import trajectory_document
+    from rollout_dataset.export import export_rollout
+    from support.synthetic_records import make_record
+
+    later = [{"role": "user", "content": "call 0"}, {"role": "assistant", "content": "answer 0"},
+             {"role": "user", "content": "more"}]
+    records = [make_record(0, [1, 2, 3], [4, 5], logprobs=None),
+               make_record(1, [1, 2, 3, 4, 5, 6], [7, 8], logprobs=None, messages=later)]
+    captured = export_rollout(records, session_id="s", capture_level="tokens")  # a streamed Responses capture's shape
+    trajectory = trajectory_document(records, captured, {"rollout_id": "a" * 32, "harness": "h", "model": "m"})
+    documents = import_documents(AtifSource(_write(tmp_path / "t.atif.json", trajectory), tmp_path))
+    assert documents["summary.json"]["capture_level"] == "tokens"
+    rows = [(s["input_ids"], s["loss_mask"], s["logprobs"]) for s in documents["rollout.json"]["sequences"]]
+    assert rows == [(s["input_ids"], s["loss_mask"], s["logprobs"]) for s in captured["sequences"]]
+    assert all(c["per_token_logps"] is None for c in documents["trace.json"]["calls"])
+    assert check_document(documents["rollout.json"], "rollout", "rollout.json") == []

@@ -6,8 +6,9 @@ reasoning and tool calls, and the ids and logprobs come from the step's `metrics
 go through the same `export_rollout` / `turns_document` / `summary_document` code a capture uses,
 so the builder reads an imported rollout exactly as a captured one.
 
-A trajectory whose every model step carries `prompt_token_ids`, `completion_token_ids` and
-`logprobs` is imported at capture level `tokens`; otherwise at `text`, the first missing field
+A trajectory whose every model step carries `prompt_token_ids` and `completion_token_ids` is
+imported at capture level `tokens` (a step without `logprobs` with `per_token_logps` null, as a
+capture records a call whose server gave none); otherwise at `text`, the first missing field
 named in `summary.json`'s `imported_from.level_reason`. Nothing is invented beyond what the
 artifact schemas require (see docs/atif.md for each such value). A bad file raises
 `SchemaValidationError` naming the file and the field.
@@ -321,12 +322,16 @@ def _calls(doc: dict[str, Any], where: str, order: list[int]) -> Iterator[_Call]
 
 
 def _level(calls: list[_Call]) -> tuple[str, str | None]:
-    """`tokens` when every call has ids and logprobs, else `text` and the first missing field."""
+    """`tokens` when every call has its prompt and completion ids, else `text` and the first missing field.
+
+    Logprobs are not needed: a step without them is token-exact with ``per_token_logps`` null, as a
+    captured call whose server gave none (a streamed Responses call; the export's `logprobs_missing`).
+    """
     if not calls:
         return "text", "the trajectory has no model step"
     for call in calls:
         metrics = call.step.get("metrics") or {}
-        for field in ("prompt_token_ids", "completion_token_ids", "logprobs"):
+        for field in ("prompt_token_ids", "completion_token_ids"):
             if metrics.get(field) is None:
                 return "text", f"{call.where}.metrics.{field} is missing, so no token-exact sequences"
     return "tokens", None
