@@ -74,3 +74,33 @@ def test_a_background_process_the_agent_left_cannot_forge_the_reward(tmp_path):
                                            task_index=index, policy="script", script=script))
     assert result.summary["harbor"]["reward_source"] == "harbor_verifier"
     assert result.summary["env_reward"] == 0.0  # no solution.py: the real tests ran and scored it, nothing else
+
+
+@pytest.mark.parametrize("link", ["instruction.md", "tests/cases.json", "solution", "environment/notes.txt"])
+def test_a_task_file_linking_out_of_its_folder_is_refused_before_anything_reads_it(tmp_path, link):
+    from rollout_dataset.errors import TaskSourceError
+    from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_DIR
+
+    task = tmp_path / "tasks" / "vowel-count"
+    shutil.copytree(HARBOR_BUILTIN_DIR / "vowel-count", task)
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("a host file no task may carry into the dataset\n")
+    planted = task / link
+    if planted.is_dir():
+        shutil.rmtree(planted)
+    else:
+        planted.unlink(missing_ok=True)
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.symlink_to(secret if link != "solution" else tmp_path)
+    with pytest.raises(TaskSourceError) as caught:
+        load_tasks(str(task.parent))
+    assert str(planted) in str(caught.value) and "outside the task folder" in str(caught.value)
+
+
+def test_a_task_file_linking_inside_its_folder_is_taken(tmp_path):
+    from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_DIR
+
+    task = tmp_path / "tasks" / "vowel-count"
+    shutil.copytree(HARBOR_BUILTIN_DIR / "vowel-count", task)
+    (task / "tests" / "again.json").symlink_to(task / "tests" / "cases.json")
+    assert [t.task_id for t in load_tasks(str(task.parent))] == ["vowel-count"]
