@@ -4,6 +4,7 @@ running outlives its turn into the verifier's, where it could rewrite the tests 
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -55,6 +56,22 @@ def test_a_process_that_dropped_its_marker_is_killed_with_the_environment():
     assert subprocess.run(["pgrep", "-f", "hidden-survivor"], capture_output=True).returncode == 1
 
 
+@needs_bwrap
+def test_the_host_side_verifier_takes_no_reward_file_that_is_a_symlink(tmp_path):
+    from rollout_dataset.recipes.coding.harbor_tasks import read_reward
+
+    host_one = tmp_path / "host-one.txt"
+    host_one.write_text("1\n")
+    root = TaskRoot()
+    try:
+        root.build()
+        root.run(f"ln -s {host_one} /logs/verifier/reward.txt", 20)  # what a solution run by tests/test.sh can do
+        reward, why = read_reward(root.host_path("/logs/verifier"))
+    finally:
+        root.close()
+    assert reward is None and "reward.txt is a symlink" in why
+
+
 def _terminus_step(keystrokes: str, done: bool = False) -> str:
     return json.dumps({"analysis": "a", "plan": "p", "commands": [{"keystrokes": keystrokes, "duration": 0.5}]
                        if keystrokes else [], "task_complete": done})
@@ -104,3 +121,21 @@ def test_a_task_file_linking_inside_its_folder_is_taken(tmp_path):
     shutil.copytree(HARBOR_BUILTIN_DIR / "vowel-count", task)
     (task / "tests" / "again.json").symlink_to(task / "tests" / "cases.json")
     assert [t.task_id for t in load_tasks(str(task.parent))] == ["vowel-count"]
+
+
+@needs_harbor
+@needs_bwrap
+def test_a_reward_file_the_solution_links_to_a_host_file_scores_nothing(tmp_path):
+    host_one = tmp_path / "host-one.txt"  # a host file that happens to hold "1" (as many /proc/sys files do)
+    host_one.write_text("1\n")
+    solution = f"import os\nos.symlink({str(host_one)!r}, '/logs/verifier/reward.txt')\n"  # run by tests/test.sh
+    encoded = base64.b64encode(solution.encode()).decode()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"steps": [_terminus_step(f"mkdir -p /app; echo {encoded} | base64 -d > /app/solution.py\n"),
+                                            _terminus_step("", True), _terminus_step("", True)],
+                                  "final": _terminus_step("", True)}))
+    index = [t.task_id for t in load_tasks(HARBOR_BUILTIN_SOURCE)].index("vowel-count")
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", harness="terminus-2", tasks=HARBOR_BUILTIN_SOURCE,
+                                           task_index=index, policy="script", script=script))
+    assert result.summary["env_reward"] is None  # no reward file of its own: unscored, never the host file's "1"
+    assert "reward" in result.summary["unscored_reason"]

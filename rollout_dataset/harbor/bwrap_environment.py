@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
@@ -147,5 +148,29 @@ class BwrapEnvironment(BaseEnvironment):
         shutil.copyfile(source, target_path)
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        """Copy a folder of the root to the host; symlinks are copied as links, never followed."""
-        shutil.copytree(self._task_root.host_path(source_dir), target_dir, symlinks=True, dirs_exist_ok=True)
+        """Copy a folder of the root to the host; symlinks are copied as links, never followed.
+
+        A link is copied only when it is relative and stays inside the folder: any other, once on the
+        host, would name a host file (a ``reward.txt`` linked to a host file holding ``1`` would be
+        read as the verifier's reward). Each one left out is logged.
+        """
+        source = self._task_root.host_path(source_dir)
+        shutil.copytree(source, target_dir, symlinks=True, dirs_exist_ok=True, ignore=self._links_leaving(source))
+
+    def _links_leaving(self, top: Path) -> Callable[[str, list[str]], set[str]]:
+        """A `copytree` ignore function: the names of links that are absolute or lead out of `top`."""
+        top = Path(os.path.abspath(top))
+
+        def ignore(folder: str, names: list[str]) -> set[str]:
+            out = set()
+            for name in names:
+                path = Path(folder) / name
+                if not path.is_symlink():
+                    continue
+                target = os.readlink(path)
+                if os.path.isabs(target) or not Path(os.path.normpath(path.parent / target)).is_relative_to(top):
+                    self.logger.warning("bwrap environment: %s is a symlink to %r, outside the folder downloaded; "
+                                        "left out", path, target)
+                    out.add(name)
+            return out
+        return ignore

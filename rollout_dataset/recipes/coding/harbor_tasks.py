@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
@@ -87,6 +88,9 @@ def read_reward(logs_dir: Path) -> tuple[float | None, str | None]:
         ``(reward, None)``, or ``(None, why)`` when there is none or it is not a number.
     """
     text_file, json_file = logs_dir / "reward.txt", logs_dir / "reward.json"
+    for file in (text_file, json_file):
+        if file.is_symlink():  # read on the host, its target would be a host file
+            return None, f"the verifier's {file.name} is a symlink to {os.readlink(file)!r}, not a file; refused"
     try:
         if text_file.is_file():
             return float(text_file.read_text().strip()), None
