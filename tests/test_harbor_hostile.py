@@ -139,3 +139,19 @@ def test_a_reward_file_the_solution_links_to_a_host_file_scores_nothing(tmp_path
                                            task_index=index, policy="script", script=script))
     assert result.summary["env_reward"] is None  # no reward file of its own: unscored, never the host file's "1"
     assert "reward" in result.summary["unscored_reason"]
+
+
+@needs_harbor
+@needs_bwrap
+@pytest.mark.parametrize("written", ["nan", "1.5"])
+def test_a_verifier_reward_that_is_no_number_in_0_1_leaves_the_rollout_unscored_with_the_value(tmp_path, written):
+    from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_DIR
+
+    task = tmp_path / "tasks" / "vowel-count"
+    shutil.copytree(HARBOR_BUILTIN_DIR / "vowel-count", task)
+    (task / "tests" / "test.sh").write_text(f"#!/bin/bash\nmkdir -p /logs/verifier\necho {written} > /logs/verifier/reward.txt\n")
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", harness="builtin", tasks=str(task.parent),
+                                           rollout_seed=0))
+    assert result.ok, result.errors
+    assert result.summary["env_reward"] is None
+    assert f"reward {float(written)!r} is not a number in [0, 1]" in result.summary["unscored_reason"]
