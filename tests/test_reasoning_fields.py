@@ -29,3 +29,27 @@ def test_the_atif_export_keeps_reasoning_given_beside_a_null_reasoning_content()
     trajectory = trajectory_document(records, rollout, {"rollout_id": "r" * 32, "harness": "h", "model": "m"})
     (agent,) = [s for s in trajectory["steps"] if s["source"] == "agent"]
     assert agent["reasoning_content"] == "2 + 2 is 4"
+
+
+def test_the_viewer_marks_a_harmony_analysis_tool_call_through_its_call_token_and_not_the_tools_answer():
+    from openai_harmony import Author, Conversation, Message, RenderConversationConfig, Role
+
+    from rollout_dataset.tokenizers import load_tokenizer
+    from rollout_dataset.viewer.views import reasoning_positions
+    from support.genuine_templates import harmony_encoding
+
+    def assistant(text: str, channel: str) -> Message:
+        return Message.from_role_and_content(Role.ASSISTANT, text).with_channel(channel)
+
+    messages = [Message.from_role_and_content(Role.USER, "compute 2+2"), assistant("I will use python", "analysis"),
+                assistant("print(2+2)", "analysis").with_recipient("python"),  # a built-in tool call: ends with <|call|>
+                Message.from_author_and_content(Author.new(Role.TOOL, "python"), "4").with_channel("analysis")
+                .with_recipient("assistant"),
+                assistant("It is 4", "final")]
+    ids = harmony_encoding().render_conversation(Conversation.from_messages(messages),
+                                                 RenderConversationConfig(auto_drop_analysis=False))
+    tokenizer = load_tokenizer("harmony")
+    marked = reasoning_positions(ids, 0, len(ids), tokenizer)
+    text = "".join(tokenizer.decode([t]) for i, t in enumerate(ids) if i in marked)
+    assert text == ("<|channel|>analysis<|message|>I will use python<|end|>"
+                    "<|channel|>analysis<|message|>print(2+2)<|call|>")
