@@ -128,3 +128,19 @@ def test_a_capture_whose_server_gave_no_logprobs_keeps_its_ids_through_export_an
     assert rows == [(s["input_ids"], s["loss_mask"], s["logprobs"]) for s in captured["sequences"]]
     assert all(c["per_token_logps"] is None for c in documents["trace.json"]["calls"])
     assert check_document(documents["rollout.json"], "rollout", "rollout.json") == []
+
+
+def test_tool_call_arguments_keep_their_text_as_sampled_through_export_and_import(tmp_path):
+    from rollout_dataset.atif.export import trajectory_document
+    from rollout_dataset.export import export_rollout
+    from support.synthetic_records import make_record
+
+    sampled = '{"cmd":"ls -la","n":1.0,"s":"caf\\u00e9"}'  # compact, a float written 1.0, an escape: as gpt-oss samples
+    call = {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": sampled}}
+    records = [make_record(0, [1, 2, 3], [4, 5], response_message={"role": "assistant", "content": None,
+                                                                   "tool_calls": [call]}, finish_reason="tool_calls")]
+    captured = export_rollout(records, session_id="s", capture_level="tokens")
+    trajectory = trajectory_document(records, captured, {"rollout_id": "a" * 32, "harness": "h", "model": "m"})
+    documents = import_documents(AtifSource(_write(tmp_path / "t.atif.json", trajectory), tmp_path))
+    (record,) = documents["trace.json"]["calls"]
+    assert record["response"]["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == sampled

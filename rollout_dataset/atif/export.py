@@ -47,7 +47,8 @@ def _text(content: Any) -> str:
 
 
 def _tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    """The answer's tool calls as ATIF `ToolCall`s (arguments that are no JSON object kept raw in extra)."""
+    """The answer's tool calls as ATIF `ToolCall`s; arguments that are no JSON object, or whose text is not
+    what `json.dumps` writes (compact, escaped, reordered numbers), are kept as sent in extra as well."""
     out = []
     for call in message.get("tool_calls") or []:
         if not isinstance(call, dict):
@@ -62,6 +63,8 @@ def _tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]] | None:
             arguments = None
         if not isinstance(arguments, dict):
             arguments, extra["raw_arguments"] = {}, raw
+        elif isinstance(raw, str) and json.dumps(arguments, ensure_ascii=False) != raw:
+            extra["raw_arguments"] = raw  # the text as sampled ('{"cmd":"ls"}'), which the import gives back
         item: dict[str, Any] = {"tool_call_id": str(call.get("id") or ""), "function_name": str(function.get("name") or ""),
                                 "arguments": arguments}
         if not call.get("id"):
