@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import atif
 import pytest
 
 from rollout_dataset.atif.export import trajectory_of_folder
@@ -144,3 +145,26 @@ def test_tool_call_arguments_keep_their_text_as_sampled_through_export_and_impor
     documents = import_documents(AtifSource(_write(tmp_path / "t.atif.json", trajectory), tmp_path))
     (record,) = documents["trace.json"]["calls"]
     assert record["response"]["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == sampled
+
+
+def test_a_reply_the_harness_sent_back_changed_comes_back_from_export_and_import_as_sent(tmp_path):
+    from rollout_dataset.atif.export import trajectory_document
+    from rollout_dataset.export import export_rollout
+    from support.synthetic_records import make_record
+
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}
+    first = [{"role": "user", "content": "list the files"}]
+    answer = {"role": "assistant", "content": None, "reasoning": "ls will do", "tool_calls": [call]}
+    sent_back = {"role": "assistant", "content": None, "tool_calls": [call]}  # the harness dropped the reasoning
+    second = first + [sent_back, {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}]
+    records = [make_record(0, [1, 2, 3], [4, 5], messages=first, response_message=answer, finish_reason="tool_calls"),
+               make_record(1, [1, 2, 3, 4, 5, 6], [7, 8], messages=second,
+                           response_message={"role": "assistant", "content": "a.txt"})]
+    captured = export_rollout(records, session_id="s", capture_level="tokens")
+    trajectory = trajectory_document(records, captured, {"rollout_id": "a" * 32, "harness": "h", "model": "m"})
+    atif.Trajectory.model_validate(trajectory)
+    documents = import_documents(AtifSource(_write(tmp_path / "t.atif.json", trajectory), tmp_path))
+    imported = documents["trace.json"]["calls"]
+    assert imported[1]["request"]["messages"][1] == sent_back  # not the answer with its reasoning
+    assert imported[0]["response"]["choices"][0]["message"]["content"] is None  # null, not ""
+    assert imported[0]["response"]["choices"][0]["message"]["reasoning_content"] == "ls will do"

@@ -103,6 +103,7 @@ class _StepWriter:
         self.tools = tools
         self.copied = copied  # the first request's earlier turns are context copied from the main path
         self.shown = 0  # request messages the steps so far show
+        self.last_answer: tuple[dict[str, Any], Mapping[str, Any]] | None = None  # (its agent step, the answer)
 
     def _step(self, source: str, message: str, **fields: Any) -> dict[str, Any]:
         step = {"step_id": len(self.steps) + 1, "source": source, "message": message}
@@ -138,24 +139,49 @@ class _StepWriter:
                 self._step("user", _text(message.get("content")), is_copied_context=True if self.copied and first else None)
             elif role == "assistant":
                 self._step("agent", _text(message.get("content")), tool_calls=_tool_calls(message), llm_call_count=0,
-                           is_copied_context=True)
+                           is_copied_context=True, reasoning_content=message_reasoning(message),
+                           extra={EXTRA_KEY: {"content_null": True}} if message.get("content") is None else None)
             else:
                 self._observe(message)
+
+    def _note_sent_back(self, messages: list[Any]) -> None:
+        """Keep the previous answer as the harness sent it back, on its step, when that is not the answer.
+
+        A harness may drop the reasoning (or otherwise rewrite its copy of the reply) before the next
+        request: the import rebuilds that request from this, not from the answer.
+        """
+        if self.last_answer is None or not 0 < self.shown <= len(messages):
+            return
+        step, answer = self.last_answer
+        sent = messages[self.shown - 1]
+        if isinstance(sent, dict) and _as_imported(sent) != _as_imported(answer):
+            step.setdefault("extra", {}).setdefault(EXTRA_KEY, {})["sent_back"] = sent
 
     def call(self, node: TurnNode) -> None:
         """Add one model call: the request's new messages, then its agent step."""
         messages = node.request_messages
+        self._note_sent_back(messages)
         self._context(messages[self.shown:], first=not self.steps)
         answer = node.response_message or {}
         ours: dict[str, Any] = {"call_index": node.index, "finish_reason": node.finish_reason,
                                 "requested_sampling_params": node.requested_sampling_params or None}
         if node.request_tools != self.tools:
             ours["tool_definitions"] = node.request_tools
-        self._step("agent", _text(answer.get("content")), timestamp=_iso(node.started_at),
-                   reasoning_content=message_reasoning(answer),
-                   tool_calls=_tool_calls(answer), metrics=_metrics(node, self.with_tokens),
-                   extra={EXTRA_KEY: {k: v for k, v in ours.items() if v is not None}})
+        if answer.get("content") is None:  # ATIF's message is a string: null (tool calls only) is said here
+            ours["content_null"] = True
+        step = self._step("agent", _text(answer.get("content")), timestamp=_iso(node.started_at),
+                          reasoning_content=message_reasoning(answer),
+                          tool_calls=_tool_calls(answer), metrics=_metrics(node, self.with_tokens),
+                          extra={EXTRA_KEY: {k: v for k, v in ours.items() if v is not None}})
         self.shown = len(messages) + 1
+        self.last_answer = (step, answer)
+
+
+def _as_imported(message: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of an assistant message an import rebuilds from its step: role, content, reasoning, tool calls."""
+    calls = tuple((c.get("id"), (c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"))
+                  for c in message.get("tool_calls") or [] if isinstance(c, dict) and isinstance(c.get("function"), dict))
+    return message.get("role"), message.get("content"), message_reasoning(message), calls
 
 
 def _final_metrics(steps: list[dict[str, Any]], extra: dict[str, Any] | None) -> dict[str, Any]:

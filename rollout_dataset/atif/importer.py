@@ -254,7 +254,8 @@ def _text(message: Any) -> str:
 
 
 def _assistant(step: dict[str, Any]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": _text(step["message"])}
+    message: dict[str, Any] = {"role": "assistant",
+                               "content": None if _ours(step).get("content_null") is True else _text(step["message"])}
     if step.get("reasoning_content"):
         message["reasoning_content"] = step["reasoning_content"]
     calls = []
@@ -315,7 +316,8 @@ def _calls(doc: dict[str, Any], where: str, order: list[int]) -> Iterator[_Call]
             index = mine.get("call_index")
             yield _Call(order[0], index if isinstance(index, int) and index >= 0 else None, f"{where}.steps[{i}]", step,
                         list(messages), mine.get("tool_definitions", tools), step.get("model_name") or agent.get("model_name"))
-        messages.append(_assistant(step))
+        sent_back = mine.get("sent_back")  # the reply as the harness sent it back (an export said it differed)
+        messages.append(sent_back if isinstance(sent_back, dict) else _assistant(step))
         messages.extend(_observations(step))
     for k, sub in enumerate(doc.get("subagent_trajectories") or []):
         yield from _calls(sub, f"{where}.subagent_trajectories[{k}]", order)
