@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -155,3 +156,38 @@ def test_a_verifier_reward_that_is_no_number_in_0_1_leaves_the_rollout_unscored_
     assert result.ok, result.errors
     assert result.summary["env_reward"] is None
     assert f"reward {float(written)!r} is not a number in [0, 1]" in result.summary["unscored_reason"]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("planted", ["etc", "tmp", "logs", "etc/passwd"])
+def test_rebuilding_the_root_before_the_verifier_writes_nothing_through_a_link_the_agent_planted(tmp_path, planted):
+    host = tmp_path / "host-folder"  # stands for the host's /etc, /: what the link names on the host
+    host.mkdir()
+    root = TaskRoot()
+    try:
+        root.build()
+        root.start_processes()
+        code, out = root.run(f"mv /{planted} /{planted}.old && ln -s {host} /{planted} && echo planted", 20)
+        assert "planted" in out, out
+        root.build()  # what the environment does when Harbor uploads /tests
+        assert list(host.iterdir()) == [] and oct(host.stat().st_mode & 0o7777) == "0o755"
+        assert (root.root / "etc" / "passwd").read_text().startswith("root:x:0:0")
+        assert not (root.root / planted).is_symlink()
+    finally:
+        root.close()
+
+
+@needs_bwrap
+def test_rebuilding_the_root_puts_back_the_bin_links_the_agent_replaced():
+    root = TaskRoot()
+    try:
+        root.build()
+        linked = [name for name in ("bin", "lib", "lib64") if (root.root / name).is_symlink()]
+        if not linked:
+            pytest.skip("this host's /bin and /lib are folders (bound read-only), not links")
+        root.run(f"rm /{linked[0]} && mkdir /{linked[0]} && echo 'echo forged' > /{linked[0]}/fake", 20)
+        root.build()
+        assert (root.root / linked[0]).is_symlink()
+        assert os.readlink(root.root / linked[0]) == os.readlink(f"/{linked[0]}")
+    finally:
+        root.close()

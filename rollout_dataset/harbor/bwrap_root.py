@@ -86,19 +86,46 @@ class TaskRoot:
         return candidate
 
     def build(self) -> None:
-        """Create the root: /tmp, /etc (passwd, group, hosts), /root, /logs/*, the workdir, the /bin-style links."""
+        """Create the root: /tmp, /etc (passwd, group, hosts), /root, /logs/*, the workdir, the /bin-style links.
+
+        Run again before the verifier, over what the agent left: nothing in the root is followed. A
+        link (or file) the agent put where one of these folders or files belongs is removed first (a
+        ``/etc`` linked to the host's ``/etc`` would have had the host's ``passwd`` overwritten), and
+        the ``/bin``-style links are put back as the host has them (a ``/bin`` of the agent's would
+        hold the ``bash`` a ``#!/bin/bash`` verifier runs).
+        """
         for sub in ("tmp", "etc", "root", "logs/agent", "logs/verifier", "logs/artifacts"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+            self._own_folder(sub)
         os.chmod(self.root / "tmp", 0o1777)
-        (self.root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
-        (self.root / "etc/group").write_text("root:x:0:\n")
-        (self.root / "etc/hosts").write_text("127.0.0.1 localhost\n")
+        for name, text in (("passwd", "root:x:0:0:root:/root:/bin/bash\n"), ("group", "root:x:0:\n"),
+                           ("hosts", "127.0.0.1 localhost\n")):
+            self._own_file(f"etc/{name}", text)
         for name in _LINKS:
             host, link = Path("/" + name), self.root / name
-            if host.is_symlink() and not link.is_symlink():
+            if host.is_symlink() and not (link.is_symlink() and os.readlink(link) == os.readlink(host)):
+                _remove(link)
                 link.symlink_to(os.readlink(host))
         if self.workdir:
             self.host_path(self.workdir).mkdir(parents=True, exist_ok=True)
+
+    def _own_folder(self, relative: str) -> Path:
+        """The root's folder `relative`, made a real folder at each level (a link or file there removed)."""
+        path = self.root
+        path.mkdir(parents=True, exist_ok=True)
+        for part in Path(relative).parts:
+            path = path / part
+            if path.is_symlink() or (path.exists() and not path.is_dir()):
+                _remove(path)
+            path.mkdir(exist_ok=True)
+        return path
+
+    def _own_file(self, relative: str, text: str) -> None:
+        """Write the root's file `relative` afresh, never through a link the agent put there."""
+        path = self._own_folder(str(Path(relative).parent)) / Path(relative).name
+        _remove(path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
 
     def argv(self, command: str, cwd: str | None = None, env: Mapping[str, str] | None = None) -> list[str]:
         """The bwrap command line running ``bash -c command`` in the root.
@@ -209,6 +236,14 @@ class TaskRoot:
         """Kill every process started in the root (tmux included) and remove it."""
         self.stop_processes()
         shutil.rmtree(self.state, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    """Remove a link, file or folder at `path` (a link is removed, never followed); nothing there is fine."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
 
 
 def _wait_gone(pid: int, timeout_s: float = 10.0) -> None:
