@@ -191,3 +191,19 @@ def test_rebuilding_the_root_puts_back_the_bin_links_the_agent_replaced():
         assert os.readlink(root.root / linked[0]) == os.readlink(f"/{linked[0]}")
     finally:
         root.close()
+
+
+@needs_harbor
+@needs_bwrap
+def test_a_verifier_run_that_links_its_reward_folder_out_of_the_root_leaves_the_rollout_unscored(tmp_path):
+    from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_DIR
+
+    task = tmp_path / "tasks" / "vowel-count"
+    shutil.copytree(HARBOR_BUILTIN_DIR / "vowel-count", task)
+    (task / "tests" / "test.sh").write_text("#!/bin/bash\nrm -rf /logs/verifier; ln -s /etc /logs/verifier\n"
+                                            "echo 1 > /logs/verifier/reward.txt\n")
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", harness="builtin", tasks=str(task.parent),
+                                           rollout_seed=0))
+    assert result.ok, result.errors
+    assert result.summary["env_reward"] is None
+    assert "leads outside the environment's root" in result.summary["unscored_reason"]

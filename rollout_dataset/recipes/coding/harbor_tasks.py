@@ -123,7 +123,11 @@ def verify_harbor_task(task_dir: Path, workdir: Path, harbor_fields: Mapping[str
         code, output = root.run("bash /tests/test.sh", float(harbor_fields.get("verifier_timeout_sec") or 600.0))
         if code == TIMEOUT_EXIT:
             return None, f"the verifier timed out after {harbor_fields.get('verifier_timeout_sec')} s"
-        return read_reward(root.host_path("/logs/verifier"))
+        try:
+            logs = root.host_path("/logs/verifier")
+        except PermissionError as exc:  # the verifier's run (the solution it ran) linked it out of the root
+            return None, f"the verifier's reward folder {exc}; refused"
+        return read_reward(logs)
     finally:
         root.close()
 
