@@ -53,3 +53,16 @@ def test_the_viewer_marks_a_harmony_analysis_tool_call_through_its_call_token_an
     text = "".join(tokenizer.decode([t]) for i, t in enumerate(ids) if i in marked)
     assert text == ("<|channel|>analysis<|message|>I will use python<|end|>"
                     "<|channel|>analysis<|message|>print(2+2)<|call|>")
+
+
+def test_the_viewer_marks_no_reasoning_from_a_think_tag_in_a_users_text():
+    from rollout_dataset.viewer.views import reasoning_positions
+    from support.reasoning_episodes import Qwen3Chat
+
+    tokenizer = Qwen3Chat().tokenizer
+    messages = [{"role": "user", "content": "What does <think> mean in a prompt?"},
+                {"role": "assistant", "reasoning_content": "a tag", "content": "It opens reasoning."}]
+    ids = [int(x) for x in tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False)]
+    marked = reasoning_positions(ids, 0, len(ids), tokenizer)
+    text = tokenizer.decode([t for i, t in enumerate(ids) if i in marked])
+    assert text == "<think>\na tag\n</think>"

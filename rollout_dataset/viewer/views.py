@@ -24,6 +24,8 @@ from rollout_dataset.reasoning import THINK_CLOSE, THINK_OPEN
 
 #: Harmony's markers of an analysis message (`<|channel|>analysis<|message|>...<|end|>`)
 HARMONY_CHANNEL, HARMONY_ANALYSIS_NAME, HARMONY_END = "<|channel|>", "analysis", "<|end|>"
+#: ChatML (Qwen3, the built-in tokenizer): a turn's start (its role follows) and end
+CHATML_START, CHATML_END, CHATML_ASSISTANT = "<|im_start|>", "<|im_end|>", "assistant"
 #: Harmony: a message's start (its author's token follows), and the other tokens that end a message
 HARMONY_START, HARMONY_AUTHOR, HARMONY_OTHER_ENDS = "<|start|>", "assistant", ("<|call|>", "<|return|>")
 
@@ -272,8 +274,9 @@ def _call_spans(sequence: dict[str, Any], trace: list[dict[str, Any]]) -> list[t
 
 
 def reasoning_positions(ids: list[Any], start: int, end: int, tokenizer: Any) -> set[int]:
-    """Positions in ``[start, end)`` inside a reasoning block (``<think>`` through ``</think>``, or a
-    Harmony analysis message of the assistant: ``<|channel|>analysis`` through the token that ends it,
+    """Positions in ``[start, end)`` inside a reasoning block (``<think>`` through ``</think>`` in an
+    assistant turn, for ChatML: a ``<think>`` in a user's text opens none; or a Harmony analysis message
+    of the assistant: ``<|channel|>analysis`` through the token that ends it,
     ``<|end|>``, or ``<|call|>`` for a built-in tool call; a tool's answer on the analysis channel, such
     as ``<|start|>python to=assistant<|channel|>analysis``, is no reasoning).
 
@@ -299,14 +302,21 @@ def reasoning_positions(ids: list[Any], start: int, end: int, tokenizer: Any) ->
         return _harmony_analysis_positions(ids, start, end, convert)
     if not isinstance(opened, int) or not isinstance(closed, int) or unknown in (opened, closed):
         return set()
+    turn_start, turn_end = convert(CHATML_START), convert(CHATML_END)
+    chatml = all(isinstance(t, int) and t != unknown for t in (turn_start, turn_end))
+    author = list(tokenizer.encode(CHATML_ASSISTANT, add_special_tokens=False)) if chatml else []
+    by_assistant = True  # ChatML: after the first turn header, a think block opens only in an assistant turn
+    # (never in a user's text); ids with no header at all (a raw completion) are the model's
     inside, marked = False, set()
     for position in range(end):
         token = int(ids[position])
-        if token == opened:
+        if chatml and token == turn_start:
+            by_assistant = [int(t) for t in ids[position + 1:position + 1 + len(author)]] == author
+        if token == opened and by_assistant:
             inside = True
         if inside and position >= start:
             marked.add(position)
-        if token == closed:
+        if token == closed or (chatml and token == turn_end):
             inside = False
     return marked
 
