@@ -207,3 +207,21 @@ def test_a_verifier_run_that_links_its_reward_folder_out_of_the_root_leaves_the_
     assert result.ok, result.errors
     assert result.summary["env_reward"] is None
     assert "leads outside the environment's root" in result.summary["unscored_reason"]
+
+
+@needs_harbor
+@needs_bwrap
+def test_an_agent_cannot_replace_terminus_2s_trajectory_through_its_log_folder(tmp_path):
+    forged = {"schema_version": "ATIF-v1.8", "session_id": "forged", "agent": {"name": "forged", "version": "1"},
+              "steps": [{"step_id": 1, "source": "user", "message": "forged"}]}
+    encoded = base64.b64encode(json.dumps(forged).encode()).decode()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"steps": [_terminus_step(f"echo {encoded} | base64 -d > /logs/agent/trajectory.json\n"),
+                                            _terminus_step("", True), _terminus_step("", True)],
+                                  "final": _terminus_step("", True)}))
+    index = [t.task_id for t in load_tasks(HARBOR_BUILTIN_SOURCE)].index("vowel-count")
+    out = tmp_path / "out"
+    capture_rollout(CaptureConfig(out_dir=out, harness="terminus-2", tasks=HARBOR_BUILTIN_SOURCE, task_index=index,
+                                  policy="script", script=script))
+    kept = json.loads((out / "harbor_trajectory.json").read_text())
+    assert kept["agent"]["name"] == "terminus-2" and kept["session_id"] != "forged"

@@ -152,10 +152,21 @@ class BwrapEnvironment(BaseEnvironment):
 
         A link is copied only when it is relative and stays inside the folder: any other, once on the
         host, would name a host file (a ``reward.txt`` linked to a host file holding ``1`` would be
-        read as the verifier's reward). Each one left out is logged.
+        read as the verifier's reward). A file already on the host is never replaced: what the
+        agent wrote in ``/logs/agent`` would otherwise overwrite what terminus-2, on the host, wrote
+        there (its ``trajectory.json``). Each one left out is logged.
         """
         source = self._task_root.host_path(source_dir)
-        shutil.copytree(source, target_dir, symlinks=True, dirs_exist_ok=True, ignore=self._links_leaving(source))
+        shutil.copytree(source, target_dir, symlinks=True, dirs_exist_ok=True, ignore=self._links_leaving(source),
+                        copy_function=self._copy_new)
+
+    def _copy_new(self, source: str, target: str) -> str:
+        """`copytree`'s copy: a file the host already has is left as it is (logged)."""
+        if os.path.lexists(target):
+            self.logger.warning("bwrap environment: %s is already on the host; the environment's %s is not copied "
+                                "over it", target, source)
+            return target
+        return shutil.copy2(source, target)
 
     def _links_leaving(self, top: Path) -> Callable[[str, list[str]], set[str]]:
         """A `copytree` ignore function: the names of links that are absolute or lead out of `top`."""
