@@ -168,3 +168,23 @@ def test_a_reply_the_harness_sent_back_changed_comes_back_from_export_and_import
     assert imported[1]["request"]["messages"][1] == sent_back  # not the answer with its reasoning
     assert imported[0]["response"]["choices"][0]["message"]["content"] is None  # null, not ""
     assert imported[0]["response"]["choices"][0]["message"]["reasoning_content"] == "ls will do"
+
+
+def test_exporting_a_dataset_whose_rollout_id_is_a_path_writes_nothing_outside_out(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    write_synthetic_rollout(tmp_path / "art", n_turns=2, context_tokens=100)
+    subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "build", str(tmp_path / "art"), "--out",
+                    str(tmp_path / "ds"), "--no-progress"], check=True, capture_output=True, timeout=120)
+    for shard in (tmp_path / "ds" / "data").glob("*/*.parquet"):  # a hostile dataset: its rows name a path
+        table = pq.read_table(shard)
+        if "rollout_id" in table.column_names:
+            column = pa.array(["../../escaped"] * table.num_rows)
+            pq.write_table(table.set_column(table.column_names.index("rollout_id"), "rollout_id", column), shard)
+    out = tmp_path / "out" / "x" / "y"
+    proc = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "export", "--format", "atif",
+                           str(tmp_path / "ds"), "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "rollout_id '../../escaped' is not a rollout id" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.rglob("*.atif.json")) == []

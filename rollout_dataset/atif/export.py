@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -23,6 +24,7 @@ from rollout_dataset.artifact_files import ROLLOUT_FILE, SUMMARY_FILE, TASK_FILE
 from rollout_dataset.atif import ATIF_SCHEMA_VERSION
 from rollout_dataset.graph import RolloutGraph, TurnNode, build_graph
 from rollout_dataset.reasoning import message_reasoning
+from rollout_dataset.schema import load_schema
 from rollout_dataset.wire.content import json_text, text_parts
 
 __all__ = ["EXTRA_KEY", "trajectory_document", "trajectory_of_folder"]
@@ -321,7 +323,8 @@ def export_trajectories(paths: list[str | Path], out_dir: str | Path) -> list[Pa
     Raises:
         ArtifactError: a path is missing or holds no artifact folder.
         SchemaValidationError: a folder fails the check (its first failure names file and field).
-        ValueError: a dataset's request cell was cut to the cell limit and cannot be restored.
+        ValueError: a dataset's request cell was cut to the cell limit and cannot be restored, or a
+            dataset row's rollout id is no rollout id (it names the file: ``../x`` would leave `out_dir`).
     """
     from rollout_dataset.atif.dataset import dataset_rollouts, is_dataset_dir
     from rollout_dataset.builder.inputs import find_artifact_dirs, load_checked_artifact
@@ -330,8 +333,11 @@ def export_trajectories(paths: list[str | Path], out_dir: str | Path) -> list[Pa
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
+    rollout_id = re.compile(load_schema("summary")["properties"]["rollout_id"]["pattern"])
 
-    def write(doc: dict[str, Any], rid: str) -> None:
+    def write(doc: dict[str, Any], rid: Any, where: Path) -> None:
+        if not isinstance(rid, str) or not rollout_id.fullmatch(rid):  # it names the file: never a path
+            raise ValueError(f"{where}: rollout_id {rid!r} is not a rollout id (32 hex digits); nothing of it written")
         target = out / f"{rid}.atif.json"
         write_text_atomic(target, json.dumps(doc, ensure_ascii=False) + "\n")
         written.append(target)
@@ -339,10 +345,10 @@ def export_trajectories(paths: list[str | Path], out_dir: str | Path) -> list[Pa
     for path in map(Path, paths):
         if path.is_dir() and is_dataset_dir(path):
             for records, rollout, summary, task in dataset_rollouts(path):
-                write(trajectory_document(records, rollout, summary, task), summary["rollout_id"])
+                write(trajectory_document(records, rollout, summary, task), summary["rollout_id"], path)
             continue
         for folder in find_artifact_dirs([path]):
             art = load_checked_artifact(folder)
             write(trajectory_document(art["trace"].get("calls") or [], art["rollout"], art["summary"], art["task"]),
-                  art["summary"]["rollout_id"])
+                  art["summary"]["rollout_id"], folder)
     return written
