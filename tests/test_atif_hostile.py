@@ -188,3 +188,17 @@ def test_exporting_a_dataset_whose_rollout_id_is_a_path_writes_nothing_outside_o
     assert proc.returncode == 1 and "rollout_id '../../escaped' is not a rollout id" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert list(tmp_path.rglob("*.atif.json")) == []
+
+
+def test_a_trajectory_in_a_folder_that_links_out_of_it_is_refused(tmp_path, good):
+    elsewhere = _write(tmp_path / "elsewhere" / "private.atif.json", good)
+    job = tmp_path / "job" / "trial" / "agent"
+    job.mkdir(parents=True)
+    (job / "trajectory.json").symlink_to(elsewhere)
+    from rollout_dataset.atif.importer import find_atif_sources
+
+    (source,) = find_atif_sources([tmp_path / "job"])
+    with pytest.raises(SchemaValidationError) as caught:
+        import_documents(source)
+    file, where, reason = caught.value.failures[0]
+    assert file.endswith("agent/trajectory.json") and "outside the input" in reason

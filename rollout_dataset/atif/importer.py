@@ -440,8 +440,15 @@ def import_documents(source: AtifSource) -> dict[str, Any]:
 
     Raises:
         SchemaValidationError: the trajectory or the trial result is bad (see `read_trajectory`),
-            or the trial's verifier crashed; one `(file, json path, reason)` per failure.
+            the trial's verifier crashed, or a file found in a folder is a symlink leading out of it;
+            one `(file, json path, reason)` per failure.
     """
+    for file in (source.file, source.result):
+        if file is not None and source.root.is_dir() and file.is_symlink() and \
+                not file.resolve().is_relative_to(source.root.resolve()):
+            raise SchemaValidationError([(str(file), "$", f"a symlink to {str(file.resolve())!r}, outside the input "
+                                          f"{str(source.root)!r}; refused (a folder's trajectories are read only "
+                                          "from inside it)")])
     doc = read_trajectory(source.file)
     result, reward, rewards = _trial_outcome(source.result) if source.result else ({}, None, {})
     own = _ours(doc.get("final_metrics") or {})
