@@ -17,10 +17,13 @@ record_write_failed, streams that ended without a terminating event, and the pro
 every 0.5 s (first, peak, last, and the slope over the second half of the run).
 
     .venv/bin/python bench/proxy_faults.py [--calls 5000] [--concurrency 48] [--nofile 128] [--workers 1] [--on-policy]
+        [--upstream-host 127.0.0.1] [--seed 0]
 
 With ``--workers N`` the proxy serves from N worker processes (each under the descriptor limit); the
 RSS figures are then the parent's only. With ``--on-policy`` the proxy runs in on-policy mode, and the
 figures add each record's continuity (status:reason; ``proxy_error`` where the mode itself failed).
+With ``--upstream-host localhost`` the proxy is given the upstream by host name, which it must look up
+for every new upstream connection while descriptors run out.
 """
 
 from __future__ import annotations
@@ -206,6 +209,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=1, help="the proxy's worker processes")
     parser.add_argument("--on-policy", action="store_true",
                         help="run the proxy with --on-policy (each call first reads others' records in its file)")
+    parser.add_argument("--upstream-host", default="127.0.0.1",
+                        help="how the proxy names the upstream (e.g. localhost: a host name it must look up)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(RESULTS), help="where to save the figures")
     args = parser.parse_args()
@@ -227,7 +232,7 @@ def main() -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (args.nofile, args.nofile))
 
     proxy = subprocess.Popen([sys.executable, "-m", "rollout_dataset.cli", "proxy", "--upstream",
-                              f"http://127.0.0.1:{up_port}/v1", "--trace-dir", str(trace_dir), "--upstream-timeout",
+                              f"http://{args.upstream_host}:{up_port}/v1", "--trace-dir", str(trace_dir), "--upstream-timeout",
                               "30", "--max-open-files", str(args.max_open_files), "--workers", str(args.workers)]
                              + (["--on-policy"] if args.on_policy else []),
                              env=env, stdout=subprocess.PIPE, stderr=open(trace_dir.with_suffix(".log"), "w"),
@@ -288,6 +293,7 @@ def main() -> int:
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
     result = {
         "calls": args.calls, "concurrency": args.concurrency, "sessions": args.sessions,
+        "upstream_host": args.upstream_host, "seed": args.seed,
         "proxy_rlimit_nofile": args.nofile, "proxy_max_open_files": args.max_open_files, "proxy_workers": args.workers,
         "faults": dict(Counter(kinds)), "elapsed_s": round(elapsed, 2), "calls_per_s": round(args.calls / elapsed, 1),
         "records": records, "records_equal_calls": records == args.calls,

@@ -23,6 +23,7 @@ __all__ = [
     "ConfigError",
     "TraceIntegrityError",
     "RecordWriteError",
+    "InflightLimitError",
     "DatasetDirError",
     "TokenizerMismatchError",
     "DistributedBuildError",
@@ -136,6 +137,11 @@ class RecordWriteError(RolloutDatasetError, OSError):
         self.path = path
         self.cause = cause
         super().__init__(cause.errno, f"could not write the trace record to {path}: {cause.strerror or cause}")
+
+
+class InflightLimitError(RolloutDatasetError, MemoryError):
+    """The proxy's in-flight byte limit (``--max-inflight-mb``) refused more bytes for a call; the
+    message names how many it holds, how many more were asked for, and the limit."""
 
 
 class DatasetDirError(RolloutDatasetError, FileExistsError):

@@ -65,4 +65,4 @@ def local_backend_thread():
 
 # The viewer's demo rollouts and dataset, built once per session (tests/viewer_fixtures.py).
 from viewer_fixtures import (  # noqa: E402,F401
-    audited_tree, crafter_tree, demo_folders, hostile_tree, logprobs_missing_tree, oddity_tree)
+    audited_tree, crafter_tree, demo_folders, hostile_tree, logprobs_missing_tree, oddity_tree, rollout_text_tree)

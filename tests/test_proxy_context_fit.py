@@ -3,6 +3,7 @@ configured with a small `max_model_len` (vLLM refuses prompt + max_tokens > max_
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -166,3 +167,31 @@ async def test_a_responses_prompt_is_measured_as_the_chat_messages_vllm_renders(
     (record,) = read_trace(proxy.trace_path())
     assert record["upstream_changes"]["max_output_tokens"] == SMALL - prompt
     assert len(record["prompt_token_ids"]) == prompt
+
+
+async def test_a_tokenize_answer_past_the_in_flight_limit_gets_the_call_a_503_and_it_is_not_sent(tmp_path: Path):
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    sent: list[dict] = []
+
+    async def models(request):
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model", "max_model_len": 4096}]})
+
+    async def tokenize(request):  # a 200 kB answer (JSON padded with spaces) to the proxy's own call
+        return Response(json.dumps({"count": 3, "max_model_len": 4096, "tokens": [1, 2, 3]}) + " " * 200_000,
+                        media_type="application/json")
+
+    async def chat(request):
+        sent.append(await request.json())
+        return JSONResponse({"seen": sent[-1]})
+
+    app = Starlette(routes=[Route("/v1/models", models), Route("/tokenize", tokenize, methods=["POST"]),
+                            Route("/v1/chat/completions", chat, methods=["POST"])])
+    async with CaptureProxy(upstream="http://upstream/v1", trace_dir=tmp_path, transport=httpx.ASGITransport(app),
+                            context=ContextPolicy(fit_context=True), max_inflight_bytes=100_000) as proxy:
+        r = await _post(proxy, {"model": "m", "messages": MESSAGES, "max_tokens": 32000})
+    assert r.status_code == 503 and "max_inflight_bytes" in r.json()["error"]["message"] and sent == []
+    (record,) = read_trace(proxy.trace_path())
+    assert record["status"] == 503 and record["error"]["kind"] == "proxy_overloaded"

@@ -262,3 +262,40 @@ async def test_a_restarted_proxy_finds_the_parents_its_earlier_run_recorded(tmp_
     assert [r["index"] for r in records] == [0, 1, 2, 3]
     assert [r["continuity"]["parent_index"] for r in records] == [None, 0, 1, 2]  # 2 continues the first run's 1
     assert all(r["continuity"]["status"] == "exact" for r in records)
+
+
+def padding_tokenize_answers(app, padding: int):
+    """The app, whose ``/tokenize`` answers end with `padding` spaces (still JSON)."""
+    async def wrapped(scope, receive, send):
+        if scope["type"] != "http" or scope["path"] != "/tokenize":
+            return await app(scope, receive, send)
+
+        async def padded(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [(k, v) for k, v in message["headers"] if k != b"content-length"]}
+            elif not message.get("more_body", False):
+                message = {**message, "body": message.get("body", b"") + b" " * padding}
+            await send(message)
+
+        await app(scope, receive, padded)
+
+    return wrapped
+
+
+async def test_a_tokenize_answer_past_the_in_flight_limit_gets_the_continuing_call_a_503(tmp_path, builtin_tokenizer):
+    from rollout_dataset.backend import create_backend_app
+
+    app = padding_tokenize_answers(create_backend_app(policy="script", script=forced_steps(builtin_tokenizer)),
+                                   200_000)
+    async with CaptureProxy(upstream="http://upstream.test/v1", trace_dir=tmp_path, on_policy=True,
+                            transport=httpx.ASGITransport(app), max_inflight_bytes=100_000) as proxy:
+        async with httpx.AsyncClient(timeout=30) as client:
+            url = proxy.session_base_url("s") + "/chat/completions"
+            first = await client.post(url, json={"model": "local", "messages": [SYSTEM, TASK]})
+            reply = {"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]}
+            second = await client.post(url, json={"model": "local", "messages": [SYSTEM, TASK, reply,
+                                                                                 {"role": "user", "content": "Thanks!"}]})
+        records = read_trace(proxy.trace_path("s"))
+    assert first.status_code == 200  # a new conversation: no server call of the mode's
+    assert second.status_code == 503 and "max_inflight_bytes" in second.json()["error"]["message"]
+    assert records[1]["status"] == 503 and records[1]["error"]["kind"] == "proxy_overloaded"

@@ -369,6 +369,53 @@ async def test_an_answer_past_the_in_flight_limit_gets_a_503_and_is_recorded(tmp
     assert record["status"] == 503 and record["error"]["kind"] == "proxy_overloaded"
 
 
+async def test_a_compressed_answer_is_counted_as_it_decodes_and_gets_a_503_past_the_in_flight_limit(tmp_path: Path):
+    import gzip
+
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def chat(request):  # 5 MB decoded from a 5 kB body whose content-length is the encoded size
+        return Response(gzip.compress(b" " * 5_000_000), media_type="application/json",
+                        headers={"content-encoding": "gzip"})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    async with serve(app) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "t", max_inflight_bytes=100_000) as proxy:
+            async with httpx.AsyncClient(timeout=10) as client:
+                r = await client.post(proxy.base_url + "/chat/completions", json={"model": "m", "messages": MESSAGES})
+    assert r.status_code == 503 and "max_inflight_bytes" in r.json()["error"]["message"]
+    (record,) = read_trace(tmp_path / "t" / "default.jsonl")
+    assert record["status"] == 503 and record["error"]["kind"] == "proxy_overloaded"
+
+
+async def test_a_passed_through_stream_past_the_in_flight_limit_ends_with_a_503_event_and_is_recorded(tmp_path: Path):
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    event = b"data: " + b"x" * 20_000 + b"\n\n"
+
+    async def events(request):  # an event stream of an endpoint the proxy does not read: passed through
+        async def body():
+            for _ in range(10):
+                yield event
+                await asyncio.sleep(0.01)
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/events", events, methods=["POST"])])
+    async with serve(app) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "t", max_inflight_bytes=100_000) as proxy:
+            async with httpx.AsyncClient(timeout=10) as client:
+                r = await client.post(proxy.base_url + "/events", json={})
+    assert r.status_code == 200 and len(r.content) < 10 * len(event)
+    last = r.text.rstrip().rsplit("\n\n", 1)[-1]
+    assert last.startswith("data: ") and json.loads(last[6:])["error"]["type"] == "proxy_overloaded"
+    (record,) = read_trace(tmp_path / "t" / "default.jsonl")
+    assert record["error"]["kind"] == "proxy_overloaded" and "max_inflight_bytes" in record["error"]["message"]
+
+
 async def test_a_400_whose_body_breaks_off_records_the_status_and_names_the_disconnect(tmp_path):
     from proxy_fakes import serve_raw
 

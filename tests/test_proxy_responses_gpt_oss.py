@@ -244,3 +244,72 @@ async def test_an_upstream_that_fails_while_its_400_is_read_is_named_the_model_s
     (record,) = read_trace(proxy.trace_path())
     assert record["status"] == status and record["error"]["kind"] == kind
     assert not any(r.exc_info for r in caplog.records)  # no traceback: not the proxy's failure
+
+
+# ---- the in-flight bound: the refusal read and the body sent again are counted --------------------
+
+REFUSAL = {"error": {"message": "logprobs are not supported with gpt-oss models", "type": "invalid_request_error",
+                     "param": "logprobs", "code": 400}}
+
+
+def _refusing_server(sent: list[bool], refusal: str = json.dumps(REFUSAL)):
+    """A gpt-oss-like server on /v1/responses: vLLM's logprob refusal while asked for them, else an answer."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    async def responses(request):
+        body = json.loads(await request.body())
+        sent.append("message.output_text.logprobs" in (body.get("include") or []))
+        if sent[-1]:
+            return Response(refusal, status_code=400, media_type="application/json")
+        return JSONResponse(_answer(body, False))
+
+    return Starlette(routes=[Route("/v1/responses", responses, methods=["POST"])])
+
+
+def _overloaded(reply: httpx.Response, record: dict[str, Any]) -> bool:
+    return (reply.status_code == 503 and "max_inflight_bytes" in reply.json()["error"]["message"]
+            and record["status"] == 503 and record["error"]["kind"] == "proxy_overloaded")
+
+
+async def test_a_refusal_whose_bytes_pass_the_in_flight_limit_gets_a_503_and_is_not_sent_again(tmp_path):
+    from proxy_fakes import serve
+
+    sent: list[bool] = []
+    padded = json.dumps(REFUSAL) + " " * 40_000  # still vLLM's refusal, as JSON; 40 kB to read
+    async with serve(_refusing_server(sent, padded)) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces", max_inflight_bytes=30_000) as proxy:
+            reply = await _post(proxy.base_url)
+    assert sent == [True]
+    (record,) = read_trace(proxy.trace_path())
+    assert _overloaded(reply, record)
+
+
+async def test_the_body_sent_again_without_logprobs_is_counted_against_the_in_flight_limit(tmp_path):
+    from proxy_fakes import serve
+
+    sent: list[bool] = []
+    async with serve(_refusing_server(sent)) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces", max_inflight_bytes=50_000) as proxy:
+            big = await _post(proxy.base_url, input="x" * 30_000)  # its body once as received, once sent again
+            small = await _post(proxy.base_url)
+    assert sent == [True, True, False]  # the big one was not sent again; the small one was
+    assert small.status_code == 200  # the refused call gave its bytes back
+    refused, ok = read_trace(proxy.trace_path())
+    assert _overloaded(big, refused) and any(n.startswith(REFUSED) for n in refused["notes"])
+    assert ok["error"] is None
+
+
+async def test_the_body_of_a_call_to_a_remembered_refusing_model_is_counted_against_the_in_flight_limit(tmp_path):
+    from proxy_fakes import serve
+
+    sent: list[bool] = []
+    async with serve(_refusing_server(sent)) as root:
+        async with CaptureProxy(upstream=root, trace_dir=tmp_path / "traces", max_inflight_bytes=50_000) as proxy:
+            first = await _post(proxy.base_url)  # refused, sent again: the model is remembered
+            big = await _post(proxy.base_url, input="x" * 30_000)
+    assert first.status_code == 200 and sent == [True, False]  # the big one never went upstream
+    _, refused = read_trace(proxy.trace_path())
+    assert _overloaded(big, refused)
+    assert any(n.startswith(REFUSED) and n.endswith("(remembered from an earlier call)") for n in refused["notes"])

@@ -218,3 +218,74 @@ async def test_a_call_to_another_host_at_max_connections_closes_an_idle_connecti
                 response = await client.post(root + "/v1/chat/completions", json={})
                 assert response.status_code == 200 and response.content == BODY
     assert len(first_accepted) == 2 and len(second_accepted) == 1
+
+
+# ---- an upstream named by host ------------------------------------------------------------------
+
+async def test_a_host_named_upstream_is_looked_up_only_while_no_spare_descriptor_is_handed_over():
+    """The lookup (which opens /etc/hosts, resolv.conf, a DNS socket) runs in a thread: while the
+    recorder hands a spare descriptor over to a trace file, it waits, so it cannot take that number."""
+    from rollout_dataset.proxy.descriptors import SPARE_HANDOVER_LOCK
+
+    async with serve_raw(replying((answer(), False))) as (root, _):
+        url = root.replace("127.0.0.1", "localhost") + "/v1/models"
+        transport = UpstreamTransport(httpx.Limits(max_connections=4))
+        try:
+            with SPARE_HANDOVER_LOCK:  # as the recorder holds it from closing a spare to opening a file
+                call = asyncio.ensure_future(transport.handle_async_request(httpx.Request("GET", url)))
+                await asyncio.sleep(0.3)
+                assert not call.done(), "the host name was looked up while a spare was handed over"
+            response = await asyncio.wait_for(call, 10)
+            assert response.status_code == 200
+            await response.aread()
+            await response.aclose()
+        finally:
+            await transport.aclose()
+
+
+async def test_an_https_upstream_named_by_host_is_verified_and_told_that_name(tmp_path: Path, monkeypatch):
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(context)  # valid for the name only, not for 127.0.0.1
+    names: list[str | None] = []
+    context.sni_callback = lambda sock, name, ctx: names.append(name)
+    heads: list[bytes] = []
+
+    async def reply(head: bytes) -> tuple[bytes, bool]:
+        heads.append(head)
+        return answer(), False
+
+    with ca.cert_pem.tempfile() as ca_file:
+        monkeypatch.setenv("SSL_CERT_FILE", ca_file)
+        async with serve_raw(reply, tls=context) as (root, _):
+            upstream = root.replace("127.0.0.1", "localhost")
+            async with CaptureProxy(upstream=upstream, trace_dir=tmp_path / "traces") as proxy:
+                async with httpx.AsyncClient(timeout=30) as client:
+                    response = await client.post(proxy.base_url + "/chat/completions",
+                                                 json={"model": "m", "messages": MESSAGES})
+                (record,) = read_trace(proxy.trace_path())
+    assert response.status_code == 200 and response.content == BODY and record["error"] is None
+    assert names == ["localhost"] and b"\r\nhost: " + upstream.removeprefix("https://").encode() + b"\r\n" in heads[0]
+
+
+async def test_a_host_name_whose_first_address_refuses_is_reached_at_the_next(monkeypatch):
+    import socket
+
+    real = socket.getaddrinfo
+
+    def two_addresses(host, port, *args, **kwargs):  # as a resolver answers a name with two addresses
+        if host != "upstream.test":
+            return real(host, port, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port)) for address in ("127.0.0.2", "127.0.0.1")]
+
+    monkeypatch.setattr(socket, "getaddrinfo", two_addresses)
+    async with serve_raw(replying((answer(), False))) as (root, accepted):
+        url = root.replace("127.0.0.1", "upstream.test") + "/v1/models"
+        transport = UpstreamTransport(httpx.Limits(max_connections=4))
+        try:
+            response = await transport.handle_async_request(httpx.Request("GET", url))
+            assert response.status_code == 200 and len(accepted) == 1  # nothing listens on 127.0.0.2
+            await response.aread()
+            await response.aclose()
+        finally:
+            await transport.aclose()

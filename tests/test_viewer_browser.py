@@ -367,3 +367,110 @@ def test_tokens_whose_logprobs_are_missing_are_shown_as_unknown_not_as_confident
         assert "missing: not captured" in page.locator("#tip").inner_text()
         assert "lpn" not in block.locator(f'.tok[data-i="{later}"]').get_attribute("class").split()
         _clean(page)
+
+
+# the left edges of the characters at `offsets` from the start of `needle` in the text of `selector`'s
+# first element (the text across all its nodes, as copying it gives)
+_CHAR_LEFTS = """([selector, needle, offsets]) => {
+  const root = document.querySelector(selector);
+  const at = root.textContent.indexOf(needle);
+  if (at < 0) return null;
+  return offsets.map((offset) => {
+    let rest = at + offset;
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (rest >= node.data.length) { rest -= node.data.length; continue; }
+      const r = document.createRange(); r.setStart(node, rest); r.setEnd(node, rest + 1);
+      return r.getBoundingClientRect().left;
+    }
+    return null;
+  });
+}"""
+
+
+@pytest.fixture(scope="module")
+def rollout_text_url(rollout_text_tree):
+    with serve_in_thread(lambda: viewer_server(rollout_text_tree), name="viewer-browser-rollout-text") as server:
+        yield server.url
+
+
+def _in_order(page, selector: str, needle: str, first: int = 0, last: int = -1) -> bool:
+    """Whether `needle`'s `first` character is drawn left of its `last` in `selector`."""
+    lefts = page.evaluate(_CHAR_LEFTS, [selector, needle, [first, last % len(needle)]])
+    assert lefts is not None, f"{needle!r} not in {selector}"
+    return lefts[0] < lefts[1]
+
+
+def _open_conversation(page, url: str) -> None:
+    _ready(page, url + "rollout.html?id=right-to-left")
+    page.click("#tabs button[data-tab=conversation]")
+    page.evaluate("document.querySelectorAll('#tab-conversation details').forEach((d) => { d.open = true; })")
+
+
+def _mark_tools_block(page) -> str:
+    """Mark the first "tools offered" block of the conversation tab; its selector."""
+    page.evaluate("[...document.querySelectorAll('#tab-conversation details')]"
+                  ".find((d) => d.firstChild.textContent.startsWith('tools offered')).lastChild.classList.add('tools-under-test')")
+    return "#tab-conversation .tools-under-test"
+
+
+def test_an_override_in_a_group_id_does_not_reorder_its_group_header(page, rollout_text_url):
+    _ready(page, rollout_text_url)
+    page.evaluate("[...document.querySelectorAll('.group-header')].find((h) => h.textContent.includes('\\u202e'))"
+                  ".classList.add('under-test')")
+    assert _in_order(page, ".group-header.under-test", "mean reward")
+
+
+def test_an_override_in_the_tools_offered_does_not_reorder_the_json_after_it(page, rollout_text_url):
+    _open_conversation(page, rollout_text_url)
+    tools = _mark_tools_block(page)
+    assert _in_order(page, tools, '\u202e",', 1, 2)  # after a description: its closing quote, then the comma
+    assert _in_order(page, tools, '\u202e": {', 1, 4)  # after a property name: its closing quote, then the brace
+    sent = page.evaluate("fetch('api/rollout?id=right-to-left').then((r) => r.json())"
+                         ".then((v) => JSON.stringify(v.conversations[0].tools, null, 1))")
+    assert page.locator(tools).text_content() == sent, "copying the block gives the tools' JSON"
+    _clean(page)
+
+
+def test_an_override_in_a_messages_role_does_not_reorder_the_call_id_after_it(page, rollout_text_url):
+    _open_conversation(page, rollout_text_url)
+    page.locator(".message.role-tool .role").first.evaluate("(node) => node.classList.add('under-test')")
+    assert _in_order(page, ".role.under-test", " (result of ")
+    _clean(page)
+
+
+def test_an_override_in_a_messages_content_stays_in_its_preformatted_block(page, rollout_text_url):
+    _open_conversation(page, rollout_text_url)
+    item = page.locator(".message.role-assistant", has=page.locator(".toolcall")).first
+    assert item.locator("pre.content").text_content().endswith("\u202e")
+    item.evaluate("(node) => node.classList.add('under-test')")
+    assert _in_order(page, ".message.under-test .toolcall", "→ w")  # the tool call drawn after the content
+    _clean(page)
+
+
+def test_an_override_in_a_finish_reason_does_not_reorder_the_call_header_after_it(page, rollout_text_url):
+    _ready(page, rollout_text_url + "rollout.html?id=right-to-left")
+    page.click("#tabs button[data-tab=calls]")
+    assert _in_order(page, "#call-0 > summary", " · tools ")
+    _clean(page)
+
+
+@pytest.mark.parametrize("tab", ["tokens", "conversation", "graph", "calls"])
+def test_html_in_every_piece_of_rollout_text_is_shown_as_text(page, rollout_text_url, tab):
+    from viewer_fixtures import HOSTILE
+
+    _ready(page, rollout_text_url)
+    assert HOSTILE in page.locator(".group-header").first.text_content()
+    assert HOSTILE in page.locator(".tabulator-cell[tabulator-field=model]").first.text_content()
+    _ready(page, rollout_text_url + "rollout.html?id=html&tab=" + tab)
+    page.evaluate("document.querySelectorAll('details').forEach((d) => { d.open = true; })")
+    assert HOSTILE in page.locator("#title").text_content()
+    if tab == "conversation":
+        assert json.dumps(HOSTILE)[1:-1] in page.locator(_mark_tools_block(page)).text_content()  # a JSON string
+        assert page.locator(".message .role", has_text=HOSTILE).count() >= 4
+        assert page.locator(".toolcall", has_text=HOSTILE).count() >= 2
+    if tab == "calls":
+        assert page.locator("details[id^=call-] > summary", has_text=HOSTILE).count() >= 1
+    assert page.locator("main script, main img, header script, header img").count() == 0
+    assert page.evaluate("window.__pwned") is None
+    _clean(page)

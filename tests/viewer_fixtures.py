@@ -154,3 +154,54 @@ def logprobs_missing_tree(demo_folders, tmp_path_factory) -> tuple[Path, Path]:
     (folder / "rollout.json").write_text(json.dumps(document))
     build([folder], root / "dataset", progress=False)
     return root / "tree", root / "dataset"
+
+
+RIGHT_TO_LEFT = "\u202e"  # RIGHT-TO-LEFT OVERRIDE, never closed
+
+
+def _rewrite_rollout_text(folder: Path, text: str) -> None:
+    """Put `text` at the end of every piece of rollout text a harness or model can write that the
+    viewer shows: the tools offered (a description and a property name), a message's role and content,
+    a tool call's name and id, the task's title and id (so its group), the model and harness names,
+    the finish reason."""
+    from rollout_dataset.trace_integrity import reseal
+
+    trace = json.loads((folder / "trace.json").read_text())
+    for call in trace["calls"]:
+        call["finish_reason"] = (call.get("finish_reason") or "") + text
+        for tool in call["request"].get("tools") or []:
+            function = tool["function"]
+            function["description"] += text
+            properties = function["parameters"]["properties"]
+            for name in list(properties):
+                properties[name + text] = properties.pop(name)
+        for message in call["request"]["messages"]:
+            message["role"] += text
+            message["content"] = (message.get("content") or "") + text
+            for sent in message.get("tool_calls") or []:
+                sent["id"] += text
+                sent["function"]["name"] += text
+            if message.get("tool_call_id"):
+                message["tool_call_id"] += text
+        answer = call["response"]["choices"][0]["message"]
+        answer["content"] = (answer.get("content") or "") + text
+        for made in answer.get("tool_calls") or []:
+            made["id"] += text
+            made["function"]["name"] += text
+    (folder / "trace.json").write_text(json.dumps(reseal(trace)))
+    for name, fields in (("summary.json", ("task_id", "model", "harness")), ("task.json", ("task_id", "title")),
+                         ("held_out_tests.json", ("task_id",))):
+        document = json.loads((folder / name).read_text())
+        document.update({field: (document.get(field) or "") + text for field in fields})
+        (folder / name).write_text(json.dumps(document))
+
+
+@pytest.fixture(scope="session")
+def rollout_text_tree(demo_folders, tmp_path_factory) -> Path:
+    """Two copies of demo ``rollout-000`` whose rollout text (see `_rewrite_rollout_text`) ends in
+    `RIGHT_TO_LEFT` (folder ``right-to-left``) or in `HOSTILE` HTML (folder ``html``)."""
+    root = tmp_path_factory.mktemp("viewer-rollout-text") / "tree"
+    for name, text in (("right-to-left", RIGHT_TO_LEFT), ("html", HOSTILE)):
+        shutil.copytree(demo_folders[0] / "rollout-000", root / name)
+        _rewrite_rollout_text(root / name, text)
+    return root

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from rollout_dataset.audit.metrics import QUANTILES
 from rollout_dataset.builder.audit_card import (AUDIT_CONFIG, AUDIT_DATA_FILES, AUDIT_HEADING, audit_config_entry,
                                                 audit_section)
-from rollout_dataset.builder.card import one_line
+from rollout_dataset.builder.card import code_span, one_line
 from rollout_dataset.errors import ArtifactError
 
 __all__ = ["write_audit_json", "AuditConfigWriter", "AUDIT_SCHEMA", "card_statement", "read_card",
@@ -114,18 +114,18 @@ def card_statement(summary: dict[str, Any], scorer: Any, n_rollouts: int, n_not_
     """
     url, model, dtype = one_line(scorer.url), one_line(scorer.model), one_line(scorer.dtype)
     how = f"the server's own prefill scores (`prompt_logprobs`) at {url}" if scorer.kind == "server" else \
-        f"a transformers forward pass of `{model}` in {dtype}"
+        f"a transformers forward pass of {code_span(model)} in {dtype}"
     flag = f"--against {url}" if scorer.kind == "server" else f"--model {model} --dtype {dtype}"
     q = summary["ratio_quantiles"]
     return (f"{AUDIT_HEADING}\n\n"
             f"The captured `logprobs` of {n_rollouts} rollouts were re-scored from the `sequences` rows by {how} "
-            f"(model `{model}`): {summary['tokens_scored']} sampled tokens, mean |Δ logprob| "
+            f"(model {code_span(model)}): {summary['tokens_scored']} sampled tokens, mean |Δ logprob| "
             f"{summary['mean_abs_diff']:.2g}, max {summary['max_abs_diff']:.2g}, share over 1e-2 "
             f"{summary['share_over_1e-2']:.2g}; KL(sampler ‖ scorer) k1 {summary['kl_k1']:.2g}, k3 "
             f"{summary['kl_k3']:.2g}; importance ratio p01 {q['p01']:.4f}, p50 {q['p50']:.4f}, p99 {q['p99']:.4f}. "
             f"{n_not_comparable} calls were not comparable (reasons in the `audit` config). Per-rollout figures "
             f"are in the `audit` config, one row per rollout: `load_dataset(REPO, \"audit\", split=\"train\")`, "
-            f"REPO being this dataset's id or folder. Reproduce: `rollout-dataset audit DATASET {flag}`.\n")
+            f"REPO being this dataset's id or folder. Reproduce: {code_span('rollout-dataset audit DATASET ' + flag)}.\n")
 
 
 def read_card(dataset: Path) -> tuple[dict[str, Any], str]:

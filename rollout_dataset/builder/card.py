@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -25,7 +26,7 @@ from rollout_dataset.builder.writer import LIST_LEVEL, TEXT_LEVEL
 from rollout_dataset.errors import ArtifactError
 
 __all__ = ["TEMPLATE_PATH", "CARD_PROSE_MAX_LINES", "contracts_source", "card_stats", "card_metadata", "render_card",
-           "read_card_metadata", "card_prose_lines", "one_line"]
+           "read_card_metadata", "card_prose_lines", "one_line", "code_span", "table_cell", "markdown_text"]
 
 # The template lives at the repo top; `builder/dataset_card.md` links to it so that a wheel ships it too.
 TEMPLATE_PATH = Path(__file__).parent / "dataset_card.md"
@@ -35,6 +36,10 @@ TEMPLATE_PATH = Path(__file__).parent / "dataset_card.md"
 CARD_PROSE_MAX_LINES = 150
 # the header row that opens each config's column table in the template
 _COLUMN_TABLE_HEADER = "| column | type | meaning |"
+
+_BACKTICK_RUNS = re.compile("`+")
+# what `markdown_text` escapes: the ASCII characters that can open Markdown, HTML, an entity or math
+_MARKDOWN_SPECIALS = re.compile(r"[\\`*_\[\]<>&!|~$#]")
 
 # config -> summary column holding that config's rows per rollout (None: one row per rollout)
 _ROW_COUNT_COLUMN = ROW_COUNT_COLUMN
@@ -139,6 +144,65 @@ def one_line(text: Any) -> str:
     return " ".join(str(text).splitlines())
 
 
+def code_span(text: Any) -> str:
+    """A rollout-derived name as one Markdown code span: the card's `code_span` filter.
+
+    CommonMark's rule: a span opened by a run of N backticks ends at the next run of exactly N, and its
+    content is shown as text (HTML in it is inert, as is Markdown). So the delimiter is one backtick
+    longer than the longest run inside; the content is padded with a space on each side when it starts
+    or ends with a backtick (which would join the delimiter) or both starts and ends with a space
+    (which CommonMark would strip). The name is put on one line first (`one_line`). An empty name is a
+    span holding one space. Inside a table cell, pass the result through `table_cell` too.
+
+    Args:
+        text: the name (rendered with `str`).
+
+    Returns:
+        The code span, delimiters included, showing exactly ``one_line(text)``.
+    """
+    content = one_line(text)
+    if not content:
+        return "` `"
+    longest = max((len(run) for run in _BACKTICK_RUNS.findall(content)), default=0)
+    fence = "`" * (longest + 1)
+    if content.startswith("`") or content.endswith("`") or (
+            content.startswith(" ") and content.endswith(" ") and content.strip(" ")):
+        content = f" {content} "
+    return f"{fence}{content}{fence}"
+
+
+def table_cell(text: Any) -> str:
+    """Markdown (such as a `code_span`) made safe for one cell of a table row: the card's `table_cell` filter.
+
+    A GFM table splits a row at every ``|`` not escaped, inside code spans too, before anything else;
+    so every ``|`` is escaped as ``\\|``, which the table takes out again (a code span then shows ``|``).
+    Line breaks become spaces (`one_line`): a row is one line.
+
+    Args:
+        text: the cell's Markdown.
+
+    Returns:
+        The same Markdown, on one line, with no unescaped ``|``.
+    """
+    return one_line(text).replace("|", "\\|")
+
+
+def markdown_text(text: Any) -> str:
+    """A rollout-derived string as literal Markdown text outside a code span: the card's `markdown_text` filter.
+
+    On one line (`one_line`), with every ASCII character that can open Markdown or HTML (emphasis, a
+    link or image, raw HTML, an entity, a code span, math, a table cell's edge) backslash-escaped, as
+    CommonMark allows for any ASCII punctuation: ``<img onerror=...>`` is shown as text, not run.
+
+    Args:
+        text: the string (rendered with `str`).
+
+    Returns:
+        Markdown that renders as exactly ``one_line(text)``.
+    """
+    return _MARKDOWN_SPECIALS.sub(r"\\\g<0>", one_line(text))
+
+
 def render_card(summary_rows: Iterable[dict[str, Any]] | CardAggregates, *, template: str | Path | None = None,
                 repo_id: str | None = None, pretty_name: str | None = None, license: str | None = None,
                 config_bytes: dict[str, int] | None = None, traces_repo_id: str | None = None,
@@ -180,12 +244,15 @@ def render_card(summary_rows: Iterable[dict[str, Any]] | CardAggregates, *, temp
     citation = options.citation or default_citation(pretty_name, repo_id, stats["year"] or 1970)
     configs = [{"name": s.name, "row": s.row, "description": s.description, "default": s.name == DEFAULT_CONFIG,
                 "rows": stats["rows"][s.name],
-                "columns": [{"name": c.name, "dtype": c.dtype, "description": c.description.replace("|", "\\|")}
+                "columns": [{"name": c.name, "dtype": c.dtype, "description": table_cell(c.description)}
                             for c in resolved_columns(s.name)]}
                for s in CONFIGS]
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True)
     env.filters["one_line"] = one_line
+    env.filters["code_span"] = code_span
+    env.filters["table_cell"] = table_cell
+    env.filters["markdown_text"] = markdown_text
     body = env.from_string(path.read_text(encoding="utf-8")).render(
         stats=stats, configs=configs, pretty_name=pretty_name, default_config=DEFAULT_CONFIG,
         repo_id=repo_id or "path/to/DATASET_DIR", json=json, contracts_source=contracts_source(),

@@ -23,7 +23,7 @@ from rollout_dataset.proxy.call import DEFAULT_SESSION, SESSION_HEADER
 from rollout_dataset.proxy.call_record import CallRecorder
 from rollout_dataset.proxy.context_fit import ContextFitter, ContextPolicy
 from rollout_dataset.proxy.error_answers import ErrorAnswerer
-from rollout_dataset.proxy.inflight import InflightBound
+from rollout_dataset.proxy.inflight import InflightBound, read_passing
 from rollout_dataset.proxy.intake import RequestReader
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode
 from rollout_dataset.proxy.recorder import TraceRecorder
@@ -90,14 +90,16 @@ class ProxyApp:
         extensions: dict[str, Any] = {"timeout": timeout.as_dict()}
         # A session's earlier calls may have been answered by another worker, or by this proxy before a
         # restart: each parent lookup first reads what those wrote to the session's file.
-        policy = (OnPolicyMode(self.upstream_root, transport, extensions, others=recorder.records_by_others)
-                  if on_policy else None)
-        fitter = ContextFitter(self.upstream_root, transport, context) if context and context.active else None
+        policy = (OnPolicyMode(self.upstream_root, transport, extensions, others=recorder.records_by_others,
+                               read_body=read_passing) if on_policy else None)
+        fitter = (ContextFitter(self.upstream_root, transport, context, read_body=read_passing)
+                  if context and context.active else None)
         self.record = CallRecorder(recorder, policy)
         self.answers = ErrorAnswerer(self.record)
         self.bound = InflightBound(max_inflight_bytes, self.answers)
         self.reader = RequestReader(recorder, self.record, max_body_bytes, self.bound, self.answers)
-        self.rewriter = RequestRewriter(UpstreamUrls(self.upstream_root), extensions, fitter, policy, self.answers)
+        self.rewriter = RequestRewriter(UpstreamUrls(self.upstream_root), extensions, fitter, policy, self.answers,
+                                        self.bound)
         self.relay = UpstreamRelay(transport, self.record, self.answers, self.bound,
                                    StreamRelay(self.record, self.bound))
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,13 +232,17 @@ class ContextFitter:
         transport: the proxy's upstream transport.
         policy: the cap and whether to fit.
         timeout: seconds for each of these small requests.
+        read_body: reads an answer's whole body (the proxy's counts it against the in-flight bound,
+            `rollout_dataset.proxy.inflight.read_passing`).
     """
 
     def __init__(self, upstream_root: str, transport: httpx.AsyncBaseTransport, policy: ContextPolicy,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0,
+                 read_body: Callable[[httpx.Response], Awaitable[bytes]] = httpx.Response.aread) -> None:
         self.upstream_root = upstream_root.rstrip("/")
         self.transport = transport
         self.policy = policy
+        self.read_body = read_body
         self._extensions = {"timeout": httpx.Timeout(timeout).as_dict()}
         self._lengths: dict[str, int | None] = {}
         self._lock = asyncio.Lock()
@@ -252,7 +257,7 @@ class ContextFitter:
                                 extensions=self._extensions)
         response = await self.transport.handle_async_request(request)
         try:
-            data = await response.aread()
+            data = await self.read_body(response)
         finally:
             await response.aclose()
         try:

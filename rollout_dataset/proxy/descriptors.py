@@ -6,6 +6,11 @@ descriptors in ``accept``, frees a reserve descriptor of its own, accepts every 
 closes it at once, and tells no one. The harness sees the connection reset, and the call has no
 record. The proxy cannot see those resets; it sees its own opens fail (a trace file, an upstream
 connection), and at the first such failure in a process logs `OUT_OF_DESCRIPTORS_WARNING` once.
+
+The recorder's spare descriptor is handed over (closed so that a trace file can take its number,
+then taken back) under `SPARE_HANDOVER_LOCK`, and the only thread of the proxy that opens
+descriptors, the lookup of the upstream's host name (`proxy/transport.py`: ``/etc/hosts``,
+``resolv.conf``, a DNS socket), runs under the same lock: it cannot take the number a spare frees.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ from __future__ import annotations
 import errno
 import logging
 import resource
+import threading
 
-__all__ = ["OUT_OF_DESCRIPTORS_WARNING", "out_of_descriptors", "note_out_of_descriptors"]
+__all__ = ["OUT_OF_DESCRIPTORS_WARNING", "SPARE_HANDOVER_LOCK", "out_of_descriptors", "note_out_of_descriptors"]
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +28,10 @@ log = logging.getLogger(__name__)
 OUT_OF_DESCRIPTORS_WARNING = ("out of file descriptors (RLIMIT_NOFILE %d): connections the proxy cannot accept "
                               "are reset unread and leave no record; raise `ulimit -n`, or lower the harness's "
                               "concurrency or --max-open-files")
+
+#: held while a spare descriptor is handed over, and by a thread while it opens descriptors (a name
+#: lookup): a thread never takes the number a spare frees for a record. Never held across an await.
+SPARE_HANDOVER_LOCK = threading.Lock()
 
 _warned = False
 

@@ -18,10 +18,11 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 import httpx
 
+from rollout_dataset.errors import InflightLimitError
 from rollout_dataset.proxy.jsoncodec import dumps_standard, loads
 from rollout_dataset.proxy.on_policy_harmony import HarmonyBridge, harmony_bridge
 from rollout_dataset.proxy.on_policy import (
@@ -136,13 +137,17 @@ class OnPolicyMode:
             (`TraceRecorder.records_by_others`: other workers with ``proxy --workers N``, this proxy
             before a restart): read before each parent lookup, so a session's calls find their parent
             whichever process answered it.
+        read_body: reads an answer's whole body (the proxy's counts it against the in-flight bound,
+            `rollout_dataset.proxy.inflight.read_passing`).
     """
 
     def __init__(self, upstream_root: str, transport: httpx.AsyncBaseTransport, extensions: dict[str, Any],
                  memory: SessionMemory | None = None,
-                 others: Callable[[str], Iterable[dict[str, Any]]] | None = None) -> None:
+                 others: Callable[[str], Iterable[dict[str, Any]]] | None = None,
+                 read_body: Callable[[httpx.Response], Awaitable[bytes]] = httpx.Response.aread) -> None:
         self.upstream_root = upstream_root.rstrip("/")
         self.transport = transport
+        self.read_body = read_body
         timeout = dict(extensions.get("timeout") or {})
         for key in ("read", "write"):  # a stuck /tokenize must not hold the harness's call for long
             timeout[key] = min(timeout.get(key) or AUX_TIMEOUT_S, AUX_TIMEOUT_S)
@@ -165,7 +170,7 @@ class OnPolicyMode:
         try:
             response = await self.transport.handle_async_request(request)
             try:
-                data = await response.aread()
+                data = await self.read_body(response)
             finally:
                 await response.aclose()
         except httpx.HTTPError as exc:
@@ -261,7 +266,10 @@ class OnPolicyMode:
             headers: headers for the server.
 
         Returns:
-            The decision; never raises (failures become a ``not_repaired`` continuity).
+            The decision (failures become a ``not_repaired`` continuity).
+
+        Raises:
+            InflightLimitError: a server's answer would pass the proxy's in-flight limit.
         """
         t0 = time.perf_counter()
         messages = parsed.get("messages")
@@ -273,6 +281,8 @@ class OnPolicyMode:
             prepared.continuity = await self._decide(session, parsed, messages, prepared, headers)
         except _AuxError as exc:
             prepared.continuity = Continuity("not_repaired", reason="server_call_failed", detail=str(exc))
+        except InflightLimitError:
+            raise  # the proxy's memory bound refused an answer: the call is refused (503), not the mode
         except Exception as exc:  # never fail the harness's call over the mode
             log.exception("on-policy mode failed on a request of session %s", session)
             prepared.continuity = Continuity("not_repaired", reason="proxy_error", detail=f"{type(exc).__name__}: {exc}")

@@ -33,7 +33,7 @@ from typing import Any, Iterator
 import orjson
 
 from rollout_dataset.errors import RecordWriteError, SchemaValidationError
-from rollout_dataset.proxy.descriptors import note_out_of_descriptors, out_of_descriptors
+from rollout_dataset.proxy.descriptors import SPARE_HANDOVER_LOCK, note_out_of_descriptors, out_of_descriptors
 from rollout_dataset.proxy.jsoncodec import encode_record, loads
 from rollout_dataset.trace_integrity import (
     CHAIN_FIELD,
@@ -235,21 +235,23 @@ class TraceRecorder:
         except OSError as exc:
             if not out_of_descriptors(exc) or not self._spares:
                 raise
-        os.close(self._spares.pop())
-        try:
-            return os.open(path, flags, 0o600), True
-        except OSError:
-            self._refill_spares()
-            raise
+        with SPARE_HANDOVER_LOCK:  # no thread of the proxy (a name lookup) takes the number the spare frees
+            os.close(self._spares.pop())
+            try:
+                return os.open(path, flags, 0o600), True
+            except OSError:
+                self._refill_spares()
+                raise
 
     def _return_borrowed(self, fd: int | None) -> None:
         """Close a borrowed descriptor (None: a failure closed it already) and take the spare back."""
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:  # pragma: no cover - already closed
-                pass
-        self._refill_spares()
+        with SPARE_HANDOVER_LOCK:
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:  # pragma: no cover - already closed
+                    pass
+            self._refill_spares()
 
     def _refill_spares(self) -> None:
         while len(self._spares) < self.SPARE_DESCRIPTORS:

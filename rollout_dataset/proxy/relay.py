@@ -28,7 +28,7 @@ from rollout_dataset.proxy.messages_capture import translate_whole
 from rollout_dataset.proxy.redact import redact_url
 from rollout_dataset.proxy.responses_capture import (LOGPROBS_REFUSED_NOTE, REFUSAL_BODY_CAP, LogprobRefusals,
                                                      refuses_logprobs, without_logprobs)
-from rollout_dataset.proxy.rewrite import Outgoing
+from rollout_dataset.proxy.rewrite import Outgoing, with_body
 from rollout_dataset.proxy.stream_relay import StreamRelay
 from rollout_dataset.proxy.tokens import TokenRequest, strip_response
 from rollout_dataset.wire.anthropic_chat import anthropic_error
@@ -91,20 +91,28 @@ class UpstreamRelay:
             source = _logprobs_added(token_req)
             if source is not None and source.get("model") in self.logprob_refusals:
                 request, token_req = _without_logprobs(call, request, token_req, "remembered from an earlier call")
+                if not await self.bound.reserve(call, len(request.content), send):  # held with the first body
+                    return
             response = await self._send_upstream(call, request, url, send)
             if response is None:
                 return
             source = _logprobs_added(token_req)
             if source is not None and response.status_code == 400:
                 try:
-                    response, refused = await _read_refusal(response)
+                    read = await self._read_refusal(call, response, send)
                 except httpx.TransportError as exc:
                     await response.aclose()
                     await self._reply_read_failure(call, url, exc, send)
                     return
+                if read is None:  # its bytes would pass the in-flight limit: answered 503
+                    await response.aclose()
+                    return
+                response, refused = read
                 if refused:  # the proxy's doing, not the harness's: sent again as the harness could send it
                     await response.aclose()
                     request, token_req = _without_logprobs(call, request, token_req, "sent again")
+                    if not await self.bound.reserve(call, len(request.content), send):  # held with the first body
+                        return
                     response = await self._send_upstream(call, request, url, send)
                     if response is None:
                         return
@@ -222,6 +230,47 @@ class UpstreamRelay:
         call.delivery.ended = True
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
+    async def _read_refusal(self, call: Call, response: httpx.Response,
+                            send: Send) -> tuple[httpx.Response, bool] | None:
+        """Whether an HTTP 400 is the server's refusal of output logprobs, and the response to relay otherwise.
+
+        Up to `REFUSAL_BODY_CAP` bytes of the body are read, each read counted against the in-flight
+        bound; the returned response gives the same bytes. The bytes of a refusal (dropped) are given
+        back; those of any other answer stay counted while the replay holds them.
+
+        Args:
+            call: the call.
+            response: the upstream's HTTP 400, headers read.
+            send: the ASGI send callable (for the 503).
+
+        Returns:
+            ``(response to relay, refused)``, or None when the call was refused with a 503 (the bytes
+            read would pass the in-flight limit).
+
+        Raises:
+            httpx.TransportError: the upstream failed while the body was read.
+        """
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if "json" not in response.headers.get("content-type", "") or encoding != "identity":
+            return response, False
+        head = bytearray()
+        chunks = response.aiter_raw()
+        whole = True
+        async for chunk in chunks:
+            if not await self.bound.reserve(call, len(chunk), send):
+                return None
+            head += chunk
+            if len(head) > REFUSAL_BODY_CAP:
+                whole = False
+                break
+        if whole and refuses_logprobs(response.status_code, bytes(head)):
+            self.bound.give_back(call, len(head))
+            return response, True
+        replay = httpx.Response(response.status_code, headers=response.headers.raw,
+                                stream=_Replayed(bytes(head), None if whole else chunks, response),
+                                request=response.request, extensions=response.extensions)
+        return replay, False
+
 
 def _logprobs_added(token_req: TokenRequest | None) -> dict[str, Any] | None:
     """The harness's body of a Responses call whose output-text logprobs only the proxy asked for, else None."""
@@ -239,12 +288,7 @@ def _without_logprobs(call: Call, request: httpx.Request, token_req: TokenReques
     asked.upstream_changes = changes
     asked.effective = {**asked.requested, **changes}
     call.notes.append(f"{LOGPROBS_REFUSED_NOTE} ({how})")
-    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
-    headers.append((b"content-length", str(len(body)).encode()))
-    again = httpx.Request(request.method, request.url, stream=httpx.ByteStream(body), headers=headers,
-                          extensions=request.extensions)
-    again.read()
-    return again, dataclasses.replace(token_req, changes=changes, body=body)
+    return with_body(request, body), dataclasses.replace(token_req, changes=changes, body=body)
 
 
 class _Replayed(httpx.AsyncByteStream):
@@ -264,30 +308,6 @@ class _Replayed(httpx.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self.original.aclose()
-
-
-async def _read_refusal(response: httpx.Response) -> tuple[httpx.Response, bool]:
-    """Whether an HTTP 400 is the server's refusal of output logprobs, and the response to relay otherwise.
-
-    Up to `REFUSAL_BODY_CAP` bytes of the body are read; the returned response gives the same bytes.
-    """
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    if "json" not in response.headers.get("content-type", "") or encoding != "identity":
-        return response, False
-    head = bytearray()
-    chunks = response.aiter_raw()
-    whole = True
-    async for chunk in chunks:
-        head += chunk
-        if len(head) > REFUSAL_BODY_CAP:
-            whole = False
-            break
-    if whole and refuses_logprobs(response.status_code, bytes(head)):
-        return response, True
-    replay = httpx.Response(response.status_code, headers=response.headers.raw,
-                            stream=_Replayed(bytes(head), None if whole else chunks, response),
-                            request=response.request, extensions=response.extensions)
-    return replay, False
 
 
 def _translated_whole(call: Call, url: str, parsed: Any, status: int) -> bytes:

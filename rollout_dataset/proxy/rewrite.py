@@ -15,23 +15,63 @@ from typing import Any
 
 import httpx
 
+from rollout_dataset.errors import InflightLimitError
 from rollout_dataset.proxy.asgi_types import Scope, Send
 from rollout_dataset.proxy.call import SESSION_HEADER, Call
 from rollout_dataset.proxy.context_fit import CONTEXT_EXHAUSTED, ContextFitter
 from rollout_dataset.proxy.error_answers import ErrorAnswerer
+from rollout_dataset.proxy.inflight import InflightBound
 from rollout_dataset.proxy.intake import Checked
 from rollout_dataset.proxy.messages_capture import CHAT_ENDPOINT
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode
 from rollout_dataset.proxy.tokens import TokenRequest, prepare_request, sampling_params
 from rollout_dataset.wire.anthropic_chat import IGNORED_FIELDS, ChatStreamToMessages, messages_to_chat
 
-__all__ = ["RequestRewriter", "Outgoing", "UpstreamUrls", "DROP_REQUEST"]
+__all__ = ["RequestRewriter", "Outgoing", "UpstreamUrls", "DROP_REQUEST", "build_upstream_request", "with_body"]
 
 # Request headers never forwarded upstream (hop-by-hop, recomputed, or the proxy's own).
 DROP_REQUEST = frozenset(
     {b"host", b"content-length", b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding",
      b"te", b"trailer", b"upgrade", b"accept-encoding", b"expect", SESSION_HEADER.encode()}
 )
+
+
+def build_upstream_request(method: str, url: httpx.URL, headers: list[tuple[bytes, bytes]], body: bytes,
+                     extensions: dict[str, Any]) -> httpx.Request:
+    """The request sent upstream: the body given whole, its Content-Length set here, the body read.
+
+    The stream is given whole, so httpx skips re-deriving Host and Content-Length (set by the caller
+    and here), and the body is read so that it is `request.content`, as httpx does for bytes content.
+
+    Args:
+        method: the HTTP method.
+        url: the upstream URL.
+        headers: the headers to send, Host included, without Content-Length.
+        body: the body (may be empty: then no Content-Length is sent).
+        extensions: httpx request extensions (the upstream timeouts).
+
+    Returns:
+        The request, its body read.
+    """
+    if body:
+        headers = [*headers, (b"content-length", str(len(body)).encode())]
+    request = httpx.Request(method, url, stream=httpx.ByteStream(body), headers=headers, extensions=extensions)
+    request.read()
+    return request
+
+
+def with_body(request: httpx.Request, body: bytes) -> httpx.Request:
+    """An upstream request sent again with another body (the same method, URL, headers and timeouts).
+
+    Args:
+        request: a request built by `build_upstream_request`.
+        body: the new body.
+
+    Returns:
+        The new request, its body read and its Content-Length that of `body`.
+    """
+    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+    return build_upstream_request(request.method, request.url, headers, body, request.extensions)
 
 
 class Outgoing:
@@ -90,18 +130,23 @@ class RequestRewriter:
         fitter: context fitting (None: no limit is changed).
         on_policy: on-policy mode (None: off).
         answers: the error answerer (a context with no room left is answered 400).
+        bound: the in-flight bound the answers of the server calls made here are counted against.
     """
 
     def __init__(self, urls: UpstreamUrls, timeout_extensions: dict[str, Any], fitter: ContextFitter | None,
-                 on_policy: OnPolicyMode | None, answers: ErrorAnswerer) -> None:
+                 on_policy: OnPolicyMode | None, answers: ErrorAnswerer, bound: InflightBound) -> None:
         self.urls = urls
         self.extensions = timeout_extensions
         self.fitter = fitter
         self.on_policy = on_policy
         self.answers = answers
+        self.bound = bound
 
     async def rewrite(self, call: Call, scope: Scope, checked: Checked, send: Send) -> Outgoing | None:
         """The upstream request for a checked call.
+
+        The answers of the server calls context fitting and on-policy mode make for it
+        (``/tokenize``, ...) are counted against the in-flight bound as the call's own bytes.
 
         Args:
             call: the call.
@@ -110,8 +155,17 @@ class RequestRewriter:
             send: the ASGI send callable.
 
         Returns:
-            What to send, or None when the call was answered (no room left in the context).
+            What to send, or None when the call was answered (no room left in the context, or a
+            server's answer past the in-flight limit: 503).
         """
+        with self.bound.counting(call):
+            try:
+                return await self._rewrite(call, scope, checked, send)
+            except InflightLimitError as exc:
+                await self.answers.reply_error(call, send, 503, "proxy_overloaded", str(exc))
+                return None
+
+    async def _rewrite(self, call: Call, scope: Scope, checked: Checked, send: Send) -> Outgoing | None:
         raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
         endpoint = call.endpoint
         query: bytes = scope.get("query_string") or b""
@@ -139,12 +193,7 @@ class RequestRewriter:
             body = await self._on_policy_body(call, parsed, body, up_headers)
         url, host = self.urls.get(endpoint, query)
         up_headers.append((b"host", host))
-        if body:
-            up_headers.append((b"content-length", str(len(body)).encode()))
-        # the stream given whole: httpx skips re-deriving Host and Content-Length, set just above
-        request = httpx.Request(call.method, url, stream=httpx.ByteStream(body or b""), headers=up_headers,
-                                extensions=self.extensions)
-        request.read()  # the body as `request.content`, as httpx does for bytes content
+        request = build_upstream_request(call.method, url, up_headers, body or b"", self.extensions)
         if call.asked.translator is not None:  # kept in case the upstream has no chat endpoint (not vLLM)
             call.asked.native_request = self._native_messages_request(call, scope, checked.body)
         return Outgoing(request, token_req)
@@ -173,11 +222,8 @@ class RequestRewriter:
         """The Messages request as the harness sent it, to forward natively (recorded at level `text`)."""
         url, host = self.urls.get(call.endpoint, scope.get("query_string") or b"")
         headers = [(k, v) for k, v in scope["headers"] if k not in DROP_REQUEST]
-        headers += [(b"accept-encoding", b"identity"), (b"host", host), (b"content-length", str(len(body)).encode())]
-        request = httpx.Request(call.method, url, stream=httpx.ByteStream(body), headers=headers,
-                                extensions=self.extensions)
-        request.read()
-        return request
+        headers += [(b"accept-encoding", b"identity"), (b"host", host)]
+        return build_upstream_request(call.method, url, headers, body, self.extensions)
 
     async def _messages_as_chat(self, call: Call, raw_headers: list[tuple[bytes, bytes]], parsed: dict[str, Any],
                                 send: Send) -> tuple[dict[str, Any], TokenRequest] | None:

@@ -62,10 +62,17 @@ class StreamRelay:
         delivery.started = True
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         kept = bytearray()
+        tail = b""
         try:
             async for chunk in response.aiter_raw():
                 call.timing.first_byte()
-                if len(kept) < RAW_RECORD_CAP:
+                if len(kept) < RAW_RECORD_CAP:  # held for the record: counted against the in-flight bound
+                    if not self.bound.reserve_nowait(call, len(chunk)):
+                        message = self.bound.overload_message(len(chunk))
+                        call.fail("proxy_overloaded", message)
+                        if _between_events(answer.upstream_headers, kept):  # an error event can follow cleanly
+                            tail = call_error_event(call, 503, message, "proxy_overloaded")
+                        break
                     kept += chunk
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except httpx.TimeoutException:
@@ -82,7 +89,8 @@ class StreamRelay:
             if problem is not None:
                 call.fail(problem[0], f"{problem[1]} ({url})")
         failure = self.record.finish(call)
-        tail = b"" if failure is None else call_error_event(call, 500, unrecorded_message(failure), "record_write_failed")
+        if failure is not None:
+            tail = call_error_event(call, 500, unrecorded_message(failure), "record_write_failed")
         delivery.ended = True
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
@@ -265,6 +273,13 @@ def assembled(call: Call, assembler: StreamAssembler | ResponsesAssembler, raw_e
         call.notes.append(f"the stream could not be reassembled ({type(exc).__name__}: {exc}); "
                           "response holds the events' data as they came, one per line")
         return "\n".join(raw_events)
+
+def _between_events(names: dict[str, str], sent: bytearray) -> bool:
+    """Whether the bytes sent so far of an undecoded stream end between two events (an event may follow)."""
+    if names.get("content-encoding", "identity").strip().lower() != "identity":
+        return False
+    return not sent or sent.endswith((b"\n\n", b"\r\n\r\n", b"\r\r"))
+
 
 def frame(event: ServerSentEvent, data: str) -> bytes:
     """One event re-framed for the harness, its data unchanged (`rollout_dataset.wire.sse.encode_event`)."""

@@ -20,19 +20,28 @@ What a hostile or broken upstream can do is bounded here: response headers past
 arrives faster than the proxy forwards it stops being read past `HIGH_WATER_BYTES` per connection
 (TCP backpressure reaches the server); bytes the server sends when no request is waiting close the
 connection; a connection is reused only after a complete, keep-alive answer.
+
+An upstream given by host name is looked up here, not by the event loop: in one thread of the
+transport's own, under `SPARE_HANDOVER_LOCK` (`proxy/descriptors.py`), so the files and socket
+the lookup opens never take the descriptor a spare frees for a record; concurrent connections to one
+host share a lookup. The addresses are tried in the order the resolver gives them; TLS still
+names the host (SNI and certificate check), and the Host header is the URL's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import ipaddress
+import socket
 import ssl
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable
 
 import httptools
 import httpx
 
-from rollout_dataset.proxy.descriptors import note_out_of_descriptors
+from rollout_dataset.proxy.descriptors import SPARE_HANDOVER_LOCK, note_out_of_descriptors
 from rollout_dataset.proxy.redact import redact_url, redact_urls_in_text
 
 __all__ = ["UpstreamTransport", "MAX_HEADER_BYTES", "HIGH_WATER_BYTES"]
@@ -315,6 +324,8 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         self._slot_waiters: collections.deque[tuple[_Key, asyncio.Future[_Connection | None]]] = collections.deque()
         self._all: set[_Connection] = set()
         self._closed = False
+        self._lookups: dict[tuple[str, int], asyncio.Future[list[str]]] = {}  # in progress, shared
+        self._lookup_thread: ThreadPoolExecutor | None = None
 
     # ---- the pool -----------------------------------------------------------------------------
 
@@ -430,9 +441,8 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         context = self._ssl_context() if scheme == "https" else None
         factory: Callable[[], _Connection] = lambda: _Connection(self, key)  # noqa: E731
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(factory, host, port, ssl=context, server_hostname=host if context else None),
-                timeouts.get("connect"))
+            _, conn = await asyncio.wait_for(self._open_connection(loop, factory, host, port, context),
+                                             timeouts.get("connect"))
         except BaseException as exc:
             self._open -= 1
             self._hand_slot()
@@ -444,6 +454,51 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             raise
         self._all.add(conn)
         return conn
+
+    async def _open_connection(self, loop: asyncio.AbstractEventLoop, factory: Callable[[], _Connection], host: str,
+                               port: int, context: ssl.SSLContext | None) -> tuple[asyncio.BaseTransport, _Connection]:
+        """A connection to the first of the host's addresses that takes it (an address: no lookup)."""
+        errors: list[OSError] = []
+        for address in await self._addresses(host, port):
+            try:  # an address literal: the event loop connects without a lookup of its own
+                return await loop.create_connection(factory, address, port, ssl=context,
+                                                    server_hostname=host if context else None)
+            except OSError as exc:
+                errors.append(exc)
+        if not errors:  # pragma: no cover - a lookup answers addresses or fails
+            raise OSError(f"{host} has no address")
+        if len({str(exc) for exc in errors}) == 1:
+            raise errors[0]
+        joined = "; ".join(f"{exc}" for exc in errors)  # every address's failure, as asyncio joins them
+        raise OSError(errors[0].errno, joined) if errors[0].errno is not None else OSError(joined)
+
+    async def _addresses(self, host: str, port: int) -> list[str]:
+        """The addresses to connect to: the host itself when it is an address, else the lookup's answer.
+
+        Raises:
+            OSError: the lookup failed (`socket.gaierror`).
+        """
+        try:
+            ipaddress.ip_address(host)
+            return [host]
+        except ValueError:
+            pass
+        key = (host, port)
+        lookup = self._lookups.get(key)
+        if lookup is None:
+            if self._lookup_thread is None:
+                self._lookup_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="upstream-lookup")
+            lookup = asyncio.get_running_loop().run_in_executor(self._lookup_thread, _look_up, host, port)
+            self._lookups[key] = lookup
+
+            def done(future: asyncio.Future[list[str]]) -> None:
+                if self._lookups.get(key) is future:
+                    del self._lookups[key]
+                if not future.cancelled():
+                    future.exception()  # retrieved: every caller may have left (a connect timeout)
+
+            lookup.add_done_callback(done)
+        return await asyncio.shield(lookup)  # a caller that leaves does not cancel it for the others
 
     # ---- httpx.AsyncBaseTransport -------------------------------------------------------------
 
@@ -516,3 +571,24 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             conn._close()
         self._idle.clear()
         self._idle_count = 0
+        if self._lookup_thread is not None:
+            self._lookup_thread.shutdown(wait=False)  # a lookup in progress ends on its own
+            self._lookup_thread = None
+
+
+def _look_up(host: str, port: int) -> list[str]:
+    """A host name's addresses, in the resolver's order, looked up while no spare descriptor is handed over.
+
+    Args:
+        host: the upstream's host name.
+        port: its port.
+
+    Returns:
+        The addresses (no repeats).
+
+    Raises:
+        socket.gaierror: the name does not resolve (or the lookup could not open what it reads).
+    """
+    with SPARE_HANDOVER_LOCK:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))

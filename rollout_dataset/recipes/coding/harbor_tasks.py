@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
@@ -87,6 +88,9 @@ def read_reward(logs_dir: Path) -> tuple[float | None, str | None]:
         ``(reward, None)``, or ``(None, why)`` when there is none or it is not a number.
     """
     text_file, json_file = logs_dir / "reward.txt", logs_dir / "reward.json"
+    for file in (text_file, json_file):
+        if file.is_symlink():  # read on the host, its target would be a host file
+            return None, f"the verifier's {file.name} is a symlink to {os.readlink(file)!r}, not a file; refused"
     try:
         if text_file.is_file():
             return float(text_file.read_text().strip()), None
@@ -119,7 +123,11 @@ def verify_harbor_task(task_dir: Path, workdir: Path, harbor_fields: Mapping[str
         code, output = root.run("bash /tests/test.sh", float(harbor_fields.get("verifier_timeout_sec") or 600.0))
         if code == TIMEOUT_EXIT:
             return None, f"the verifier timed out after {harbor_fields.get('verifier_timeout_sec')} s"
-        return read_reward(root.host_path("/logs/verifier"))
+        try:
+            logs = root.host_path("/logs/verifier")
+        except PermissionError as exc:  # the verifier's run (the solution it ran) linked it out of the root
+            return None, f"the verifier's reward folder {exc}; refused"
+        return read_reward(logs)
     finally:
         root.close()
 

@@ -1,6 +1,6 @@
 // Shared by the viewer's pages: loading data (from the server's API, or from an export's data/*.js
 // files when the page is opened from disk) and building DOM nodes. Rollout text is only ever set
-// with textContent: nothing from a rollout becomes HTML.
+// with textContent (nothing from a rollout becomes HTML), each piece bidi-isolated (`isolated`).
 "use strict";
 
 const RD = (() => {
@@ -70,8 +70,20 @@ function el(tag, cls, text, ...children) {
 }
 
 // rollout text as its own bidi-isolated piece: a direction override in it (U+202E) cannot reorder
-// what the page draws after it. Every piece of rollout text set inside a line of page text uses this.
-function isolated(text) { return el("bdi", null, text); }
+// what the page draws after it. Every piece of rollout text the pages show goes through this (or,
+// where only a string can go, `isolatedText`); a <bdi> adds no character, so copying is unchanged.
+function isolated(text) { return el("bdi", null, text === null || text === undefined ? "" : String(text)); }
+
+// the same for a place that takes a string, not a node (the window title, a graph label): the text
+// between U+2068 FIRST STRONG ISOLATE and U+2069 POP DIRECTIONAL ISOLATE
+function isolatedText(text) { return "\u2068" + String(text) + "\u2069"; }
+
+// items (rollout text, each isolated; or nodes built of isolated pieces) with `separator` (page
+// text) between them, in one span
+function isolatedList(items, separator) {
+  const node = (item) => item instanceof Node ? item : isolated(fmt(item));
+  return el("span", null, null, ...(items || []).flatMap((item, k) => k ? [piece(separator), node(item)] : [node(item)]));
+}
 
 function fmt(value, digits) {
   if (value === null || value === undefined) return "n/a";
@@ -86,9 +98,11 @@ function kvTable(pairs, cls) {
   const table = el("table", "kv " + (cls || ""));
   for (const [key, value] of pairs) {
     const row = el("tr");
-    row.appendChild(el("th", null, key));
+    row.appendChild(el("th", null, null, isolated(key)));  // an audit's summary names its own keys
     const cell = el("td");
-    if (value instanceof Node) cell.appendChild(value); else cell.textContent = fmt(value);
+    if (value instanceof Node) cell.appendChild(value);
+    else if (value !== null && typeof value === "object") cell.append(...jsonPieces(value, ""));  // as fmt writes it
+    else cell.appendChild(isolated(fmt(value)));
     row.appendChild(cell);
     table.appendChild(row);
   }
@@ -97,7 +111,35 @@ function kvTable(pairs, cls) {
 
 function piece(part) { return part instanceof Node ? part : document.createTextNode(String(part)); }
 
-function pre(text, cls) { return el("pre", cls, text === null || text === undefined ? "" : String(text)); }
+// a block of rollout text (a message, a tool's arguments, a task statement), isolated as a whole
+function pre(text, cls) { return el("pre", cls, null, isolated(text)); }
+
+// a JSON value (rollout data: the tools a harness offered, a summary's metrics) as the text
+// JSON.stringify(value, null, indent) gives, but with every key and string isolated, so an override
+// in a tool's description cannot reorder the JSON after it on its line. Returns the pieces (text and
+// nodes); copying them gives exactly JSON.stringify's text. indent "" gives the compact form.
+function jsonPieces(value, indent) {
+  const parts = [];
+  const text = (t) => { if (typeof parts[parts.length - 1] === "string") parts[parts.length - 1] += t; else parts.push(t); };
+  const string = (s) => { text('"'); parts.push(isolated(JSON.stringify(s).slice(1, -1))); text('"'); };
+  const walk = (v, margin) => {
+    if (typeof v === "string") { string(v); return; }
+    if (v === null || typeof v !== "object") { text(JSON.stringify(v) === undefined ? "null" : JSON.stringify(v)); return; }
+    const entries = Array.isArray(v) ? v.map((item) => [null, item]) : Object.entries(v).filter(([, item]) => item !== undefined);
+    if (!entries.length) { text(Array.isArray(v) ? "[]" : "{}"); return; }
+    const inner = margin + indent;
+    const newline = indent ? "\n" : "";
+    text(Array.isArray(v) ? "[" : "{");
+    entries.forEach(([key, item], k) => {
+      text((k ? "," : "") + newline + inner);
+      if (key !== null) { string(key); text(indent ? ": " : ":"); }
+      walk(item, inner);
+    });
+    text(newline + margin + (Array.isArray(v) ? "]" : "}"));
+  };
+  walk(value, "");
+  return parts.map(piece);
+}
 
 // summary: text, or a list of pieces (text, or nodes such as `isolated` rollout text)
 function folded(summary, body, open) {

@@ -4,14 +4,15 @@
 const PAGE = 500;
 
 function textCell(cell) {
-  // every cell is built as a text node: a task id or model name is never parsed as HTML
+  // every cell is built as an isolated text node: a task id or model name is never parsed as HTML,
+  // and a direction override in it stays in it
   const value = cell.getValue();
-  return document.createTextNode(value === null || value === undefined ? "" : fmt(value));
+  return isolated(value === null || value === undefined ? "" : fmt(value));
 }
 
 function linkCell(cell) {
   const row = cell.getRow().getData();
-  const link = el("a", "rollout-link", row.id);
+  const link = el("a", "rollout-link", null, isolated(row.id));  // the badge after it stays in place
   link.href = RD.rolloutHref(row.id);
   if (row.error) link.appendChild(el("span", "badge bad", "invalid"));
   return link;
@@ -24,7 +25,7 @@ function mean(rows, key) {
 
 function groupHeader(value, count, rows) {
   const span = el("span", "group-header");
-  span.appendChild(el("b", null, value === undefined || value === null ? "(no group)" : value));
+  span.appendChild(el("b", null, null, value === undefined || value === null ? piece("(no group)") : isolated(value)));
   span.appendChild(el("span", "muted", " — " + count + " rollout" + (count === 1 ? "" : "s") +
     ", mean reward " + fmt(mean(rows, "env_reward")) + ", after penalties " + fmt(mean(rows, "reward_after_penalties"))));
   return span;
@@ -61,8 +62,8 @@ const COLUMNS = [
 async function main() {
   const status = document.getElementById("status");
   const info = await RD.info();
-  document.getElementById("title").textContent = info.name + " (" + info.kind + ")";
-  document.title = info.name + " — rollouts";
+  document.getElementById("title").replaceChildren(isolated(info.name), piece(" (" + info.kind + ")"));
+  document.title = isolatedText(info.name) + " — rollouts";
   const first = await RD.indexPage(0, PAGE);
   const table = new Tabulator("#table", {
     data: first.rows, columns: COLUMNS, layout: "fitDataStretch", index: "id",
@@ -91,7 +92,7 @@ async function main() {
   }
   await built;
   if (rows.length > first.rows.length) await table.replaceData(rows);
-  status.textContent = stopped ? "index stopped: " + stopped : "";
+  status.replaceChildren(...(stopped ? [piece("index stopped: "), isolated(stopped)] : []));
   showCount();
   document.body.dataset.loaded = String(rows.length);
 

@@ -32,7 +32,7 @@ function renderHeader(view) {
   // each piece of rollout text isolated: a right-to-left override in a title cannot reorder the id after it
   document.getElementById("title").replaceChildren(isolated(t.title || s.task_id || "rollout"),
     document.createTextNode(" — "), isolated(view.id));
-  document.title = (s.task_id || view.id) + " — rollout";
+  document.title = isolatedText(s.task_id || view.id) + " — rollout";
   const totals = view.totals || {};
   const counts = el("div", "totals");
   for (const [key, label] of [["calls", "calls"], ["tokens", "tokens"], ["trainable_tokens", "trainable tokens"], ["sequences", "sequences"]]) {
@@ -49,7 +49,7 @@ function renderHeader(view) {
     ["stop reason", s.stop_reason], ["timed out", s.timed_out], ["held-out tests passed", fmt(s.held_out_passed) + " / " + fmt(s.held_out_tests)],
     ["capture level", s.capture_level], ["trainable", s.trainable], ["findings", s.findings_count],
     ["stepwise", s.stepwise], ["env metrics", s.env_metrics],
-    ["timings (s)", Object.entries(timings).map(([k, v]) => k + " " + fmt(v)).join(", ")],
+    ["timings (s)", isolatedList(Object.entries(timings).map(([k, v]) => el("span", null, null, isolated(k), piece(" "), isolated(fmt(v)))), ", ")],
   ], "header-kv"));
   if (view.tokenizer_note) box.appendChild(el("p", "warn", view.tokenizer_note));
   if (t.instruction) box.appendChild(folded("task statement", pre(t.instruction), true));
@@ -72,7 +72,8 @@ const colourClass = (token) => colourBy === "audit" ? diffClass(token[4], token[
 function showTip(event, token, position) {
   const [id, text, special, mask, lp, call, scored, reasoning] = token;
   tip.replaceChildren(kvTable([
-    ["position", position], ["id", id], ["text", JSON.stringify(text)], ["special", special], ["reasoning", !!reasoning],
+    ["position", position], ["id", id], ["text", el("span", null, null, piece('"'), isolated(JSON.stringify(text).slice(1, -1)), piece('"'))],
+    ["special", special], ["reasoning", !!reasoning],
     ["loss mask", mask], ["logprob", !mask ? "n/a (context token)" : lp === null || lp === undefined ? LOGPROB_MISSING : lp], ["call", call],
     ...(scored !== null && scored !== undefined ? [["scorer logprob", scored], ["|Δ|", lp === null || lp === undefined ? "n/a" : Math.abs(lp - scored)]] : []),
   ]));
@@ -89,8 +90,8 @@ function renderSequence(view, seq, container) {
   const missing = seq.logprobs_missing_calls || [];
   if (missing.length) block.appendChild(el("p", "warn logprobs-missing", "logprobs missing for call" + (missing.length > 1 ? "s " : " ") +
     missing.join(", ") + ": their sampled tokens are shown uncoloured (the dataset holds 0.0 there; a trainer must recompute them)"));
-  block.appendChild(el("h3", null, "sequence " + seq.index + " · " + seq.role + (seq.trainable ? " · trainable" : "") +
-    " · " + seq.n_tokens + " tokens · " + seq.n_trainable + " trainable · calls " + (seq.node_ids || []).join(", ")));
+  block.appendChild(el("h3", null, "sequence " + seq.index + " · ", isolated(seq.role), piece((seq.trainable ? " · trainable" : "") +
+    " · " + seq.n_tokens + " tokens · " + seq.n_trainable + " trainable · calls " + (seq.node_ids || []).join(", "))));
   const stream = el("div", "tokens");
   const tokens = tokenStore[seq.index] = [];
   stream.addEventListener("mouseover", (event) => {
@@ -163,10 +164,10 @@ function renderConversation(view) {
   if (!view.conversations.length) { box.appendChild(el("p", "muted", "no conversation (no chat messages recorded)")); return; }
   for (const conv of view.conversations) {
     box.appendChild(el("h3", null, "sequence " + conv.sequence_index + " — " + conv.messages.length + " messages"));
-    if (conv.tools) box.appendChild(folded("tools offered (" + (Array.isArray(conv.tools) ? conv.tools.length : "?") + ")", pre(JSON.stringify(conv.tools, null, 1))));
+    if (conv.tools) box.appendChild(folded("tools offered (" + (Array.isArray(conv.tools) ? conv.tools.length : "?") + ")", el("pre", "tools", null, ...jsonPieces(conv.tools, " "))));
     for (const m of conv.messages) {
       const item = el("div", "message role-" + String(m.role).replace(/[^a-z]/g, ""));
-      item.appendChild(el("div", "role", m.role, ...(m.tool_call_id ? [piece(" (result of "), isolated(m.tool_call_id), piece(")")] : [])));
+      item.appendChild(el("div", "role", null, isolated(m.role), ...(m.tool_call_id ? [piece(" (result of "), isolated(m.tool_call_id), piece(")")] : [])));
       if (m.reasoning) item.appendChild(folded("reasoning", pre(m.reasoning)));
       if (m.content) item.appendChild(pre(m.content, "content"));
       for (const call of m.tool_calls || []) item.appendChild(el("div", "toolcall", null, el("b", null, "→ ", isolated(call.name)),
@@ -184,7 +185,7 @@ function renderGraph(view) {
   const elements = [];
   for (const n of view.graph.nodes) {
     const classes = [n.role, n.root ? "root" : "", n.fork ? "fork" : "", n.discarded ? "discarded" : "", n.error ? "failed" : ""].filter(Boolean).join(" ");
-    elements.push({ data: { id: "n" + n.id, label: "#" + n.id + " " + n.role + (n.root ? " (root)" : "") + (n.fork ? " (fork)" : "") }, classes });
+    elements.push({ data: { id: "n" + n.id, label: "#" + n.id + " " + isolatedText(n.role) + (n.root ? " (root)" : "") + (n.fork ? " (fork)" : "") }, classes });
   }
   for (const [a, b] of view.graph.edges) elements.push({ data: { id: "e" + a + "-" + b, source: "n" + a, target: "n" + b } });
   const cy = cytoscape({
@@ -221,7 +222,8 @@ function samplingTable(requested, effective) {
   for (const key of keys) {
     const a = (requested || {})[key];
     const b = (effective || {})[key];
-    const row = el("tr", JSON.stringify(a) === JSON.stringify(b) ? null : "changed", null, el("td", null, key), el("td", null, a === undefined ? "—" : fmt(a)), el("td", null, b === undefined ? "—" : fmt(b)));
+    const row = el("tr", JSON.stringify(a) === JSON.stringify(b) ? null : "changed", null, el("td", null, null, isolated(key)),
+      el("td", null, null, a === undefined ? piece("—") : isolated(fmt(a))), el("td", null, null, b === undefined ? piece("—") : isolated(fmt(b))));
     table.appendChild(row);
   }
   return table;
@@ -234,13 +236,15 @@ function renderCalls(view) {
   for (const c of view.calls) {
     // the tool names the model wrote are rollout text: each isolated, so one cannot reorder the next
     const tools = c.tool_calls.length ? [" · tools ", ...c.tool_calls.flatMap((name, k) => k ? [", ", isolated(name)] : [isolated(name)])] : [];
-    const title = ["call " + c.index + " · " + (c.role || "—") + " · " + c.endpoint + " · status " + fmt(c.status) + " · " +
-      fmt(c.latency_ms, 1) + " ms · prompt " + fmt(c.n_prompt_ids) + " / sampled " + fmt(c.n_completion_ids) + " · " +
-      fmt(c.finish_reason), ...tools, c.error ? " · ERROR" : ""];
+    const title = ["call " + c.index + " · ", isolated(c.role || "—"), " · ", isolated(c.endpoint), " · status " + fmt(c.status) + " · " +
+      fmt(c.latency_ms, 1) + " ms · prompt " + fmt(c.n_prompt_ids) + " / sampled " + fmt(c.n_completion_ids) + " · ",
+      isolated(fmt(c.finish_reason)), ...tools, c.error ? " · ERROR" : ""];
     const body = el("div");
     body.appendChild(kvTable([["stream", c.stream], ["time to first token (ms)", c.ttft_ms], ["capture level", c.capture_level],
-      ["token source", c.token_source], ["trained", c.trained], ["proxy changed", c.upstream_changes], ["notes", (c.notes || []).join("; ") || "none"],
-      ["context fitting", (c.context_fit || []).length ? c.context_fit.map((f) => f.field + " " + f.requested + " → " + f.effective).join("; ") : "not lowered"],
+      ["token source", c.token_source], ["trained", c.trained], ["proxy changed", c.upstream_changes],
+      ["notes", (c.notes || []).length ? isolatedList(c.notes, "; ") : "none"],
+      ["context fitting", (c.context_fit || []).length ? isolatedList(c.context_fit.map((f) => el("span", null, null, isolated(f.field), piece(" "),
+        isolated(fmt(f.requested)), piece(" → "), isolated(fmt(f.effective)))), "; ") : "not lowered"],
       ["on-policy continuity", c.continuity], ["error", c.error]]));
     body.appendChild(samplingTable(c.requested_sampling_params, c.effective_sampling_params));
     const details = folded(title, body);
@@ -254,12 +258,12 @@ function renderCalls(view) {
 function renderCrafter(view) {
   const box = document.getElementById("tab-crafter");
   const c = view.crafter;
-  box.appendChild(kvTable([["achievements unlocked", c.achievements_unlocked], ["Crafter return", c.crafter_return], ["unlocked", (c.unlocked || []).join(", ")]]));
+  box.appendChild(kvTable([["achievements unlocked", c.achievements_unlocked], ["Crafter return", c.crafter_return], ["unlocked", isolatedList(c.unlocked, ", ")]]));
   const table = el("table", "grid");
   table.appendChild(el("tr", null, null, el("th", null, "decision"), el("th", null, "actions"), el("th", null, "env steps"), el("th", null, "invalid"), el("th", null, "reward"), el("th", null, "newly unlocked")));
   for (const d of c.decisions) {
-    const row = el("tr", (d.newly_unlocked || []).length ? "unlock" : null, null, el("td", null, d.turn), el("td", null, (d.actions || []).join(" ")),
-      el("td", null, fmt(d.env_steps)), el("td", null, fmt(d.invalid)), el("td", null, fmt(d.reward)), el("td", null, (d.newly_unlocked || []).join(", ")));
+    const row = el("tr", (d.newly_unlocked || []).length ? "unlock" : null, null, el("td", null, d.turn), el("td", null, null, isolatedList(d.actions, " ")),
+      el("td", null, fmt(d.env_steps)), el("td", null, fmt(d.invalid)), el("td", null, fmt(d.reward)), el("td", null, null, isolatedList(d.newly_unlocked, ", ")));
     table.appendChild(row);
   }
   box.appendChild(table);
@@ -270,10 +274,13 @@ function renderAudit(view) {
   const box = document.getElementById("tab-audit");
   const a = view.audit;
   box.appendChild(kvTable([["scorer", a.scorer], ["model", a.model], ["dtype", a.dtype], ...Object.entries(a.summary || {})]));
-  if ((a.not_comparable || []).length) box.appendChild(folded("not comparable (" + a.not_comparable.length + ")", pre(a.not_comparable.map((n) => "call " + n.call_index + ": " + n.reason).join("\n")), true));
+  if ((a.not_comparable || []).length) {
+    const lines = el("pre", null, null, ...a.not_comparable.flatMap((n, k) => [piece((k ? "\n" : "") + "call " + fmt(n.call_index) + ": "), isolated(n.reason)]));
+    box.appendChild(folded("not comparable (" + a.not_comparable.length + ")", lines, true));
+  }
   const table = el("table", "grid");
   table.appendChild(el("tr", null, null, ...["sequence", "position", "token id", "token", "call", "captured", "scored", "|Δ|"].map((h) => el("th", null, h))));
-  for (const w of a.worst || []) table.appendChild(el("tr", null, null, ...[w.sequence_index, w.position, w.token_id, JSON.stringify(w.token), w.call_index, fmt(w.captured, 4), fmt(w.scored, 4), fmt(w.abs_diff, 4)].map((v) => el("td", null, v))));
+  for (const w of a.worst || []) table.appendChild(el("tr", null, null, ...[w.sequence_index, w.position, w.token_id, JSON.stringify(w.token), w.call_index, fmt(w.captured, 4), fmt(w.scored, 4), fmt(w.abs_diff, 4)].map((v) => el("td", null, null, isolated(v)))));
   box.appendChild(folded("largest differences", table, true));
 }
 
