@@ -314,3 +314,16 @@ def test_a_full_disk_while_compacting_names_the_config_and_leaves_its_rows_as_th
     for config in CONFIG_NAMES:
         assert sorted(r["rollout_id"] for r in _rows(ds, config)) == sorted(r["rollout_id"] for r in before[config])
     assert _shards(ds, "sequences") == 3 and not (ds / ".compact-staging").exists()
+
+
+def test_compact_refuses_a_folder_that_is_not_a_rollout_dataset_and_changes_nothing(tmp_path, capsys):
+    from rollout_dataset.cli import main
+
+    ds = tmp_path / "ds"
+    _append_builds(ds, tmp_path, builds=2)
+    (ds / "README.md").write_text("# my own notes\n")  # no card with the rollout-dataset tag
+    before = {str(p.relative_to(ds)): p.read_bytes() for p in ds.rglob("*") if p.is_file()}
+    assert main(["compact", str(ds)]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and err[0].startswith(f"error: {ds}: not a rollout-dataset dataset")
+    assert {str(p.relative_to(ds)): p.read_bytes() for p in ds.rglob("*") if p.is_file()} == before

@@ -48,7 +48,7 @@ from rollout_dataset.builder.card import read_card_metadata, render_card
 from rollout_dataset.builder.card_info import load_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.merge import card_inputs
-from rollout_dataset.builder.staging import exchange_folders, link_or_copy, locked_out_dir
+from rollout_dataset.builder.staging import DATASET_TAG, exchange_folders, is_built_dataset, link_or_copy, locked_out_dir
 from rollout_dataset.builder.writer import ConfigWriter, shard_name
 from rollout_dataset.errors import ArtifactError, DatasetDirError, RolloutDatasetError
 from rollout_dataset.files import write_text_atomic
@@ -366,6 +366,7 @@ def compact_local(dataset_dir: str | Path, *, target_bytes: int = DEFAULT_TARGET
         A `CompactResult`.
 
     Raises:
+        DatasetDirError: `dataset_dir` is not a dataset this tool built (its README.md lacks the tag).
         ArtifactError: `dataset_dir` holds no built dataset, a shard is unreadable, or a config's
             shards changed while it was being compacted (that config is left untouched; configs
             already compacted stay compacted), or another compaction holds ``DIR/.compact.lock``,
@@ -378,6 +379,9 @@ def compact_local(dataset_dir: str | Path, *, target_bytes: int = DEFAULT_TARGET
     unknown = [c for c in configs or () if c not in CONFIG_NAMES]
     if unknown:
         raise ValueError(f"unknown config(s) {', '.join(unknown)}; valid: {', '.join(CONFIG_NAMES)}")
+    if dataset_dir.is_dir() and not is_built_dataset(dataset_dir):  # before anything is written in it
+        raise DatasetDirError(f"{dataset_dir}: not a rollout-dataset dataset (no README.md with the {DATASET_TAG!r} "
+                              "tag); compact rewrites the shards of a dataset this tool built, and no other folder")
     lock = _lock(dataset_dir)
     try:
         try:
