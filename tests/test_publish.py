@@ -235,3 +235,26 @@ def test_a_rollout_held_twice_in_the_local_folder_is_pushed_once(tmp_path):
                         for r in pq.read_table(io.BytesIO(data)).column("rollout_id").to_pylist())
         assert pushed == expected[config], config
     assert "**2 rollouts**" in files["README.md"].decode()
+
+
+_PLANT_OTHER = """
+import io, sys
+import pyarrow as pa, pyarrow.parquet as pq
+from huggingface_hub import HfApi
+buf = io.BytesIO()
+pq.write_table(pa.table({"x": [1]}), buf)
+HfApi().upload_file(path_or_fileobj=buf.getvalue(), path_in_repo=sys.argv[2], repo_id=sys.argv[1], repo_type="dataset")
+"""
+
+
+def test_a_summary_shard_without_rollout_ids_in_the_repo_is_named_by_push(tmp_path):
+    first, second = _dataset(tmp_path / "a", 1, seed=900), _dataset(tmp_path / "b", 1, seed=910)
+    with FakeHub(token=TOKEN) as hub:
+        env = _env(hub, tmp_path / "home")
+        _push(first, "org/other", env)
+        _py(["-c", _PLANT_OTHER, "org/other", "data/summary/zz-other.parquet"], env)
+        failed = _py(["-m", "rollout_dataset.cli", "push", str(second), "--repo", "org/other"], env, check=False)
+    err = [line for line in failed.stderr.splitlines() if not line.startswith("INFO ")]
+    assert failed.returncode == 1 and len(err) == 1, failed.stderr
+    assert err[0].startswith(f"error: push to org/other at {hub.url} failed: data/summary/zz-other.parquet: no "
+                             "rollout_id column")

@@ -183,7 +183,11 @@ def _plan_push(api: Any, repo_id: str, info: Any, dataset_dir: Path, local_ids: 
     remote_rows = []
     for path in config_shards(remote_files, DEFAULT_CONFIG):
         with repo_file_errors(path):
-            remote_rows.extend(pq.read_table(_download(api, repo_id, info, path)).to_pylist())
+            table = pq.read_table(_download(api, repo_id, info, path))
+        if "rollout_id" not in table.column_names:  # a parquet file of something else, put there by hand
+            raise OSError(f"{path}: no rollout_id column (it holds {', '.join(table.column_names[:5])}), so it is "
+                          "not a summary shard; nothing was committed: delete or replace that file in the repo")
+        remote_rows.extend(table.to_pylist())
     remote_ids = {r["rollout_id"] for r in remote_rows}
     new_ids = local_ids - remote_ids
     planned = _Planned(skipped=sorted(local_ids & remote_ids), total_rollouts=len(remote_ids))
