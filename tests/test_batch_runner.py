@@ -404,3 +404,15 @@ def test_a_resume_with_an_unreadable_batch_json_is_refused_instead_of_starting_a
         run_batch(config, run_one=again)
     assert again.calls == [] and (config.out_dir / "batch.json").read_text() == text
     assert sorted(p.name for p in (config.out_dir / "rollouts").iterdir()) == finished
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["--seeds", "0-999999999"], "--seeds"), (["--num-seeds", "2000000000"], "--num-seeds"),
+    (["--seeds", "0-999", "--rollouts-per-seed", "5000"], "rollouts_per_seed"),
+])
+def test_cli_a_batch_of_more_rollouts_than_the_limit_exits_two_before_planning_them(tmp_path, capsys, args, field):
+    out = tmp_path / "big"
+    code = main(["batch", "--env", "test-standin", "--no-progress", "--out", str(out), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"error: {field}: ") and "1000000" in err[0]
+    assert not out.exists()

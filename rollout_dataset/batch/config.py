@@ -35,6 +35,9 @@ EXECUTORS = ("local", "ray")
 #: the longest wall-time budget of one rollout (`BatchConfig.timeout_s`): one year, far inside what a
 #: socket timeout holds (infinity or ~1e10 s overflow it deep inside the rollout, after the batch started).
 MAX_TIMEOUT_S = 365 * 24 * 3600.0
+#: the most rollouts one batch plans (seeds x rollouts per seed): every planned rollout is held in memory
+#: as a job before the first runs, so `--seeds 0-999999999` must be refused, not expanded.
+MAX_ROLLOUTS = 1_000_000
 
 
 def _read_document(path: Path) -> Any:
@@ -142,21 +145,26 @@ def parse_seeds(text: str) -> list[int]:
         ConfigError: an item that is not a non-negative integer or range.
     """
     seeds: list[int] = []
+    seen: set[int] = set()
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
         try:
             if "-" in item[1:]:
                 lo, hi = item.split("-", 1)
-                values = list(range(int(lo), int(hi) + 1))
+                values = range(int(lo), int(hi) + 1)
             else:
-                values = [int(item)]
+                values = range(int(item), int(item) + 1)
         except ValueError:
             raise ConfigError(f"--seeds: {item!r} is not an integer or a range like 3-6") from None
+        if len(values) + len(seeds) > MAX_ROLLOUTS:
+            raise ConfigError(f"--seeds: {item!r} makes more than {MAX_ROLLOUTS} seeds; a batch plans at most "
+                              f"{MAX_ROLLOUTS} rollouts")
         for v in values:
             if v < 0:
                 raise ConfigError(f"--seeds: {v} is negative; seeds are integers >= 0")
-            if v not in seeds:
+            if v not in seen:
+                seen.add(v)
                 seeds.append(v)
     if not seeds:
         raise ConfigError("--seeds: no seed given (example: --seeds 0,1,5)")
@@ -241,6 +249,9 @@ class BatchConfig:
             raise ConfigError(f"seeds: duplicates in {self.seeds!r}")
         if self.rollouts_per_seed < 1:
             raise ConfigError(f"rollouts_per_seed: {self.rollouts_per_seed} is out of range (>= 1)")
+        if len(self.seeds) * self.rollouts_per_seed > MAX_ROLLOUTS:
+            raise ConfigError(f"rollouts_per_seed: {len(self.seeds)} seeds x {self.rollouts_per_seed} is more than "
+                              f"{MAX_ROLLOUTS} rollouts, the most a batch plans; split it into batches")
         if self.max_turns < 1:
             raise ConfigError(f"max_turns: {self.max_turns} is out of range (>= 1)")
         if self.concurrency < 1:
