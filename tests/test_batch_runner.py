@@ -416,3 +416,14 @@ def test_cli_a_batch_of_more_rollouts_than_the_limit_exits_two_before_planning_t
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith(f"error: {field}: ") and "1000000" in err[0]
     assert not out.exists()
+
+
+def test_a_rollout_whose_result_file_is_unreadable_is_run_again_and_named(tmp_path, caplog):
+    config = make_config(tmp_path, seeds=[0], rollouts_per_seed=2, build_dataset=False)
+    run_batch(config, run_one=StandIn())
+    result_file = sorted((config.out_dir / "rollouts").glob(f"*/{RESULT_FILE}"))[0]
+    result_file.write_text('{"rollout_id": "cut sh')  # cut short
+    again = StandIn()
+    run_batch(config, run_one=again)
+    assert len(again.calls) == 1
+    assert f"{result_file}: unreadable; its rollout is deleted and run again" in caplog.text

@@ -172,9 +172,13 @@ def plan_jobs(config: BatchConfig, batch_id: str, base_url: str | None = None) -
 
 
 def _finished(job: RolloutJob) -> dict[str, Any] | None:
-    doc = _read_json(Path(job.artifact_dir) / RESULT_FILE)
+    """The rollout's result document, or None when it is not finished (its folder is then deleted and it runs again)."""
+    path = Path(job.artifact_dir) / RESULT_FILE
+    doc = _read_json(path)
     if isinstance(doc, dict) and doc.get("rollout_id") == job.rollout_id:
         return doc
+    if path.exists():  # its capture may be complete: never deleted without a word
+        log.warning("%s: unreadable; its rollout is deleted and run again", path)
     return None
 
 
@@ -490,7 +494,7 @@ def _run_locked(config: BatchConfig, run_one: RunOne | None, executor: Executor 
                 doc = _result_document(job, outcome.result, config)
                 _annotate_artifacts(folder, doc, config.strategies)
                 (folder / ERROR_FILE).unlink(missing_ok=True)
-                _write_json(folder / RESULT_FILE, doc)
+                write_text_atomic(folder / RESULT_FILE, json.dumps(doc, indent=2) + "\n", fsync=True)  # the done marker
                 docs[job.rollout_id] = doc
                 result.ran += 1
                 if streamer is not None:
