@@ -327,3 +327,13 @@ def test_compact_refuses_a_folder_that_is_not_a_rollout_dataset_and_changes_noth
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(err) == 1 and err[0].startswith(f"error: {ds}: not a rollout-dataset dataset")
     assert {str(p.relative_to(ds)): p.read_bytes() for p in ds.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("size", ["1e999", "inf", "nan", "0.5", "0.0001KB"])
+def test_a_target_size_that_is_not_a_whole_positive_byte_count_is_a_usage_error(tmp_path, capsys, size):
+    from rollout_dataset.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["compact", str(tmp_path), "--target-size", size])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and err[-1].startswith("rollout-dataset compact: error: argument --target-size: ")
