@@ -87,10 +87,12 @@ lint: install-test
 	$(VENV)/bin/ruff check rollout_dataset tests bench real_model capture_scripts
 	$(VENV)/bin/mypy
 
-# The whole test suite, as CI runs it: lint first, then every test.
+# The whole test suite, as CI runs it: lint first, then every test, in TEST_WORKERS processes
+# (pytest-xdist; each test file runs whole in one worker, so a file's fixtures are built once).
+TEST_WORKERS ?= 2
 test: test-deps
 	$(MAKE) --no-print-directory lint
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 # Everything the tests need, installed side by side: pip, npm and apt wait on the network more than
 # on the CPU, so a fresh machine gets them in about half the time of one after another.

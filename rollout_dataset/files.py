@@ -33,7 +33,8 @@ def write_bytes_atomic(path: str | Path, data: bytes, *, fsync: bool = False) ->
 
     Raises:
         OSError: the folder is missing or not writable, the disk is full (the destination is then
-            left as it was, and the temporary file removed).
+            left as it was, and the temporary file removed); it names `path` when the OS error
+            named no file.
     """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -44,9 +45,12 @@ def write_bytes_atomic(path: str | Path, data: bytes, *, fsync: bool = False) ->
                 fh.flush()
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            # a write/fsync error (a full disk) names no file: name the destination (same errno, same subclass)
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "explain_content_change",
     "explain_reply_break",
     "harness_sent_reasoning",
+    "message_reasoning",
     "odd_reasoning",
     "reasoning_text",
     "split_reasoning",
@@ -238,6 +239,24 @@ _REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 def _reasoning_field(message: Mapping[str, Any]) -> str | None:
     """The first reasoning field holding non-empty text, or None."""
     return next((k for k in _REASONING_FIELDS if isinstance(message.get(k), str) and message.get(k)), None)
+
+
+def message_reasoning(message: Any) -> str | None:
+    """The reasoning text a chat message carries in a field (`reasoning_content`, `reasoning`, `thinking`).
+
+    A field that is present but null or empty does not hide the next one: a client that writes
+    ``"reasoning_content": null`` beside vLLM's ``"reasoning": "..."`` still has its reasoning read.
+
+    Args:
+        message: one chat message (a request's or an answer's).
+
+    Returns:
+        The first of those fields holding non-empty text, or None.
+    """
+    if not isinstance(message, Mapping):
+        return None
+    field = _reasoning_field(message)
+    return message[field] if field is not None else None
 
 
 def _content_text(message: Mapping[str, Any]) -> str:

@@ -339,3 +339,91 @@ def test_batch_refuses_an_out_folder_that_holds_something_else(tmp_path, capsys)
     assert code == 1 and err == [f"error: {out}: not empty and not a batch's folder (no batch.json); give a new or "
                                  "empty --out, or the folder of the batch to resume"]
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # nothing written into it
+
+
+@pytest.mark.parametrize(("flag", "value", "field"), [
+    ("--timeout-s", "-1", "timeout_s"), ("--timeout-s", "0", "timeout_s"), ("--timeout-s", "nan", "timeout_s"),
+    ("--timeout-s", "inf", "timeout_s"), ("--n-prompts", "0", "n_prompts"), ("--n-prompts", "-3", "n_prompts"),
+])
+def test_cli_out_of_range_budget_exits_two_before_any_rollout(tmp_path, capsys, flag, value, field):
+    out = tmp_path / "b"
+    code = main(["batch", "--env", "test-standin", "--smoke", "--no-progress", "--out", str(out), flag, value])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith(f"error: {field}: ") and "out of range" in err[0]
+    assert not out.exists()  # refused before the batch folder was made
+
+
+def test_cli_a_push_repo_that_is_not_org_slash_name_exits_two_before_any_rollout(tmp_path, capsys, monkeypatch):
+    _CLI_STANDIN["fn"] = standin = StandIn()
+    monkeypatch.setenv("PUSH_TO_DATASET", "not a repo")
+    out = tmp_path / "p"
+    code = main(["batch", "--env", "test-standin", "--smoke", "--no-progress", "--push-every", "1", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["error: push_repo: 'not a repo' is not of the form org/name (the CLI reads it "
+                                 "from PUSH_TO_DATASET)"]
+    assert standin.calls == [] and not out.exists()
+
+
+def test_a_second_batch_into_a_folder_a_batch_is_running_in_is_refused_and_touches_nothing(tmp_path):
+    from rollout_dataset.errors import DatasetDirError
+
+    started, release = threading.Event(), threading.Event()
+
+    def hold(job):  # the first batch's rollout is in flight, its folder being written
+        Path(job.artifact_dir).mkdir(parents=True, exist_ok=True)
+        (Path(job.artifact_dir) / "in-flight.txt").write_text("being written")
+        started.set()
+        assert release.wait(30)
+
+    config = make_config(tmp_path, seeds=[0], rollouts_per_seed=1, build_dataset=False)
+    first = threading.Thread(target=run_batch, args=(config,), kwargs={"run_one": StandIn(fail=hold)})
+    first.start()
+    try:
+        assert started.wait(30)
+        second = StandIn()
+        with pytest.raises(DatasetDirError, match="another batch is running in it"):
+            run_batch(config, run_one=second)
+        assert second.calls == []
+        assert [p.name for p in (config.out_dir / "rollouts").glob("*/in-flight.txt")] == ["in-flight.txt"]
+    finally:
+        release.set()
+        first.join(30)
+
+
+@pytest.mark.parametrize("text", ["{", "", '{"batch_id": "not-a-uuid"}', "[]"])
+def test_a_resume_with_an_unreadable_batch_json_is_refused_instead_of_starting_a_new_batch_id(tmp_path, text):
+    from rollout_dataset.errors import DatasetDirError
+
+    config = make_config(tmp_path, seeds=[0], rollouts_per_seed=2, build_dataset=False)
+    run_batch(config, run_one=StandIn())
+    finished = sorted(p.name for p in (config.out_dir / "rollouts").iterdir())
+    (config.out_dir / "batch.json").write_text(text)
+    again = StandIn()
+    with pytest.raises(DatasetDirError, match=r"batch\.json: .*batch_id"):
+        run_batch(config, run_one=again)
+    assert again.calls == [] and (config.out_dir / "batch.json").read_text() == text
+    assert sorted(p.name for p in (config.out_dir / "rollouts").iterdir()) == finished
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["--seeds", "0-999999999"], "--seeds"), (["--num-seeds", "2000000000"], "--num-seeds"),
+    (["--seeds", "0-999", "--rollouts-per-seed", "5000"], "rollouts_per_seed"),
+])
+def test_cli_a_batch_of_more_rollouts_than_the_limit_exits_two_before_planning_them(tmp_path, capsys, args, field):
+    out = tmp_path / "big"
+    code = main(["batch", "--env", "test-standin", "--no-progress", "--out", str(out), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"error: {field}: ") and "1000000" in err[0]
+    assert not out.exists()
+
+
+def test_a_rollout_whose_result_file_is_unreadable_is_run_again_and_named(tmp_path, caplog):
+    config = make_config(tmp_path, seeds=[0], rollouts_per_seed=2, build_dataset=False)
+    run_batch(config, run_one=StandIn())
+    result_file = sorted((config.out_dir / "rollouts").glob(f"*/{RESULT_FILE}"))[0]
+    result_file.write_text('{"rollout_id": "cut sh')  # cut short
+    again = StandIn()
+    run_batch(config, run_one=again)
+    assert len(again.calls) == 1
+    assert f"{result_file}: unreadable; its rollout is deleted and run again" in caplog.text

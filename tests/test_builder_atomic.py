@@ -135,3 +135,23 @@ def test_a_staging_folder_in_use_by_a_running_build_is_left_alone(corpus, tmp_pa
         _os.close(fd)
     build([root / "new"], out, progress=False)  # now abandoned: removed
     assert not running.exists()
+
+
+def test_a_full_disk_while_writing_a_shard_names_the_shard_and_keeps_the_earlier_dataset(corpus, tmp_path, monkeypatch,
+                                                                                        capsys):
+    from rollout_dataset.cli import main
+
+    root, old_ids, _ = corpus
+    out = tmp_path / "ds"
+    shutil.copytree(root / "earlier", out)
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+
+    def full_disk(self, table, row_group_size=None):  # pyarrow's own words for a full disk
+        raise OSError(28, "Error writing bytes to file. Detail: [errno 28] No space left on device")
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full_disk)
+    assert main(["build", str(root / "new"), "--out", str(out), "--no-progress"]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and err[0].startswith(f"error: {out.parent / out.name}.staging-{os.getpid()}/data/")
+    assert ".parquet: Error writing bytes to file" in err[0] and err[0].endswith(f"{out} left as it was")
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before

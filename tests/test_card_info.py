@@ -61,3 +61,10 @@ def test_without_a_citation_one_is_generated_from_the_repo(built):
 
     text = render_card(read_summary_rows(built), repo_id="org/rollouts")
     assert "@misc{org_rollouts_" in text and "huggingface.co/datasets/org/rollouts" in text
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "null", '"en"', '{"homepage": 5}', '{"language": 5}'])
+def test_a_card_options_file_of_the_wrong_shape_falls_back_to_the_defaults_with_a_warning(tmp_path, caplog, text):
+    (tmp_path / "card_options.json").write_text(text)
+    assert load_card_options(tmp_path) == CardOptions()
+    assert f"{tmp_path / 'card_options.json'}: unreadable" in caplog.text

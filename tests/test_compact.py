@@ -289,3 +289,51 @@ def test_a_compaction_racing_two_pushers_keeps_every_rollout_once(tmp_path):
         for config in CONFIG_NAMES:
             assert _hub_ids(hub, "org/race", config) == _local_ids(one + two + first, config), config
         assert "**4 rollouts**" in hub.files("org/race")["README.md"].decode()
+
+
+def test_a_full_disk_while_compacting_names_the_config_and_leaves_its_rows_as_they_were(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from rollout_dataset.builder.writer import ConfigWriter
+    from rollout_dataset.cli import main
+
+    ds = tmp_path / "ds"
+    _append_builds(ds, tmp_path, builds=3)
+    before = {c: _rows(ds, c) for c in CONFIG_NAMES}
+    real_flush = ConfigWriter.flush
+
+    def full_disk(self):  # the write seam of every shard: ENOSPC as pyarrow raises it for a full disk
+        if self.config == "sequences":
+            raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No space left on device")
+        real_flush(self)
+
+    monkeypatch.setattr(ConfigWriter, "flush", full_disk)
+    assert main(["compact", str(ds)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {ds / 'data' / 'sequences'}: ") and "No space left" in err[0]
+    for config in CONFIG_NAMES:
+        assert sorted(r["rollout_id"] for r in _rows(ds, config)) == sorted(r["rollout_id"] for r in before[config])
+    assert _shards(ds, "sequences") == 3 and not (ds / ".compact-staging").exists()
+
+
+def test_compact_refuses_a_folder_that_is_not_a_rollout_dataset_and_changes_nothing(tmp_path, capsys):
+    from rollout_dataset.cli import main
+
+    ds = tmp_path / "ds"
+    _append_builds(ds, tmp_path, builds=2)
+    (ds / "README.md").write_text("# my own notes\n")  # no card with the rollout-dataset tag
+    before = {str(p.relative_to(ds)): p.read_bytes() for p in ds.rglob("*") if p.is_file()}
+    assert main(["compact", str(ds)]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and err[0].startswith(f"error: {ds}: not a rollout-dataset dataset")
+    assert {str(p.relative_to(ds)): p.read_bytes() for p in ds.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("size", ["1e999", "inf", "nan", "0.5", "0.0001KB"])
+def test_a_target_size_that_is_not_a_whole_positive_byte_count_is_a_usage_error(tmp_path, capsys, size):
+    from rollout_dataset.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["compact", str(tmp_path), "--target-size", size])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and err[-1].startswith("rollout-dataset compact: error: argument --target-size: ")

@@ -51,3 +51,18 @@ def test_a_folder_round_trips_as_bytes_and_paths_cannot_leave_the_destination(tm
     with pytest.raises(ValueError, match="escapes"):
         write_folder_files(tmp_path / "dst", {"../outside.txt": b"x"})
     assert not (tmp_path / "outside.txt").exists()
+
+
+def test_a_full_disk_during_an_atomic_write_names_the_file_it_was_writing(tmp_path, monkeypatch):
+    target = tmp_path / "batch_result.json"
+    target.write_bytes(b"{}")
+
+    def full_disk(fd):  # the kernel reports a full disk at the flush of delayed-allocated data
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError) as caught:
+        write_bytes_atomic(target, b'{"done": true}', fsync=True)
+    assert caught.value.errno == 28 and caught.value.filename == str(target)
+    assert str(target) in str(caught.value)
+    assert target.read_bytes() == b"{}" and sorted(p.name for p in tmp_path.iterdir()) == ["batch_result.json"]

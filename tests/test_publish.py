@@ -6,6 +6,7 @@ exactly as a user's process would; the fixture stores what they commit.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -178,3 +179,82 @@ def test_a_bad_repo_id_is_refused_before_any_request(tmp_path):
 
     with pytest.raises(ValueError, match="org/name"):
         push(tmp_path, "no-slash")
+
+
+_PLANT = """
+import sys
+from huggingface_hub import HfApi
+HfApi().upload_file(path_or_fileobj=b"PAR1 not parquet", path_in_repo=sys.argv[2], repo_id=sys.argv[1],
+                    repo_type="dataset")
+"""
+
+
+@pytest.mark.parametrize("command", ["push", "compact"])
+def test_an_unreadable_shard_in_the_repo_fails_in_one_line_naming_the_repo_and_the_file(tmp_path, command):
+    first, second = _dataset(tmp_path / "a", 1, seed=600), _dataset(tmp_path / "b", 1, seed=610)
+    with FakeHub(token=TOKEN) as hub:
+        env = _env(hub, tmp_path / "home")
+        _push(first, "org/bad", env)
+        _py(["-c", _PLANT, "org/bad", "data/summary/zz-planted.parquet"], env)
+        commits = len(hub.repos["org/bad"].commits)
+        args = ["push", str(second), "--repo", "org/bad"] if command == "push" else ["compact", "--repo", "org/bad"]
+        failed = _py(["-m", "rollout_dataset.cli", *args], env, check=False)
+        assert len(hub.repos["org/bad"].commits) == commits  # nothing committed
+    err = [line for line in failed.stderr.splitlines() if not line.startswith("INFO ")]  # progress logs
+    assert failed.returncode == 1 and len(err) == 1, failed.stderr
+    action = "push to" if command == "push" else "compact"
+    assert err[0].startswith(f"error: {action} org/bad at {hub.url} failed: data/summary/zz-planted.parquet")
+    assert ": not a readable parquet shard (" in err[0] and "nothing was committed" in err[0]
+
+
+def test_a_cut_short_local_shard_is_named_before_anything_reaches_the_hub(tmp_path):
+    ds = _dataset(tmp_path / "a", 2, seed=700)
+    shard = sorted((ds / "data" / "sequences").glob("*.parquet"))[0]
+    os.truncate(shard, 300)
+    with FakeHub(token=TOKEN) as hub:
+        failed = _py(["-m", "rollout_dataset.cli", "push", str(ds), "--repo", "org/cut"], _env(hub, tmp_path / "home"),
+                     check=False)
+        assert hub.repos == {}  # neither the dataset repo nor its -traces companion was created
+    err = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    assert len(err) == 1 and err[0].startswith(f"error: {shard}: not a readable parquet shard"), failed.stderr
+
+
+
+def test_a_rollout_held_twice_in_the_local_folder_is_pushed_once(tmp_path):
+    ds = _dataset(tmp_path / "a", 2, seed=800)
+    expected = {c: _local_ids(ds, c) for c in CONFIG_NAMES}
+    for config in CONFIG_NAMES:  # a second copy of a shard (copied in by hand), sorting last
+        first = sorted((ds / "data" / config).glob("*.parquet"))[0]
+        shutil.copy(first, first.with_name("99991231T000000000000Z-copy.parquet"))
+    with FakeHub(token=TOKEN) as hub:
+        _push(ds, "org/twice", _env(hub, tmp_path / "home"))
+        files = hub.files("org/twice")
+    for config in CONFIG_NAMES:
+        pushed = sorted(r for p, data in files.items() if p.startswith(f"data/{config}/") and p.endswith(".parquet")
+                        for r in pq.read_table(io.BytesIO(data)).column("rollout_id").to_pylist())
+        assert pushed == expected[config], config
+    assert "**2 rollouts**" in files["README.md"].decode()
+
+
+_PLANT_OTHER = """
+import io, sys
+import pyarrow as pa, pyarrow.parquet as pq
+from huggingface_hub import HfApi
+buf = io.BytesIO()
+pq.write_table(pa.table({"x": [1]}), buf)
+HfApi().upload_file(path_or_fileobj=buf.getvalue(), path_in_repo=sys.argv[2], repo_id=sys.argv[1], repo_type="dataset")
+"""
+
+
+def test_a_summary_shard_without_rollout_ids_in_the_repo_is_named_by_push(tmp_path):
+    first, second = _dataset(tmp_path / "a", 1, seed=900), _dataset(tmp_path / "b", 1, seed=910)
+    with FakeHub(token=TOKEN) as hub:
+        env = _env(hub, tmp_path / "home")
+        _push(first, "org/other", env)
+        _py(["-c", _PLANT_OTHER, "org/other", "data/summary/zz-other.parquet"], env)
+        failed = _py(["-m", "rollout_dataset.cli", "push", str(second), "--repo", "org/other"], env, check=False)
+    err = [line for line in failed.stderr.splitlines() if not line.startswith("INFO ")]
+    assert failed.returncode == 1 and len(err) == 1, failed.stderr
+    assert err[0].startswith(f"error: push to org/other at {hub.url} failed: data/summary/zz-other.parquet: no "
+                             "rollout_id column")

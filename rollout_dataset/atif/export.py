@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
 from rollout_dataset.artifact_files import ROLLOUT_FILE, SUMMARY_FILE, TASK_FILE, TRACE_FILE
 from rollout_dataset.atif import ATIF_SCHEMA_VERSION
 from rollout_dataset.graph import RolloutGraph, TurnNode, build_graph
+from rollout_dataset.reasoning import message_reasoning
+from rollout_dataset.schema import load_schema
 from rollout_dataset.wire.content import json_text, text_parts
 
 __all__ = ["EXTRA_KEY", "trajectory_document", "trajectory_of_folder"]
@@ -46,7 +49,8 @@ def _text(content: Any) -> str:
 
 
 def _tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    """The answer's tool calls as ATIF `ToolCall`s (arguments that are no JSON object kept raw in extra)."""
+    """The answer's tool calls as ATIF `ToolCall`s; arguments that are no JSON object, or whose text is not
+    what `json.dumps` writes (compact, escaped, reordered numbers), are kept as sent in extra as well."""
     out = []
     for call in message.get("tool_calls") or []:
         if not isinstance(call, dict):
@@ -61,6 +65,8 @@ def _tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]] | None:
             arguments = None
         if not isinstance(arguments, dict):
             arguments, extra["raw_arguments"] = {}, raw
+        elif isinstance(raw, str) and json.dumps(arguments, ensure_ascii=False) != raw:
+            extra["raw_arguments"] = raw  # the text as sampled ('{"cmd":"ls"}'), which the import gives back
         item: dict[str, Any] = {"tool_call_id": str(call.get("id") or ""), "function_name": str(function.get("name") or ""),
                                 "arguments": arguments}
         if not call.get("id"):
@@ -99,6 +105,7 @@ class _StepWriter:
         self.tools = tools
         self.copied = copied  # the first request's earlier turns are context copied from the main path
         self.shown = 0  # request messages the steps so far show
+        self.last_answer: tuple[dict[str, Any], Mapping[str, Any]] | None = None  # (its agent step, the answer)
 
     def _step(self, source: str, message: str, **fields: Any) -> dict[str, Any]:
         step = {"step_id": len(self.steps) + 1, "source": source, "message": message}
@@ -134,25 +141,49 @@ class _StepWriter:
                 self._step("user", _text(message.get("content")), is_copied_context=True if self.copied and first else None)
             elif role == "assistant":
                 self._step("agent", _text(message.get("content")), tool_calls=_tool_calls(message), llm_call_count=0,
-                           is_copied_context=True)
+                           is_copied_context=True, reasoning_content=message_reasoning(message),
+                           extra={EXTRA_KEY: {"content_null": True}} if message.get("content") is None else None)
             else:
                 self._observe(message)
+
+    def _note_sent_back(self, messages: list[Any]) -> None:
+        """Keep the previous answer as the harness sent it back, on its step, when that is not the answer.
+
+        A harness may drop the reasoning (or otherwise rewrite its copy of the reply) before the next
+        request: the import rebuilds that request from this, not from the answer.
+        """
+        if self.last_answer is None or not 0 < self.shown <= len(messages):
+            return
+        step, answer = self.last_answer
+        sent = messages[self.shown - 1]
+        if isinstance(sent, dict) and _as_imported(sent) != _as_imported(answer):
+            step.setdefault("extra", {}).setdefault(EXTRA_KEY, {})["sent_back"] = sent
 
     def call(self, node: TurnNode) -> None:
         """Add one model call: the request's new messages, then its agent step."""
         messages = node.request_messages
+        self._note_sent_back(messages)
         self._context(messages[self.shown:], first=not self.steps)
         answer = node.response_message or {}
         ours: dict[str, Any] = {"call_index": node.index, "finish_reason": node.finish_reason,
                                 "requested_sampling_params": node.requested_sampling_params or None}
         if node.request_tools != self.tools:
             ours["tool_definitions"] = node.request_tools
-        reasoning = answer.get("reasoning_content", answer.get("reasoning"))
-        self._step("agent", _text(answer.get("content")), timestamp=_iso(node.started_at),
-                   reasoning_content=reasoning if isinstance(reasoning, str) and reasoning else None,
-                   tool_calls=_tool_calls(answer), metrics=_metrics(node, self.with_tokens),
-                   extra={EXTRA_KEY: {k: v for k, v in ours.items() if v is not None}})
+        if answer.get("content") is None:  # ATIF's message is a string: null (tool calls only) is said here
+            ours["content_null"] = True
+        step = self._step("agent", _text(answer.get("content")), timestamp=_iso(node.started_at),
+                          reasoning_content=message_reasoning(answer),
+                          tool_calls=_tool_calls(answer), metrics=_metrics(node, self.with_tokens),
+                          extra={EXTRA_KEY: {k: v for k, v in ours.items() if v is not None}})
         self.shown = len(messages) + 1
+        self.last_answer = (step, answer)
+
+
+def _as_imported(message: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of an assistant message an import rebuilds from its step: role, content, reasoning, tool calls."""
+    calls = tuple((c.get("id"), (c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"))
+                  for c in message.get("tool_calls") or [] if isinstance(c, dict) and isinstance(c.get("function"), dict))
+    return message.get("role"), message.get("content"), message_reasoning(message), calls
 
 
 def _final_metrics(steps: list[dict[str, Any]], extra: dict[str, Any] | None) -> dict[str, Any]:
@@ -292,7 +323,8 @@ def export_trajectories(paths: list[str | Path], out_dir: str | Path) -> list[Pa
     Raises:
         ArtifactError: a path is missing or holds no artifact folder.
         SchemaValidationError: a folder fails the check (its first failure names file and field).
-        ValueError: a dataset's request cell was cut to the cell limit and cannot be restored.
+        ValueError: a dataset's request cell was cut to the cell limit and cannot be restored, or a
+            dataset row's rollout id is no rollout id (it names the file: ``../x`` would leave `out_dir`).
     """
     from rollout_dataset.atif.dataset import dataset_rollouts, is_dataset_dir
     from rollout_dataset.builder.inputs import find_artifact_dirs, load_checked_artifact
@@ -301,8 +333,11 @@ def export_trajectories(paths: list[str | Path], out_dir: str | Path) -> list[Pa
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
+    rollout_id = re.compile(load_schema("summary")["properties"]["rollout_id"]["pattern"])
 
-    def write(doc: dict[str, Any], rid: str) -> None:
+    def write(doc: dict[str, Any], rid: Any, where: Path) -> None:
+        if not isinstance(rid, str) or not rollout_id.fullmatch(rid):  # it names the file: never a path
+            raise ValueError(f"{where}: rollout_id {rid!r} is not a rollout id (32 hex digits); nothing of it written")
         target = out / f"{rid}.atif.json"
         write_text_atomic(target, json.dumps(doc, ensure_ascii=False) + "\n")
         written.append(target)
@@ -310,10 +345,10 @@ def export_trajectories(paths: list[str | Path], out_dir: str | Path) -> list[Pa
     for path in map(Path, paths):
         if path.is_dir() and is_dataset_dir(path):
             for records, rollout, summary, task in dataset_rollouts(path):
-                write(trajectory_document(records, rollout, summary, task), summary["rollout_id"])
+                write(trajectory_document(records, rollout, summary, task), summary["rollout_id"], path)
             continue
         for folder in find_artifact_dirs([path]):
             art = load_checked_artifact(folder)
             write(trajectory_document(art["trace"].get("calls") or [], art["rollout"], art["summary"], art["task"]),
-                  art["summary"]["rollout_id"])
+                  art["summary"]["rollout_id"], folder)
     return written

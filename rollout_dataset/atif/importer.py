@@ -6,8 +6,9 @@ reasoning and tool calls, and the ids and logprobs come from the step's `metrics
 go through the same `export_rollout` / `turns_document` / `summary_document` code a capture uses,
 so the builder reads an imported rollout exactly as a captured one.
 
-A trajectory whose every model step carries `prompt_token_ids`, `completion_token_ids` and
-`logprobs` is imported at capture level `tokens`; otherwise at `text`, the first missing field
+A trajectory whose every model step carries `prompt_token_ids` and `completion_token_ids` is
+imported at capture level `tokens` (a step without `logprobs` with `per_token_logps` null, as a
+capture records a call whose server gave none); otherwise at `text`, the first missing field
 named in `summary.json`'s `imported_from.level_reason`. Nothing is invented beyond what the
 artifact schemas require (see docs/atif.md for each such value). A bad file raises
 `SchemaValidationError` naming the file and the field.
@@ -18,8 +19,10 @@ from __future__ import annotations
 import hashlib
 import contextlib
 import json
+import math
 import os
 import re
+import shutil
 import datetime as _dt
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,9 +142,42 @@ def _load(path: Path, what: str) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise SchemaValidationError([(str(path), "$", f"cannot read the {what}: {exc}")]) from None
     try:
-        return json.loads(text)
-    except ValueError as exc:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise SchemaValidationError([(str(path), "$", f"not valid JSON (a truncated file?): {exc}")]) from None
+    if _MAYBE_UNSTORABLE.search(text):
+        bad = _unstorable(document)
+        if bad is not None:
+            raise SchemaValidationError([(str(path), *bad)])
+    return document
+
+
+#: what in a JSON text can parse to a value no artifact can hold: NaN/Infinity, a surrogate escape.
+_MAYBE_UNSTORABLE = re.compile(r"NaN|Infinity|\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unstorable(document: Any) -> tuple[str, str] | None:
+    """The first value of a parsed document no artifact can hold, as ``(json path, reason)``.
+
+    JSON has no NaN or Infinity (Python's parser takes them), and a lone surrogate escape parses to
+    text with no UTF-8 form: either would break the build far from the file, so the file is refused.
+    """
+    stack: list[tuple[str, Any]] = [("$", document)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return where, f"is {value}: NaN and Infinity are not JSON numbers"
+        if isinstance(value, str) and _LONE_SURROGATE.search(value):
+            return where, "holds a lone surrogate (an unpaired \\ud800-\\udfff escape): text with no UTF-8 form"
+        if isinstance(value, dict):
+            for key, item in reversed(value.items()):
+                if _LONE_SURROGATE.search(key):
+                    return where, f"has a key with a lone surrogate ({key!r}): text with no UTF-8 form"
+                stack.append((f"{where}.{key}", item))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+    return None
 
 
 def _ours(obj: dict[str, Any]) -> dict[str, Any]:
@@ -218,7 +254,8 @@ def _text(message: Any) -> str:
 
 
 def _assistant(step: dict[str, Any]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": _text(step["message"])}
+    message: dict[str, Any] = {"role": "assistant",
+                               "content": None if _ours(step).get("content_null") is True else _text(step["message"])}
     if step.get("reasoning_content"):
         message["reasoning_content"] = step["reasoning_content"]
     calls = []
@@ -243,11 +280,12 @@ def _observations(step: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _seconds(timestamp: Any) -> float | None:
+    """An ISO 8601 time as epoch seconds; None when absent, unparsable or out of the datetime range."""
     if not isinstance(timestamp, str):
         return None
     try:
         return _dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):  # year 1 at +01:00 is before year 1 in UTC
         return None
 
 
@@ -278,19 +316,24 @@ def _calls(doc: dict[str, Any], where: str, order: list[int]) -> Iterator[_Call]
             index = mine.get("call_index")
             yield _Call(order[0], index if isinstance(index, int) and index >= 0 else None, f"{where}.steps[{i}]", step,
                         list(messages), mine.get("tool_definitions", tools), step.get("model_name") or agent.get("model_name"))
-        messages.append(_assistant(step))
+        sent_back = mine.get("sent_back")  # the reply as the harness sent it back (an export said it differed)
+        messages.append(sent_back if isinstance(sent_back, dict) else _assistant(step))
         messages.extend(_observations(step))
     for k, sub in enumerate(doc.get("subagent_trajectories") or []):
         yield from _calls(sub, f"{where}.subagent_trajectories[{k}]", order)
 
 
 def _level(calls: list[_Call]) -> tuple[str, str | None]:
-    """`tokens` when every call has ids and logprobs, else `text` and the first missing field."""
+    """`tokens` when every call has its prompt and completion ids, else `text` and the first missing field.
+
+    Logprobs are not needed: a step without them is token-exact with ``per_token_logps`` null, as a
+    captured call whose server gave none (a streamed Responses call; the export's `logprobs_missing`).
+    """
     if not calls:
         return "text", "the trajectory has no model step"
     for call in calls:
         metrics = call.step.get("metrics") or {}
-        for field in ("prompt_token_ids", "completion_token_ids", "logprobs"):
+        for field in ("prompt_token_ids", "completion_token_ids"):
             if metrics.get(field) is None:
                 return "text", f"{call.where}.metrics.{field} is missing, so no token-exact sequences"
     return "tokens", None
@@ -324,7 +367,7 @@ def _record(call: _Call, index: int, session: str, level: str, source: str) -> d
         "finish_reason": finish, "usage": usage, "requested_sampling_params": sampling,
         "effective_sampling_params": sampling, "capture_level": level, "token_source": None,
         "harness_session_id": None,
-        "notes": [f"imported from ATIF {source} {call.where}" + ("" if at else "; no timestamp: times are 0")],
+        "notes": [f"imported from ATIF {source} {call.where}" + ("" if at else "; no usable timestamp: times are 0")],
         "error": None,
     }
 
@@ -397,8 +440,15 @@ def import_documents(source: AtifSource) -> dict[str, Any]:
 
     Raises:
         SchemaValidationError: the trajectory or the trial result is bad (see `read_trajectory`),
-            or the trial's verifier crashed; one `(file, json path, reason)` per failure.
+            the trial's verifier crashed, or a file found in a folder is a symlink leading out of it;
+            one `(file, json path, reason)` per failure.
     """
+    for file in (source.file, source.result):
+        if file is not None and source.root.is_dir() and file.is_symlink() and \
+                not file.resolve().is_relative_to(source.root.resolve()):
+            raise SchemaValidationError([(str(file), "$", f"a symlink to {str(file.resolve())!r}, outside the input "
+                                          f"{str(source.root)!r}; refused (a folder's trajectories are read only "
+                                          "from inside it)")])
     doc = read_trajectory(source.file)
     result, reward, rewards = _trial_outcome(source.result) if source.result else ({}, None, {})
     own = _ours(doc.get("final_metrics") or {})
@@ -443,11 +493,12 @@ def _iso_z(value: Any) -> str | None:
         return None
     try:
         moment = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=_dt.timezone.utc)
+        moment = moment.astimezone(_dt.timezone.utc)
+    except (ValueError, OverflowError):  # 9999-12-31T23:59:59-01:00 is past year 9999 in UTC
         return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=_dt.timezone.utc)
-    return moment.astimezone(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return moment.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[list[Path], list[tuple[str, str]]]:
@@ -466,6 +517,7 @@ def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[li
     from rollout_dataset.builder import staging
     from rollout_dataset.builder.inputs import first_failure_line
     from rollout_dataset.files import write_text_atomic
+    from rollout_dataset.schema.check import check_artifact_dir
 
     stage = Path(stage)
     folders: list[Path] = []
@@ -476,6 +528,9 @@ def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[li
         except SchemaValidationError as exc:
             refused.append((str(source.file), first_failure_line(exc)))
             continue
+        except ValueError as exc:  # ids the graph cannot pack (a float, beyond 64 bits)
+            refused.append((str(source.file), f"{source.file}: $: {exc}".replace("\n", " ")))
+            continue
         rid = documents[SUMMARY_FILE]["rollout_id"]
         final = stage / f"{n:06d}-{rid}"
         partial = stage / f".partial-{n:06d}"
@@ -483,6 +538,13 @@ def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[li
         for name, content in documents.items():
             text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False) + "\n"
             write_text_atomic(partial / name, text)
+        failures = check_artifact_dir(partial)
+        if failures:  # what the build would refuse for the whole dataset: this trajectory alone is left out
+            shutil.rmtree(partial)
+            file, where, reason = failures[0]
+            refused.append((str(source.file), f"{source.file}: imports as an artifact folder that is not valid: "
+                                              f"{Path(file).name}: {where}: {reason}".replace("\n", " ")))
+            continue
         partial.rename(final)
         folders.append(final)
         staging.checkpoint("imported")

@@ -8,6 +8,7 @@ shape: `{enabled, mode, strategy, indicator_lambda, weights, k_limits}`. It can 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,12 @@ __all__ = [
 ]
 
 EXECUTORS = ("local", "ray")
+#: the longest wall-time budget of one rollout (`BatchConfig.timeout_s`): one year, far inside what a
+#: socket timeout holds (infinity or ~1e10 s overflow it deep inside the rollout, after the batch started).
+MAX_TIMEOUT_S = 365 * 24 * 3600.0
+#: the most rollouts one batch plans (seeds x rollouts per seed): every planned rollout is held in memory
+#: as a job before the first runs, so `--seeds 0-999999999` must be refused, not expanded.
+MAX_ROLLOUTS = 1_000_000
 
 
 def _read_document(path: Path) -> Any:
@@ -138,21 +145,26 @@ def parse_seeds(text: str) -> list[int]:
         ConfigError: an item that is not a non-negative integer or range.
     """
     seeds: list[int] = []
+    seen: set[int] = set()
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
         try:
             if "-" in item[1:]:
                 lo, hi = item.split("-", 1)
-                values = list(range(int(lo), int(hi) + 1))
+                values = range(int(lo), int(hi) + 1)
             else:
-                values = [int(item)]
+                values = range(int(item), int(item) + 1)
         except ValueError:
             raise ConfigError(f"--seeds: {item!r} is not an integer or a range like 3-6") from None
+        if len(values) + len(seeds) > MAX_ROLLOUTS:
+            raise ConfigError(f"--seeds: {item!r} makes more than {MAX_ROLLOUTS} seeds; a batch plans at most "
+                              f"{MAX_ROLLOUTS} rollouts")
         for v in values:
             if v < 0:
                 raise ConfigError(f"--seeds: {v} is negative; seeds are integers >= 0")
-            if v not in seeds:
+            if v not in seen:
+                seen.add(v)
                 seeds.append(v)
     if not seeds:
         raise ConfigError("--seeds: no seed given (example: --seeds 0,1,5)")
@@ -237,10 +249,18 @@ class BatchConfig:
             raise ConfigError(f"seeds: duplicates in {self.seeds!r}")
         if self.rollouts_per_seed < 1:
             raise ConfigError(f"rollouts_per_seed: {self.rollouts_per_seed} is out of range (>= 1)")
+        if len(self.seeds) * self.rollouts_per_seed > MAX_ROLLOUTS:
+            raise ConfigError(f"rollouts_per_seed: {len(self.seeds)} seeds x {self.rollouts_per_seed} is more than "
+                              f"{MAX_ROLLOUTS} rollouts, the most a batch plans; split it into batches")
         if self.max_turns < 1:
             raise ConfigError(f"max_turns: {self.max_turns} is out of range (>= 1)")
         if self.concurrency < 1:
             raise ConfigError(f"concurrency: {self.concurrency} is out of range (>= 1)")
+        if isinstance(self.n_prompts, bool) or not isinstance(self.n_prompts, int) or self.n_prompts < 1:
+            raise ConfigError(f"n_prompts: {self.n_prompts!r} is out of range (an integer >= 1)")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) \
+                or not math.isfinite(self.timeout_s) or not 0 < self.timeout_s <= MAX_TIMEOUT_S:
+            raise ConfigError(f"timeout_s: {self.timeout_s!r} is out of range (seconds, > 0 and <= {MAX_TIMEOUT_S:.0f})")
         if self.executor not in EXECUTORS:
             raise ConfigError(f"executor: {self.executor!r} is not one of {', '.join(EXECUTORS)}")
         if not isinstance(self.env_options, Mapping) or not all(isinstance(k, str) and k for k in self.env_options):
@@ -248,6 +268,14 @@ class BatchConfig:
         self.env_options = dict(self.env_options)
         if isinstance(self.push_every, bool) or not isinstance(self.push_every, int) or self.push_every < 0:
             raise ConfigError(f"push_every: {self.push_every!r} is out of range (an integer >= 0)")
+        if self.push_repo is not None:
+            from rollout_dataset.hub.commits import check_repo_id
+
+            try:
+                check_repo_id(self.push_repo)
+            except ValueError:
+                raise ConfigError(f"push_repo: {self.push_repo!r} is not of the form org/name (the CLI reads it "
+                                  "from PUSH_TO_DATASET)") from None
         if self.push_every and not self.push_repo:
             raise ConfigError("push_every: needs a destination repo (push_repo; the CLI reads PUSH_TO_DATASET=org/name)")
         self.strategies = tuple(self.strategies)

@@ -26,8 +26,10 @@ so `simple` and `complex` are compared on the very same rollouts.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
+import os
 import shutil
 import subprocess
 import uuid
@@ -98,17 +100,34 @@ def _check_out_dir(out_dir: Path) -> None:
 
 
 def _batch_id(out_dir: Path) -> str:
+    """The batch id of `out_dir`'s `batch.json`; a new one (written, fsynced) when there is none.
+
+    Every rollout id derives from it, so a batch.json that exists but holds no valid id is refused:
+    a fresh id would orphan every finished rollout (a resume would run them all again, and
+    `dataset/` would hold only the new ones).
+
+    Raises:
+        DatasetDirError: batch.json exists but is unreadable or holds no valid `batch_id`.
+    """
     path = out_dir / _BATCH_FILE
-    doc = _read_json(path)
-    if isinstance(doc, dict) and isinstance(doc.get("batch_id"), str):
+    if path.exists():
+        doc = _read_json(path)
+        raw = doc.get("batch_id") if isinstance(doc, dict) else None
         try:
-            return uuid.UUID(doc["batch_id"]).hex
+            return uuid.UUID(raw).hex if isinstance(raw, str) else _no_batch_id(path, doc)
         except ValueError:
-            pass
-        log.warning("%s: unreadable batch_id; starting a new batch id", path)
+            return _no_batch_id(path, doc)
     batch_id = uuid.uuid4().hex
-    _write_json(path, {"schema_version": 1, "batch_id": batch_id, "created_at": utc_now()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps({"schema_version": 1, "batch_id": batch_id, "created_at": utc_now()},
+                                       indent=2) + "\n", fsync=True)
     return batch_id
+
+
+def _no_batch_id(path: Path, doc: Any) -> str:
+    what = "not a JSON object" if not isinstance(doc, dict) else f"batch_id {doc.get('batch_id')!r} is not a uuid"
+    raise DatasetDirError(f"{path}: {what}; every rollout id of the batch derives from its batch_id, so the batch "
+                          "cannot resume without it: restore the file, or give a new --out")
 
 
 def _settings(config: BatchConfig, base_url: str | None) -> dict[str, Any]:
@@ -153,9 +172,13 @@ def plan_jobs(config: BatchConfig, batch_id: str, base_url: str | None = None) -
 
 
 def _finished(job: RolloutJob) -> dict[str, Any] | None:
-    doc = _read_json(Path(job.artifact_dir) / RESULT_FILE)
+    """The rollout's result document, or None when it is not finished (its folder is then deleted and it runs again)."""
+    path = Path(job.artifact_dir) / RESULT_FILE
+    doc = _read_json(path)
     if isinstance(doc, dict) and doc.get("rollout_id") == job.rollout_id:
         return doc
+    if path.exists():  # its capture may be complete: never deleted without a word
+        log.warning("%s: unreadable; its rollout is deleted and run again", path)
     return None
 
 
@@ -385,11 +408,44 @@ def run_batch(config: BatchConfig, run_one: RunOne | None = None, *, executor: E
         GuardrailError: no agent turns (mean 0 or more than half at 0), or some rollouts failed;
             the outputs are written first, the dataset is not built.
         ConfigError: an invalid configuration.
-        DatasetDirError: `config.out_dir` is a non-empty folder that is not a batch's.
+        DatasetDirError: `config.out_dir` is a non-empty folder that is not a batch's, or another
+            batch is running in it.
     """
     out = config.out_dir
     _check_out_dir(out)
     out.mkdir(parents=True, exist_ok=True)
+    lock = _lock_batch_dir(out)
+    try:
+        return _run_locked(config, run_one, executor)
+    finally:
+        os.close(lock)
+
+
+def _lock_batch_dir(out: Path) -> int:
+    """Take the batch folder's exclusive lock (the kernel drops it when the process ends, kill -9 included).
+
+    Two batches in one folder would each delete and re-run the rollouts the other has in flight
+    (a resume re-runs every unfinished rollout into the same folder), mixing their files.
+
+    Returns:
+        The open fd holding the lock (close it to release).
+
+    Raises:
+        DatasetDirError: another batch holds it.
+    """
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DatasetDirError(f"{out}: another batch is running in it; wait for it to finish (or stop it), then "
+                              "run again to resume") from None
+    return fd
+
+
+def _run_locked(config: BatchConfig, run_one: RunOne | None, executor: Executor | None) -> BatchResult:
+    """`run_batch` once the batch folder's lock is held."""
+    out = config.out_dir
     batch_id = _batch_id(out)
     _warn_on_changed_settings(config)
     if run_one is None:
@@ -438,7 +494,7 @@ def run_batch(config: BatchConfig, run_one: RunOne | None = None, *, executor: E
                 doc = _result_document(job, outcome.result, config)
                 _annotate_artifacts(folder, doc, config.strategies)
                 (folder / ERROR_FILE).unlink(missing_ok=True)
-                _write_json(folder / RESULT_FILE, doc)
+                write_text_atomic(folder / RESULT_FILE, json.dumps(doc, indent=2) + "\n", fsync=True)  # the done marker
                 docs[job.rollout_id] = doc
                 result.ran += 1
                 if streamer is not None:

@@ -59,6 +59,7 @@ from rollout_dataset.builder.tokenizer_files import TokenizerFiles, TokenizerReg
     write_tokenizer_files
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES, SHARD_BYTES, ConfigWriter, build_prefix, part_shard_name
 from rollout_dataset.errors import ArtifactError, ConfigError, RolloutDatasetError
+from rollout_dataset.files import write_text_atomic
 
 __all__ = ["BuildResult", "build", "finish_dataset", "find_artifact_dirs", "read_summary_rows", "iter_summary_rows",
            "dataset_rollout_ids", "check_shards"]
@@ -361,8 +362,8 @@ def finish_dataset(stage: str | Path, parts: Sequence[PartResult], *, prefix: st
     for rewritten in (readme, stage / CARD_OPTIONS_FILE):
         rewritten.unlink(missing_ok=True)  # hard links to the earlier dataset: never write through them
     written.append(save_card_options(options, stage))
-    readme.write_text(render_card(aggregates, template=template, options=options, config_bytes=config_bytes,
-                                  arrow_bytes=arrow, audit=audit), encoding="utf-8")
+    write_text_atomic(readme, render_card(aggregates, template=template, options=options, config_bytes=config_bytes,
+                                          arrow_bytes=arrow, audit=audit))  # names the file on a full disk
     staging.fsync_tree(written + [readme])
     return FinishedDataset(readme=readme, total_rollouts=aggregates.n, bytes_per_config=config_bytes,
                            arrow_bytes=arrow, written=written)

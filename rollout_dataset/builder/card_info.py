@@ -56,7 +56,7 @@ class CardOptions:
         object.__setattr__(self, "refused", tuple((str(f), str(r)) for f, r in self.refused))
         for name in ("homepage", "repository"):
             value = getattr(self, name)
-            if value is not None and not value.startswith(("https://", "http://")):
+            if value is not None and not (isinstance(value, str) and value.startswith(("https://", "http://"))):
                 raise ConfigError(f"{name}={value!r}: give an http(s) URL")
 
 
@@ -95,6 +95,8 @@ def load_card_options(dataset_dir: str | Path) -> CardOptions:
         return CardOptions()
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
         known = {f.name for f in fields(CardOptions)}
         return CardOptions(**{k: v for k, v in data.items() if k in known})
     except (ValueError, TypeError) as exc:

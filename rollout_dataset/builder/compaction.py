@@ -48,9 +48,9 @@ from rollout_dataset.builder.card import read_card_metadata, render_card
 from rollout_dataset.builder.card_info import load_card_options
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.merge import card_inputs
-from rollout_dataset.builder.staging import exchange_folders, link_or_copy, locked_out_dir
+from rollout_dataset.builder.staging import DATASET_TAG, exchange_folders, is_built_dataset, link_or_copy, locked_out_dir
 from rollout_dataset.builder.writer import ConfigWriter, shard_name
-from rollout_dataset.errors import ArtifactError, DatasetDirError
+from rollout_dataset.errors import ArtifactError, DatasetDirError, RolloutDatasetError
 from rollout_dataset.files import write_text_atomic
 
 __all__ = ["DEFAULT_TARGET_BYTES", "CompactResult", "plan_merges", "merge_shards", "duplicate_drops",
@@ -301,6 +301,24 @@ def _compact_config(dataset_dir: Path, config: str, run_dir: Path, target_bytes:
     if not rewrite:
         result.rows[config] = total_rows
         return
+    try:
+        _rewrite_config(dataset_dir, config, shards, ids, drops, groups, run_dir, result)
+    except RolloutDatasetError:
+        raise
+    except OSError as exc:  # a full disk, a permission: the config stays as it was, and is named
+        named = OSError(f"{live}: compacting it failed ({exc.strerror or exc}); the config was left as it was "
+                        "(configs compacted before it stay compacted)")
+        named.errno = exc.errno
+        raise named from None
+    except pa.ArrowException as exc:  # a shard whose footer reads but whose pages do not
+        raise ArtifactError(f"{live}: a shard is unreadable ({exc}); the config was left as it was") from None
+
+
+def _rewrite_config(dataset_dir: Path, config: str, shards: list[Path], ids: list[list[str]], drops: list[set[str]],
+                    groups: list[list[int]], run_dir: Path, result: CompactResult) -> None:
+    """Write the compacted config in the staging folder and swap it in (see `_compact_config`)."""
+    live = dataset_dir / "data" / config
+    total_rows = sum(len(x) for x in ids)
     listing = _listing(live)
     staged = run_dir / "new" / config
     staged.mkdir(parents=True)
@@ -348,6 +366,7 @@ def compact_local(dataset_dir: str | Path, *, target_bytes: int = DEFAULT_TARGET
         A `CompactResult`.
 
     Raises:
+        DatasetDirError: `dataset_dir` is not a dataset this tool built (its README.md lacks the tag).
         ArtifactError: `dataset_dir` holds no built dataset, a shard is unreadable, or a config's
             shards changed while it was being compacted (that config is left untouched; configs
             already compacted stay compacted), or another compaction holds ``DIR/.compact.lock``,
@@ -360,6 +379,9 @@ def compact_local(dataset_dir: str | Path, *, target_bytes: int = DEFAULT_TARGET
     unknown = [c for c in configs or () if c not in CONFIG_NAMES]
     if unknown:
         raise ValueError(f"unknown config(s) {', '.join(unknown)}; valid: {', '.join(CONFIG_NAMES)}")
+    if dataset_dir.is_dir() and not is_built_dataset(dataset_dir):  # before anything is written in it
+        raise DatasetDirError(f"{dataset_dir}: not a rollout-dataset dataset (no README.md with the {DATASET_TAG!r} "
+                              "tag); compact rewrites the shards of a dataset this tool built, and no other folder")
     lock = _lock(dataset_dir)
     try:
         try:

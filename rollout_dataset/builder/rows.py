@@ -32,6 +32,7 @@ import numpy as np
 from rollout_dataset.artifact_files import ARTIFACT_FILES, SUMMARY_FILE
 from rollout_dataset.builder.configs import resolved_columns
 from rollout_dataset.errors import ArtifactError
+from rollout_dataset.reasoning import message_reasoning
 from rollout_dataset.wire.records import call_answer_chat, call_request_chat
 
 __all__ = [
@@ -439,7 +440,9 @@ def chat_message(message: Any) -> dict[str, Any]:
             fn = function if isinstance(function, dict) else {}
             calls.append({"id": _text(call.get("id")), "type": _text(call.get("type")),
                           "function": {"name": _text(fn.get("name")), "arguments": _text(fn.get("arguments"))}})
-    reasoning = message.get("reasoning_content", message.get("reasoning"))
+    reasoning = message_reasoning(message)
+    if reasoning is None:  # no text in any field: what there is (an empty string, a non-text value) as it is
+        reasoning = message.get("reasoning_content", message.get("reasoning"))
     return {"role": _text(message.get("role")), "content": _text(message.get("content")),
             "reasoning_content": _text(reasoning), "tool_calls": calls,
             "tool_call_id": _text(message.get("tool_call_id"))}

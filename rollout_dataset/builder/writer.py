@@ -26,6 +26,7 @@ compression CPU, which was about half of the whole build's CPU (issue 14: build 
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -142,7 +143,19 @@ class ConfigWriter:
         self._buffered = 0
         self._uncombined = 0  # tables at the end of the buffer not yet combined
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = pq.ParquetWriter(str(self.path), self.schema, **column_options(self.schema), **_WRITE_OPTIONS)
+        with self._naming_the_file():
+            self._writer = pq.ParquetWriter(str(self.path), self.schema, **column_options(self.schema),
+                                            **_WRITE_OPTIONS)
+
+    @contextlib.contextmanager
+    def _naming_the_file(self) -> Iterator[None]:
+        """An OS error of pyarrow's writer (a full disk) names no file: name the shard (same errno)."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.filename is not None or exc.errno is None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
 
     def add(self, rows: list[dict[str, Any]]) -> None:
         """Add the rows of one rollout.
@@ -182,13 +195,15 @@ class ConfigWriter:
         """Write the buffered rows as one row group."""
         if self._buffer:
             table = pa.concat_tables(self._buffer).combine_chunks()
-            self._writer.write_table(table, row_group_size=len(table))
+            with self._naming_the_file():
+                self._writer.write_table(table, row_group_size=len(table))
             self._buffer, self._buffered, self._uncombined = [], 0, 0
 
     def close(self) -> None:
         """Flush and close the file (a config with no rows still gets a valid, empty shard)."""
         self.flush()
-        self._writer.close()
+        with self._naming_the_file():
+            self._writer.close()
 
 
 class DatasetWriter:

@@ -78,6 +78,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
     from dataclasses import replace
 
     from rollout_dataset.batch.config import (
+        MAX_ROLLOUTS,
         BatchConfig,
         load_json_mapping,
         load_step_config,
@@ -92,8 +93,8 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
     elif args.seeds is not None:
         seeds, per_seed = parse_seeds(args.seeds), args.rollouts_per_seed
     else:
-        if args.num_seeds < 1:
-            raise ConfigError(f"--num-seeds: {args.num_seeds} is out of range (>= 1)")
+        if not 1 <= args.num_seeds <= MAX_ROLLOUTS:
+            raise ConfigError(f"--num-seeds: {args.num_seeds} is out of range (1 to {MAX_ROLLOUTS})")
         seeds, per_seed = list(range(args.num_seeds)), args.rollouts_per_seed
     step = load_step_config(args.step_config) if args.step_config else StepRewardConfig()
     if args.weights_json:

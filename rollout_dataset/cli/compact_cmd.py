@@ -7,6 +7,7 @@ is one commit on the revision read, retried when a pusher committed in between.
 from __future__ import annotations
 
 import argparse
+import math
 
 __all__ = ["add_arguments", "run"]
 
@@ -18,8 +19,8 @@ def _size(text: str) -> int:
         value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
     except (ValueError, IndexError):
         raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 256MB, 64M or 1000000") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
+    if not math.isfinite(value) or value < 1:  # 1e999 and nan parse as floats; 0.5 would be 0 bytes
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite size of at least 1 byte")
     return int(value)
 
 

@@ -10,8 +10,9 @@ Harbor's `BaseEnvironment` contract (`start`, `stop`, `exec` with cwd/env/timeou
   Harbor uploads them, the tests after the agent has finished), no trace, no secret;
 - every `exec` is a fresh ``bwrap``: new network namespace (loopback only: the model is reached by
   terminus-2 from the host through the recording proxy, never from inside), new IPC/UTS namespaces,
-  all capabilities dropped, ``no_new_privs``; the PID namespace and ``/tmp`` (inside the root) are
-  shared, so the tmux server terminus-2 starts in one `exec` persists to the next;
+  all capabilities dropped, ``no_new_privs``; the environment's own PID namespace (no host process
+  visible) and ``/tmp`` (inside the root) are shared, so the tmux server terminus-2 starts in one
+  `exec` persists to the next;
 - limits: address space from the task's ``memory_mb``, file size, open files; a timed-out command's
   process group is killed (SIGKILL);
 - every command carries a marker variable, so `stop()` kills every process the environment started
@@ -30,14 +31,15 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities
 
 try:  # imported as rollout_dataset.harbor.bwrap_environment (the usual way) or from its folder
-    from rollout_dataset.harbor.bwrap_root import TIMEOUT_EXIT, TaskRoot, kill_group
+    from rollout_dataset.harbor.bwrap_root import REWARD_FILES, TIMEOUT_EXIT, TaskRoot, kill_group
 except ImportError:  # pragma: no cover - PYTHONPATH holds this folder only
-    from bwrap_root import TIMEOUT_EXIT, TaskRoot, kill_group  # type: ignore[no-redef]
+    from bwrap_root import REWARD_FILES, TIMEOUT_EXIT, TaskRoot, kill_group  # type: ignore[no-redef]
 
 __all__ = ["BwrapEnvironment", "ENV_TYPE"]
 
@@ -72,8 +74,9 @@ class BwrapEnvironment(BaseEnvironment):
         self._reaper: subprocess.Popen | None = None
 
     async def start(self, force_build: bool) -> None:
-        """Build the root and start the reaper that cleans up if Harbor dies."""
+        """Build the root, start its PID namespace and the reaper that cleans up if Harbor dies."""
         self._task_root.build()
+        self._task_root.start_processes()
         reaper = Path(__file__).with_name("reaper.py")
         self._reaper = subprocess.Popen(
             [sys.executable, str(reaper), str(os.getpid()), self._task_root.marker, str(self._task_root.state)],
@@ -117,17 +120,26 @@ class BwrapEnvironment(BaseEnvironment):
         shutil.copy2(source_path, target)
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        """Copy a host folder's contents into the root (merged with what is there); ``/tests`` is emptied
-        first, so nothing the agent planted there runs with the verifier."""
+        """Copy a host folder's contents into the root (merged with what is there).
+
+        ``/tests`` comes with the verifier: every process the agent left running is killed first (a
+        fresh PID namespace), so none can rewrite the tests or the reward while the verifier runs;
+        then ``/tests`` is emptied (nothing the agent planted there runs), and the reward files are
+        removed again (one written between Harbor's removal and the kill counts for nothing)."""
+        verifier_next = target_dir.rstrip("/") == "/tests"
+        if verifier_next:
+            self._task_root.start_processes()
         target = self._task_root.host_path(target_dir)
-        if target_dir.rstrip("/") == "/tests" and (target.exists() or target.is_symlink()):
+        if verifier_next and (target.exists() or target.is_symlink()):
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
             else:
                 target.unlink()
         shutil.copytree(source_dir, target, dirs_exist_ok=True)
-        if target_dir.rstrip("/") == "/tests":  # the verifier comes next: its log folder exists even if the agent removed it
+        if verifier_next:  # its log folder exists even if the agent removed it, and holds no reward yet
             self._task_root.build()
+            for reward in REWARD_FILES:
+                self._task_root.host_path(reward).unlink(missing_ok=True)
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         """Copy a file of the root to the host (a symlink leading out of the root is refused)."""
@@ -136,5 +148,40 @@ class BwrapEnvironment(BaseEnvironment):
         shutil.copyfile(source, target_path)
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
-        """Copy a folder of the root to the host; symlinks are copied as links, never followed."""
-        shutil.copytree(self._task_root.host_path(source_dir), target_dir, symlinks=True, dirs_exist_ok=True)
+        """Copy a folder of the root to the host; symlinks are copied as links, never followed.
+
+        A link is copied only when it is relative and stays inside the folder: any other, once on the
+        host, would name a host file (a ``reward.txt`` linked to a host file holding ``1`` would be
+        read as the verifier's reward). A file already on the host is never replaced: what the
+        agent wrote in ``/logs/agent`` would otherwise overwrite what terminus-2, on the host, wrote
+        there (its ``trajectory.json``). Each one left out is logged.
+        """
+        source = self._task_root.host_path(source_dir)
+        shutil.copytree(source, target_dir, symlinks=True, dirs_exist_ok=True, ignore=self._links_leaving(source),
+                        copy_function=self._copy_new)
+
+    def _copy_new(self, source: str, target: str) -> str:
+        """`copytree`'s copy: a file the host already has is left as it is (logged)."""
+        if os.path.lexists(target):
+            self.logger.warning("bwrap environment: %s is already on the host; the environment's %s is not copied "
+                                "over it", target, source)
+            return target
+        return shutil.copy2(source, target)
+
+    def _links_leaving(self, top: Path) -> Callable[[str, list[str]], set[str]]:
+        """A `copytree` ignore function: the names of links that are absolute or lead out of `top`."""
+        top = Path(os.path.abspath(top))
+
+        def ignore(folder: str, names: list[str]) -> set[str]:
+            out = set()
+            for name in names:
+                path = Path(folder) / name
+                if not path.is_symlink():
+                    continue
+                target = os.readlink(path)
+                if os.path.isabs(target) or not Path(os.path.normpath(path.parent / target)).is_relative_to(top):
+                    self.logger.warning("bwrap environment: %s is a symlink to %r, outside the folder downloaded; "
+                                        "left out", path, target)
+                    out.add(name)
+            return out
+        return ignore

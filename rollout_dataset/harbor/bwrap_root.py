@@ -7,12 +7,14 @@ what the root holds and what each command gets.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
 import signal
 import subprocess
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Callable, Mapping
@@ -67,6 +69,9 @@ class TaskRoot:
         self.workdir = workdir
         self.env = dict(env or {})
         self.memory_mb = memory_mb
+        self._holder: subprocess.Popen | None = None  # pid 1's parent of the shared PID namespace
+        self._pidns_fd: int | None = None
+        self._pid1: int | None = None  # the namespace's pid 1, by its host pid
 
     def host_path(self, path: str) -> Path:
         """The host path of `path` inside the root; never outside it (symlinks resolved).
@@ -81,41 +86,68 @@ class TaskRoot:
         return candidate
 
     def build(self) -> None:
-        """Create the root: /tmp, /etc (passwd, group, hosts), /root, /logs/*, the workdir, the /bin-style links."""
+        """Create the root: /tmp, /etc (passwd, group, hosts), /root, /logs/*, the workdir, the /bin-style links.
+
+        Run again before the verifier, over what the agent left: nothing in the root is followed. A
+        link (or file) the agent put where one of these folders or files belongs is removed first (a
+        ``/etc`` linked to the host's ``/etc`` would have had the host's ``passwd`` overwritten), and
+        the ``/bin``-style links are put back as the host has them (a ``/bin`` of the agent's would
+        hold the ``bash`` a ``#!/bin/bash`` verifier runs).
+        """
         for sub in ("tmp", "etc", "root", "logs/agent", "logs/verifier", "logs/artifacts"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+            self._own_folder(sub)
         os.chmod(self.root / "tmp", 0o1777)
-        (self.root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
-        (self.root / "etc/group").write_text("root:x:0:\n")
-        (self.root / "etc/hosts").write_text("127.0.0.1 localhost\n")
+        for name, text in (("passwd", "root:x:0:0:root:/root:/bin/bash\n"), ("group", "root:x:0:\n"),
+                           ("hosts", "127.0.0.1 localhost\n")):
+            self._own_file(f"etc/{name}", text)
         for name in _LINKS:
             host, link = Path("/" + name), self.root / name
-            if host.is_symlink() and not link.is_symlink():
+            if host.is_symlink() and not (link.is_symlink() and os.readlink(link) == os.readlink(host)):
+                _remove(link)
                 link.symlink_to(os.readlink(host))
         if self.workdir:
             self.host_path(self.workdir).mkdir(parents=True, exist_ok=True)
 
-    def argv(self, command: str, cwd: str | None = None, env: Mapping[str, str] | None = None,
-             own_pids: bool = False) -> list[str]:
+    def _own_folder(self, relative: str) -> Path:
+        """The root's folder `relative`, made a real folder at each level (a link or file there removed)."""
+        path = self.root
+        path.mkdir(parents=True, exist_ok=True)
+        for part in Path(relative).parts:
+            path = path / part
+            if path.is_symlink() or (path.exists() and not path.is_dir()):
+                _remove(path)
+            path.mkdir(exist_ok=True)
+        return path
+
+    def _own_file(self, relative: str, text: str) -> None:
+        """Write the root's file `relative` afresh, never through a link the agent put there."""
+        path = self._own_folder(str(Path(relative).parent)) / Path(relative).name
+        _remove(path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+
+    def argv(self, command: str, cwd: str | None = None, env: Mapping[str, str] | None = None) -> list[str]:
         """The bwrap command line running ``bash -c command`` in the root.
 
-        The command runs as root with no capabilities: without a PID namespace of its own it may
-        signal every root process of the host (``kill -9 -1``). Harbor's environment needs its tmux
-        server to outlive each command, so only `own_pids` commands get one.
+        The command runs in the root's PID namespace while `start_processes` holds one (so what it
+        leaves running, tmux, persists to the next command), else in a PID namespace of its own that
+        ends with it; never in the host's, whose processes it could see and signal.
 
         Args:
             command: the shell command.
             cwd: its working directory inside the root (default: the workdir, else ``/``).
             env: more variables.
-            own_pids: run in a new PID namespace (everything in it dies with the command).
 
         Returns:
-            argv.
+            argv (run it with `popen_kwargs`, which passes the namespace's descriptor).
         """
-        args = ["bwrap", "--bind", str(self.root), "/", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+        pid_namespace = ["--unshare-pid"] if self._pidns_fd is None else ["--pidns", str(self._pidns_fd)]
+        return self._argv(command, cwd, env, pid_namespace)
+
+    def _argv(self, command: str, cwd: str | None, env: Mapping[str, str] | None, pid_namespace: list[str]) -> list[str]:
+        args = ["bwrap", "--bind", str(self.root), "/", *pid_namespace, "--unshare-net", "--unshare-ipc", "--unshare-uts",
                 "--hostname", "sandbox", "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
-        if own_pids:
-            args[1:1] = ["--unshare-pid"]
         for name in _LINKS:
             host = Path("/" + name)
             if host.is_dir() and not host.is_symlink():  # symlinks (merged /usr) are made in the root
@@ -131,16 +163,66 @@ class TaskRoot:
 
     def popen_kwargs(self) -> dict:
         """Keyword arguments for `subprocess.Popen`/`asyncio.create_subprocess_exec` of an `argv`."""
-        return {"preexec_fn": _limits(self.memory_mb)}
+        kwargs: dict = {"preexec_fn": _limits(self.memory_mb)}
+        if self._pidns_fd is not None:
+            kwargs["pass_fds"] = (self._pidns_fd,)
+        return kwargs
+
+    def start_processes(self) -> None:
+        """Start the root's PID namespace: every later `argv` command joins it (see `argv`).
+
+        Its pid 1 is a bwrap child of this process (``--die-with-parent``): when it ends, whether by
+        `stop_processes`, `close` or this process's death, the kernel kills every process in the
+        namespace, those that dropped the marker variable included.
+
+        Raises:
+            OSError: bwrap did not start the namespace.
+        """
+        self.stop_processes()
+        read_end, write_end = os.pipe()
+        try:
+            argv = self._argv("exec sleep infinity", None, None, ["--unshare-pid", "--info-fd", str(write_end)])
+            self._holder = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL, pass_fds=(write_end,), **self.popen_kwargs())
+            os.close(write_end)
+            write_end = -1
+            info = b""
+            while not info.rstrip().endswith(b"}"):
+                chunk = os.read(read_end, 4096)
+                if not chunk:
+                    raise OSError(f"bwrap did not start the environment's PID namespace (exit {self._holder.wait()})")
+                info += chunk
+            self._pid1 = int(json.loads(info)["child-pid"])
+            self._pidns_fd = os.open(f"/proc/{self._pid1}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        except BaseException:
+            self.stop_processes()
+            raise
+        finally:
+            os.close(read_end)
+            if write_end != -1:
+                os.close(write_end)
+
+    def stop_processes(self) -> None:
+        """End the root's PID namespace: every process the commands left running is killed."""
+        if self._pidns_fd is not None:
+            os.close(self._pidns_fd)
+            self._pidns_fd = None
+        if self._holder is not None:
+            kill_group(self._holder.pid)
+            self._holder.wait()
+            self._holder = None
+        if self._pid1 is not None:  # its exit completes only once every process of the namespace is gone
+            _wait_gone(self._pid1)
+            self._pid1 = None
+        sweep(self.marker)
 
     def run(self, command: str, timeout_s: float, cwd: str | None = None) -> tuple[int, str]:
-        """Run one command to its end or its timeout (its process group killed), in a PID namespace of
-        its own: what it starts cannot signal a host process and dies with it.
+        """Run one command to its end or its timeout (its process group killed).
 
         Returns:
             ``(exit code, output)``; `TIMEOUT_EXIT` on timeout.
         """
-        proc = subprocess.Popen(self.argv(command, cwd, own_pids=True), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(self.argv(command, cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, **self.popen_kwargs())
         try:
             out, _ = proc.communicate(timeout=timeout_s)
@@ -152,8 +234,33 @@ class TaskRoot:
 
     def close(self) -> None:
         """Kill every process started in the root (tmux included) and remove it."""
-        sweep(self.marker)
+        self.stop_processes()
         shutil.rmtree(self.state, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    """Remove a link, file or folder at `path` (a link is removed, never followed); nothing there is fine."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
+def _wait_gone(pid: int, timeout_s: float = 10.0) -> None:
+    """Kill `pid` (not a child of ours) and wait until it has exited (gone, or a zombie)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.01)
 
 
 def kill_group(pid: int) -> None:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from rollout_dataset.errors import PublishError, RolloutDatasetError
 
 __all__ = ["CONFLICT_STATUSES", "RetryPolicy", "CommitPlan", "CommitOutcome", "check_repo_id", "scrub_secrets",
-           "http_status", "hub_errors", "commit_with_retry"]
+           "http_status", "hub_errors", "repo_file_errors", "commit_with_retry"]
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,32 @@ def hub_errors(action: str, repo_id: str, api: Any) -> Iterator[None]:
                                          f"{exc}", api.token)) from None
     except OSError as exc:
         raise PublishError(scrub_secrets(f"{action} {repo_id} at {api.endpoint} failed: {exc}", api.token)) from None
+
+
+@contextmanager
+def repo_file_errors(*paths: str) -> Iterator[None]:
+    """Name the repo files being read when they turn out not to be what they should (inside `hub_errors`).
+
+    A shard in the repo that is not readable parquet (cut short, uploaded by hand) or a card that is
+    not UTF-8 raises pyarrow's or the codec's own error, which names at most a file in
+    huggingface_hub's cache; this turns it into an `OSError` naming the paths in the repo, which
+    `hub_errors` makes the one `PublishError` line (action, repo, endpoint). Nothing is committed.
+
+    Args:
+        paths: the repo paths read within the block.
+
+    Raises:
+        OSError: a file read in the block is not readable parquet or not UTF-8 text.
+    """
+    import pyarrow as pa
+
+    try:
+        yield
+    except (pa.ArrowException, UnicodeDecodeError) as exc:
+        shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        kind = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "not a readable parquet shard"
+        raise OSError(f"{shown}: {kind} ({exc}); nothing was committed: delete or replace that file in the "
+                      "repo, then run again") from None
 
 
 def commit_with_retry(api: Any, repo_id: str, plan: Callable[[Any, int], CommitPlan], *, action: str,

@@ -23,17 +23,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rollout_dataset.builder.build import dataset_rollout_ids, read_summary_rows
+from rollout_dataset.builder.build import check_shards, dataset_rollout_ids, read_summary_rows
 from rollout_dataset.builder.card import render_card
 from rollout_dataset.builder.card_info import arrow_num_bytes, load_card_options
-from rollout_dataset.builder.compaction import card_context
+from rollout_dataset.builder.compaction import card_context, shard_rollout_ids
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
 from rollout_dataset.builder.tokenizer_files import TOKENIZER_DIR, tokenizer_uploads
 from rollout_dataset.builder.writer import copy_filtered, shard_name
 from rollout_dataset.errors import ArtifactError, PublishError
-from rollout_dataset.hub.commits import CommitPlan, RetryPolicy, check_repo_id, commit_with_retry, hub_errors
+from rollout_dataset.hub.commits import (
+    CommitPlan,
+    RetryPolicy,
+    check_repo_id,
+    commit_with_retry,
+    hub_errors,
+    repo_file_errors,
+)
 from rollout_dataset.hub.plans import (
     CARD_PATH,
     config_bytes,
@@ -108,7 +116,8 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
 
     Raises:
         ValueError: `repo_id` is not ``org/name``.
-        ArtifactError: `dataset_dir` holds no built dataset.
+        ArtifactError: `dataset_dir` holds no built dataset, or one of its shards is not readable
+            parquet (named; checked before any request).
         PublishError: the Hub refused (status and URL in the message, never the token), or
             `max_attempts` conflicts in a row.
         TokenizerMismatchError: the repo stores another tokenizer than the dataset (a ValueError).
@@ -119,6 +128,7 @@ def push(dataset_dir: str | Path, repo_id: str, *, token: str | None = None, pri
     dataset_dir = Path(dataset_dir)
     if not list((dataset_dir / "data" / DEFAULT_CONFIG).glob("*.parquet")):
         raise ArtifactError(f"{dataset_dir}: no data/{DEFAULT_CONFIG}/*.parquet (build the dataset first)")
+    check_shards(dataset_dir)  # a cut-short shard is named before any request (no repo, no sessions pushed)
     api = HfApi(endpoint=endpoint, token=token)
     result = PushResult(repo_id=repo_id)
     traces_repo = (traces_repo or default_traces_repo(repo_id)) if traces and local_sessions(dataset_dir) else None
@@ -172,7 +182,12 @@ def _plan_push(api: Any, repo_id: str, info: Any, dataset_dir: Path, local_ids: 
     sizes = config_bytes(remote_files)
     remote_rows = []
     for path in config_shards(remote_files, DEFAULT_CONFIG):
-        remote_rows.extend(pq.read_table(_download(api, repo_id, info, path)).to_pylist())
+        with repo_file_errors(path):
+            table = pq.read_table(_download(api, repo_id, info, path))
+        if "rollout_id" not in table.column_names:  # a parquet file of something else, put there by hand
+            raise OSError(f"{path}: no rollout_id column (it holds {', '.join(table.column_names[:5])}), so it is "
+                          "not a summary shard; nothing was committed: delete or replace that file in the repo")
+        remote_rows.extend(table.to_pylist())
     remote_ids = {r["rollout_id"] for r in remote_rows}
     new_ids = local_ids - remote_ids
     planned = _Planned(skipped=sorted(local_ids & remote_ids), total_rollouts=len(remote_ids))
@@ -180,10 +195,16 @@ def _plan_push(api: Any, repo_id: str, info: Any, dataset_dir: Path, local_ids: 
         return CommitPlan(detail=planned)
     ops = []
     for config in CONFIG_NAMES:
+        there = set(remote_ids)  # a row is pushed once: not when the repo or an earlier local shard has its rollout
         for shard in sorted((dataset_dir / "data" / config).glob("*.parquet")):
             name = shard_name()
             out = work / config / name
-            rows = copy_filtered(shard, out, config, local_ids & remote_ids)
+            try:
+                ids = set(shard_rollout_ids(shard))
+                rows = copy_filtered(shard, out, config, ids & there)
+            except pa.ArrowException as exc:  # its footer read (check_shards), its pages did not
+                raise ArtifactError(f"{shard}: not a readable parquet shard ({exc}); nothing was pushed") from None
+            there |= ids
             if rows == 0 and (config_shards(remote_files, config) or config_shards(planned.files, config)):
                 continue  # an empty shard only where the config would have none
             ops.append(CommitOperationAdd(path_in_repo=shard_path(config, name), path_or_fileobj=str(out)))
@@ -195,8 +216,13 @@ def _plan_push(api: Any, repo_id: str, info: Any, dataset_dir: Path, local_ids: 
     for path_in_repo, local_file in tokenizer_uploads(dataset_dir, remote_tok_sha):
         ops.append(CommitOperationAdd(path_in_repo=path_in_repo, path_or_fileobj=str(local_file)))
         planned.files.append(path_in_repo)
-    union = remote_rows + [r for r in read_summary_rows(dataset_dir) if r["rollout_id"] in new_ids]
-    card_text = _download(api, repo_id, info, CARD_PATH).read_text("utf-8") if CARD_PATH in remote_files else ""
+    fresh: dict[str, dict[str, Any]] = {}  # each new rollout's first summary row, as its shards are pushed
+    for row in read_summary_rows(dataset_dir):
+        if row["rollout_id"] in new_ids:
+            fresh.setdefault(row["rollout_id"], row)
+    union = remote_rows + list(fresh.values())
+    with repo_file_errors(CARD_PATH):
+        card_text = _download(api, repo_id, info, CARD_PATH).read_text("utf-8") if CARD_PATH in remote_files else ""
     before = card_context(card_text)["arrow_bytes"] or {}
     arrow_bytes = {c: before.get(c, 0) + arrow_num_bytes(sorted((work / c).glob("*.parquet"))) for c in CONFIG_NAMES}
     readme = render_card(union, template=template, repo_id=repo_id, config_bytes=sizes, arrow_bytes=arrow_bytes,

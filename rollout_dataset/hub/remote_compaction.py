@@ -33,7 +33,7 @@ from rollout_dataset.builder.compaction import (
     shard_rollout_ids,
 )
 from rollout_dataset.builder.configs import CONFIG_NAMES, DEFAULT_CONFIG
-from rollout_dataset.hub.commits import CommitPlan, RetryPolicy, check_repo_id, commit_with_retry
+from rollout_dataset.hub.commits import CommitPlan, RetryPolicy, check_repo_id, commit_with_retry, repo_file_errors
 from rollout_dataset.hub.plans import CARD_PATH, config_bytes, config_shards, merge_groups, repo_file_sizes, shard_path
 
 __all__ = ["AUTO_COMPACT_SHARDS", "compact_repo"]
@@ -121,12 +121,18 @@ def _plan_compaction(api: Any, repo_id: str, info: Any, target_bytes: int, templ
         for paths in groups:
             if len(paths) == 1:
                 if config == DEFAULT_CONFIG:  # a summary shard left alone: read for the card only
-                    summary_tables.append(pq.read_table(str(download(paths[0]))))
+                    with repo_file_errors(paths[0]):
+                        summary_tables.append(pq.read_table(str(download(paths[0]))))
                 continue
             local = [download(p) for p in paths]
             name = merged_shard_name(Path(paths[0]).name)
             out = work / config / name
-            _, dropped = merge_shards(config, local, duplicate_drops([shard_rollout_ids(p) for p in local]), out)
+            ids = []
+            for path, shard in zip(paths, local):  # an unreadable shard is named alone
+                with repo_file_errors(path):
+                    ids.append(shard_rollout_ids(shard))
+            with repo_file_errors(*paths):
+                _, dropped = merge_shards(config, local, duplicate_drops(ids), out)
             result.duplicate_rows[config] += dropped
             sizes[config] += out.stat().st_size - sum(files[p] for p in paths)
             arrow_delta[config] += arrow_num_bytes([out]) - arrow_num_bytes(local)
@@ -136,7 +142,8 @@ def _plan_compaction(api: Any, repo_id: str, info: Any, target_bytes: int, templ
             ops.append(CommitOperationAdd(path_in_repo=shard_path(config, name), path_or_fileobj=str(out)))
     rows = [r for t in summary_tables for r in t.to_pylist()]
     context: dict[str, Any] = {}
-    card_text = download(CARD_PATH).read_text(encoding="utf-8") if CARD_PATH in files else None
+    with repo_file_errors(CARD_PATH):
+        card_text = download(CARD_PATH).read_text(encoding="utf-8") if CARD_PATH in files else None
     if card_text is not None:
         context = card_context(card_text)
         if context["arrow_bytes"]:
@@ -145,8 +152,9 @@ def _plan_compaction(api: Any, repo_id: str, info: Any, target_bytes: int, templ
     # compaction keeps them (its shards are left alone; their footers give the audited rollouts)
     audit_paths = config_shards(files, AUDIT_CONFIG)
     if audit_paths:
-        context["audit"] = KeptAudit(audit_section(card_text)[1] if card_text else None,
-                                     audit_rows(download(p) for p in audit_paths))
+        with repo_file_errors(*audit_paths):
+            context["audit"] = KeptAudit(audit_section(card_text)[1] if card_text else None,
+                                         audit_rows(download(p) for p in audit_paths))
     readme = render_card(rows, template=template, repo_id=repo_id, config_bytes=sizes, **context)
     ops.append(CommitOperationAdd(path_in_repo=CARD_PATH, path_or_fileobj=readme.encode("utf-8")))
     return CommitPlan(ops, "Compact shards", detail=result)

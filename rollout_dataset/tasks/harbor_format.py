@@ -19,6 +19,7 @@ The built-in set (`HARBOR_BUILTIN_SOURCE`) ships three of the built-in coding ta
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,33 @@ def _held_out_text(folder: Path) -> list[str]:
     return texts
 
 
+def _escaping_link(folder: Path) -> str | None:
+    """The first symlink in a task folder that leads out of it (or nowhere), as a refusal, else None.
+
+    Its files go to the agent (``instruction.md``), into the dataset and into the environment (Harbor
+    uploads ``tests/`` and ``solution/``, copying what links point at): a link to a host file would
+    carry that file's content there.
+    """
+    root = folder.resolve()
+    for parent, dirs, files in os.walk(folder, followlinks=False):
+        for name in sorted(dirs + files):
+            path = Path(parent) / name
+            if not path.is_symlink():
+                continue
+            try:
+                target = path.resolve(strict=True)
+            except (OSError, RuntimeError):
+                return f"{path}: a symlink to {os.readlink(path)!r}, which does not resolve; refused"
+            if not target.is_relative_to(root):
+                return (f"{path}: a symlink to {str(target)!r}, outside the task folder; refused (a task's files "
+                        "are read only from inside it)")
+    return None
+
+
 def _load_one(folder: Path, label: str) -> Task:
+    problem = _escaping_link(folder)
+    if problem is not None:
+        raise TaskSourceError(problem)
     for name in REQUIRED_FILES:
         if not (folder / name).is_file():
             raise TaskSourceError(f"{folder}: not a Harbor task: {name} is missing")
@@ -110,7 +137,7 @@ def load_harbor_tasks(path: Path, label: str | None = None) -> list[Task]:
 
     Raises:
         TaskSourceError: no task folder, or one without ``task.toml``/``instruction.md``/``tests/test.sh``,
-            invalid TOML, a non-positive timeout or resource.
+            invalid TOML, a non-positive timeout or resource, a symlink leading out of the task folder.
     """
     path = Path(path)
     label = label or f"harbor:{path.resolve()}"

@@ -24,6 +24,10 @@ from rollout_dataset.reasoning import THINK_CLOSE, THINK_OPEN
 
 #: Harmony's markers of an analysis message (`<|channel|>analysis<|message|>...<|end|>`)
 HARMONY_CHANNEL, HARMONY_ANALYSIS_NAME, HARMONY_END = "<|channel|>", "analysis", "<|end|>"
+#: ChatML (Qwen3, the built-in tokenizer): a turn's start (its role follows) and end
+CHATML_START, CHATML_END, CHATML_ASSISTANT = "<|im_start|>", "<|im_end|>", "assistant"
+#: Harmony: a message's start (its author's token follows), and the other tokens that end a message
+HARMONY_START, HARMONY_AUTHOR, HARMONY_OTHER_ENDS = "<|start|>", "assistant", ("<|call|>", "<|return|>")
 
 __all__ = ["index_record", "logprobs_missing_calls", "page_json", "reasoning_positions", "rollout_view", "token_window", "MAX_WINDOW"]
 
@@ -270,8 +274,11 @@ def _call_spans(sequence: dict[str, Any], trace: list[dict[str, Any]]) -> list[t
 
 
 def reasoning_positions(ids: list[Any], start: int, end: int, tokenizer: Any) -> set[int]:
-    """Positions in ``[start, end)`` inside a reasoning block (``<think>`` through ``</think>``, or a
-    Harmony analysis message: ``<|channel|>analysis`` through its ``<|end|>``).
+    """Positions in ``[start, end)`` inside a reasoning block (``<think>`` through ``</think>`` in an
+    assistant turn, for ChatML: a ``<think>`` in a user's text opens none; or a Harmony analysis message
+    of the assistant: ``<|channel|>analysis`` through the token that ends it,
+    ``<|end|>``, or ``<|call|>`` for a built-in tool call; a tool's answer on the analysis channel, such
+    as ``<|start|>python to=assistant<|channel|>analysis``, is no reasoning).
 
     The state is followed from the sequence's start, so a window that opens inside a block is marked.
 
@@ -291,18 +298,45 @@ def reasoning_positions(ids: list[Any], start: int, end: int, tokenizer: Any) ->
     opened, closed = convert(THINK_OPEN), convert(THINK_CLOSE)
     channel, analysis = convert(HARMONY_CHANNEL), convert(HARMONY_ANALYSIS_NAME)
     harmony = all(isinstance(t, int) and t != unknown for t in (channel, analysis, convert(HARMONY_END)))
-    if harmony:  # an analysis message opens at <|channel|>analysis and closes at <|end|>
-        opened, closed = channel, convert(HARMONY_END)
-    elif not isinstance(opened, int) or not isinstance(closed, int) or unknown in (opened, closed):
+    if harmony:  # an assistant's analysis message opens at <|channel|>analysis and closes at its end token
+        return _harmony_analysis_positions(ids, start, end, convert)
+    if not isinstance(opened, int) or not isinstance(closed, int) or unknown in (opened, closed):
         return set()
+    turn_start, turn_end = convert(CHATML_START), convert(CHATML_END)
+    chatml = all(isinstance(t, int) and t != unknown for t in (turn_start, turn_end))
+    author = list(tokenizer.encode(CHATML_ASSISTANT, add_special_tokens=False)) if chatml else []
+    by_assistant = True  # ChatML: after the first turn header, a think block opens only in an assistant turn
+    # (never in a user's text); ids with no header at all (a raw completion) are the model's
     inside, marked = False, set()
     for position in range(end):
         token = int(ids[position])
-        if token == opened and (not harmony or (position + 1 < len(ids) and int(ids[position + 1]) == analysis)):
+        if chatml and token == turn_start:
+            by_assistant = [int(t) for t in ids[position + 1:position + 1 + len(author)]] == author
+        if token == opened and by_assistant:
             inside = True
         if inside and position >= start:
             marked.add(position)
-        if token == closed:
+        if token == closed or (chatml and token == turn_end):
+            inside = False
+    return marked
+
+
+def _harmony_analysis_positions(ids: list[Any], start: int, end: int, convert: Any) -> set[int]:
+    """`reasoning_positions` for Harmony ids: the assistant's analysis messages, each through its end token."""
+    channel, analysis, begin, author = (convert(t) for t in (HARMONY_CHANNEL, HARMONY_ANALYSIS_NAME, HARMONY_START,
+                                                             HARMONY_AUTHOR))
+    closing = {convert(HARMONY_END), *(convert(t) for t in HARMONY_OTHER_ENDS)}
+    by_assistant = True  # a sampled reply's first message has its header in the prompt (<|start|>assistant)
+    inside, marked = False, set()
+    for position in range(end):
+        token = int(ids[position])
+        if token == begin:
+            by_assistant = position + 1 < len(ids) and int(ids[position + 1]) == author
+        if token == channel and by_assistant and position + 1 < len(ids) and int(ids[position + 1]) == analysis:
+            inside = True
+        if inside and position >= start:
+            marked.add(position)
+        if token in closing:
             inside = False
     return marked
 

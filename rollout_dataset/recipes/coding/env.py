@@ -17,6 +17,7 @@ the sandbox and the verifier) behind the `Environment` seam, so the one capture 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from pathlib import Path
 from typing import Any, Mapping
@@ -214,6 +215,8 @@ class CodingEpisode:
         else:
             reward, why = verify_harbor_task(harbor_dir, self.box.workdir, fields)
             facts.update({"environment": "rollout-bwrap", "reward_source": "tests/test.sh", "exception": None})
+        if reward is not None and not (math.isfinite(reward) and 0.0 <= reward <= 1.0):
+            reward, why = None, f"the verifier's reward {reward!r} is not a number in [0, 1]"  # a summary's env_reward
         self.harbor_facts = facts
         needles = harbor_leak_needles(self.statement, list(task.metadata.get("held_out_text") or []))
         hits = scan_for_leaks(self.statement, needles, records, None)

@@ -89,10 +89,10 @@ def read_reward(logs_dir: Path) -> tuple[float | None, str | None]:
         ``(reward, None)``, or ``(None, why)`` when there is none or it is not a number.
     """
     text_file, json_file = logs_dir / "reward.txt", logs_dir / "reward.json"
+    for file in (text_file, json_file):
+        if file.is_symlink():  # read on the host, its target would be a host file
+            return None, f"the verifier's {file.name} is a symlink to {os.readlink(file)!r}, not a file; refused"
     try:
-        for path in (text_file, json_file):
-            if path.is_symlink():  # planted by the code under test: its target is a host file (one reading "1")
-                return None, f"the verifier's {path.name} is a symlink (not followed)"
         if text_file.is_file():
             return float(_read_small_regular(text_file).strip()), None
         if json_file.is_file():
@@ -140,7 +140,11 @@ def verify_harbor_task(task_dir: Path, workdir: Path, harbor_fields: Mapping[str
             return None, f"the verifier timed out after {harbor_fields.get('verifier_timeout_sec')} s"
         if code < 0 or 128 < code <= 128 + 64:  # the code under test may have written a reward, then killed it
             return None, f"the verifier was killed by signal {abs(code) if code < 0 else code - 128}: its reward file is not trusted"
-        return read_reward(root.host_path("/logs/verifier"))
+        try:
+            logs = root.host_path("/logs/verifier")
+        except PermissionError as exc:  # the verifier's run (the solution it ran) linked it out of the root
+            return None, f"the verifier's reward folder {exc}; refused"
+        return read_reward(logs)
     finally:
         root.close()
 
