@@ -138,8 +138,9 @@ def test_a_reward_file_the_solution_links_to_a_host_file_scores_nothing(tmp_path
     index = [t.task_id for t in load_tasks(HARBOR_BUILTIN_SOURCE)].index("vowel-count")
     result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", harness="terminus-2", tasks=HARBOR_BUILTIN_SOURCE,
                                            task_index=index, policy="script", script=script))
-    assert result.summary["env_reward"] is None  # no reward file of its own: unscored, never the host file's "1"
-    assert "reward" in result.summary["unscored_reason"]
+    # the built-in test.sh replaces the planted link with its own reward: the true 0.0, never the host file's "1"
+    # (a reward file still a symlink when read is refused: tests/test_harbor_task_verifier.py)
+    assert result.summary["env_reward"] == 0.0
 
 
 @needs_harbor
