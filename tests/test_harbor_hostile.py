@@ -196,6 +196,22 @@ def test_rebuilding_the_root_puts_back_the_bin_links_the_agent_replaced():
 
 @needs_harbor
 @needs_bwrap
+def test_a_verifier_killed_by_a_signal_after_writing_reward_1_scores_0_and_the_summary_says_why(tmp_path):
+    from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_DIR
+
+    task = tmp_path / "tasks" / "vowel-count"
+    shutil.copytree(HARBOR_BUILTIN_DIR / "vowel-count", task)
+    (task / "tests" / "test.sh").write_text("#!/bin/bash\nmkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\n"
+                                            "kill -9 $$\n")
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", harness="builtin", tasks=str(task.parent),
+                                           rollout_seed=0))
+    assert result.ok, result.errors
+    assert result.summary["env_reward"] == 0.0
+    assert "killed by signal 9" in result.summary["harbor"]["verifier_note"]
+
+
+@needs_harbor
+@needs_bwrap
 def test_a_verifier_run_that_links_its_reward_folder_out_of_the_root_leaves_the_rollout_unscored(tmp_path):
     from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_DIR
 

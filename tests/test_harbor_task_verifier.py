@@ -92,13 +92,13 @@ def test_a_solution_that_writes_a_reward_and_kills_the_verifier_is_not_rewarded(
     kill_verifier = ("import os, signal\nopen('/logs/verifier/reward.txt', 'w').write('1')\n"
                      "os.kill(os.getppid(), signal.SIGKILL)\n")
     reward, why = verify_harbor_task(SUM_TASK, _workdir(tmp_path, {"solution.py": kill_verifier}), {})
-    assert reward is None or reward < 0.5, why
+    assert reward == 0.0, why
 
 
 @needs_bwrap
-def test_a_solution_that_writes_a_reward_and_kills_test_sh_too_is_not_rewarded(tmp_path):
+def test_a_solution_that_writes_a_reward_and_kills_test_sh_too_scores_zero_not_null(tmp_path):
     kill_both = ("import os, signal\nopen('/logs/verifier/reward.txt', 'w').write('1')\n"
                  "parent = os.getppid()\nshell = int(open(f'/proc/{parent}/stat').read().rsplit(')', 1)[1].split()[1])\n"
                  "os.kill(shell, signal.SIGKILL)\nos.kill(parent, signal.SIGKILL)\n")
     reward, why = verify_harbor_task(SUM_TASK, _workdir(tmp_path, {"solution.py": kill_both}), {})
-    assert reward is None, why
+    assert (reward, why) == (0.0, "the verifier was killed by signal 9; its reward file was not read (scored 0)")

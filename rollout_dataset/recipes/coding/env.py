@@ -215,6 +215,8 @@ class CodingEpisode:
         else:
             reward, why = verify_harbor_task(harbor_dir, self.box.workdir, fields)
             facts.update({"environment": "rollout-bwrap", "reward_source": "tests/test.sh", "exception": None})
+            if reward is not None and why:
+                facts["verifier_note"] = why  # a verifier killed by a signal: scored 0, and why
         if reward is not None and not (math.isfinite(reward) and 0.0 <= reward <= 1.0):
             reward, why = None, f"the verifier's reward {reward!r} is not a number in [0, 1]"  # a summary's env_reward
         self.harbor_facts = facts

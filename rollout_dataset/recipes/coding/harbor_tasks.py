@@ -125,7 +125,9 @@ def verify_harbor_task(task_dir: Path, workdir: Path, harbor_fields: Mapping[str
     task's verifier timeout, no network; every process it started is killed after.
 
     Returns:
-        ``(reward, None)`` or ``(None, why)``.
+        ``(reward, None)``; ``(None, why)`` when the verifier could not give a reward; ``(0.0, why)`` when
+        ``test.sh`` was killed by a signal (which only the code under test, or the kernel for its memory,
+        can send inside the task root).
     """
     from rollout_dataset.harbor.bwrap_root import TIMEOUT_EXIT, TaskRoot
 
@@ -138,8 +140,12 @@ def verify_harbor_task(task_dir: Path, workdir: Path, harbor_fields: Mapping[str
         code, output = root.run("bash /tests/test.sh", float(harbor_fields.get("verifier_timeout_sec") or 600.0))
         if code == TIMEOUT_EXIT:
             return None, f"the verifier timed out after {harbor_fields.get('verifier_timeout_sec')} s"
-        if code < 0 or 128 < code <= 128 + 64:  # the code under test may have written a reward, then killed it
-            return None, f"the verifier was killed by signal {abs(code) if code < 0 else code - 128}: its reward file is not trusted"
+        if code < 0 or 128 < code <= 128 + 64:
+            # Only what test.sh started shares its PID namespace: the code under test killed it (perhaps after
+            # writing a reward), or the kernel did for its memory. Its reward file is not read; the run scores 0,
+            # not null, so that sabotaging the verifier never beats failing it.
+            signal_number = abs(code) if code < 0 else code - 128
+            return 0.0, f"the verifier was killed by signal {signal_number}; its reward file was not read (scored 0)"
         try:
             logs = root.host_path("/logs/verifier")
         except PermissionError as exc:  # the verifier's run (the solution it ran) linked it out of the root
