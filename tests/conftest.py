@@ -26,6 +26,22 @@ if "HF_DATASETS_CACHE" not in os.environ:
     atexit.register(shutil.rmtree, _DATASETS_CACHE, ignore_errors=True)
 
 
+@pytest.fixture
+def harbor_alone(tmp_path_factory):
+    """Runs the test while no other test of this run (in any pytest-xdist worker) runs a Harbor environment.
+
+    tests/test_harbor.py checks the whole machine for environment roots and marked processes left
+    behind; another worker's Harbor run would show up there. The lock file sits beside every worker's
+    temporary folder, so all the run's workers share it.
+    """
+    import fcntl
+
+    lock = tmp_path_factory.getbasetemp().parent / "harbor-environments.lock"
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 def builtin_tokenizer():
     from rollout_dataset.tokenizers import load_tokenizer

@@ -33,6 +33,8 @@ from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_DIR, HARBOR_BUILT
 
 needs_harbor = pytest.mark.skipif(find_harbor() is None, reason="Harbor is not installed (make harbor)")
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed (make system-deps)")
+# every test here builds Harbor environment roots: one such test at a time across workers (conftest.py)
+pytestmark = pytest.mark.usefixtures("harbor_alone")
 VOWEL = "vowel-count"
 
 
