@@ -3,6 +3,7 @@ solution that games it instead of solving the task."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,15 @@ def test_a_solution_that_writes_a_reward_and_kills_test_sh_too_scores_zero_not_n
                  "os.kill(shell, signal.SIGKILL)\nos.kill(parent, signal.SIGKILL)\n")
     reward, why = verify_harbor_task(SUM_TASK, _workdir(tmp_path, {"solution.py": kill_both}), {})
     assert (reward, why) == (0.0, "the verifier was killed by signal 9; its reward file was not read (scored 0)")
+
+
+@needs_bwrap
+def test_a_solution_too_slow_for_every_case_scores_0_before_the_verifier_times_out(tmp_path):
+    task = tmp_path / "task"
+    shutil.copytree(SUM_TASK, task)
+    script = task / "tests" / "test.sh"
+    script.write_text(script.read_text().replace("BUDGET_S = 40", "BUDGET_S = 2"))  # the same test.sh, a short budget
+    sleeper = _workdir(tmp_path, {"solution.py": "import time\ntime.sleep(1000)\n"})
+    # each case's own 10 s limit would add up past the verifier's timeout: null, where failing scores 0
+    reward, why = verify_harbor_task(task, sleeper, {"verifier_timeout_sec": 20})
+    assert (reward, why) == (0.0, None)
