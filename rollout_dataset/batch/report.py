@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from rollout_dataset.builder.card import markdown_text, table_cell
+
 __all__ = ["render_report", "TOP_SEEDS"]
 
 TOP_SEEDS = 10
@@ -30,13 +32,10 @@ def _num(value: Any, digits: int = 3) -> str:
     return f"{float(value):.{digits}f}"
 
 
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    """A GFM table; each cell is Markdown already (a rollout-derived name through `markdown_text`)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(table_cell(c) for c in row) + " |" for row in rows]
     return lines
 
 
@@ -76,7 +75,7 @@ def render_report(
         "# Batch evaluation: stepwise vs final returns",
         "",
         f"- **Generated:** {summary['created_at']}",
-        f"- **Model:** {summary.get('model') or 'n/a'}",
+        f"- **Model:** {markdown_text(summary.get('model') or 'n/a')}",  # the server's name for it: text
         f"- **Environment:** {cfg.get('env', 'coding')}; **inference URL:** "
         + (cfg["base_url"] if cfg.get("base_url") else f"local backend ({snapshot.get('inference_url') or 'one per rollout'})"),
         f"- **Seeds:** {counts['seeds']} × {counts['rollouts_per_seed']} rollouts "
@@ -135,7 +134,7 @@ def render_report(
             [
                 [
                     s["seed"],
-                    s.get("task_id") or "n/a",
+                    markdown_text(s.get("task_id") or "n/a"),  # a task source's name: text, never Markdown or HTML
                     s["n"],
                     _num(s["final_return"]["mean"]),
                     _num(s["step_reward_sum"]["mean"]),
