@@ -145,20 +145,26 @@ def test_a_reward_file_the_solution_links_to_a_host_file_scores_nothing(tmp_path
     assert result.summary["env_reward"] == 0.0
 
 
-@needs_harbor
-@needs_bwrap
-@pytest.mark.parametrize("written", ["nan", "1.5"])
-def test_a_verifier_reward_that_is_no_number_in_0_1_leaves_the_rollout_unscored_with_the_value(tmp_path, written):
+
+def _builtin_rollout_verified_by(tmp_path, test_sh: str) -> dict:
+    """The summary of a built-in harness rollout on vowel-count whose tests/test.sh is `test_sh` (bash)."""
     from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_DIR
 
     task = tmp_path / "tasks" / "vowel-count"
     shutil.copytree(HARBOR_BUILTIN_DIR / "vowel-count", task)
-    (task / "tests" / "test.sh").write_text(f"#!/bin/bash\nmkdir -p /logs/verifier\necho {written} > /logs/verifier/reward.txt\n")
+    (task / "tests" / "test.sh").write_text("#!/bin/bash\n" + test_sh)
     result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", harness="builtin", tasks=str(task.parent),
                                            rollout_seed=0))
     assert result.ok, result.errors
-    assert result.summary["env_reward"] is None
-    assert f"reward {float(written)!r} is not a number in [0, 1]" in result.summary["unscored_reason"]
+    return result.summary
+
+@needs_harbor
+@needs_bwrap
+@pytest.mark.parametrize("written", ["nan", "1.5"])
+def test_a_verifier_reward_that_is_no_number_in_0_1_leaves_the_rollout_unscored_with_the_value(tmp_path, written):
+    summary = _builtin_rollout_verified_by(tmp_path, f"mkdir -p /logs/verifier\necho {written} > /logs/verifier/reward.txt\n")
+    assert summary["env_reward"] is None
+    assert f"reward {float(written)!r} is not a number in [0, 1]" in summary["unscored_reason"]
 
 
 @needs_bwrap
@@ -199,33 +205,18 @@ def test_rebuilding_the_root_puts_back_the_bin_links_the_agent_replaced():
 @needs_harbor
 @needs_bwrap
 def test_a_verifier_killed_by_a_signal_after_writing_reward_1_scores_0_and_the_summary_says_why(tmp_path):
-    from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_DIR
-
-    task = tmp_path / "tasks" / "vowel-count"
-    shutil.copytree(HARBOR_BUILTIN_DIR / "vowel-count", task)
-    (task / "tests" / "test.sh").write_text("#!/bin/bash\nmkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\n"
-                                            "kill -9 $$\n")
-    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", harness="builtin", tasks=str(task.parent),
-                                           rollout_seed=0))
-    assert result.ok, result.errors
-    assert result.summary["env_reward"] == 0.0
-    assert "killed by signal 9" in result.summary["harbor"]["verifier_note"]
+    summary = _builtin_rollout_verified_by(tmp_path, "mkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\nkill -9 $$\n")
+    assert summary["env_reward"] == 0.0
+    assert "killed by signal 9" in summary["harbor"]["verifier_note"]
 
 
 @needs_harbor
 @needs_bwrap
 def test_a_verifier_run_that_links_its_reward_folder_out_of_the_root_leaves_the_rollout_unscored(tmp_path):
-    from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_DIR
-
-    task = tmp_path / "tasks" / "vowel-count"
-    shutil.copytree(HARBOR_BUILTIN_DIR / "vowel-count", task)
-    (task / "tests" / "test.sh").write_text("#!/bin/bash\nrm -rf /logs/verifier; ln -s /etc /logs/verifier\n"
-                                            "echo 1 > /logs/verifier/reward.txt\n")
-    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", harness="builtin", tasks=str(task.parent),
-                                           rollout_seed=0))
-    assert result.ok, result.errors
-    assert result.summary["env_reward"] is None
-    assert "leads outside the environment's root" in result.summary["unscored_reason"]
+    summary = _builtin_rollout_verified_by(tmp_path, "rm -rf /logs/verifier; ln -s /etc /logs/verifier\n"
+                                                     "echo 1 > /logs/verifier/reward.txt\n")
+    assert summary["env_reward"] is None
+    assert "leads outside the environment's root" in summary["unscored_reason"]
 
 
 @needs_harbor
