@@ -10,17 +10,55 @@ failed write removes its temporary file.
 task returns the bytes, the driver writes them): paths are relative and must stay inside the
 destination.
 
+`read_regular_file` reads a file that untrusted code may have written (a solution, a reward file):
+never through a link, never a FIFO or device, never past a size.
+
 This module imports nothing of the package, so capture, builder, hub and batch can all use it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_bytes_atomic", "write_text_atomic", "folder_files", "write_folder_files"]
+__all__ = ["write_bytes_atomic", "write_text_atomic", "folder_files", "write_folder_files", "read_regular_file",
+           "IrregularFileError"]
+
+
+class IrregularFileError(OSError):
+    """`read_regular_file` refused a file: not a regular file, or larger than its limit (`strerror` says which)."""
+
+
+def read_regular_file(path: str | Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, opened without following a link (``O_NOFOLLOW``).
+
+    For files untrusted code wrote: a link (even one swapped in after a check) is never followed, and a
+    FIFO or device is never read (opened non-blocking, then checked on the open descriptor).
+
+    Args:
+        path: the file.
+        limit: the largest size read.
+
+    Returns:
+        The file's bytes.
+
+    Raises:
+        FileNotFoundError: nothing is at `path`.
+        IrregularFileError: not a regular file, or larger than `limit` bytes.
+        OSError: any other failure to open or read it (a symlink: errno ``ELOOP``).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise IrregularFileError(errno.EINVAL, "not a regular file", str(path))
+        if info.st_size > limit:
+            raise IrregularFileError(errno.EFBIG, f"larger than {limit} bytes ({info.st_size})", str(path))
+        return handle.read(limit)
 
 
 def write_bytes_atomic(path: str | Path, data: bytes, *, fsync: bool = False) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from .limits import Limits, RunResult
 from .run import Sandbox
 from rollout_dataset.errors import SandboxUnavailableError
+from rollout_dataset.files import IrregularFileError, read_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..tasks.model import Task, TestCase
@@ -194,22 +194,18 @@ def _read_solution_file(path: Path) -> tuple[str | None, str | None]:
 
     The file lies in a folder untrusted code wrote; this process may read far more of the host than
     the sandbox does (a link to a root-only token file would run it as the solution and put its text
-    into the recorded errors), so a symlink, FIFO or device is refused, as is a file past `MAX_SOLUTION_BYTES`.
+    into the recorded errors), so a symlink, FIFO or device is refused, as is a file past `MAX_SOLUTION_BYTES`
+    (`rollout_dataset.files.read_regular_file`).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        return read_regular_file(path, MAX_SOLUTION_BYTES).decode("utf-8", errors="replace"), None
     except FileNotFoundError:
         return None, f"no solution file at {path}"
+    except IrregularFileError as exc:
+        return None, f"solution file {path} is {exc.strerror}"
     except OSError as exc:
         why = "a symlink (not followed)" if path.is_symlink() else f"unreadable ({exc.strerror})"
         return None, f"solution file {path} is {why}"
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            return None, f"solution file {path} is not a regular file"
-        if info.st_size > MAX_SOLUTION_BYTES:
-            return None, f"solution file {path} is larger than {MAX_SOLUTION_BYTES} bytes ({info.st_size})"
-        return handle.read(MAX_SOLUTION_BYTES).decode("utf-8", errors="replace"), None
 
 
 def _run_one(source: str, filename: str, stdin: str, limits: Limits, command: Sequence[str] | None,

@@ -17,9 +17,10 @@ import json
 import logging
 import os
 import shutil
-import stat
 from pathlib import Path
 from typing import Any, Mapping
+
+from rollout_dataset.files import read_regular_file
 
 __all__ = ["INCOMPLETE", "marked_complete", "HARBOR_TRAJECTORY_FILE", "TERMINUS_HARNESS", "MIN_NEEDLE_CHARS", "harbor_leak_needles",
            "terminus_agent_kwargs", "verify_harbor_task", "read_reward", "crosscheck_trajectory"]
@@ -37,6 +38,8 @@ INCOMPLETE = "ended_without_task_complete"
 UNKNOWN_CONTEXT_TOKENS = 32768
 #: lines of tests/ shorter than this are not searched for (they occur anywhere)
 MIN_NEEDLE_CHARS = 24
+#: the largest reward file read (a verifier's reward.txt holds one number)
+REWARD_FILE_MAX_BYTES = 65536
 
 
 def harbor_leak_needles(statement: str, held_out_text: list[str]) -> list[dict[str, str]]:
@@ -94,27 +97,13 @@ def read_reward(logs_dir: Path) -> tuple[float | None, str | None]:
             return None, f"the verifier's {file.name} is a symlink to {os.readlink(file)!r}, not a file; refused"
     try:
         if text_file.is_file():
-            return float(_read_small_regular(text_file).strip()), None
+            return float(read_regular_file(text_file, REWARD_FILE_MAX_BYTES).decode("utf-8", errors="replace").strip()), None
         if json_file.is_file():
-            value = json.loads(_read_small_regular(json_file)).get("reward")
+            value = json.loads(read_regular_file(json_file, REWARD_FILE_MAX_BYTES)).get("reward")
             return (float(value), None) if isinstance(value, (int, float)) else (None, "reward.json has no numeric reward")
     except (ValueError, OSError, AttributeError) as exc:
         return None, f"the verifier's reward file is not a number ({exc})"
     return None, "the verifier wrote no /logs/verifier/reward.txt or reward.json"
-
-
-def _read_small_regular(path: Path, limit: int = 65536) -> str:
-    """The text of a regular file, opened without following a link swapped in (``O_NOFOLLOW``).
-
-    Raises:
-        OSError: a link, not a regular file, or larger than `limit` bytes.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            raise OSError(f"{path.name} is not a regular file of at most {limit} bytes")
-        return handle.read(limit).decode("utf-8", errors="replace")
 
 
 def verify_harbor_task(task_dir: Path, workdir: Path, harbor_fields: Mapping[str, Any]) -> tuple[float | None, str | None]:
