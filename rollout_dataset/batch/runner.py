@@ -70,10 +70,11 @@ ERROR_FILE = "batch_error.json"
 _BATCH_FILE = "batch.json"
 
 
-def _write_json(path: Path, doc: Any) -> None:
-    """Write JSON atomically (temp file + rename), so a crash never leaves half a file."""
+def _write_json(path: Path, doc: Any, *, fsync: bool = False) -> None:
+    """Write JSON atomically (temp file + rename), so a crash never leaves half a file; `fsync` for a
+    file a resume trusts (batch.json, a rollout's done marker), so a power loss cannot empty it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    write_text_atomic(path, json.dumps(doc, indent=2, sort_keys=False) + "\n", fsync=fsync)
 
 
 def _read_json(path: Path) -> Any | None:
@@ -118,9 +119,7 @@ def _batch_id(out_dir: Path) -> str:
         except ValueError:
             return _no_batch_id(path, doc)
     batch_id = uuid.uuid4().hex
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps({"schema_version": 1, "batch_id": batch_id, "created_at": utc_now()},
-                                       indent=2) + "\n", fsync=True)
+    _write_json(path, {"schema_version": 1, "batch_id": batch_id, "created_at": utc_now()}, fsync=True)
     return batch_id
 
 
@@ -494,7 +493,7 @@ def _run_locked(config: BatchConfig, run_one: RunOne | None, executor: Executor 
                 doc = _result_document(job, outcome.result, config)
                 _annotate_artifacts(folder, doc, config.strategies)
                 (folder / ERROR_FILE).unlink(missing_ok=True)
-                write_text_atomic(folder / RESULT_FILE, json.dumps(doc, indent=2) + "\n", fsync=True)  # the done marker
+                _write_json(folder / RESULT_FILE, doc, fsync=True)  # the done marker
                 docs[job.rollout_id] = doc
                 result.ran += 1
                 if streamer is not None:
