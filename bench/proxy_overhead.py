@@ -11,18 +11,26 @@ Runs, on loopback, in one go:
     work any recording proxy under this project's rules must do (parse and add the token fields to
     the request; decode each event with httpx-sse, parse it, strip it and re-encode it; append the
     call as one line), so its cost over the floor bounds what recording can cost on this stack;
-  * a LiteLLM proxy (`litellm[proxy]`, installed by this script into its own venv, never a project
-    dependency; `--skip-litellm` leaves it out).
+  * the peers, each installed by this script into a venv of its own (never a project dependency) and
+    run as its users run it: rLLM's gateway (`rllm-model-gateway`, sqlite store, calls under
+    `/sessions/{id}/v1`), measured in the proxy's phase; Agent Lightning's `LLMProxy`
+    (`agentlightning`, bench/peers/agent_lightning_proxy.py, calls under `/rollout/{id}/attempt/{id}/v1`)
+    and a LiteLLM proxy (`litellm[proxy]`), each in a phase of its own (`--skip-peers`, `--skip-litellm`
+    leave them out).
 Then measures, per target, non-streaming latency at concurrency 1 and 32, time to first token when
 streaming (concurrency 1), and throughput at concurrency 32; "added" figures are target minus
-direct, measured in the same phase with calls interleaved (LiteLLM gets its own phase, started
-only then, so its idle background work does not tax the others). The client is aiohttp, the
+direct, measured in the same phase with calls interleaved (the LiteLLM-based peers get phases of
+their own, started only then, so their idle background work does not tax the others). The client is aiohttp, the
 cheapest here, so that the 2 cores go to the servers.
 
 Streaming (`--stream-tokens` per stream, 256 by default, at concurrency 32): streamed chunks per
 second through each target, and for the proxies the CPU they spent per chunk forwarded: the CPU
 time of the proxy's processes (psutil: the parent and its workers, user + system) over the chunks
 the clients received, the proxies each in their own process so the figure is theirs alone.
+
+The goals (`GOALS`) are checked on the run's own figures and saved with them: ahead of every peer
+side by side (added latency and CPU per call), and at most 1.10x the least recording's CPU per call
+and 1.25x per streamed chunk.
 
 Prints a markdown table and saves bench/results/proxy_overhead.json (`--quick`: fewer calls, a
 rough figure in a minute; saved as proxy_overhead_quick.json).
@@ -56,11 +64,20 @@ from rollout_dataset.proxy.redact import redact_url
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "proxy_overhead.json"
 LITELLM_VENV = Path(os.environ.get("LITELLM_VENV", Path(tempfile.gettempdir()) / "rollout-dataset-bench-litellm"))
+RLLM_VENV = Path(os.environ.get("RLLM_VENV", Path(tempfile.gettempdir()) / "rollout-dataset-bench-rllm"))
+AGL_VENV = Path(os.environ.get("AGL_VENV", Path(tempfile.gettempdir()) / "rollout-dataset-bench-agl"))
+RLLM = "rLLM gateway"
+AGL = "Agent Lightning proxy"
+LITELLM = "LiteLLM proxy"
+PEERS = (RLLM, AGL, LITELLM)
 # A target URL ending in this asks the server directly for what the proxy adds (ids + logprobs):
 # the server's own cost of token capture, apart from the proxy's.
 CAPTURE = "#capture"
 FLOOR = "pass-through floor"  # the target name of bench/passthrough_floor.py
 LEAST = "least recording"  # the target name of bench/passthrough_floor.py --least-recording
+# The recording proxy's goals, checked on each run's own side-by-side figures: (what, over, under, at most).
+GOALS = (("CPU per call", "rollout-dataset proxy", LEAST, 1.10),
+         ("CPU per streamed chunk", "rollout-dataset proxy", LEAST, 1.25))
 # LiteLLM refuses to start without a master key; every target gets the same bearer header.
 BENCH_KEY = "sk-bench-" + os.urandom(8).hex()
 MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
@@ -125,17 +142,18 @@ def start_floor(upstream: str, least_recording: bool = False) -> tuple[subproces
                     LEAST if least_recording else FLOOR, cwd=str(ROOT))
 
 
-def ensure_litellm() -> Path:
-    exe = LITELLM_VENV / "bin" / "litellm"
-    if not exe.exists():
-        print(f"installing litellm[proxy] into {LITELLM_VENV} (bench only) ...", file=sys.stderr, flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
-        subprocess.run([str(LITELLM_VENV / "bin" / "pip"), "install", "--quiet", "litellm[proxy]"], check=True)
-    return exe
+def ensure_venv(venv: Path, *requirements: str) -> Path:
+    """A peer's venv of its own (bench only, never a project dependency), created once; returns its bin folder."""
+    if not (venv / ".installed").exists():
+        print(f"installing {' '.join(requirements)} into {venv} (bench only) ...", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", *requirements], check=True)
+        (venv / ".installed").touch()
+    return venv / "bin"
 
 
 def start_litellm(upstream: str, model: str, workdir: str) -> tuple[subprocess.Popen, str]:
-    exe = ensure_litellm()
+    exe = ensure_venv(LITELLM_VENV, "litellm[proxy]") / "litellm"
     port = free_port()
     config = Path(workdir) / "litellm.yaml"
     config.write_text(json.dumps({"model_list": [{"model_name": model, "litellm_params": {
@@ -148,6 +166,66 @@ def start_litellm(upstream: str, model: str, workdir: str) -> tuple[subprocess.P
     base = f"http://127.0.0.1:{port}"
     wait_http(base + "/health/liveliness", proc, 180)
     return proc, base + "/v1"
+
+
+def start_rllm_gateway(upstream: str, workdir: str) -> tuple[subprocess.Popen, str]:
+    """rLLM's model gateway (PyPI `rllm-model-gateway`) with its sqlite trace store, one upstream worker; its
+    base URL is a session's (`/sessions/{id}/v1`), as a trainer gives each rollout, so every call is recorded."""
+    exe = ensure_venv(RLLM_VENV, "rllm-model-gateway==0.1.0") / "rllm-model-gateway"
+    port = free_port()
+    proc = subprocess.Popen([str(exe), "--host", "127.0.0.1", "--port", str(port), "--worker", upstream, "--store",
+                             "sqlite", "--db-path", os.path.join(workdir, "rllm-gateway.db"), "--log-level", "warning"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    wait_http(base + "/health", proc, 120)
+    return proc, base + "/sessions/bench/v1"
+
+
+def start_agent_lightning(upstream: str, model: str) -> tuple[subprocess.Popen, str]:
+    """Agent Lightning's `LLMProxy` (PyPI `agentlightning`, bench/peers/agent_lightning_proxy.py), as its users
+    serve a vLLM server: calls under `/rollout/{id}/attempt/{id}/v1` so its store records them per rollout.
+    No master key: its launcher's own health check cannot send one (LiteLLM's override for local use)."""
+    python = ensure_venv(AGL_VENV, "agentlightning==0.3.0", "litellm[proxy]") / "python"
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR",
+           "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true"}
+    env.pop("LITELLM_MASTER_KEY", None)
+    return _started([str(python), str(Path(__file__).with_name("peers") / "agent_lightning_proxy.py"), upstream,
+                     model, str(free_port()), str(free_port())], AGL, env=env)
+
+
+def goals(per_call: dict[str, float], chunk_cpu: dict[str, float], table: dict[str, dict]) -> list[dict]:
+    """Each goal with this run's figure and whether it is met (`None` where a target was left out)."""
+    checked = []
+    for what, over, under, at_most in GOALS:
+        figures = per_call if what == "CPU per call" else chunk_cpu
+        ratio = figures[over] / figures[under] if over in figures and under in figures else None
+        checked.append({"goal": f"{over} / {under}, {what}", "at_most": at_most, "ratio": ratio,
+                        "met": None if ratio is None else ratio <= at_most})
+    ours_cpu, ours_added = per_call.get("rollout-dataset proxy"), table.get("rollout-dataset proxy", {}).get("added_c1_p50_ms")
+    for peer in PEERS:
+        if peer in per_call and ours_cpu is not None:
+            checked.append({"goal": f"ahead of {peer}, CPU per call", "ratio": ours_cpu / per_call[peer],
+                            "at_most": 1.0, "met": ours_cpu < per_call[peer]})
+        theirs = table.get(peer, {}).get("added_c1_p50_ms")
+        if theirs is not None and ours_added is not None:
+            checked.append({"goal": f"ahead of {peer}, added latency p50", "ratio": ours_added / theirs if theirs else None,
+                            "at_most": 1.0, "met": ours_added < theirs})
+    return checked
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Terminate a started server, killing it (and its children) when it does not stop within 15 s."""
+    if proc.poll() is not None:
+        return
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    for child in children:
+        if child.is_running():
+            child.kill()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -356,6 +434,11 @@ def markdown(results: dict[str, dict], table: dict[str, dict]) -> str:
     ratio = ours.get("litellm_added_p50_ratio")
     if ratio:
         lines.append(f"LiteLLM adds {ratio:.1f}x the latency the recording proxy adds (p50, c=1).")
+    lines.append("\n| goal | this run | at most | met |\n| --- | --- | --- | --- |")
+    for goal in goals(per_call, chunk_cpu, table):
+        figure = "—" if goal["ratio"] is None else f"{goal['ratio']:.2f}x"
+        met = {None: "not measured", True: "yes", False: "NO"}[goal["met"]]
+        lines.append(f"| {goal['goal']} | {figure} | {goal['at_most']:.2f}x | {met} |")
     return "\n".join(lines)
 
 
@@ -369,6 +452,8 @@ def main() -> int:
     parser.add_argument("--c32-calls", type=int, default=4608,
                         help="calls per target at concurrency 32 (latency, throughput and CPU per call)")
     parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument("--skip-peers", action="store_true",
+                        help="leave out rLLM's gateway and Agent Lightning's proxy (each installed into a venv of its own)")
     parser.add_argument("--also", action="append", default=[], metavar="NAME=URL",
                         help="measure another OpenAI-compatible base URL too (e.g. a bare pass-through proxy)")
     parser.add_argument("--streams", type=int, default=256, help="streams per target in the streaming phase")
@@ -418,6 +503,8 @@ def main() -> int:
             target(f"baseline proxy, {args.workers} workers",
                    start_proxy(upstream, os.path.join(workdir, "traces-baseline-workers"), args.workers,
                                source=args.baseline))
+        if not args.skip_peers:  # a recording peer, measured interleaved with the proxy
+            target(RLLM, start_rllm_gateway(upstream, workdir))
         for extra in args.also:
             name, _, url = extra.partition("=")
             bases[name] = url.rstrip("/")
@@ -428,17 +515,20 @@ def main() -> int:
                                       c32_calls=args.c32_calls))]
         stream_bases = {"direct": upstream, **{name: bases[name] for name in proxy_pids}}
         streaming = asyncio.run(measure_streams(stream_bases, proxy_pids, model, args.streams, args.stream_tokens))
+        # The LiteLLM-based peers, each in a phase of its own, started only then, and stopped after it
+        own_phases = [] if args.skip_peers else [(AGL, lambda: start_agent_lightning(upstream, model))]
         if not args.skip_litellm:
-            litellm_proc, litellm_base = start_litellm(upstream, model, workdir)
-            procs.append(litellm_proc)
-            phases.append(asyncio.run(measure({"direct": upstream, "LiteLLM proxy": litellm_base}, model,
-                                              args.calls, args.max_tokens, pids={"LiteLLM proxy": litellm_proc.pid},
-                                              c32_calls=args.c32_calls)))
-            # LiteLLM streams far slower: a quarter of the streams, measured against direct again
-            litellm_streams = asyncio.run(measure_streams(
-                {"direct (LiteLLM phase)": upstream, "LiteLLM proxy": litellm_base}, {"LiteLLM proxy": litellm_proc.pid},
-                model, max(32, args.streams // 4), args.stream_tokens))
-            streaming.update(litellm_streams)
+            own_phases.append((LITELLM, lambda: start_litellm(upstream, model, workdir)))
+        for name, start in own_phases:
+            peer_proc, peer_base = start()
+            procs.append(peer_proc)
+            phases.append(asyncio.run(measure({"direct": upstream, name: peer_base}, model, args.calls,
+                                              args.max_tokens, pids={name: peer_proc.pid}, c32_calls=args.c32_calls)))
+            # they stream far slower: a quarter of the streams, measured against direct again
+            streaming.update(asyncio.run(measure_streams(
+                {f"direct ({name} phase)": upstream, name: peer_base}, {name: peer_proc.pid},
+                model, max(32, args.streams // 4), args.stream_tokens)))
+            stop(peer_proc)
         table: dict[str, dict] = {}
         results: dict[str, dict] = {}
         for number, phase in enumerate(phases, start=1):
@@ -450,8 +540,8 @@ def main() -> int:
         ours["proxy_only_ttft_p50_ms"] = results["rollout-dataset proxy"]["ttft_p50_ms"] - capture["ttft_p50_ms"]
         ours["throughput_vs_direct_asking_ids_c32"] = (results["rollout-dataset proxy"]["c32_throughput_rps"]
                                                        / capture["c32_throughput_rps"])
-        if "LiteLLM proxy" in table:
-            ours, theirs = table["rollout-dataset proxy"], table["LiteLLM proxy"]
+        if LITELLM in table:
+            ours, theirs = table["rollout-dataset proxy"], table[LITELLM]
             table["rollout-dataset proxy"]["litellm_added_p50_ratio"] = (
                 theirs["added_c1_p50_ms"] / ours["added_c1_p50_ms"] if ours["added_c1_p50_ms"] > 0 else None)
         results["_streaming"] = streaming
@@ -465,6 +555,8 @@ def main() -> int:
             "load_average_at_end": os.getloadavg(), "stream_tokens": args.stream_tokens,
             "targets": {k: v for k, v in results.items() if k != "_streaming"}, "added": table,
             "streaming_c32": streaming, "proxy_records_written": recorded,
+            "goals": goals({n: r["c32_cpu_ms_per_call"] for n, r in results.items() if "c32_cpu_ms_per_call" in r},
+                           {n: f["cpu_us_per_chunk"] for n, f in streaming.items() if "cpu_us_per_chunk" in f}, table),
         }
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
@@ -472,11 +564,7 @@ def main() -> int:
         print(f"\nsaved {args.out}")
     finally:
         for proc in reversed(procs):
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
