@@ -176,6 +176,20 @@ def test_an_unknown_environment_name_is_refused_everywhere_it_can_be_given(tmp_p
     assert CaptureConfig(harbor_env="podman").public_dict()["harbor_env"] == "podman"
 
 
+def test_capture_takes_harbor_env_and_refuses_an_unknown_one_in_one_line(tmp_path, capsys):
+    from rollout_dataset.cli import build_parser, main
+    from rollout_dataset.cli.capture_cmd import config_from_args
+
+    argv = ["capture", "--harness", "terminus-2", "--harbor-env", "podman"]
+    args = build_parser(argv).parse_args(argv)
+    assert config_from_args(args).harbor_env == "podman"
+    code = main(["capture", "--harness", "terminus-2", "--tasks", "harbor-builtin", "--harbor-env", "nope",
+                 "--out-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "harbor_env must be auto, bwrap or one of Harbor's environment types" in err[-1]
+    assert not (tmp_path / "out").exists()
+
+
 def test_batch_takes_harbor_env_as_an_env_option(tmp_path):
     from rollout_dataset.batch.config import BatchConfig
     from rollout_dataset.recipes.coding.env import CodingEnvironment

@@ -339,6 +339,9 @@ def _check_harbor_harness(harness: str, task: Any, harbor_env: str = "auto") -> 
             raise ConfigError(f"{folder}: a multi-step Harbor task ([[steps]] in task.toml: {len(steps)} steps, "
                               f"steps/NAME/instruction.md); only --harness {TERMINUS_HARNESS} runs it (Harbor runs its "
                               f"steps in one trial), not --harness {harness}")
+        if harbor_env != "auto":
+            logger.warning("--harbor-env %s is for --harness %s; --harness %s runs in the sandbox", harbor_env,
+                           TERMINUS_HARNESS, harness)
         return None
     from rollout_dataset.harbor.adapter import HARBOR_INSTALL, find_harbor
     from rollout_dataset.harbor.environments import choose_environment
