@@ -196,7 +196,13 @@ def test_batch_takes_harbor_env_as_an_env_option(tmp_path):
 
     environment = CodingEnvironment()
     config = BatchConfig(out_dir=tmp_path / "b", seeds=[0], env_options={"harbor_env": "podman"}, unsafe_sandbox=True)
-    assert environment.batch_options(config)["harbor_env"] == "podman"
+    options = environment.batch_options(config)
+    assert options["harbor_env"] == "podman"
+    from types import SimpleNamespace
+
+    job = SimpleNamespace(seed=0, rollout_idx=0, rollout_id="a" * 32, artifact_dir=tmp_path / "r",
+                          settings={"tasks": "harbor-builtin", "n_prompts": 64, "timeout_s": 60.0, "max_turns": 5})
+    assert environment.batch_config(config, job, options).harbor_env == "podman"  # every rollout of the batch
     with pytest.raises(ConfigError, match="--env-option harbor_env=nope: unknown"):
         environment.batch_options(BatchConfig(out_dir=tmp_path / "c", seeds=[0], env_options={"harbor_env": "nope"},
                                               unsafe_sandbox=True))
