@@ -85,6 +85,13 @@ def test_a_multi_step_task_missing_a_steps_instruction_is_named(tmp_path):
         load_tasks(str(folder))
 
 
+def test_a_steps_folder_without_its_steps_table_is_named_as_such(tmp_path):
+    folder = _copy(tmp_path) / "two-steps"
+    (folder / "task.toml").write_text("[agent]\ntimeout_sec = 60.0\n")
+    with pytest.raises(TaskSourceError, match=r"a steps/ folder but task.toml lists no \[\[steps\]\]"):
+        load_tasks(str(folder))
+
+
 def test_a_multi_step_task_is_refused_for_a_harness_other_than_terminus_2(tmp_path):
     tasks = load_tasks(str(SET))
     index = [t.task_id for t in tasks].index("two-steps")

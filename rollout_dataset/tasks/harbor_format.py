@@ -157,6 +157,10 @@ def _load_one(folder: Path, label: str) -> Task:
     if steps:
         instruction = _multi_step_instruction(folder, steps)
     else:
+        if not (folder / "instruction.md").is_file() and (folder / "steps").is_dir():
+            raise TaskSourceError(f"{folder}: not a Harbor task: it has a steps/ folder but task.toml lists no "
+                                  "[[steps]] (a multi-step task names each step: [[steps]] name = ...), and no "
+                                  "instruction.md")
         for name in REQUIRED_FILES:
             if not (folder / name).is_file():
                 raise TaskSourceError(f"{folder}: not a Harbor task: {name} is missing")
