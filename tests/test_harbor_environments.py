@@ -40,7 +40,7 @@ def _task(tmp_path: Path, dockerfile: str | None = "FROM python:3.12-slim\nWORKD
 def _runtimes(tmp_path: Path, **scripts: str) -> str:
     """A PATH holding only stand-in runtime scripts (``docker`` -> its shell body)."""
     folder = tmp_path / "bin"
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     for name, body in scripts.items():
         (folder / name).write_text(f"#!/bin/sh\n{body}\n")
         (folder / name).chmod(0o755)
@@ -109,6 +109,23 @@ def test_auto_picks_docker_where_docker_info_answers(tmp_path, monkeypatch):
     choice = choose_environment(_task(tmp_path, BUILDS), "auto", harbor=find_harbor())
     assert choice.name == "docker" and choice.checked == {"docker": None}
     assert environment_for(_task(tmp_path, BUILDS, name="u")) == "docker"
+
+
+@needs_harbor
+def test_a_runtime_that_works_is_checked_once_one_that_did_not_is_asked_again(tmp_path, monkeypatch):
+    calls = tmp_path / "calls"
+    failing = f'echo info >> {calls}; exit 1'
+    monkeypatch.setenv("PATH", _runtimes(tmp_path, docker=failing))
+    task = _task(tmp_path, BUILDS)
+    for _ in range(2):
+        with pytest.raises(HarborTaskUnsupportedError):
+            choose_environment(task, "auto", harbor=find_harbor())
+    assert calls.read_text().split() == ["info", "info"]
+    calls.unlink()
+    monkeypatch.setenv("PATH", _runtimes(tmp_path / "w", docker=f'echo info >> {calls}; exit 0'))
+    for _ in range(2):
+        assert choose_environment(task, "auto", harbor=find_harbor()).name == "docker"
+    assert calls.read_text().split() == ["info"]
 
 
 def test_auto_tries_singularity_only_for_a_docker_image_and_its_refusal_gives_no_dockerfile_hint(tmp_path):

@@ -16,11 +16,11 @@ Harbor's preflight runs in Harbor's venv (`rollout_dataset.harbor.preflight`); n
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -250,10 +250,22 @@ def harbor_preflight(harbor: str, names: tuple[str, ...], environ: Mapping[str, 
     return {name: answer.get(name, "not checked") for name in names}
 
 
-@functools.lru_cache(maxsize=64)
-def _cached_preflight(harbor: str, names: tuple[str, ...], path: str) -> tuple[tuple[str, str | None], ...]:
-    """`harbor_preflight`, once per process for the same Harbor, names and PATH (a batch asks per rollout)."""
-    return tuple(harbor_preflight(harbor, names).items())
+_PREFLIGHT_CACHE: dict[tuple[str, tuple[str, ...], str], dict[str, str | None]] = {}
+_PREFLIGHT_LOCK = threading.Lock()
+
+
+def _cached_preflight(harbor: str, names: tuple[str, ...], path: str) -> dict[str, str | None]:
+    """`harbor_preflight`, kept for the process once one of `names` passed (a batch asks per rollout); an
+    answer where none passed is asked again next time (a runtime busy with another build may answer later)."""
+    key = (harbor, names, path)
+    with _PREFLIGHT_LOCK:
+        if key in _PREFLIGHT_CACHE:
+            return dict(_PREFLIGHT_CACHE[key])
+    answer = harbor_preflight(harbor, names)
+    if any(reason is None for reason in answer.values()):
+        with _PREFLIGHT_LOCK:
+            _PREFLIGHT_CACHE[key] = dict(answer)
+    return answer
 
 
 def credential_variables(name: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -367,7 +379,7 @@ def choose_environment(task_dir: Path, requested: str = AUTO, *, harbor: str | N
                                              f"is not installed: run `{HARBOR_INSTALL}`")
 
         def preflight(names: tuple[str, ...]) -> Mapping[str, str | None]:
-            return dict(_cached_preflight(found, names, os.environ.get("PATH", "")))
+            return _cached_preflight(found, names, os.environ.get("PATH", ""))
     if requested != AUTO:
         reason = preflight((requested,)).get(requested)
         if requested == "singularity" and not needs.docker_image and reason is None:
