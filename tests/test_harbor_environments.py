@@ -65,11 +65,27 @@ def test_the_environment_names_are_harbors_own_enum():
     assert HARBOR_ENV_CHOICES[:2] == ("auto", "bwrap")
 
 
-def test_auto_runs_a_task_that_needs_no_image_in_bwrap_and_records_the_stand_in_base(tmp_path):
-    choice = choose_environment(_task(tmp_path), "auto", preflight=_never)
+OFFLINE = '[environment]\nnetwork_mode = "no-network"\n'
+
+
+def test_auto_runs_an_offline_task_that_needs_no_image_in_bwrap_and_records_the_stand_in_base(tmp_path):
+    choice = choose_environment(_task(tmp_path, toml=OFFLINE), "auto", preflight=_never)
     assert choice.name == BWRAP and choice.network_given == "none"
     assert choice.facts()["base_image"] == "python:3.12-slim"
     assert "runs on this host's /usr" in choice.notes[0]
+    legacy = choose_environment(_task(tmp_path, toml="[environment]\nallow_internet = false\n", name="u"), "auto",
+                                preflight=_never)
+    assert legacy.name == BWRAP
+
+
+def test_auto_gives_a_task_that_asks_for_a_network_a_runtime_else_bwrap_without_one_recorded(tmp_path):
+    task = _task(tmp_path)  # no network_mode: public, as Harbor reads it
+    choice = choose_environment(task, "auto", preflight=lambda names: {n: None if n == "podman" else "no" for n in names})
+    assert choice.name == "podman" and choice.checked == {"docker": "no", "podman": None}
+    choice = choose_environment(task, "auto", preflight=lambda names: {n: f"{n} is not here" for n in names})
+    assert choice.name == BWRAP and choice.network_given == "none"
+    assert "network_mode public: the task asks for a network and the bubblewrap environment has none" in choice.notes[1]
+    assert "docker: docker is not here; podman: podman is not here" in choice.notes[1]
 
 
 def test_a_from_the_host_cannot_stand_in_for_needs_an_image(tmp_path):
@@ -227,3 +243,4 @@ def test_batch_takes_harbor_env_as_an_env_option(tmp_path):
 
 def test_the_bwrap_spec_is_what_harbor_gets_for_bwrap(tmp_path):
     assert environment_for(_task(tmp_path), "bwrap") == ENVIRONMENT_SPEC
+    assert environment_for(_task(tmp_path, toml=OFFLINE, name="u")) == ENVIRONMENT_SPEC

@@ -5,9 +5,11 @@
   image: ``RUN``, ``COPY``, ``ADD``, a second ``FROM``), ``docker_image``, ``gpus``, ``memory_mb``;
 - `choose_environment(task_dir, requested)`: ``bwrap`` (this project's bubblewrap environment, on the
   host's own ``/usr``), or any environment type Harbor accepts (`HARBOR_ENVIRONMENT_TYPES`), run
-  unchanged by Harbor. ``auto`` takes ``bwrap`` for a task that needs no image, and for one that does
-  the first of docker, podman, singularity whose Harbor preflight passes here (a ``docker`` binary with
-  no reachable daemon fails it); nothing that works is refused, naming what was checked and how to fix it;
+  unchanged by Harbor. ``auto`` takes, for a task that needs an image, the first of docker, podman,
+  singularity whose Harbor preflight passes here (a ``docker`` binary with no reachable daemon fails
+  it), and refuses when none does, naming what was checked and how to fix it; for a task that needs no
+  image, ``bwrap`` when it asks for no network, else a runtime that works (Harbor gives the network),
+  else ``bwrap`` without the network, recorded in the choice's notes;
 - `credential_variables(name)`: the variables a cloud environment reads its credentials from, passed
   to Harbor for that environment only (every other secret-looking variable is dropped).
 
@@ -29,7 +31,7 @@ from rollout_dataset.errors import ConfigError
 
 __all__ = ["AUTO", "BWRAP", "HARBOR_ENVIRONMENT_TYPES", "HARBOR_ENV_CHOICES", "LOCAL_RUNTIMES",
            "BWRAP_BASE_IMAGES", "HARBOR_INSTALL", "PODMAN_INSTALL", "EnvironmentChoice", "HarborTaskUnsupportedError", "TaskNeeds",
-           "read_task_needs", "read_dockerfile", "choose_environment", "credential_variables", "harbor_preflight", "harbor_python",
+           "read_task_needs", "read_dockerfile", "network_mode_of", "choose_environment", "credential_variables", "harbor_preflight", "harbor_python",
            "host_memory_mb", "host_gpus"]
 
 #: let the task decide (see the module docstring)
@@ -85,6 +87,7 @@ class TaskNeeds:
         env: the Dockerfile's ``ENV`` values (final stage).
         gpus: ``[environment] gpus``.
         memory_mb: ``[environment] memory_mb``.
+        network: the network the task asks for (`network_mode_of`).
     """
 
     image_steps: tuple[str, ...] = ()
@@ -94,6 +97,7 @@ class TaskNeeds:
     env: dict[str, str] = field(default_factory=dict)
     gpus: int = 0
     memory_mb: int | None = None
+    network: str = "public"
 
     @property
     def foreign_base(self) -> bool:
@@ -141,7 +145,16 @@ def read_task_needs(task_dir: Path) -> TaskNeeds:
     memory = env.get("memory_mb") if isinstance(env.get("memory_mb"), (int, float)) else None
     image = env.get("docker_image") or None
     dockerfile = read_dockerfile(task_dir / "environment" / "Dockerfile")
-    return TaskNeeds(docker_image=image, gpus=gpus, memory_mb=memory, **dockerfile)
+    return TaskNeeds(docker_image=image, gpus=gpus, memory_mb=memory, network=network_mode_of(env), **dockerfile)
+
+
+def network_mode_of(environment: Mapping[str, Any]) -> str:
+    """The network a task asks for, as Harbor reads ``task.toml``'s ``[environment]``: ``network_mode``, else
+    the legacy ``allow_internet`` (``false`` is ``no-network``), else ``public``."""
+    mode = environment.get("network_mode")
+    if isinstance(mode, str) and mode:
+        return mode
+    return "no-network" if environment.get("allow_internet") is False else "public"
 
 
 def read_dockerfile(path: Path) -> dict[str, Any]:
@@ -366,7 +379,8 @@ def choose_environment(task_dir: Path, requested: str = AUTO, *, harbor: str | N
                           f"({', '.join(HARBOR_ENVIRONMENT_TYPES)})")
     needs = read_task_needs(task_dir)
     _check_resources(needs, requested, task_dir)
-    if requested == BWRAP or (requested == AUTO and not needs.needs_image):
+    if requested == BWRAP or (requested == AUTO and not needs.needs_image and (
+            needs.network == "no-network" or (harbor is None and preflight is None))):
         if needs.needs_image:
             raise HarborTaskUnsupportedError(
                 f"{task_dir}: {needs.describe()}; the bubblewrap environment (--harbor-env bwrap) runs only tasks "
@@ -387,6 +401,19 @@ def choose_environment(task_dir: Path, requested: str = AUTO, *, harbor: str | N
         if reason:
             raise HarborTaskUnsupportedError(f"{task_dir}: --harbor-env {requested} cannot run here: {reason}")
         return EnvironmentChoice(requested, needs, checked={requested: None})
+    if not needs.needs_image:
+        # it asks for a network, which the bubblewrap environment never gives: a container runtime that works
+        # here gives it as Harbor does; without one, bwrap runs it without (recorded)
+        names = tuple(n for n in LOCAL_RUNTIMES if n != "singularity")
+        answers = preflight(names)
+        tried = {name: answers.get(name, "not checked") for name in names}
+        working = [name for name in names if tried[name] is None]
+        if working:
+            return EnvironmentChoice(working[0], needs, checked={n: tried[n] for n in names[:names.index(working[0]) + 1]})
+        note = (f"network_mode {needs.network}: the task asks for a network and the bubblewrap environment has none "
+                f"(no container runtime works here: {_checked_text(tried)}); what downloads tools, in the agent's "
+                f"run or the verifier's, fails")
+        return EnvironmentChoice(BWRAP, needs, checked=tried, notes=(*_bwrap_notes(needs), note))
     candidates = tuple(n for n in LOCAL_RUNTIMES if n != "singularity" or needs.docker_image)
     answers = preflight(candidates)
     checked: dict[str, str | None] = {}

@@ -71,9 +71,9 @@ def _fields(config: dict[str, Any], where: Path) -> dict[str, Any]:
     env = config.get("environment") or {}
     agent = config.get("agent") or {}
     verifier = config.get("verifier") or {}
-    network = env.get("network_mode")
-    if network is None:  # Harbor's legacy field: allow_internet = false is no-network
-        network = "no-network" if env.get("allow_internet") is False else "public"
+    from ..harbor.environments import network_mode_of
+
+    network = network_mode_of(env)  # network_mode, else Harbor's legacy allow_internet
     fields = {"agent_timeout_sec": agent.get("timeout_sec"), "verifier_timeout_sec": verifier.get("timeout_sec", 600.0),
               "workdir": env.get("workdir"), "network_mode": network,
               "cpus": env.get("cpus"), "memory_mb": env.get("memory_mb"), "docker_image": env.get("docker_image")}
