@@ -308,5 +308,5 @@ class BatchConfig:
             "on_policy": self.on_policy,
             "max_tokens_cap": self.max_tokens_cap,
             "fit_context": self.fit_context,
-            "notes": list(self.notes),
+            **({"notes": list(self.notes)} if self.notes else {}),  # only when the environment noted something
         }

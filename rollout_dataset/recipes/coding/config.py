@@ -165,7 +165,7 @@ class CaptureConfig:
             "timeout_s": self.timeout_s, "policy": self.policy if self.base_url is None else None,
             "script": str(self.script) if self.script else None, "tokenizer": self.tokenizer,
             "max_turns": self.max_turns, "max_tokens": self.max_tokens, "temperature": self.temperature,
-            "on_policy": self.on_policy, "harbor_env": self.harbor_env,
+            "on_policy": self.on_policy,
             "max_tokens_cap": self.max_tokens_cap, "fit_context": self.fit_context,
             "penalties": {"tool_call_budget": self.penalties.tool_call_budget,
                           "per_extra_tool_call": self.penalties.per_extra_tool_call,
