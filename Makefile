@@ -55,12 +55,14 @@ HARBOR_VERSION ?= 0.26.0
 HARBOR_VENV ?= .venv-harbor
 HARBOR_PYTHON ?= $(shell for p in "$$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)"/versions/3.1[23]*/bin/python python3.12 python3.13; do \
 	command -v "$$p" >/dev/null 2>&1 && "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && { command -v "$$p"; break; }; done)
-$(HARBOR_VENV)/.installed-$(HARBOR_VERSION):
+# dockerfile-parse: the bwrap environment reads a task's Dockerfile WORKDIR/ENV with it, inside Harbor's venv
+HARBOR_EXTRA ?= dockerfile-parse==2.0.1
+$(HARBOR_VENV)/.installed-$(HARBOR_VERSION)-dfp:
 	@[ -n "$(HARBOR_PYTHON)" ] || { echo "make harbor: needs Python >= 3.12 (install python3.12, or pyenv install 3.12; or set HARBOR_PYTHON=...)" >&2; exit 1; }
 	[ -x $(HARBOR_VENV)/bin/python ] || $(HARBOR_PYTHON) -m venv $(HARBOR_VENV)
-	$(HARBOR_VENV)/bin/pip install --quiet harbor==$(HARBOR_VERSION)
+	$(HARBOR_VENV)/bin/pip install --quiet harbor==$(HARBOR_VERSION) $(HARBOR_EXTRA)
 	touch $@
-harbor: $(HARBOR_VENV)/.installed-$(HARBOR_VERSION)
+harbor: $(HARBOR_VENV)/.installed-$(HARBOR_VERSION)-dfp
 
 # A reader's environment: only what a user of the published dataset has (datasets, huggingface_hub,
 # tokenizers), never this package. The card's snippets and the Hub-copy test run in it.

@@ -83,20 +83,13 @@ def test_a_harbor_task_without_tests_or_with_bad_toml_is_refused_by_name(tmp_pat
         load_tasks(str(task))
 
 
-def test_a_dockerfile_that_installs_something_is_refused_naming_the_line(tmp_path, monkeypatch):
+def test_a_dockerfile_that_installs_something_is_refused_by_bwrap_naming_the_line(tmp_path):
     task = _copy_task(tmp_path)
     assert dockerfile_needs(task) == [] and environment_for(task) == ENVIRONMENT_SPEC
     (task / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\nRUN apt-get install -y \\\n  gcc\nWORKDIR /app\n")
-    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))  # no podman, no apptainer
-    with pytest.raises(HarborTaskUnsupportedError, match=r"RUN apt-get install -y\s+gcc.*install podman or apptainer"):
-        environment_for(task)
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    for name, expected in (("apptainer", "singularity"), ("podman", "podman")):  # where one is installed, Harbor's own
-        (tools / name).write_text("#!/bin/sh\n")
-        (tools / name).chmod(0o755)
-        monkeypatch.setenv("PATH", str(tools))
-        assert environment_for(task) == expected
+    assert dockerfile_needs(task) == ["RUN apt-get install -y gcc"]
+    with pytest.raises(HarborTaskUnsupportedError, match=r"RUN apt-get install -y gcc.*--harbor-env bwrap.* runs only"):
+        environment_for(task, "bwrap")
 
 
 def test_terminus_2_refuses_a_task_that_is_not_a_harbor_task(tmp_path):
@@ -327,14 +320,15 @@ def test_the_environment_module_imports_only_harbor_the_stdlib_and_its_siblings(
     allowed = set(sys.stdlib_module_names) | {"harbor", "rollout_dataset", "reaper", "bwrap_root"}
     import ast
 
-    for name in ("bwrap_environment.py", "bwrap_root.py", "reaper.py"):
+    for name in ("bwrap_environment.py", "bwrap_root.py", "reaper.py", "preflight.py"):
         tree = ast.parse((folder / name).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 top = node.module.split(".")[0]
                 assert top in allowed, (name, node.module)
                 if top == "rollout_dataset":
-                    assert node.module in ("rollout_dataset.harbor.reaper", "rollout_dataset.harbor.bwrap_root")
+                    assert node.module in ("rollout_dataset.harbor.reaper", "rollout_dataset.harbor.bwrap_root",
+                                           "rollout_dataset.harbor.environments")
             elif isinstance(node, ast.Import):
                 assert all(a.name.split(".")[0] in allowed for a in node.names), name
 

@@ -236,6 +236,9 @@ class BatchConfig:
     push_every: int = 0
     push_private: bool | None = None
     trust_env: bool = True
+    #: what the environment's `batch_options` noted of the task source (a Harbor folder that does not
+    #: load, skipped), one line each: in the config snapshot and the report's "Notes"
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.max_tokens_cap is not None and self.max_tokens_cap < 1:
@@ -305,4 +308,5 @@ class BatchConfig:
             "on_policy": self.on_policy,
             "max_tokens_cap": self.max_tokens_cap,
             "fit_context": self.fit_context,
+            **({"notes": list(self.notes)} if self.notes else {}),  # only when the environment noted something
         }

@@ -143,6 +143,9 @@ def render_report(
                 for s in seeds[:top_seeds]
             ],
         )
+    notes = cfg.get("notes") or []
+    if notes:  # e.g. the Harbor task folders skipped because they do not load
+        lines += ["", "## Notes", ""] + [f"- {markdown_text(str(note))}" for note in notes]
     lines += ["", "## Plots", ""]
     for strategy, kinds in plots.items():
         lines.append(f"### {strategy}")

@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(entry-point group rollout_dataset.environments)")
     parser.add_argument("--env-option", action="append", default=[], metavar="KEY=VALUE",
                         help="environment setting, repeatable; VALUE is parsed as JSON when it can be "
-                             "(coding: harness=NAME, e.g. harness=claude-code; crafter: max_steps=40, max_actions=8, "
+                             "(coding: harness=NAME, e.g. harness=claude-code, and harbor_env=ENV as --harbor-env; crafter: max_steps=40, max_actions=8, "
                              "area=16 or area=[16,16], view=[9,7])")
     parser.add_argument("--rollouts-per-seed", type=int, default=3, metavar="K", help="rollouts per seed (default 3)")
     parser.add_argument("--max-turns", type=int, default=10, help="agent turn budget per rollout (default 10)")

@@ -222,7 +222,8 @@ def config_from_args(args: argparse.Namespace) -> CaptureConfig:
     refuse_foreign_flags(args, "coding")
     return CaptureConfig(out_dir=args.out_dir or "trace_artifact", base_url=args.base_url, model=args.model,
                          task_index=args.task_index, seed=args.seed, rollout_seed=args.rollout_seed, n_prompts=args.n_prompts, tasks=args.tasks,
-                         harness=args.harness, timeout_s=args.timeout_s, policy=args.policy, script=args.script,
+                         harness=args.harness, harbor_env=args.harbor_env, timeout_s=args.timeout_s, policy=args.policy,
+                         script=args.script,
                          tokenizer=args.tokenizer, max_turns=20 if args.max_turns is None else args.max_turns,
                          **{k: v for k in ("max_tokens", "temperature") if (v := getattr(args, k, None)) is not None},
                          keep_workdir=args.keep_workdir,

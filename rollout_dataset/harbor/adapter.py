@@ -8,11 +8,16 @@ process group of its own with:
   logprobs in its ATIF trajectory), ``record_terminal_session=false``, ``model_info`` (the context
   length, so its summarisation starts before the context is full) and ``llm_call_kwargs`` (terminus-2
   sends no ``temperature``/``max_tokens``/``seed`` of its own);
-- ``--env rollout_dataset.harbor.bwrap_environment:BwrapEnvironment`` (no Docker, no network), or
-  Harbor's own ``podman``/``singularity`` provider where the task's Dockerfile needs an image and one is
-  installed; where neither can run the task it is refused (`HarborTaskUnsupportedError`);
-- an environment without credentials (every secret-looking variable dropped), a dummy key,
-  ``HARBOR_TELEMETRY=0`` and ``LITELLM_LOCAL_MODEL_COST_MAP=True``.
+- ``--env``: the environment `rollout_dataset.harbor.environments.choose_environment` picks or was
+  given (``--harbor-env``): ``rollout_dataset.harbor.bwrap_environment:BwrapEnvironment`` (no Docker, no
+  network) for a task that needs no image, else one of Harbor's own (docker, podman, singularity, a
+  cloud one); where none can run the task it is refused (`HarborTaskUnsupportedError`);
+- an environment without credentials (every secret-looking variable dropped, save a cloud
+  environment's own: `environments.credential_variables`), a dummy key, ``HARBOR_TELEMETRY=0`` and
+  ``LITELLM_LOCAL_MODEL_COST_MAP=True``.
+
+A multi-step task (``[[steps]]``) runs as Harbor runs it: one trial across its steps, each step's
+verifier reward in `HarborRun.steps`, the trial's reward Harbor's (mean or final, as the task says).
 
 The trial folder (``result.json``, ``agent/trajectory.json``, the verifier's logs) is read back into a
 `HarborRun`: the verifier's reward, Harbor's exception if any, and the ATIF trajectory.
@@ -32,32 +37,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from rollout_dataset.errors import ConfigError
+from rollout_dataset.harbor.environments import (AUTO, BWRAP, HARBOR_INSTALL, EnvironmentChoice,
+                                                 HarborTaskUnsupportedError, choose_environment, credential_variables,
+                                                 read_task_needs)
 from rollout_dataset.processes import CHILD_EXIT, watch_child
 
 __all__ = ["HARBOR_VERSION", "HARBOR_INSTALL", "ENVIRONMENT_SPEC", "HarborRun", "HarborTaskUnsupportedError",
-           "find_harbor", "dockerfile_needs", "environment_for", "harbor_command", "run_terminus"]
+           "find_harbor", "dockerfile_needs", "environment_arg", "environment_for", "harbor_command", "run_terminus"]
 
 logger = logging.getLogger(__name__)
 
 #: the Harbor release `make harbor` installs and the tests drive
 HARBOR_VERSION = "0.26.0"
-#: the command that installs it
-HARBOR_INSTALL = "make harbor"
 #: the `--env` of the bubblewrap environment
 ENVIRONMENT_SPEC = "rollout_dataset.harbor.bwrap_environment:BwrapEnvironment"
 _REPO_ROOT = Path(__file__).resolve().parents[2]  # a checkout's root (its .venv-harbor)
 _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PROXY", re.IGNORECASE)
-#: Dockerfile instructions the host's own files satisfy (anything else needs an image)
-_HOST_SATISFIED = frozenset({"FROM", "WORKDIR", "ENV", "LABEL", "ARG", "CMD", "ENTRYPOINT", "USER", "SHELL",
-                             "EXPOSE", "MAINTAINER", "STOPSIGNAL", "HEALTHCHECK", "VOLUME"})
 _STOP_GRACE_S = 5.0
 #: seconds a trial may take beyond its agent and verifier budgets (Harbor's start-up, environment set-up, teardown)
 HARBOR_SLACK_S = 120.0
-
-
-class HarborTaskUnsupportedError(ConfigError):
-    """A Harbor task needs more than this host has (an image built by its Dockerfile, and no Podman/Apptainer)."""
 
 
 @dataclass
@@ -76,6 +74,11 @@ class HarborRun:
         subagent_trajectories: terminus-2's summarisation trajectories (``agent/trajectory.NAME.json``), by NAME.
         wall_s: how long it ran.
         stderr_tail: the end of Harbor's output.
+        environment: the environment it ran in (``bwrap`` or a Harbor environment type).
+        steps: a multi-step task's steps, in order: ``{"name", "reward", "rewards", "exception"}``
+            (empty for a single-step task); `reward` is then Harbor's trial reward over them.
+        step_trajectories: a multi-step task's ATIF trajectory of each step (``steps/NAME/agent/``), by
+            step name; its summarisation subagents' are in `subagent_trajectories` as ``NAME.SUBAGENT``.
     """
 
     trial_dir: Path
@@ -89,6 +92,9 @@ class HarborRun:
     subagent_trajectories: dict[str, dict[str, Any]] = field(default_factory=dict)
     wall_s: float = 0.0
     stderr_tail: str = ""
+    environment: str = BWRAP
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    step_trajectories: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def find_harbor() -> str | None:
@@ -110,53 +116,37 @@ def dockerfile_needs(task_dir: Path) -> list[str]:
         task_dir: the Harbor task folder.
 
     Returns:
-        One entry per need: ``docker_image NAME`` from ``task.toml``, and each Dockerfile instruction
-        that installs or copies something (``RUN ...``, ``COPY ...``, ``ADD ...``), as written.
+        ``docker_image NAME`` from ``task.toml``, each Dockerfile instruction that builds an image
+        (``RUN ...``, ``COPY ...``, ``ADD ...``), and a ``FROM`` base the host cannot stand in for
+        (`rollout_dataset.harbor.environments.read_task_needs`).
     """
-    import tomllib
-
-    needs: list[str] = []
-    try:
-        config = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError):
-        config = {}
-    image = (config.get("environment") or {}).get("docker_image")
-    if image:
-        needs.append(f"docker_image {image}")
-    dockerfile = task_dir / "environment" / "Dockerfile"
-    if dockerfile.is_file():
-        text = re.sub(r"\\\n", " ", dockerfile.read_text(encoding="utf-8", errors="replace"))
-        for line in text.splitlines():
-            words = line.strip().split(None, 1)
-            if words and not words[0].startswith("#") and words[0].upper() not in _HOST_SATISFIED:
-                needs.append(line.strip()[:200])
-    return needs
+    needs = read_task_needs(task_dir)
+    found = [f"docker_image {needs.docker_image}"] if needs.docker_image else []
+    found += list(needs.image_steps)
+    if needs.foreign_base:
+        found.append(f"FROM {needs.base_image}")
+    return found
 
 
-def environment_for(task_dir: Path) -> str:
-    """The Harbor `--env` that runs a task here.
+def environment_arg(choice: EnvironmentChoice) -> str:
+    """The ``--env`` value of a choice: the bwrap environment's import path, or Harbor's type name."""
+    return ENVIRONMENT_SPEC if choice.name == BWRAP else choice.name
+
+
+def environment_for(task_dir: Path, requested: str = AUTO) -> str:
+    """The Harbor ``--env`` that runs a task here (`rollout_dataset.harbor.environments.choose_environment`).
 
     Args:
         task_dir: the Harbor task folder.
+        requested: ``auto``, ``bwrap`` or a Harbor environment type.
 
     Returns:
-        `ENVIRONMENT_SPEC` when the host's files are enough, else ``podman`` or ``singularity`` when installed.
+        `ENVIRONMENT_SPEC` for the bwrap environment, else Harbor's environment type.
 
     Raises:
-        HarborTaskUnsupportedError: the task needs an image and neither Podman nor Apptainer is installed
-            (the message names the first need).
+        HarborTaskUnsupportedError: no environment asked for can run the task here (named).
     """
-    needs = dockerfile_needs(task_dir)
-    if not needs:
-        return ENVIRONMENT_SPEC
-    if shutil.which("podman"):
-        return "podman"
-    if shutil.which("apptainer") or shutil.which("singularity"):
-        return "singularity"
-    raise HarborTaskUnsupportedError(
-        f"{task_dir}: the task's environment needs an image ({needs[0]!r}{f' and {len(needs) - 1} more' if len(needs) > 1 else ''}); "
-        "this host has no Docker, Podman or Apptainer: install podman or apptainer, or use a task whose "
-        "Dockerfile only has FROM/WORKDIR/ENV")
+    return environment_arg(choose_environment(task_dir, requested, harbor=find_harbor()))
 
 
 def harbor_command(harbor: str, task_dir: Path, trials_dir: Path, trial_name: str, *, base_url: str, model: str,
@@ -191,8 +181,9 @@ def _package_path(folder: Path) -> str:
     return str(folder)
 
 
-def _harbor_env(api_key: str, python_path: str) -> dict[str, str]:
+def _harbor_env(api_key: str, python_path: str, environment: str = BWRAP) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k)}
+    env.update(credential_variables(environment))  # a cloud environment's own credentials, nothing else
     env.pop("PYTHONHOME", None)
     env.update({"HOSTED_VLLM_API_KEY": api_key, "OPENAI_API_KEY": api_key, "HARBOR_TELEMETRY": "0",
                 "LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONPATH": python_path,
@@ -211,7 +202,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str, api_key: str, timeout_s: float,
                  agent_kwargs: dict[str, Any] | None = None, should_stop: Callable[[], str | None] | None = None,
                  harbor: str | None = None, poll_s: float = 0.2, trial_name: str = "trial",
-                 verifier_timeout_s: float = 600.0) -> HarborRun:
+                 verifier_timeout_s: float = 600.0, environment: str = AUTO) -> HarborRun:
     """One terminus-2 trial of a Harbor task, to its end, the time budget, or a stop request.
 
     Args:
@@ -229,29 +220,32 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
         harbor: the ``harbor`` executable (default `find_harbor`).
         poll_s: polling interval.
         trial_name: the trial folder's name.
+        environment: ``auto``, ``bwrap`` or a Harbor environment type (``--harbor-env``).
 
     Returns:
         The run.
 
     Raises:
         ToolNotInstalledError: Harbor is not installed (`make harbor`).
-        HarborTaskUnsupportedError: the task needs an image this host cannot provide.
+        HarborTaskUnsupportedError: no environment asked for can run the task here (named).
     """
     from rollout_dataset.errors import ToolNotInstalledError
 
     harbor = harbor or find_harbor()
     if harbor is None:
         raise ToolNotInstalledError("harbor", HARBOR_INSTALL, "--harness terminus-2")
-    environment = environment_for(task_dir)
+    choice = choose_environment(task_dir, environment, harbor=harbor)
     trials_dir.mkdir(parents=True, exist_ok=True)
     argv = harbor_command(harbor, task_dir, trials_dir, trial_name, base_url=base_url, model=model,
-                          environment=environment, agent_kwargs=dict(agent_kwargs or {}), agent_timeout_s=timeout_s)
+                          environment=environment_arg(choice), agent_kwargs=dict(agent_kwargs or {}),
+                          agent_timeout_s=timeout_s)
     hard_limit = timeout_s + verifier_timeout_s + HARBOR_SLACK_S
     log_path = trials_dir / "harbor-output.log"
     start = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=_harbor_env(api_key, _package_path(trials_dir / ".package")), start_new_session=True,
+                                env=_harbor_env(api_key, _package_path(trials_dir / ".package"), choice.name),
+                                start_new_session=True,
                                 cwd=trials_dir)
         reason, _ = watch_child(proc, start=start, limit_s=hard_limit, checks=[should_stop] if should_stop else [],
                                 poll_s=poll_s, first_signal=signal.SIGINT,  # Harbor stops its trial on SIGINT
@@ -271,11 +265,37 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
         last = [line.strip() for line in tail.splitlines() if line.strip()]
         exception = f"harbor wrote no result.json (exit code {proc.returncode}): {last[-1] if last else 'no output'}"
     logger.info("harbor trial %s: %s, reward %s, exception %s after %.1f s", trial_name, reason, reward, exception, wall)
+    steps = _step_results(result)
+    subagents = _subagent_trajectories(trial_dir / "agent")
+    step_trajectories: dict[str, dict[str, Any]] = {}
+    for step in steps:  # Harbor moves each step's agent folder to steps/NAME/agent
+        agent_dir = trial_dir / "steps" / step["name"] / "agent"
+        if re.fullmatch(r"[A-Za-z0-9_.-]+", step["name"]) and (doc := _read_json(agent_dir / "trajectory.json")):
+            step_trajectories[step["name"]] = doc
+            subagents.update({f"{step['name']}.{k}": v for k, v in _subagent_trajectories(agent_dir).items()})
     return HarborRun(trial_dir=trial_dir, exit_code=proc.returncode if reason == CHILD_EXIT else None,
                      stop_reason=reason, reward=float(reward) if isinstance(reward, (int, float)) else None,
                      rewards=rewards, exception=exception, result=result,
                      trajectory=_read_json(trial_dir / "agent" / "trajectory.json"),
-                     subagent_trajectories=_subagent_trajectories(trial_dir / "agent"), wall_s=wall, stderr_tail=tail)
+                     subagent_trajectories=subagents, wall_s=wall, stderr_tail=tail,
+                     environment=choice.name, steps=steps, step_trajectories=step_trajectories)
+
+
+def _step_results(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """A multi-step trial's ``step_results``: each step's name, reward, rewards and exception."""
+    steps = []
+    for step in result.get("step_results") or []:
+        if not isinstance(step, dict):
+            continue
+        rewards = (step.get("verifier_result") or {}).get("rewards") or {}
+        reward = rewards.get("reward") if isinstance(rewards, dict) else None
+        exc = step.get("exception_info")
+        steps.append({"name": str(step.get("step_name")),
+                      "reward": float(reward) if isinstance(reward, (int, float)) else None,
+                      "rewards": rewards if isinstance(rewards, dict) else {},
+                      "exception": f"{exc.get('exception_type')}: {exc.get('exception_message')}"
+                      if isinstance(exc, dict) else None})
+    return steps
 
 
 def _subagent_trajectories(agent_dir: Path) -> dict[str, dict[str, Any]]:

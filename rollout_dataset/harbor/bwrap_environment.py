@@ -15,12 +15,18 @@ Harbor's `BaseEnvironment` contract (`start`, `stop`, `exec` with cwd/env/timeou
   `exec` persists to the next;
 - limits: address space from the task's ``memory_mb``, file size, open files; a timed-out command's
   process group is killed (SIGKILL);
+- the task's ``environment/Dockerfile`` ``WORKDIR`` (unless ``task.toml`` sets ``workdir``) is the
+  working directory of every command, and its ``ENV`` values (under ``[environment] env``) are set in
+  each; its ``FROM`` image is stood in for by the host's ``/usr`` (a task that needs the image itself
+  never gets here: `rollout_dataset.harbor.environments.choose_environment`);
 - every command carries a marker variable, so `stop()` kills every process the environment started
   (tmux included) and removes the root; a detached reaper (`reaper.py`) does the same when Harbor
   dies without stopping it.
 
-This module runs in Harbor's venv: it imports Harbor, the standard library and `bwrap_root`/`reaper`
-(standard library only; `rollout_dataset`'s own `__init__` imports nothing eagerly).
+This module runs in Harbor's venv: it imports Harbor, the standard library, `bwrap_root`/`reaper`
+(standard library only; `rollout_dataset`'s own `__init__` imports nothing eagerly) and, for the
+Dockerfile, `rollout_dataset.harbor.environments.read_dockerfile` (``dockerfile-parse``, which
+`make harbor` installs there).
 """
 
 from __future__ import annotations
@@ -70,8 +76,20 @@ class BwrapEnvironment(BaseEnvironment):
         if shutil.which("bwrap") is None:
             raise FileNotFoundError("bwrap (bubblewrap) is not installed: run `make system-deps`")
         config = self.task_env_config
-        self._task_root = TaskRoot(config.workdir, config.env or {}, config.memory_mb)
+        dockerfile = self._read_dockerfile()
+        workdir = config.workdir or dockerfile.get("workdir")
+        env = {**(dockerfile.get("env") or {}), **(config.env or {})}
+        self._task_root = TaskRoot(workdir, env, config.memory_mb)
         self._reaper: subprocess.Popen | None = None
+
+    def _read_dockerfile(self) -> dict:
+        """The task's Dockerfile's WORKDIR and ENV (`environments.read_dockerfile`); none without a Dockerfile."""
+        try:
+            from rollout_dataset.harbor.environments import read_dockerfile
+        except ImportError as exc:  # dockerfile-parse missing from Harbor's venv
+            raise FileNotFoundError(f"the bwrap environment reads the task's Dockerfile with dockerfile-parse, which "
+                                    f"Harbor's venv lacks ({exc}): run `make harbor`") from None
+        return read_dockerfile(Path(self.environment_dir) / "Dockerfile")
 
     async def start(self, force_build: bool) -> None:
         """Build the root, start its PID namespace and the reaper that cleans up if Harbor dies."""

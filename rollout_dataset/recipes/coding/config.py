@@ -68,6 +68,8 @@ class CaptureConfig:
         record_upstream_host: record `base_url` in task.json; by default it is replaced by
             `UPSTREAM_NOT_RECORDED` (internal host names do not leak into a published dataset).
         on_policy: the proxy's on-policy mode (multi-turn prompts built from the sampled ids).
+        harbor_env: the environment a Harbor task runs in under terminus-2 (`--harbor-env`): ``auto``,
+            ``bwrap`` or a Harbor environment type (`rollout_dataset.harbor.environments`).
     """
 
     #: the environment this configuration belongs to (`rollout_dataset.envs.registry`).
@@ -105,8 +107,14 @@ class CaptureConfig:
     sandbox_ro_paths: tuple[str | Path, ...] = ()
     unsafe_sandbox: bool = False
     record_upstream_host: bool = False
+    harbor_env: str = "auto"
 
     def __post_init__(self) -> None:
+        from rollout_dataset.harbor.environments import HARBOR_ENV_CHOICES
+
+        if self.harbor_env not in HARBOR_ENV_CHOICES:
+            raise ValueError(f"harbor_env must be auto, bwrap or one of Harbor's environment types "
+                             f"({', '.join(HARBOR_ENV_CHOICES[2:])}), got {self.harbor_env!r}")
         self.hide_paths = tuple(self.hide_paths)
         self.sandbox_ro_paths = tuple(self.sandbox_ro_paths)
         if self.max_tokens_cap is not None and self.max_tokens_cap < 1:

@@ -94,6 +94,7 @@ class CodingEpisode:
         self.model: str | None = None
         self.harbor_run: Any = None
         self.harbor_facts: dict[str, Any] | None = None
+        self.harbor_choice: Any = None  # terminus-2: the environment chosen in `prepare` (`harbor.environments`)
 
     def harness_version(self) -> str | None:
         """The installed version of the harness preset (`summary.json` provenance), None if unknown."""
@@ -172,7 +173,7 @@ class CodingEpisode:
         budget = min(config.timeout_s, float(fields.get("agent_timeout_sec") or config.timeout_s))
         run = self.harbor_run = run_terminus(harbor_dir, trials, base_url=agent.base_url, model=agent.model,
                                              api_key=agent.api_key, timeout_s=budget, agent_kwargs=kwargs,
-                                             should_stop=watch,
+                                             should_stop=watch, environment=self.harbor_choice.name,
                                              verifier_timeout_s=float(fields.get("verifier_timeout_sec") or 600.0))
         watch()
         if run.stop_reason == "upstream_error" or watch.failed:
@@ -196,22 +197,30 @@ class CodingEpisode:
 
     def _score_harbor(self, harbor_dir: Path, records: list[dict[str, Any]], outcome: AgentOutcome) -> Score:
         """The task's own verifier: Harbor's (terminus-2) or tests/test.sh on the harness's files; the leakage scan."""
-        from rollout_dataset.harbor.adapter import environment_for
         from rollout_dataset.recipes.coding.harbor_tasks import (crosscheck_trajectory, harbor_leak_needles,
                                                                  verify_harbor_task)
         from rollout_dataset.recipes.coding.leakage import scan_for_leaks
 
         task, fields = self.task_, dict(self.task_.metadata.get("harbor") or {})
         run = self.harbor_run
-        facts: dict[str, Any] = {"task_dir": str(harbor_dir), "network": {"asked": fields.get("network_mode"),
-                                                                               "given": "none"}}
+        asked = fields.get("network_mode")
+        facts: dict[str, Any] = {"task_dir": str(harbor_dir), "network": {"asked": asked, "given": "none"}}
         if run is not None:
             reward, why = run.reward, None
             if reward is None:
                 why = run.exception or "Harbor's verifier gave no reward"
-            facts.update({"environment": environment_for(harbor_dir), "reward_source": "harbor_verifier",
+            choice = self.harbor_choice
+            facts.update(choice.facts())  # environment, base_image, what was checked, notes
+            # the bwrap environment never has a network; Harbor's own apply the task's network_mode
+            facts["network"]["given"] = "none" if choice.network_given == "none" else asked
+            main = run.trajectory
+            if run.step_trajectories:  # a multi-step task: its steps' trajectories, in step order, checked as one
+                main = {"steps": [s for name in run.step_trajectories for s in run.step_trajectories[name].get("steps") or []]}
+            facts.update({"reward_source": "harbor_verifier",
                           "exception": run.exception, "rewards": run.rewards, "wall_s": round(run.wall_s, 3),
-                          "trajectory": crosscheck_trajectory(run.trajectory, records, run.subagent_trajectories)})
+                          "trajectory": crosscheck_trajectory(main, records, run.subagent_trajectories)})
+            if run.steps:
+                facts["steps"] = run.steps
         else:
             reward, why = verify_harbor_task(harbor_dir, self.box.workdir, fields)
             facts.update({"environment": "rollout-bwrap", "reward_source": "tests/test.sh", "exception": None})
@@ -281,41 +290,73 @@ class CodingEpisode:
         return fields
 
     def extra_files(self, outcome: AgentOutcome) -> dict[str, Any]:
-        """terminus-2: Harbor's ATIF trajectory (`harbor_trajectory.json`) and its summarisation subagents'
-        (`harbor_trajectory.NAME.json`); else none (the batch replays the trace for the timeline)."""
+        """terminus-2: Harbor's ATIF trajectory (`harbor_trajectory.json`; a multi-step task's, one per step:
+        `harbor_trajectory.step-NAME.json`) and its summarisation subagents' (`harbor_trajectory.NAME.json`); else none (the batch replays the trace for the timeline)."""
         from rollout_dataset.recipes.coding.harbor_tasks import HARBOR_TRAJECTORY_FILE
 
         run = self.harbor_run
-        if run is None or not run.trajectory:
+        if run is None or not (run.trajectory or run.step_trajectories):
             return {}
-        files = {HARBOR_TRAJECTORY_FILE: run.trajectory}
         stem = HARBOR_TRAJECTORY_FILE.removesuffix(".json")
+        files = {HARBOR_TRAJECTORY_FILE: run.trajectory} if run.trajectory else {}
+        files.update({f"{stem}.step-{name}.json": doc for name, doc in run.step_trajectories.items()})
         files.update({f"{stem}.{name}.json": doc for name, doc in run.subagent_trajectories.items()})
         return files
 
 
-def _check_harbor_harness(harness: str, task: Any) -> None:
-    """terminus-2 runs Harbor tasks only, and only those whose environment this host can provide.
+def _skipped_task_folders(source: str) -> list[str]:
+    """The folders of a Harbor task set that do not load (one line each; empty for any other source)."""
+    from rollout_dataset.tasks.harbor_format import is_harbor_task_set, load_harbor_set
+
+    path = Path(source[5:] if source.startswith("file:") else source).expanduser()
+    if not path.is_dir() or not is_harbor_task_set(path):
+        return []
+    try:
+        return load_harbor_set(path)[1]
+    except Exception:  # noqa: BLE001 - a set that does not load at all is refused by each rollout, named
+        return []
+
+
+def _check_harbor_harness(harness: str, task: Any, harbor_env: str = "auto") -> Any:
+    """terminus-2 runs Harbor tasks only, and only those whose environment this host can provide; a
+    multi-step Harbor task runs under terminus-2 only (Harbor runs its steps).
+
+    Returns:
+        terminus-2: the environment chosen (`rollout_dataset.harbor.environments.EnvironmentChoice`); else None.
 
     Raises:
-        ConfigError: terminus-2 on a task that is not a Harbor task.
-        HarborTaskUnsupportedError: the task's Dockerfile needs an image and no Podman/Apptainer is here.
+        ConfigError: terminus-2 on a task that is not a Harbor task; a multi-step task with another harness.
+        HarborTaskUnsupportedError: no environment asked for (`harbor_env`) can run the task here (named).
         ToolNotInstalledError: Harbor is not installed.
     """
-    if harness != TERMINUS_HARNESS:
-        return
     from rollout_dataset.errors import ConfigError, ToolNotInstalledError
-    from rollout_dataset.harbor.adapter import HARBOR_INSTALL, environment_for, find_harbor
     from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_SOURCE, harbor_task_dir
 
     folder = harbor_task_dir(task)
+    if harness != TERMINUS_HARNESS:
+        steps = (task.metadata.get("harbor") or {}).get("steps") if folder is not None else None
+        if steps:
+            raise ConfigError(f"{folder}: a multi-step Harbor task ([[steps]] in task.toml: {len(steps)} steps, "
+                              f"steps/NAME/instruction.md); only --harness {TERMINUS_HARNESS} runs it (Harbor runs its "
+                              f"steps in one trial), not --harness {harness}")
+        if harbor_env != "auto":
+            logger.warning("--harbor-env %s is for --harness %s; --harness %s runs in the sandbox", harbor_env,
+                           TERMINUS_HARNESS, harness)
+        return None
+    from rollout_dataset.harbor.adapter import HARBOR_INSTALL, find_harbor
+    from rollout_dataset.harbor.environments import choose_environment
+
     if folder is None:
         raise ConfigError(f"--harness {TERMINUS_HARNESS} runs Harbor tasks: use --tasks {HARBOR_BUILTIN_SOURCE} or a "
                           f"folder of Harbor task folders (task.toml, instruction.md, tests/test.sh); "
                           f"task {task.task_id!r} comes from {task.source}")
-    environment_for(folder)
-    if find_harbor() is None:
+    harbor = find_harbor()
+    choice = choose_environment(folder, harbor_env, harbor=harbor)
+    if harbor is None:
         raise ToolNotInstalledError("harbor", HARBOR_INSTALL, f"--harness {TERMINUS_HARNESS}")
+    for note in choice.notes:
+        logger.warning("%s: %s", folder.name, note)
+    return choice
 
 
 class CodingEnvironment(EnvironmentBase):
@@ -361,17 +402,21 @@ class CodingEnvironment(EnvironmentBase):
         tasks = load_tasks(config.tasks, n_prompts=config.n_prompts, seed=config.seed)
         task = select_task(tasks, config.task_index)
         warn_of_held_out_leaks(task)
-        _check_harbor_harness(config.harness, task)
+        choice = _check_harbor_harness(config.harness, task, config.harbor_env)
         logger.info("task index=%d id=%s held_out=%d dataset_seed=%d rollout_seed=%d", config.task_index,
                     task.task_id, len(task.held_out_tests), config.seed, config.effective_rollout_seed)
-        return CodingEpisode(config, task, preset, isolation)
+        episode = CodingEpisode(config, task, preset, isolation)
+        episode.harbor_choice = choice
+        return episode
 
     def batch_options(self, config: Any) -> dict[str, Any]:
-        """One option, ``harness=NAME`` (``--env-option harness=claude-code``; default ``builtin``: the
-        harness every rollout of the batch runs); the sandbox must be buildable (unless `unsafe_sandbox`).
+        """Two options: ``harness=NAME`` (``--env-option harness=claude-code``; default ``builtin``: the
+        harness every rollout of the batch runs) and ``harbor_env=ENV`` (where terminus-2 runs Harbor
+        tasks: ``auto``, ``bwrap`` or a Harbor environment type; `--harbor-env`); the sandbox must be
+        buildable (unless `unsafe_sandbox`).
 
         Raises:
-            ConfigError: another option, or an unknown harness.
+            ConfigError: another option, an unknown harness or environment.
             SandboxUnavailableError: the allow-list sandbox cannot be built and `unsafe_sandbox` is off.
         """
         from rollout_dataset.errors import ConfigError
@@ -379,15 +424,23 @@ class CodingEnvironment(EnvironmentBase):
         from rollout_dataset.sandbox.isolation import require_isolation
 
         options = dict(config.env_options or {})
+        from rollout_dataset.harbor.environments import HARBOR_ENV_CHOICES
+
         harness = str(options.pop("harness", "builtin"))
+        harbor_env = str(options.pop("harbor_env", "auto"))
         if options:
             names = ", ".join(sorted(options))
-            raise ConfigError(f"--env-option: the coding environment takes no options but harness=NAME (got {names})")
+            raise ConfigError(f"--env-option: the coding environment takes only harness=NAME and harbor_env=ENV "
+                              f"(got {names})")
+        if harbor_env not in HARBOR_ENV_CHOICES:
+            raise ConfigError(f"--env-option harbor_env={harbor_env}: unknown; use auto, bwrap or one of Harbor's "
+                              f"environment types ({', '.join(HARBOR_ENV_CHOICES[2:])})")
         if harness != "builtin" and harness not in PRESETS and not harness.startswith("cmd:"):
             raise ConfigError(f"--env-option harness={harness}: unknown harness; use builtin, cmd:\"...\", "
                               f"{' or '.join(PRESETS)}")
         require_isolation(config.unsafe_sandbox)  # agents' code runs only in the allow-list sandbox unless opted out
-        return {"harness": harness}
+        config.notes.extend(_skipped_task_folders(config.tasks))
+        return {"harness": harness, "harbor_env": harbor_env}
 
     def batch_config(self, config: Any, job: Any, options: Mapping[str, Any]) -> CaptureConfig:
         """Seed `s` runs task index `s mod (number of tasks)` of the list drawn with dataset seed 0;
@@ -397,7 +450,7 @@ class CodingEnvironment(EnvironmentBase):
         return CaptureConfig(
             out_dir=job.artifact_dir, base_url=settings.get("base_url"), model=settings.get("model"),
             task_index=job.seed % n_tasks, seed=0, rollout_seed=job.seed * 1000 + job.rollout_idx,
-            harness=str(options.get("harness", "builtin")),
+            harness=str(options.get("harness", "builtin")), harbor_env=str(options.get("harbor_env", "auto")),
             n_prompts=settings["n_prompts"], tasks=settings["tasks"], timeout_s=settings["timeout_s"],
             max_turns=settings["max_turns"], rollout_id=job.rollout_id,
             tokenizer="builtin" if settings.get("local_backend") else None,

@@ -20,6 +20,10 @@ CODING_FLAGS: tuple[CaptureFlag, ...] = (
     CaptureFlag("--harness", 'builtin | cmd:"COMMAND" ({base_url} {model} {task_file} {workdir}) | '
                              "mini-swe-agent | opencode | codex | claude-code | terminus-2 (Harbor tasks; make harbor)",
                 default="builtin"),
+    CaptureFlag("--harbor-env", "where terminus-2 runs a Harbor task: auto (bwrap for a task that needs no image, else "
+                                "the first of docker, podman, singularity that works here) | bwrap | any Harbor "
+                                "environment type (docker, podman, singularity, daytona, modal, e2b, runloop, ...; "
+                                "docs/harbor.md)", default="auto", metavar="ENV"),
     CaptureFlag("--policy", "local backend policy: oracle | script | echo", default="oracle"),
     CaptureFlag("--script", "script file of the local backend's script policy"),
     CaptureFlag("--keep-workdir", "copy the agent's working directory to OUT/workdir", default=False,

@@ -110,8 +110,9 @@ def verify_harbor_task(task_dir: Path, workdir: Path, harbor_fields: Mapping[str
     """Run a Harbor task's ``tests/test.sh`` on the files a harness left in `workdir`.
 
     A fresh task root (`rollout_dataset.harbor.bwrap_root.TaskRoot`): the working files copied to the
-    task's ``workdir`` (default ``/app``), ``tests/`` to ``/tests``; ``bash /tests/test.sh`` runs with the
-    task's verifier timeout, no network; every process it started is killed after.
+    task's ``workdir`` (else its Dockerfile's ``WORKDIR``, else ``/app``), ``tests/`` to ``/tests``;
+    ``bash /tests/test.sh`` runs with the Dockerfile's ``ENV`` values, the task's verifier timeout, no
+    network; every process it started is killed after.
 
     Returns:
         ``(reward, None)``; ``(None, why)`` when the verifier could not give a reward; ``(0.0, why)`` when
@@ -119,12 +120,14 @@ def verify_harbor_task(task_dir: Path, workdir: Path, harbor_fields: Mapping[str
         can send inside the task root).
     """
     from rollout_dataset.harbor.bwrap_root import TIMEOUT_EXIT, TaskRoot
+    from rollout_dataset.harbor.environments import read_dockerfile
 
-    root = TaskRoot(harbor_fields.get("workdir") or "/app", memory_mb=harbor_fields.get("memory_mb"))
+    dockerfile = read_dockerfile(task_dir / "environment" / "Dockerfile")
+    where = harbor_fields.get("workdir") or dockerfile.get("workdir") or "/app"
+    root = TaskRoot(where, dockerfile.get("env") or {}, memory_mb=harbor_fields.get("memory_mb"))
     try:
         root.build()
-        shutil.copytree(workdir, root.host_path(harbor_fields.get("workdir") or "/app"), symlinks=True,
-                        dirs_exist_ok=True)
+        shutil.copytree(workdir, root.host_path(where), symlinks=True, dirs_exist_ok=True)
         shutil.copytree(task_dir / "tests", root.host_path("/tests"), dirs_exist_ok=True)
         code, output = root.run("bash /tests/test.sh", float(harbor_fields.get("verifier_timeout_sec") or 600.0))
         if code == TIMEOUT_EXIT:

@@ -1,0 +1,2 @@
+#!/bin/bash
+echo 0.5 > /logs/verifier/reward.txt
