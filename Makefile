@@ -48,6 +48,30 @@ system-deps:
 	@command -v bwrap >/dev/null && command -v socat >/dev/null && command -v chromium >/dev/null && command -v tmux >/dev/null || \
 		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap socat chromium tmux; }
 
+# Containers (docs/harbor.md "Containers on this machine"): Debian's podman run by runc with the cgroupfs
+# manager (crun fails on hybrid cgroups and without CAP_SYS_RESOURCE), vfs storage (no overlay needed),
+# and podman-compose 1.x (PyPI; Harbor's podman environment needs a compose frontend) linked onto PATH.
+# Config files are written only where absent (containers.conf settings as a drop-in). Idempotent.
+PODMAN_COMPOSE_VERSION ?= 1.6.0
+PODMAN_COMPOSE_VENV ?= /opt/podman-compose
+CONTAINERS_CONF_DROPIN := /etc/containers/containers.conf.d/50-rollout-dataset.conf
+.PHONY: containers
+containers:
+	@command -v podman >/dev/null && command -v runc >/dev/null && command -v mmdebstrap >/dev/null || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq podman runc mmdebstrap; }
+	@[ -e /etc/containers/containers.conf ] || [ -e $(CONTAINERS_CONF_DROPIN) ] || { $(SUDO) mkdir -p $(dir $(CONTAINERS_CONF_DROPIN)) && \
+		printf '%s\n' '[containers]' 'default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]' '' \
+			'[engine]' 'runtime = "runc"' 'cgroup_manager = "cgroupfs"' 'events_logger = "file"' \
+		| $(SUDO) tee $(CONTAINERS_CONF_DROPIN) >/dev/null; }
+	@[ -e /etc/containers/storage.conf ] || printf '%s\n' '[storage]' 'driver = "vfs"' \
+		'runroot = "/run/containers/storage"' 'graphroot = "/var/lib/containers/storage"' \
+		| $(SUDO) tee /etc/containers/storage.conf >/dev/null
+	@[ -x $(PODMAN_COMPOSE_VENV)/bin/podman-compose ] && $(PODMAN_COMPOSE_VENV)/bin/podman-compose version 2>/dev/null | grep -q ' $(PODMAN_COMPOSE_VERSION)$$' || \
+		{ $(SUDO) $(PYTHON) -m venv $(PODMAN_COMPOSE_VENV) && \
+		  $(SUDO) $(PODMAN_COMPOSE_VENV)/bin/pip install --quiet podman-compose==$(PODMAN_COMPOSE_VERSION); }
+	@command -v podman-compose >/dev/null || $(SUDO) ln -sfn $(PODMAN_COMPOSE_VENV)/bin/podman-compose /usr/local/bin/podman-compose
+	@podman info --format 'podman {{.Version.Version}}: runtime {{.Host.OCIRuntime.Name}}, cgroups {{.Host.CgroupManager}}, storage {{.Store.GraphDriverName}}'; echo
+
 # Harbor (PyPI `harbor`, terminus-2's runner) needs Python >= 3.12: a venv of its own, from pyenv's 3.12
 # (or python3.12/python3.13 on PATH; HARBOR_PYTHON overrides). `--harness terminus-2` finds .venv-harbor/bin/harbor.
 # keep in step with rollout_dataset/harbor/adapter.py HARBOR_VERSION
