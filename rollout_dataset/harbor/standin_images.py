@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 STANDIN_LABEL = "org.rollout-dataset.standin"
 #: the imported Debian rootfs the stand-ins build on
 STANDIN_BASE = "localhost/rollout-dataset/standin-base:bookworm"
-#: the default test tier's tiny image (bash + coreutils)
+#: the default test tier's tiny image (bash, coreutils, tmux for terminus-2)
 TINY_IMAGE = "localhost/rollout-dataset/tiny:bookworm"
 #: where each stand-in keeps the host's CA bundle
 HOST_CA_PATH = "/usr/local/share/host-ca.crt"
@@ -55,7 +55,7 @@ _MIRROR = "http://deb.debian.org/debian"
 _HOST_CA_SOURCES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Debian packages of the tiny image (extracted, not installed: no maintainer scripts run)
-_TINY_PACKAGES = ("bash", "coreutils", "dash", "grep", "sed", "tar", "findutils", "gzip", "base-passwd")
+_TINY_PACKAGES = ("bash", "coreutils", "dash", "grep", "sed", "tar", "findutils", "gzip", "base-passwd", "libc-bin", "tmux")
 #: the tiny image's users and groups (root, as `podman exec -u root` needs), from base-passwd's masters
 _TINY_HOOKS = ('cp "$1/usr/share/base-passwd/passwd.master" "$1/etc/passwd"',
                'cp "$1/usr/share/base-passwd/group.master" "$1/etc/group"')
@@ -151,7 +151,8 @@ def containerfile(standin: StandIn) -> str:
         steps.append("rm -f /usr/lib/python3*/EXTERNALLY-MANAGED && ln -sf /usr/bin/pip3 /usr/local/bin/pip")
     lines = [f"FROM {STANDIN_BASE}",
              f"COPY host-ca.crt {HOST_CA_PATH}",
-             f"ENV PIP_CERT={HOST_CA_PATH} SSL_CERT_FILE={HOST_CA_PATH} REQUESTS_CA_BUNDLE={HOST_CA_PATH}",
+             f"ENV PIP_CERT={HOST_CA_PATH} SSL_CERT_FILE={HOST_CA_PATH} REQUESTS_CA_BUNDLE={HOST_CA_PATH}"
+             + (" LANG=C.UTF-8" if standin.python else ""),
              *(f"RUN {step}" for step in steps),
              f'LABEL description="stand-in built from Debian {_SUITE} for {standin.names[0]}; not the real image"',
              "CMD [\"bash\"]"]
@@ -196,7 +197,8 @@ def _label_of(image: str) -> str | None:
     return value if proc.returncode == 0 and value and value != "<no value>" else None
 
 
-def _import_rootfs(variant: str, packages: tuple[str, ...], image: str, hooks: tuple[str, ...] = ()) -> float:
+def _import_rootfs(variant: str, packages: tuple[str, ...], image: str, hooks: tuple[str, ...] = (),
+                   env: tuple[str, ...] = ()) -> float:
     """mmdebstrap a rootfs tarball and ``podman import`` it as `image`; returns the seconds taken."""
     if shutil.which("mmdebstrap") is None:
         raise RuntimeError(f"mmdebstrap is not installed: run `make containers` (it builds {image})")
@@ -208,7 +210,9 @@ def _import_rootfs(variant: str, packages: tuple[str, ...], image: str, hooks: t
             argv.append(f"--include={','.join(packages)}")
         argv += [f"--extract-hook={hook}" for hook in hooks]
         subprocess.run([*argv, _SUITE, str(tarball), _MIRROR], check=True)
-        _podman("import", "--change", f"ENV PATH={_PATH}", "--change", 'CMD ["bash"]', str(tarball), image)
+        changes = [arg for item in (f"ENV PATH={_PATH}", *(f"ENV {e}" for e in env), 'CMD ["bash"]')
+                   for arg in ("--change", item)]
+        _podman("import", *changes, str(tarball), image)
     return time.monotonic() - start
 
 
@@ -237,7 +241,7 @@ def build_tiny(force: bool = False) -> float:
     """
     if _exists(TINY_IMAGE) and not force:
         return 0.0
-    return _import_rootfs("extract", _TINY_PACKAGES, TINY_IMAGE, _TINY_HOOKS)
+    return _import_rootfs("extract", _TINY_PACKAGES, TINY_IMAGE, _TINY_HOOKS, ("LANG=C.UTF-8",))
 
 
 def build_standins(keys: list[str] | None = None, force: bool = False) -> dict[str, float]:
