@@ -75,12 +75,16 @@ def test_the_from_names_of_public_task_sets_map_to_their_stand_ins():
     assert standin_for("python:3.12-slim") == standin_for("public.ecr.aws/docker/library/python:3.11-slim") == "python"
     assert standin_for("ubuntu:24.04") == standin_for("docker.io/library/debian:bookworm-slim") == "plain"
     assert standin_for("ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624") == "plain"
+    assert standin_for("ghcr.io/astral-sh/uv:0.8.15") == "uv"
     assert standin_for("eclipse-temurin:17") is None and standin_for("gcc:14") is None and standin_for("python") is None
 
 
-def test_every_stand_in_keeps_the_host_ca_in_a_file_of_its_own_and_only_python_ones_free_pip():
+def test_every_base_stand_in_keeps_the_host_ca_in_a_file_of_its_own_and_only_python_ones_free_pip():
     for standin in STANDINS:
         text = containerfile(standin)
+        if standin.key == "uv":  # a scratch image of two binaries, as the real one
+            assert "FROM scratch" in text and "COPY --from=fetch /uv /uvx /" in text
+            continue
         assert "COPY host-ca.crt /usr/local/share/host-ca.crt" in text
         assert "SSL_CERT_FILE=/usr/local/share/host-ca.crt" in text and "PIP_CERT=" in text and "REQUESTS_CA_BUNDLE=" in text
         assert ("EXTERNALLY-MANAGED" in text) == standin.python

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["STANDIN_LABEL", "STANDIN_BASE", "TINY_IMAGE", "HOST_CA_PATH", "STANDIN_TARGET", "StandIn", "STANDINS",
+__all__ = ["STANDIN_LABEL", "STANDIN_BASE", "UV_VERSION", "TINY_IMAGE", "HOST_CA_PATH", "STANDIN_TARGET", "StandIn", "STANDINS",
            "standin_names", "standin_for", "containerfile", "image_label", "build_base", "build_standins",
            "build_tiny", "main"]
 
@@ -87,8 +87,9 @@ class StandIn:
     python: bool
 
 
-#: the stand-ins (`FROM` names seen in public Harbor task sets; not provided: eclipse-temurin, gcc, golang,
-#: node, nvidia/cuda, whose toolchains Debian packages only in other versions)
+#: the stand-ins (`FROM` and `COPY --from` names seen in public Harbor task sets; not provided: eclipse-temurin,
+#: gcc, golang, node, nvidia/cuda, whose toolchains Debian packages only in other versions). The ``python`` one
+#: comes first: the ``uv`` one is fetched with it.
 STANDINS: tuple[StandIn, ...] = (
     StandIn("python", _aliases("python:3.10-slim", "python:3.11-slim", "python:3.12-slim", "python:3.13-slim",
                                "python:3.10-slim-bookworm", "python:3.11-slim-bookworm", "python:3.12-slim-bookworm",
@@ -97,7 +98,11 @@ STANDINS: tuple[StandIn, ...] = (
     StandIn("plain", _aliases("ubuntu:24.04", "ubuntu:noble", "debian:bookworm-slim", "debian:bookworm")
             + ("ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624", "ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest"),
             ("ca-certificates",), python=False),
+    # `COPY --from=ghcr.io/astral-sh/uv:0.8.15 /uv /uvx /usr/local/bin/`: the same uv release's binaries from PyPI
+    StandIn("uv", ("ghcr.io/astral-sh/uv:0.8.15", "ghcr.io/astral-sh/uv:latest"), (), python=False),
 )
+#: the uv release the ``uv`` stand-in holds (PyPI's ``uv`` wheel carries the same binaries as the image)
+UV_VERSION = "0.8.15"
 
 
 def standin_names() -> list[str]:
@@ -145,6 +150,15 @@ def containerfile(standin: StandIn) -> str:
     Returns:
         The file's text.
     """
+    if standin.key == "uv":  # a scratch image holding /uv and /uvx, as the real one does
+        return "\n".join([
+            f"FROM {STANDINS[0].names[0]} AS fetch",
+            f"RUN pip download -q --no-deps --only-binary=:all: uv=={UV_VERSION} -d /wheel && "
+            "python -m zipfile -e /wheel/uv-*.whl /wheel/x && cp /wheel/x/uv-*.data/scripts/uv /wheel/x/uv-*.data/scripts/uvx / "
+            "&& chmod 755 /uv /uvx",
+            "FROM scratch",
+            "COPY --from=fetch /uv /uvx /",
+            f'LABEL description="stand-in: uv {UV_VERSION} from PyPI for {standin.names[0]}; not the real image"']) + "\n"
     steps = [f"apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
              f"{' '.join(standin.packages)} && rm -rf /var/lib/apt/lists/*"]
     if standin.python:
