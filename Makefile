@@ -84,6 +84,12 @@ standin-images: containers
 tiny-image: containers
 	@PYTHONPATH=$(CURDIR) $(PYTHON) -m rollout_dataset.harbor.standin_images --tiny
 
+# Opt-in (hours): public Harbor task sets under Podman on the stand-ins, Harbor's oracle on each
+# (bench/harbor_tasksets.py; git copies of the repositories it names: --mirror-root or --repo).
+.PHONY: bench-harbor-tasksets
+bench-harbor-tasksets: install-test harbor standin-images
+	PYTHONPATH=$(CURDIR) nice $(PY) bench/harbor_tasksets.py $(BENCH_ARGS)
+
 # Harbor (PyPI `harbor`, terminus-2's runner) needs Python >= 3.12: a venv of its own, from pyenv's 3.12
 # (or python3.12/python3.13 on PATH; HARBOR_PYTHON overrides). `--harness terminus-2` finds .venv-harbor/bin/harbor.
 # keep in step with rollout_dataset/harbor/adapter.py HARBOR_VERSION
