@@ -48,6 +48,48 @@ system-deps:
 	@command -v bwrap >/dev/null && command -v socat >/dev/null && command -v chromium >/dev/null && command -v tmux >/dev/null || \
 		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap socat chromium tmux; }
 
+# Containers (docs/harbor.md "Containers on this machine"): Debian's podman run by runc with the cgroupfs
+# manager (crun fails on hybrid cgroups and without CAP_SYS_RESOURCE), vfs storage (no overlay needed),
+# and podman-compose 1.x (PyPI; Harbor's podman environment needs a compose frontend) linked onto PATH.
+# Config files are written only where absent (containers.conf settings as a drop-in). Idempotent; after
+# system-deps, so the two apt-get runs of `make test-deps -j5` never contend for the lock.
+PODMAN_COMPOSE_VERSION ?= 1.6.0
+PODMAN_COMPOSE_VENV ?= /opt/podman-compose
+CONTAINERS_CONF_DROPIN := /etc/containers/containers.conf.d/50-rollout-dataset.conf
+.PHONY: containers
+containers: system-deps
+	@command -v podman >/dev/null && command -v runc >/dev/null && command -v mmdebstrap >/dev/null || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq podman runc mmdebstrap; }
+	@[ -e $(CONTAINERS_CONF_DROPIN) ] || { $(SUDO) mkdir -p $(dir $(CONTAINERS_CONF_DROPIN)) && \
+		printf '%s\n' '[containers]' 'default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]' '' \
+			'[engine]' 'runtime = "runc"' 'cgroup_manager = "cgroupfs"' 'events_logger = "file"' \
+		| $(SUDO) tee $(CONTAINERS_CONF_DROPIN) >/dev/null; }
+	@[ -e /etc/containers/storage.conf ] || printf '%s\n' '[storage]' 'driver = "vfs"' \
+		'runroot = "/run/containers/storage"' 'graphroot = "/var/lib/containers/storage"' \
+		| $(SUDO) tee /etc/containers/storage.conf >/dev/null
+	@[ -x $(PODMAN_COMPOSE_VENV)/bin/podman-compose ] && $(PODMAN_COMPOSE_VENV)/bin/podman-compose version 2>/dev/null | grep -q ' $(PODMAN_COMPOSE_VERSION)$$' || \
+		{ $(SUDO) $(PYTHON) -m venv $(PODMAN_COMPOSE_VENV) && \
+		  $(SUDO) $(PODMAN_COMPOSE_VENV)/bin/pip install --quiet podman-compose==$(PODMAN_COMPOSE_VERSION); }
+	@command -v podman-compose >/dev/null || $(SUDO) ln -sfn $(PODMAN_COMPOSE_VENV)/bin/podman-compose /usr/local/bin/podman-compose
+	@podman info --format 'podman {{.Version.Version}}: runtime {{.Host.OCIRuntime.Name}}, cgroups {{.Host.CgroupManager}}, storage {{.Store.GraphDriverName}}'; echo
+
+# Stand-in base images (rollout_dataset/harbor/standin_images.py): where no registry is reachable, Debian
+# bookworm from the mirror tagged python:3.1x-slim, ubuntu:24.04, debian:bookworm-slim and
+# ghcr.io/laude-institute/t-bench/ubuntu-24-04, so public task sets' Dockerfiles build unchanged. Each is
+# built once (skipped while current). tiny-image: the default test tier's bash + coreutils image (seconds).
+# Standard library only: the system python3 runs it, so it waits on no venv.
+.PHONY: standin-images tiny-image
+standin-images: containers
+	PYTHONPATH=$(CURDIR) nice $(PYTHON) -m rollout_dataset.harbor.standin_images
+tiny-image: containers
+	@PYTHONPATH=$(CURDIR) $(PYTHON) -m rollout_dataset.harbor.standin_images --tiny
+
+# Opt-in (hours): public Harbor task sets under Podman on the stand-ins, Harbor's oracle on each
+# (bench/harbor_tasksets.py; git copies of the repositories it names: --mirror-root or --repo).
+.PHONY: bench-harbor-tasksets
+bench-harbor-tasksets: install-test harbor standin-images
+	PYTHONPATH=$(CURDIR) nice $(PY) bench/harbor_tasksets.py $(BENCH_ARGS)
+
 # Harbor (PyPI `harbor`, terminus-2's runner) needs Python >= 3.12: a venv of its own, from pyenv's 3.12
 # (or python3.12/python3.13 on PATH; HARBOR_PYTHON overrides). `--harness terminus-2` finds .venv-harbor/bin/harbor.
 # keep in step with rollout_dataset/harbor/adapter.py HARBOR_VERSION
@@ -99,7 +141,7 @@ test: test-deps
 # Everything the tests need, installed side by side: pip, npm and apt wait on the network more than
 # on the CPU, so a fresh machine gets them in about half the time of one after another.
 test-deps:
-	$(MAKE) --no-print-directory -j5 --output-sync install-test npm-tools system-deps reader-venv harbor
+	$(MAKE) --no-print-directory -j5 --output-sync install-test npm-tools system-deps reader-venv harbor tiny-image
 
 # Opt-in: wire-format checks against a genuine vLLM CPU server (see ../shared/tools/real-vllm).
 test-real-vllm: install-test

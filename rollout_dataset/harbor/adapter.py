@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -37,13 +38,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from rollout_dataset.harbor.container_errors import describe_container_failure
 from rollout_dataset.harbor.environments import (AUTO, BWRAP, HARBOR_INSTALL, EnvironmentChoice,
                                                  HarborTaskUnsupportedError, choose_environment, credential_variables,
                                                  read_task_needs)
+from rollout_dataset.harbor.trial_containers import CONTAINER_ENVIRONMENTS, remove_trial_containers
 from rollout_dataset.processes import CHILD_EXIT, watch_child
 
 __all__ = ["HARBOR_VERSION", "HARBOR_INSTALL", "ENVIRONMENT_SPEC", "HarborRun", "HarborTaskUnsupportedError",
-           "find_harbor", "dockerfile_needs", "environment_arg", "environment_for", "harbor_command", "run_terminus"]
+           "find_harbor", "dockerfile_needs", "build_timeout_s", "environment_arg", "environment_for", "harbor_command",
+           "run_terminus"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +60,8 @@ _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSIO
 _STOP_GRACE_S = 5.0
 #: seconds a trial may take beyond its agent and verifier budgets (Harbor's start-up, environment set-up, teardown)
 HARBOR_SLACK_S = 120.0
+#: Harbor's own default of ``[environment] build_timeout_sec``
+DEFAULT_BUILD_TIMEOUT_S = 600.0
 
 
 @dataclass
@@ -126,6 +132,26 @@ def dockerfile_needs(task_dir: Path) -> list[str]:
     if needs.foreign_base:
         found.append(f"FROM {needs.base_image}")
     return found
+
+
+def build_timeout_s(task_dir: Path) -> float:
+    """How long Harbor gives a task's image build: ``[environment] build_timeout_sec`` of its ``task.toml``.
+
+    Args:
+        task_dir: the Harbor task folder.
+
+    Returns:
+        Seconds (`DEFAULT_BUILD_TIMEOUT_S` when the file or field is missing or not a positive number).
+    """
+    import tomllib
+
+    try:
+        config = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8"))
+        value = (config.get("environment") or {}).get("build_timeout_sec")
+    except (OSError, tomllib.TOMLDecodeError, AttributeError):
+        value = None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+    return float(value) if ok else DEFAULT_BUILD_TIMEOUT_S  # type: ignore[arg-type]
 
 
 def environment_arg(choice: EnvironmentChoice) -> str:
@@ -201,7 +227,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str, api_key: str, timeout_s: float,
                  agent_kwargs: dict[str, Any] | None = None, should_stop: Callable[[], str | None] | None = None,
-                 harbor: str | None = None, poll_s: float = 0.2, trial_name: str = "trial",
+                 harbor: str | None = None, poll_s: float = 0.2, trial_name: str | None = None,
                  verifier_timeout_s: float = 600.0, environment: str = AUTO) -> HarborRun:
     """One terminus-2 trial of a Harbor task, to its end, the time budget, or a stop request.
 
@@ -213,13 +239,15 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
         api_key: the dummy key terminus-2 sends.
         timeout_s: the agent's time budget: Harbor stops terminus-2 then (``AgentTimeoutError``) and its
             verifier still scores what is there; the whole trial is killed past
-            ``timeout_s + verifier_timeout_s + HARBOR_SLACK_S``.
+            ``timeout_s + verifier_timeout_s + HARBOR_SLACK_S`` (plus the task's `build_timeout_s` where
+            Harbor builds its image: podman, docker).
         verifier_timeout_s: the task's verifier timeout (for the hard limit).
         agent_kwargs: more terminus-2 kwargs (``llm_call_kwargs``, ``model_info``, ``max_turns``).
         should_stop: polled; a returned reason stops the trial.
         harbor: the ``harbor`` executable (default `find_harbor`).
         poll_s: polling interval.
-        trial_name: the trial folder's name.
+        trial_name: the trial folder's name (default: ``trial-`` and a random suffix: a container engine's
+            names are shared by every trial on the host, see `trial_containers`).
         environment: ``auto``, ``bwrap`` or a Harbor environment type (``--harbor-env``).
 
     Returns:
@@ -235,11 +263,14 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
     if harbor is None:
         raise ToolNotInstalledError("harbor", HARBOR_INSTALL, "--harness terminus-2")
     choice = choose_environment(task_dir, environment, harbor=harbor)
+    trial_name = trial_name or f"trial-{secrets.token_hex(6)}"
     trials_dir.mkdir(parents=True, exist_ok=True)
     argv = harbor_command(harbor, task_dir, trials_dir, trial_name, base_url=base_url, model=model,
                           environment=environment_arg(choice), agent_kwargs=dict(agent_kwargs or {}),
                           agent_timeout_s=timeout_s)
     hard_limit = timeout_s + verifier_timeout_s + HARBOR_SLACK_S
+    if choice.name in CONTAINER_ENVIRONMENTS:  # Harbor builds the task's image inside the trial
+        hard_limit += build_timeout_s(task_dir)
     log_path = trials_dir / "harbor-output.log"
     start = time.monotonic()
     with open(log_path, "wb") as log:
@@ -251,6 +282,9 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
                                 poll_s=poll_s, first_signal=signal.SIGINT,  # Harbor stops its trial on SIGINT
                                 grace_s=_STOP_GRACE_S)
     wall = time.monotonic() - start
+    left = remove_trial_containers(choice.name, trial_name) if choice.name in CONTAINER_ENVIRONMENTS else []
+    if left:  # Harbor was killed, or its compose frontend died, before its own teardown
+        logger.warning("harbor trial %s left containers %s: removed", trial_name, ", ".join(left))
     trial_dir = trials_dir / trial_name
     result = _read_json(trial_dir / "result.json") or {}
     verifier = result.get("verifier_result") or {}
@@ -264,6 +298,9 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
     if not result and reason == CHILD_EXIT:  # Harbor failed before its trial wrote anything
         last = [line.strip() for line in tail.splitlines() if line.strip()]
         exception = f"harbor wrote no result.json (exit code {proc.returncode}): {last[-1] if last else 'no output'}"
+    named = describe_container_failure(f"{exception}\n{tail}") if exception or reward is None else None
+    if named:  # a build step, a base image or the container itself: one line instead of the compose output
+        exception = f"{named} [{(exception or 'harbor').split(':', 1)[0]}]"
     logger.info("harbor trial %s: %s, reward %s, exception %s after %.1f s", trial_name, reason, reward, exception, wall)
     steps = _step_results(result)
     subagents = _subagent_trajectories(trial_dir / "agent")
