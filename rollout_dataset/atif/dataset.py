@@ -50,6 +50,14 @@ def _json(value: Any) -> Any:
     return value
 
 
+def _request(trace_rows: list[dict[str, Any]], call_index: int, rid: str) -> Any:
+    """A call's request restored from the rollout's trace rows; a failure names the rollout."""
+    try:
+        return trace_request(trace_rows, call_index)
+    except ValueError as exc:
+        raise ValueError(f"rollout {rid}: {exc}") from None
+
+
 def dataset_rollouts(dataset: str | Path) -> Iterator[tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any],
                                                          dict[str, Any]]]:
     """Each rollout of a built dataset as ``(records, rollout, summary, task)`` for `trajectory_document`.
@@ -81,7 +89,7 @@ def dataset_rollouts(dataset: str | Path) -> Iterator[tuple[list[dict[str, Any]]
                 "index": row["call_index"], "call_id": row["call_id"], "session": row["session"],
                 "harness_session_id": row.get("harness_session_id"), "endpoint": row["endpoint"],
                 "status": row.get("status"), "started_at": row.get("started_at"),
-                "request": trace_request(trace_rows, row["call_index"]), "response": _json(row["response_json"]),
+                "request": _request(trace_rows, row["call_index"], rid), "response": _json(row["response_json"]),
                 "prompt_token_ids": ids["prompt_ids"] if ids else None,
                 "completion_token_ids": ids["output_ids"] if ids else None,
                 "per_token_logps": ids["per_token_logps"] if ids else None,
