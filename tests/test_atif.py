@@ -210,6 +210,15 @@ def test_export_from_a_built_dataset_gives_the_trajectory_of_the_artifact_folder
         [s.metrics.completion_token_ids if s.metrics else None for s in from_folder.steps]
     assert [s.message for s in from_dataset.steps] == [s.message for s in from_folder.steps]
     assert len(from_dataset.subagent_trajectories) == len(from_folder.subagent_trajectories)
+    assert json.loads(file.read_text()) == trajectory_of_folder(synthetic)  # logprobs too: float32 in both
+
+
+def test_a_capture_exported_imported_and_exported_again_is_the_same_trajectory(tmp_path, synthetic):
+    once = trajectory_of_folder(synthetic)
+    documents = _import(tmp_path, once)
+    again = trajectory_document(documents["trace.json"]["calls"], documents["rollout.json"], documents["summary.json"],
+                                documents["task.json"])
+    assert again == once  # the agent's name is not prefixed again, its version and every step kept
 
 
 def test_a_folder_with_neither_artifacts_nor_trajectories_is_still_named(tmp_path, synthetic):

@@ -105,15 +105,20 @@ def residue(doc: Any, records: Sequence[Mapping[str, Any]], id_steps: Mapping[in
                     return {SHA_KEY: sha}
             return value
         if isinstance(value, list):
+            if all(type(v) in (int, float) for v in value):  # ids, logprobs: nothing to look into
+                return list(value)
             return [walk(v) for v in value]
         if not isinstance(value, dict):
             return value
-        out = {k: walk(v) for k, v in value.items()}
         call = id_steps.get(id(value))
         metrics = value.get("metrics")
         if call is not None and isinstance(metrics, dict):
+            out = {k: walk(v) for k, v in value.items() if k != "metrics"}
             out["metrics"] = {k: ({IDS_KEY: [call, k]} if k in ID_FIELDS and v is not None else walk(v))
                               for k, v in metrics.items()}
+            out = {k: out[k] for k in value}  # the source's key order
+        else:
+            out = {k: walk(v) for k, v in value.items()}
         if any(k in _MARKERS for k in value):
             return {LITERAL_KEY: out}
         return out
