@@ -14,7 +14,8 @@
   share imported (of all files, of those Harbor accepts), one `build` of them all, the fields a
   JSON diff of `export(import(x))` against `x` finds changed (logprobs compared as float32, the one
   listed normalisation), and `load_dataset` of every config the card lists (`--reader-python`, a
-  venv with `datasets` but not this package). Saved to bench/results/atif_wild.json.
+  venv with `datasets` but not this package). A `SOURCES.json` in DIR (subfolder -> repo, commit,
+  paths, licence) is copied into the results. Saved to bench/results/atif_wild.json.
 
 Usage: python bench/atif_import.py [--trials 1000] [--turns 5] [--context 2048]
        python bench/atif_import.py --trials 0 --wild DIR [--harbor-python .venv-harbor/bin/python]
@@ -130,6 +131,7 @@ def wild(folder: Path, harbor_python: str | None, reader_python: str | None) -> 
     return {
         "command": f"python bench/atif_import.py --trials 0 --wild {folder}",
         "files": len(files), "sources": sorted({n.split("/")[0] for n in per_file}),
+        "provenance": json.loads((folder / "SOURCES.json").read_text()) if (folder / "SOURCES.json").is_file() else None,
         "harbor_validator_accepts": sum(e["harbor"] is True for e in per_file.values()),
         "atif_models_accept": sum(e["atif"] is True for e in per_file.values()),
         "imported": len(imported), "imported_of_harbor_accepted": f"{len(set(imported) & set(accepted))}/{len(accepted)}",
