@@ -258,3 +258,13 @@ def test_an_observation_over_the_cell_limit_builds_and_its_export_names_the_roll
     error = proc.stderr.strip().splitlines()[-1]
     assert error.startswith("error: ") and "rollout " in error and "cut to the cell limit" in error
     assert not exported.exists()
+
+
+def test_an_object_that_looks_like_the_imports_own_reference_comes_back_as_it_was(tmp_path):
+    trajectory = _tool_trajectory("a result long enough to be stored by reference, not inline")
+    trajectory["extra"] = {"rollout_dataset:sha256": "0" * 64, "note": {"rollout_dataset:ids": [0, "logprobs"]}}
+    documents = import_documents(AtifSource(_write(tmp_path / "t.atif.json", trajectory), tmp_path))
+    from rollout_dataset.atif.export import trajectory_document
+
+    assert trajectory_document(documents["trace.json"]["calls"], documents["rollout.json"],
+                               documents["summary.json"]) == trajectory

@@ -149,19 +149,22 @@ def restore(kept: Any, records: Sequence[Mapping[str, Any]]) -> Any:
         if not isinstance(value, dict):
             return value
         if len(value) == 1 and SHA_KEY in value:
-            text = strings.get(value[SHA_KEY])
+            text = strings.get(value[SHA_KEY]) if isinstance(value[SHA_KEY], str) else None
             if text is None:
                 raise ValueError(f"a text of the imported trajectory (sha256 {value[SHA_KEY]}) is in no call's "
                                  "request or answer (a cell cut to the cell limit?)")
             return text
         if len(value) == 1 and IDS_KEY in value:
-            index, field = value[IDS_KEY]
+            marker = value[IDS_KEY]
+            if not (isinstance(marker, list) and len(marker) == 2 and marker[1] in ID_FIELDS):
+                raise ValueError(f"{IDS_KEY} {marker!r} is no [call index, metrics field] reference")
+            index, field = marker
             record = by_index.get(index)
             if record is None or record.get(ID_FIELDS[field]) is None:
                 raise ValueError(f"call {index}: its {field} are not in the dataset")
             values = list(record[ID_FIELDS[field]])
             return as_float32(values) if field == "logprobs" else values
-        if len(value) == 1 and LITERAL_KEY in value:
+        if len(value) == 1 and LITERAL_KEY in value and isinstance(value[LITERAL_KEY], dict):
             return {k: walk(v) for k, v in value[LITERAL_KEY].items()}
         return {k: walk(v) for k, v in value.items()}
 
