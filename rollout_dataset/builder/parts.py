@@ -237,8 +237,8 @@ def build_part(spec: PartSpec, stage: str | Path, prefix: str, *, tokenizer_iden
             so that the parent can name the folder a crashed process was on.
         stop: asked before each folder; True ends the part early with `PartStopped` (another
             part failed, so this one's rows will not be used).
-        skip_invalid: leave out a folder the schema check refuses (named in `PartResult.refused`)
-            instead of failing the part.
+        skip_invalid: leave out a folder the schema check refuses, or whose tokenizer differs from the
+            dataset's (named in `PartResult.refused`), instead of failing the part.
 
     Returns:
         A `PartResult`.

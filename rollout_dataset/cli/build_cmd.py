@@ -52,8 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the dataset's rows are the same, in the same order, for any N")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--skip-invalid", action="store_true",
-                        help="leave out each artifact folder the schema check refuses (named on stderr, in the summary "
-                             "and on the card) instead of failing the build")
+                        help="leave out each artifact folder the schema check refuses, or whose token ids are of "
+                             "another tokenizer than the dataset's (named on stderr, in the summary and on the card), "
+                             "instead of failing the build")
     from rollout_dataset.cli.build_extend import add_extended_arguments
 
     add_extended_arguments(parser)  # --append, --executor ray, --parts, --node-dir
