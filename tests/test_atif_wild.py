@@ -199,3 +199,13 @@ def test_a_text_rollout_never_conflicts_but_two_tokenizers_are_named_by_their_so
     skipped = _cli("build", str(inputs), "--out", str(tmp_path / "ds"), "--no-progress", "--skip-invalid")
     assert skipped.returncode == 0, skipped.stderr
     assert f"refused: {inputs / 'b.atif.json'}" in skipped.stderr and "1 rollouts" in skipped.stdout
+
+
+def test_text_rollouts_of_another_model_append_to_a_dataset_of_tokens_rollouts(tmp_path):
+    out = tmp_path / "ds"
+    first = _cli("build", str(SUMMARISED), "--out", str(out), "--no-progress")
+    assert first.returncode == 0, first.stderr
+    appended = _cli("build", str(WILD / "mini-swe-agent"), "--out", str(out), "--append", "--no-progress")
+    assert appended.returncode == 0, appended.stderr
+    levels = sorted((s["capture_level"], s["tokenizer"]) for s in _rows(out, "summary"))
+    assert levels == [("text", None), ("tokens", "openai/gpt-4o")]
