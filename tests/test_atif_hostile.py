@@ -257,6 +257,7 @@ def test_an_observation_over_the_cell_limit_builds_and_its_export_names_the_roll
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     error = proc.stderr.strip().splitlines()[-1]
     assert error.startswith("error: ") and "rollout " in error and "cut to the cell limit" in error
+    assert "(imported from in/huge.atif.json)" in error
     assert not exported.exists()
 
 
