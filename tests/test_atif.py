@@ -16,6 +16,7 @@ import pytest
 
 from rollout_dataset.atif.export import trajectory_document, trajectory_of_folder
 from rollout_dataset.atif.importer import AtifSource, import_documents
+from rollout_dataset.atif.residue import as_float32
 from rollout_dataset.errors import SchemaValidationError
 from rollout_dataset.export import export_rollout
 from rollout_dataset.schema.check import check_document
@@ -27,7 +28,8 @@ GOLDEN_FOLDERS = ["coding_oracle", "coding_cmd_harness", "crafter_scripted"]
 
 
 def _rows(document: dict) -> list[tuple]:
-    return [(s["role"], s["input_ids"], s["loss_mask"], s["logprobs"]) for s in document["sequences"]]
+    """Sequence rows as a dataset holds them (logprobs are float32 there, and an export writes them so)."""
+    return [(s["role"], s["input_ids"], s["loss_mask"], as_float32(s["logprobs"])) for s in document["sequences"]]
 
 
 def _import(tmp_path: Path, trajectory: dict, name: str = "t.atif.json") -> dict:
@@ -106,11 +108,11 @@ def test_a_trajectory_without_token_ids_imports_at_level_text_with_the_reason(tm
 
 @pytest.mark.parametrize("break_it, field", [
     (lambda t: t["steps"].__setitem__(1, {**t["steps"][1], "step_id": 7}), "$.steps[1].step_id"),
-    (lambda t: t["steps"][4]["metrics"].__setitem__("prompt_token_ids", [5, 6, 7]), "$.steps[4].metrics.prompt_token_ids"),
     (lambda t: t["steps"][2]["metrics"].__setitem__("logprobs", [0.0]), "$.steps[2].metrics.logprobs"),
     (lambda t: t.pop("agent"), "$"),
     (lambda t: t["steps"][0].__setitem__("source", "robot"), "$.steps[0].source"),
-], ids=["out-of-order", "prompt-not-extended", "logprobs-misaligned", "no-agent", "bad-source"])
+    (lambda t: t.__setitem__("steps", []), "$.steps"),
+], ids=["out-of-order", "logprobs-misaligned", "no-agent", "bad-source", "no-steps"])
 def test_a_bad_trajectory_is_refused_naming_the_file_and_field(tmp_path, synthetic, break_it, field):
     trajectory = copy.deepcopy(trajectory_of_folder(synthetic))
     break_it(trajectory)
@@ -208,6 +210,15 @@ def test_export_from_a_built_dataset_gives_the_trajectory_of_the_artifact_folder
         [s.metrics.completion_token_ids if s.metrics else None for s in from_folder.steps]
     assert [s.message for s in from_dataset.steps] == [s.message for s in from_folder.steps]
     assert len(from_dataset.subagent_trajectories) == len(from_folder.subagent_trajectories)
+    assert json.loads(file.read_text()) == trajectory_of_folder(synthetic)  # logprobs too: float32 in both
+
+
+def test_a_capture_exported_imported_and_exported_again_is_the_same_trajectory(tmp_path, synthetic):
+    once = trajectory_of_folder(synthetic)
+    documents = _import(tmp_path, once)
+    again = trajectory_document(documents["trace.json"]["calls"], documents["rollout.json"], documents["summary.json"],
+                                documents["task.json"])
+    assert again == once  # the agent's name is not prefixed again, its version and every step kept
 
 
 def test_a_folder_with_neither_artifacts_nor_trajectories_is_still_named(tmp_path, synthetic):

@@ -202,3 +202,70 @@ def test_a_trajectory_in_a_folder_that_links_out_of_it_is_refused(tmp_path, good
         import_documents(source)
     file, where, reason = caught.value.failures[0]
     assert file.endswith("agent/trajectory.json") and "outside the input" in reason
+
+
+def _tool_trajectory(observation: str) -> dict[str, Any]:
+    """A small text-level trajectory: a user task, a tool call whose result is `observation`, a final answer."""
+    return {"schema_version": "ATIF-v1.6", "session_id": "s", "agent": {"name": "a", "version": "1", "model_name": "m"},
+            "steps": [{"step_id": 1, "source": "user", "message": "list the files"},
+                      {"step_id": 2, "source": "agent", "message": "",
+                       "tool_calls": [{"tool_call_id": "c1", "function_name": "ls", "arguments": {}}],
+                       "observation": {"results": [{"source_call_id": "c1", "content": observation}]}},
+                      {"step_id": 3, "source": "agent", "message": "done"}]}
+
+
+def test_a_file_with_a_utf8_byte_order_mark_imports(tmp_path):
+    path = tmp_path / "t.atif.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(_tool_trajectory("a b c")).encode())
+    documents = import_documents(AtifSource(path, tmp_path))
+    assert documents["summary.json"]["captured_calls"] == 2
+
+
+@pytest.mark.parametrize("version", ["1.4", "ATIF-v9.0"])
+def test_a_version_that_is_no_atif_version_is_refused_naming_the_field(tmp_path, version):
+    trajectory = {**_tool_trajectory("x"), "schema_version": version}
+    file, where, reason = _refusal(tmp_path, trajectory)
+    assert file.endswith("t.atif.json") and where == "$.schema_version" and version in reason
+
+
+def test_a_trial_without_a_trajectory_is_named_and_the_other_trials_of_the_job_build(tmp_path):
+    job = tmp_path / "job"
+    for name in ("good", "empty"):
+        (job / name / "agent").mkdir(parents=True)
+        (job / name / "result.json").write_text(json.dumps({"trial_name": name, "task_name": f"t-{name}",
+                                                            "verifier_result": {"rewards": {"reward": 1.0}}}))
+    (job / "good" / "agent" / "trajectory.json").write_text(json.dumps(_tool_trajectory("a b")))
+    (job / "result.json").write_text(json.dumps({"id": "job", "n_total_trials": 2}))  # the job's own result
+    proc = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "build", str(job), "--out",
+                           str(tmp_path / "ds"), "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    refused = [line for line in proc.stderr.splitlines() if line.startswith("refused:")]
+    assert refused == [f"refused: {job / 'empty' / 'agent' / 'trajectory.json'}: $: is missing: the Harbor trial "
+                       "folder has result.json but no agent/trajectory.json (its agent wrote no trajectory) "
+                       "(left out of the dataset)"]
+    assert "1 rollouts" in proc.stdout
+
+
+def test_an_observation_over_the_cell_limit_builds_and_its_export_names_the_rollout_and_writes_nothing(tmp_path):
+    source = _write(tmp_path / "in" / "huge.atif.json", _tool_trajectory("x" * 3_000_000))
+    out, exported = tmp_path / "ds", tmp_path / "exported"
+    built = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "build", str(source.parent), "--out", str(out),
+                            "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    proc = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "export", "--format", "atif", str(out),
+                           "--out", str(exported)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: ") and "rollout " in error and "cut to the cell limit" in error
+    assert "(imported from in/huge.atif.json)" in error
+    assert not exported.exists()
+
+
+def test_an_object_that_looks_like_the_imports_own_reference_comes_back_as_it_was(tmp_path):
+    trajectory = _tool_trajectory("a result long enough to be stored by reference, not inline")
+    trajectory["extra"] = {"rollout_dataset:sha256": "0" * 64, "note": {"rollout_dataset:ids": [0, "logprobs"]}}
+    documents = import_documents(AtifSource(_write(tmp_path / "t.atif.json", trajectory), tmp_path))
+    from rollout_dataset.atif.export import trajectory_document
+
+    assert trajectory_document(documents["trace.json"]["calls"], documents["rollout.json"],
+                               documents["summary.json"]) == trajectory

@@ -50,6 +50,20 @@ def _json(value: Any) -> Any:
     return value
 
 
+def _request(trace_rows: list[dict[str, Any]], call_index: int, label: str) -> Any:
+    """A call's request restored from the rollout's trace rows; a failure names the rollout (`label`)."""
+    try:
+        return trace_request(trace_rows, call_index)
+    except ValueError as exc:
+        raise ValueError(f"{label}: {exc}; nothing of it written") from None
+
+
+def _source(summary: dict[str, Any]) -> str:
+    """`` (imported from FILE)`` for a summary row of a rollout imported from ATIF, else ``""``."""
+    imported = _json(summary.get("imported_from"))
+    return f" (imported from {imported['file']})" if isinstance(imported, dict) and imported.get("file") else ""
+
+
 def dataset_rollouts(dataset: str | Path) -> Iterator[tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any],
                                                          dict[str, Any]]]:
     """Each rollout of a built dataset as ``(records, rollout, summary, task)`` for `trajectory_document`.
@@ -81,7 +95,8 @@ def dataset_rollouts(dataset: str | Path) -> Iterator[tuple[list[dict[str, Any]]
                 "index": row["call_index"], "call_id": row["call_id"], "session": row["session"],
                 "harness_session_id": row.get("harness_session_id"), "endpoint": row["endpoint"],
                 "status": row.get("status"), "started_at": row.get("started_at"),
-                "request": trace_request(trace_rows, row["call_index"]), "response": _json(row["response_json"]),
+                "request": _request(trace_rows, row["call_index"], f"rollout {rid}{_source(summary)}"),
+                "response": _json(row["response_json"]),
                 "prompt_token_ids": ids["prompt_ids"] if ids else None,
                 "completion_token_ids": ids["output_ids"] if ids else None,
                 "per_token_logps": ids["per_token_logps"] if ids else None,

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 
 from rollout_dataset.artifact_files import ROLLOUT_FILE, SUMMARY_FILE, TASK_FILE, TRACE_FILE
 from rollout_dataset.atif import ATIF_SCHEMA_VERSION
+from rollout_dataset.atif.residue import as_float32, restore
 from rollout_dataset.graph import RolloutGraph, TurnNode, build_graph
 from rollout_dataset.reasoning import message_reasoning
 from rollout_dataset.schema import load_schema
@@ -91,8 +92,8 @@ def _metrics(node: TurnNode, with_tokens: bool) -> dict[str, Any] | None:
     if with_tokens and node.has_ids:
         metrics["prompt_token_ids"] = list(node.prompt_ids)
         metrics["completion_token_ids"] = list(node.sampled_ids)
-        if node.sampled_logprobs is not None:
-            metrics["logprobs"] = list(node.sampled_logprobs)
+        if node.sampled_logprobs is not None:  # as the dataset stores them, so a folder and its dataset export alike
+            metrics["logprobs"] = as_float32(node.sampled_logprobs)
     return metrics or None
 
 
@@ -218,8 +219,17 @@ def trajectory_document(records: list[dict[str, Any]], rollout: Mapping[str, Any
             into the same dataset as the capture.
 
     Returns:
-        The trajectory as a JSON-ready dict (null fields left out, as ATIF writers do).
+        The trajectory as a JSON-ready dict (null fields left out, as ATIF writers do). A rollout
+        imported from ATIF gives back the trajectory it was imported from (`atif.residue`).
+
+    Raises:
+        ValueError: an imported rollout whose trajectory the records cannot complete (named).
     """
+    imported = summary.get("imported_from")
+    if isinstance(imported, str):  # a dataset's summary row holds it as JSON text
+        imported = json.loads(imported)
+    if isinstance(imported, dict) and isinstance(imported.get("atif"), dict):
+        return restore(imported["atif"], records)
     graph = build_graph(records)
     with_tokens = rollout.get("capture_level") == "tokens"
     roles = {int(c["index"]): str(c.get("role")) for c in rollout.get("calls") or [] if isinstance(c, dict)}
@@ -331,24 +341,46 @@ def export_trajectories(paths: list[str | Path], out_dir: str | Path) -> list[Pa
     from rollout_dataset.files import write_text_atomic
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
+    made = not out.exists()
+    written: list[Path] = []
     rollout_id = re.compile(load_schema("summary")["properties"]["rollout_id"]["pattern"])
 
-    def write(doc: dict[str, Any], rid: Any, where: Path) -> None:
+    def write(records: list[dict[str, Any]], rollout: Mapping[str, Any], summary: Mapping[str, Any],
+              task: Mapping[str, Any] | None, where: Path) -> None:
+        rid = summary.get("rollout_id")
         if not isinstance(rid, str) or not rollout_id.fullmatch(rid):  # it names the file: never a path
             raise ValueError(f"{where}: rollout_id {rid!r} is not a rollout id (32 hex digits); nothing of it written")
+        try:
+            doc = trajectory_document(records, rollout, summary, task)
+        except ValueError as exc:  # a text the build cut to the cell limit cannot come back
+            raise ValueError(f"{where}: rollout {rid}{_imported_from(summary)}: {exc}; {len(written)} trajectories "
+                             f"written before it, nothing of it") from None
+        out.mkdir(parents=True, exist_ok=True)
         target = out / f"{rid}.atif.json"
         write_text_atomic(target, json.dumps(doc, ensure_ascii=False) + "\n")
         written.append(target)
 
-    for path in map(Path, paths):
-        if path.is_dir() and is_dataset_dir(path):
-            for records, rollout, summary, task in dataset_rollouts(path):
-                write(trajectory_document(records, rollout, summary, task), summary["rollout_id"], path)
-            continue
-        for folder in find_artifact_dirs([path]):
-            art = load_checked_artifact(folder)
-            write(trajectory_document(art["trace"].get("calls") or [], art["rollout"], art["summary"], art["task"]),
-                  art["summary"]["rollout_id"], folder)
+    try:
+        for path in map(Path, paths):
+            if path.is_dir() and is_dataset_dir(path):
+                for records, rollout, summary, task in dataset_rollouts(path):
+                    write(records, rollout, summary, task, path)
+                continue
+            for folder in find_artifact_dirs([path]):
+                art = load_checked_artifact(folder)
+                write(art["trace"].get("calls") or [], art["rollout"], art["summary"], art["task"], folder)
+    finally:
+        if made and not written and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # a failed export leaves no empty output folder behind
     return written
+
+
+def _imported_from(summary: Mapping[str, Any]) -> str:
+    """`` (imported from FILE)`` for a rollout imported from ATIF, else ``""``."""
+    imported = summary.get("imported_from")
+    if isinstance(imported, str):
+        try:
+            imported = json.loads(imported)
+        except ValueError:
+            return ""
+    return f" (imported from {imported['file']})" if isinstance(imported, dict) and imported.get("file") else ""

@@ -24,18 +24,19 @@ import os
 import re
 import shutil
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from rollout_dataset.artifact_files import SUMMARY_FILE, TRAJECTORY_FILE
-from rollout_dataset.atif.export import EXTRA_KEY
+from rollout_dataset.atif.records import message_text, ours, records_of
+from rollout_dataset.atif.residue import residue
 from rollout_dataset.documents import RolloutCounts, rollout_files, samples_text, summary_document
 from rollout_dataset.envs.base import Score, TaskInfo
 from rollout_dataset.errors import SchemaValidationError
 from rollout_dataset.export import export_rollout, turns_document
 from rollout_dataset.schema import schema_errors
-from rollout_dataset.trace_integrity import in_arrival_order, reseal
+from rollout_dataset.trace_integrity import reseal
 
 __all__ = ["AtifSource", "HARBOR_RESULT_FILE", "HARBOR_TRAJECTORY", "ATIF_SUFFIX", "find_atif_sources",
            "import_documents", "split_inputs", "write_imported", "ImportedInputs", "imported_inputs"]
@@ -89,11 +90,23 @@ def _sources_in(path: Path) -> Iterator[AtifSource]:
         if SUMMARY_FILE in files:  # an artifact folder: its trajectory.json is its own export
             continue
         here = Path(parent)
+        trajectory = here / HARBOR_TRAJECTORY
+        if HARBOR_RESULT_FILE in files and not trajectory.exists() and _is_trial_result(here / HARBOR_RESULT_FILE):
+            yield AtifSource(trajectory, path, here / HARBOR_RESULT_FILE)  # named when read: the agent wrote none
         for name in sorted(files):
             if not _is_atif_name(name):
                 continue
             result = here.parent / HARBOR_RESULT_FILE if here.name == "agent" else None
             yield AtifSource(here / name, path, result if result is not None and result.is_file() else None)
+
+
+def _is_trial_result(path: Path) -> bool:
+    """Whether a `result.json` is a Harbor trial's (a `TrialResult`: it names its trial), not a job's."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(document, dict) and "trial_name" in document
 
 
 def find_atif_sources(paths: Iterable[str | Path]) -> list[AtifSource]:
@@ -137,8 +150,12 @@ def split_inputs(paths: Iterable[str | Path]) -> tuple[list[str], list[AtifSourc
 
 
 def _load(path: Path, what: str) -> Any:
+    """A JSON file (a leading UTF-8 byte order mark, which some Windows tools write, is skipped)."""
+    if what == "ATIF trajectory" and not path.exists() and (path.parent.parent / HARBOR_RESULT_FILE).is_file():
+        raise SchemaValidationError([(str(path), "$", "is missing: the Harbor trial folder has result.json but no "
+                                      "agent/trajectory.json (its agent wrote no trajectory)")])
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise SchemaValidationError([(str(path), "$", f"cannot read the {what}: {exc}")]) from None
     try:
@@ -180,39 +197,34 @@ def _unstorable(document: Any) -> tuple[str, str] | None:
     return None
 
 
-def _ours(obj: dict[str, Any]) -> dict[str, Any]:
-    extra = obj.get("extra")
-    mine = extra.get(EXTRA_KEY) if isinstance(extra, dict) else None
-    return mine if isinstance(mine, dict) else {}
-
-
-def _is_model_step(step: dict[str, Any]) -> bool:
-    return step["source"] == "agent" and step.get("llm_call_count") != 0 and not step.get("is_copied_context")
-
 
 def _check_order_and_ids(doc: dict[str, Any], where: str, file: str) -> list[tuple[str, str, str]]:
-    """Steps in order (step_id 1, 2, ...), logprobs aligned to ids, each prompt extending the previous one."""
+    """Steps in order (step_id 1, 2, ...), logprobs aligned to ids.
+
+    A prompt that does not extend the previous one is no failure: an agent that summarises its
+    context (terminus-2) restarts its prompt, and that call starts a new sequence, as a capture's would.
+    """
     failures = []
-    previous: tuple[int, list[int]] | None = None
+    if not doc["steps"]:  # Harbor's validator refuses it too: a trajectory has at least one step
+        failures.append((file, f"{where}.steps", "is empty: a trajectory has at least one step"))
     for i, step in enumerate(doc["steps"]):
         if step["step_id"] != i + 1:
             failures.append((file, f"{where}.steps[{i}].step_id",
                              f"is {step['step_id']}, expected {i + 1}: steps are out of order"))
         metrics = step.get("metrics") or {}
-        ids, out, lps = metrics.get("prompt_token_ids"), metrics.get("completion_token_ids"), metrics.get("logprobs")
+        out, lps = metrics.get("completion_token_ids"), metrics.get("logprobs")
         if lps is not None and out is not None and len(lps) != len(out):
             failures.append((file, f"{where}.steps[{i}].metrics.logprobs",
                              f"has {len(lps)} values for {len(out)} completion_token_ids"))
-        if not _is_model_step(step) or ids is None:
-            continue
-        if previous is not None and ids[: len(previous[1])] != previous[1]:
-            at = next((k for k, (a, b) in enumerate(zip(ids, previous[1])) if a != b), min(len(ids), len(previous[1])))
-            failures.append((file, f"{where}.steps[{i}].metrics.prompt_token_ids",
-                             f"does not extend the previous prompt (steps[{previous[0]}]): they differ at position {at}"))
-        previous = (i, ids)
     for k, sub in enumerate(doc.get("subagent_trajectories") or []):
         failures += _check_order_and_ids(sub, f"{where}.subagent_trajectories[{k}]", file)
     return failures
+
+
+def _short(reason: str, limit: int = 300) -> str:
+    """A schema failure's reason cut to `limit` characters (it quotes the offending value, which can be a
+    whole trajectory), so a refusal stays one readable line."""
+    return reason if len(reason) <= limit else f"{reason[:limit]}... ({len(reason) - limit} more characters)"
 
 
 def read_trajectory(path: Path) -> dict[str, Any]:
@@ -226,172 +238,16 @@ def read_trajectory(path: Path) -> dict[str, Any]:
 
     Raises:
         SchemaValidationError: not JSON, not a valid ATIF trajectory (for the fields the importer
-            reads), steps out of order, misaligned logprobs, or a prompt that does not extend the
-            previous one; each failure names the file and the field.
+            reads), no steps, steps out of order, or misaligned logprobs; each failure names the
+            file and the field.
     """
     doc = _load(path, "ATIF trajectory")
-    failures = [(str(path), where, reason) for where, reason in schema_errors(doc, "atif_trajectory")]
+    failures = [(str(path), where, _short(reason)) for where, reason in schema_errors(doc, "atif_trajectory")]
     if not failures:
         failures = _check_order_and_ids(doc, "$", str(path))
     if failures:
         raise SchemaValidationError(failures)
     return doc
-
-
-# --- trajectory -> trace records ------------------------------------------------------------
-
-
-def _text(message: Any) -> str:
-    if isinstance(message, str):
-        return message
-    parts = []
-    for part in message or []:
-        if isinstance(part, dict) and part.get("type") == "text":
-            parts.append(str(part.get("text") or ""))
-        elif isinstance(part, dict):
-            parts.append(f"[{part.get('type')}: {(part.get('source') or {}).get('path')}]")
-    return "".join(parts)
-
-
-def _assistant(step: dict[str, Any]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant",
-                               "content": None if _ours(step).get("content_null") is True else _text(step["message"])}
-    if step.get("reasoning_content"):
-        message["reasoning_content"] = step["reasoning_content"]
-    calls = []
-    for call in step.get("tool_calls") or []:
-        mine = _ours(call)
-        arguments = mine["raw_arguments"] if "raw_arguments" in mine else json.dumps(call["arguments"], ensure_ascii=False)
-        calls.append({"id": None if mine.get("id_missing") else call["tool_call_id"], "type": "function",
-                      "function": {"name": call["function_name"], "arguments": arguments}})
-    if calls:
-        message["tool_calls"] = calls
-    return message
-
-
-def _observations(step: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for result in (step.get("observation") or {}).get("results") or []:
-        call_id = result.get("source_call_id") or _ours(result).get("tool_call_id")
-        content = _text(result.get("content"))
-        out.append({"role": "tool", "tool_call_id": call_id, "content": content} if call_id is not None
-                   else {"role": "user", "content": content})
-    return out
-
-
-def _seconds(timestamp: Any) -> float | None:
-    """An ISO 8601 time as epoch seconds; None when absent, unparsable or out of the datetime range."""
-    if not isinstance(timestamp, str):
-        return None
-    try:
-        return _dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-    except (ValueError, OverflowError, OSError):  # year 1 at +01:00 is before year 1 in UTC
-        return None
-
-
-@dataclass
-class _Call:
-    order: int
-    call_index: int | None
-    where: str
-    step: dict[str, Any]
-    messages: list[dict[str, Any]]
-    tools: list[Any]
-    model: str | None
-
-
-def _calls(doc: dict[str, Any], where: str, order: list[int]) -> Iterator[_Call]:
-    """The model calls of one trajectory and its subagents, with the chat each one was sent."""
-    agent = doc["agent"]
-    tools = agent.get("tool_definitions") or []
-    messages: list[dict[str, Any]] = []
-    for i, step in enumerate(doc["steps"]):
-        mine = _ours(step)
-        if step["source"] in ("system", "user"):
-            role = mine.get("chat_role") if mine.get("chat_role") in ("developer", "system", "user") else step["source"]
-            messages.append({"role": role, "content": _text(step["message"])})
-            continue
-        if _is_model_step(step):
-            order[0] += 1
-            index = mine.get("call_index")
-            yield _Call(order[0], index if isinstance(index, int) and index >= 0 else None, f"{where}.steps[{i}]", step,
-                        list(messages), mine.get("tool_definitions", tools), step.get("model_name") or agent.get("model_name"))
-        sent_back = mine.get("sent_back")  # the reply as the harness sent it back (an export said it differed)
-        messages.append(sent_back if isinstance(sent_back, dict) else _assistant(step))
-        messages.extend(_observations(step))
-    for k, sub in enumerate(doc.get("subagent_trajectories") or []):
-        yield from _calls(sub, f"{where}.subagent_trajectories[{k}]", order)
-
-
-def _level(calls: list[_Call]) -> tuple[str, str | None]:
-    """`tokens` when every call has its prompt and completion ids, else `text` and the first missing field.
-
-    Logprobs are not needed: a step without them is token-exact with ``per_token_logps`` null, as a
-    captured call whose server gave none (a streamed Responses call; the export's `logprobs_missing`).
-    """
-    if not calls:
-        return "text", "the trajectory has no model step"
-    for call in calls:
-        metrics = call.step.get("metrics") or {}
-        for field in ("prompt_token_ids", "completion_token_ids"):
-            if metrics.get(field) is None:
-                return "text", f"{call.where}.metrics.{field} is missing, so no token-exact sequences"
-    return "tokens", None
-
-
-def _record(call: _Call, index: int, session: str, level: str, source: str) -> dict[str, Any]:
-    step, metrics, mine = call.step, call.step.get("metrics") or {}, _ours(call.step)
-    answer = _assistant(step)
-    usage = None
-    if metrics.get("prompt_tokens") is not None or metrics.get("completion_tokens") is not None:
-        usage = {"prompt_tokens": metrics.get("prompt_tokens"), "completion_tokens": metrics.get("completion_tokens")}
-        if metrics.get("cached_tokens") is not None:
-            usage["prompt_tokens_details"] = {"cached_tokens": metrics["cached_tokens"]}
-    request: dict[str, Any] = {"model": call.model, "messages": call.messages}
-    if call.tools:
-        request["tools"] = call.tools
-    finish = mine.get("finish_reason")
-    at = _seconds(step.get("timestamp"))
-    tokens = level == "tokens"
-    sampling = mine.get("requested_sampling_params") if isinstance(mine.get("requested_sampling_params"), dict) else {}
-    return {
-        "schema_version": 1, "index": index, "call_id": hashlib.sha256(f"{source}:{call.where}".encode()).hexdigest()[:32],
-        "session": session, "started_at": at or 0.0, "ended_at": at or 0.0, "latency_ms": 0.0, "method": "POST",
-        "endpoint": "/v1/chat/completions", "stream": False, "status": 200, "request_headers": {}, "request": request,
-        "upstream_changes": {},
-        "response": {"object": "chat.completion", "model": call.model,
-                     "choices": [{"index": 0, "message": answer, "finish_reason": finish}], "usage": usage},
-        "prompt_token_ids": metrics.get("prompt_token_ids") if tokens else None,
-        "completion_token_ids": metrics.get("completion_token_ids") if tokens else None,
-        "per_token_logps": metrics.get("logprobs") if tokens else None,
-        "finish_reason": finish, "usage": usage, "requested_sampling_params": sampling,
-        "effective_sampling_params": sampling, "capture_level": level, "token_source": None,
-        "harness_session_id": None,
-        "notes": [f"imported from ATIF {source} {call.where}" + ("" if at else "; no usable timestamp: times are 0")],
-        "error": None,
-    }
-
-
-def records_of(doc: dict[str, Any], session: str, source: str) -> tuple[list[dict[str, Any]], str, str | None]:
-    """The trace records of a checked trajectory.
-
-    Args:
-        doc: the trajectory (from `read_trajectory`).
-        session: the session name the records carry.
-        source: the file's name, for the records' notes.
-
-    Returns:
-        ``(records in index order, capture level, why it is below tokens or None)``. The records
-        keep the arrival indices an exported trajectory recorded (`extra.rollout_dataset.call_index`)
-        when every call has a distinct one, else the document's order (main path, then subagents).
-    """
-    calls = list(_calls(doc, "$", [0]))
-    level, reason = _level(calls)
-    indices = [c.call_index for c in calls]
-    if None in indices or len(set(indices)) != len(indices):
-        indices = list(range(len(calls)))
-    records = [_record(call, idx, session, level, source) for call, idx in zip(calls, indices)]  # type: ignore[arg-type]
-    return in_arrival_order(records), level, reason
 
 
 # --- trajectory (+ Harbor result) -> artifact documents ---------------------------------------
@@ -451,33 +307,43 @@ def import_documents(source: AtifSource) -> dict[str, Any]:
                                           "from inside it)")])
     doc = read_trajectory(source.file)
     result, reward, rewards = _trial_outcome(source.result) if source.result else ({}, None, {})
-    own = _ours(doc.get("final_metrics") or {})
+    own = ours(doc.get("final_metrics") or {})
     if not source.result and isinstance(own.get("env_reward"), (int, float)):
         reward = float(own["env_reward"])
     rid = _rollout_id(doc, result, source.file.read_bytes())
     session = str(doc.get("session_id") or rid)
-    records, level, reason = records_of(doc, session, source.name)
-    first_user = next((_text(s["message"]) for s in doc["steps"] if s["source"] == "user"), "")
+    imported = records_of(doc, session, source.name)
+    records, level = imported.records, imported.level
     task_id = str(result.get("task_name") or own.get("task_id") or source.file.stem)
+    # the task statement: the first user step with text (an empty first one is no statement), else the task id
+    instruction = next((t for t in (message_text(s["message"]) for s in doc["steps"] if s["source"] == "user")
+                        if t.strip()), task_id)
     agent = doc["agent"]
+    model = agent.get("model_name") or _result_model(result)
     task = TaskInfo(env=str(own.get("env") or ("harbor" if source.result else "atif")), task_id=task_id, task_index=0,
-                    title=task_id, instruction=first_user, source=f"atif:{source.name}", dataset_seed=0, rollout_seed=0,
-                    n_prompts=1, config={"imported_from": source.name, "trial": result.get("trial_name"),
-                                                    **({"tokenizer": own["tokenizer"]} if isinstance(own.get("tokenizer"), str) else {})})
+                    title=task_id, instruction=instruction, source=f"atif:{source.name}", dataset_seed=0,
+                    rollout_seed=0, n_prompts=1,
+                    config={"imported_from": source.name, "trial": result.get("trial_name"),
+                            **({"tokenizer": own["tokenizer"]} if isinstance(own.get("tokenizer"), str) else {})})
     document = export_rollout(records, session_id=session, capture_level=level,
-                              metadata={"task_id": task_id, "model": agent.get("model_name"), "imported_from": "atif"})
+                              metadata={"task_id": task_id, "model": model, "imported_from": "atif"})
     turns = turns_document(document, records)
     created = result.get("started_at") or next((s.get("timestamp") for s in doc["steps"] if s.get("timestamp")), None)
     created_at = _iso_z(created) or "1970-01-01T00:00:00Z"
-    extra: dict[str, Any] = {"imported_from": {"format": "atif", "file": source.name, "trial": result.get("trial_name"),
-                                               "level_reason": reason}}
+    extra: dict[str, Any] = {"imported_from": {
+        "format": "atif", "file": source.name, "trial": result.get("trial_name"), "level_reason": imported.level_reason,
+        "atif": residue(doc, records, imported.id_steps)}}
     if rewards:
         extra["env_metrics"] = {f"verifier_{k}": v for k, v in rewards.items()}
+    unscored = None if reward is not None else (
+        "the Harbor trial's result.json has no numeric verifier reward" if source.result
+        else "an ATIF trajectory carries no reward (a bare file, not a Harbor trial with its result.json)")
     summary = summary_document(
-        rollout_id=rid, created_at=created_at, task=task, model=str(agent.get("model_name") or "unknown"),
+        rollout_id=rid, created_at=created_at, task=task, model=str(model or "unknown"),
         harness=f"atif:{agent['name']}", counts=RolloutCounts.of(records, document, turns),
-        score=Score(env_reward=reward, reward_after_penalties=reward), timed_out=False,
-        stop_reason=str(own.get("stop_reason") or "unknown"), capture_level=level, timings={}, errors=[], extra=extra)
+        score=Score(env_reward=reward, reward_after_penalties=reward, verifier=True, unscored_reason=unscored),
+        timed_out=False, stop_reason=str(own.get("stop_reason") or "unknown"), capture_level=level, timings={},
+        errors=[], extra=extra)
     header = {"rollout": rid, "reward": reward, "imported_from": source.name}
     trace = reseal({"schema_version": 1, "session": session, "calls": records})
     samples = samples_text(document, records, None, header,
@@ -485,6 +351,16 @@ def import_documents(source: AtifSource) -> dict[str, Any]:
                                   "stream is not rendered.")
     return {**rollout_files(trace=trace, document=document, turns=turns, task=task, samples=samples),
             SUMMARY_FILE: summary, TRAJECTORY_FILE: doc}
+
+
+def _result_model(result: dict[str, Any]) -> str | None:
+    """The model a Harbor `result.json` names (`agent_info.model_info`: ``provider/name``), or None."""
+    info = result.get("agent_info")
+    model = info.get("model_info") if isinstance(info, dict) else None
+    if not isinstance(model, dict) or not isinstance(model.get("name"), str) or not model["name"]:
+        return None
+    provider = model.get("provider")
+    return f"{provider}/{model['name']}" if isinstance(provider, str) and provider else model["name"]
 
 
 def _iso_z(value: Any) -> str | None:
@@ -501,7 +377,8 @@ def _iso_z(value: Any) -> str | None:
     return moment.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[list[Path], list[tuple[str, str]]]:
+def write_imported(sources: Iterable[AtifSource], stage: str | Path, origins: dict[str, str] | None = None,
+                   ) -> tuple[list[Path], list[tuple[str, str]]]:
     """Import each source into its own artifact folder under `stage`; a bad one is left out, named.
 
     Each folder is written under a temporary name and renamed when whole, so a failure never leaves
@@ -510,6 +387,7 @@ def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[li
     Args:
         sources: the trajectories (`find_atif_sources`).
         stage: an empty folder (the caller removes it after the build).
+        origins: filled with each folder written -> the file it was imported from (for messages).
 
     Returns:
         ``(artifact folders written, [(file, "file: field: reason"), ...] left out)``.
@@ -547,6 +425,8 @@ def write_imported(sources: Iterable[AtifSource], stage: str | Path) -> tuple[li
             continue
         partial.rename(final)
         folders.append(final)
+        if origins is not None:
+            origins[str(final)] = str(source.file)
         staging.checkpoint("imported")
     return folders, refused
 
@@ -558,10 +438,32 @@ class ImportedInputs:
     Attributes:
         paths: the artifact folders (and trees) given, plus the folder holding the imported ones.
         refused: ``(file, "file: field: reason")`` of each trajectory left out.
+        origins: each imported artifact folder -> the ATIF file it was imported from.
     """
 
     paths: list[str]
     refused: list[tuple[str, str]]
+    origins: dict[str, str] = field(default_factory=dict)
+
+    def source_named(self, text: str) -> str:
+        """`text` (a build's message) with each import folder's path replaced by the file it was imported from.
+
+        The import folder is removed when the build ends: a message naming it would name nothing.
+
+        Args:
+            text: a message that may name import folders (or files in them).
+
+        Returns:
+            The message naming the source files instead.
+        """
+        for folder in sorted(self.origins, key=len, reverse=True):
+            source = self.origins[folder]
+
+            def named(match: re.Match[str], source: str = source) -> str:
+                return source + (f" (imported as {match.group(1)})" if match.group(1) else "")
+
+            text = re.sub(re.escape(folder) + r"(?:/([^\s:]+))?", named, text)
+        return text
 
 
 @contextlib.contextmanager
@@ -595,5 +497,6 @@ def imported_inputs(paths: Iterable[str | Path], beside: str | Path) -> Iterator
     out.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(out, (IMPORT_INFIX,))  # the other leftovers only under the build's lock, after restore_aside
     with owned_folder(out, IMPORT_INFIX) as stage:
-        folders, refused = write_imported(sources, stage)
-        yield ImportedInputs(list(artifacts) + ([str(stage)] if folders else []), refused)
+        origins: dict[str, str] = {}
+        folders, refused = write_imported(sources, stage, origins)
+        yield ImportedInputs(list(artifacts) + ([str(stage)] if folders else []), refused, origins)

@@ -216,7 +216,8 @@ def build(artifact_dirs: Iterable[str | Path], out_dir: str | Path, *, template:
             number. Spawned processes exit when this one dies (a script calling this with
             workers > 1 needs the ``if __name__ == "__main__":`` guard).
         shard_bytes: a shard is closed and the next one started past this many parquet bytes.
-        skip_invalid: leave out (and name) each folder the schema check refuses instead of failing.
+        skip_invalid: leave out (and name) each folder the schema check refuses, or whose tokenizer differs
+            from the dataset's, instead of failing.
 
     Returns:
         A `BuildResult`.

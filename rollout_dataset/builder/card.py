@@ -91,12 +91,16 @@ def card_metadata(stats: dict[str, Any], *, pretty_name: str, license: str,
 
     Returns:
         license, pretty_name, language, task_categories, tags, size_categories, configs (one default)
-        and dataset_info: per config its features, its split's row count and sizes. The counts and sizes also make the metadata differ between
+        and dataset_info: per config its features, its split's row count and sizes. A config with no
+        rows (but the default) is left out: `datasets` cannot load a split without rows, so every
+        config the header lists loads; its empty shard, which has the schema, stays in the folder. The counts and sizes also make the metadata differ between
         dataset states, which `datasets` needs: it keys its local cache on this metadata.
     """
     config_bytes = config_bytes or {}
     configs, infos = [], []
     for spec in CONFIGS:
+        if not stats["rows"][spec.name] and spec.name != DEFAULT_CONFIG:
+            continue  # `datasets` refuses a split without rows ("Instruction 'train' corresponds to no data")
         entry: dict[str, Any] = {"config_name": spec.name,
                                  "data_files": [{"split": "train", "path": f"data/{spec.name}/*.parquet"}]}
         if spec.name == DEFAULT_CONFIG:

@@ -142,8 +142,9 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _s("summary", "continuity", "json"),
         _s("summary", "context_fit", "json"),
         _s("summary", "isolation", "string"),
-        _c("tokenizer", "string", "Tokenizer of the capture: task.json config 'tokenizer'; 'builtin' for the local "
-           "backend; else the model name."),
+        _s("summary", "imported_from", "json"),
+        _c("tokenizer", "string", "Tokenizer of the capture's token ids: task.json config 'tokenizer'; 'builtin' "
+           "for the local backend; else the model name. Null below capture level tokens (no token ids)."),
         _c("served_model_id", "string", "The model id the server served (its /v1/models entry); null when not recorded."),
         _c("served_model_root", "string", "That model's `root` (the weights it was loaded from) per /v1/models."),
         _c("server_kind", "string", "What answered: 'vllm' (its /version), 'rollout-dataset-local-backend' (the "
@@ -163,7 +164,7 @@ CONFIGS: tuple[ConfigSpec, ...] = (
            "(JSON list, as sent upstream)."),
         _c("n_sequences", "int32", "Rows of this rollout in the sequences config."),
         _c("n_conversations", "int32", "Rows of this rollout in the conversations config (its trainable "
-           "sequences)."),
+           "sequences; at capture level text, its sequences)."),
         _c("n_trace_rows", "int32", "Rows of this rollout in the trace config (captured calls)."),
         _c("n_turn_rows", "int32", "Rows of this rollout in the turns config."),
         _c("n_held_out_rows", "int32", "Rows of this rollout in the held_out_tests config."),
@@ -294,7 +295,7 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _GROUP,
     )),
     ConfigSpec("conversations", "one row per trainable sequence", "The conversation of each trainable "
-               "sequence as typed chat messages, ready for TRL's SFTTrainer conversational format "
+               "sequence (every sequence at capture level text) as typed chat messages, ready for TRL's SFTTrainer conversational format "
                "(`messages` + `tools`): the request messages of the sequence's last call followed by the "
                "message the model answered. `tools` is JSON text (tool schemas differ in shape); decode it "
                "with `json.loads` before `apply_chat_template(messages, tools=...)`.", (

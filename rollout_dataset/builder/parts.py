@@ -40,7 +40,7 @@ from rollout_dataset.builder.rows import PREVIEW_CHARS, rollout_rows, tokenizer_
 from rollout_dataset.builder.tokenizer_files import TokenizerRegistry
 from rollout_dataset.builder.traces import write_session
 from rollout_dataset.builder.writer import ROW_GROUP_BYTES, SHARD_BYTES, PartWriter
-from rollout_dataset.errors import ArtifactError, SchemaValidationError
+from rollout_dataset.errors import ArtifactError, SchemaValidationError, TokenizerMismatchError
 
 __all__ = ["PartSpec", "PartResult", "PartStopped", "exit_with_parent", "split_present", "plan_inputs", "split_parts",
            "build_part", "run_part", "read_progress"]
@@ -237,8 +237,8 @@ def build_part(spec: PartSpec, stage: str | Path, prefix: str, *, tokenizer_iden
             so that the parent can name the folder a crashed process was on.
         stop: asked before each folder; True ends the part early with `PartStopped` (another
             part failed, so this one's rows will not be used).
-        skip_invalid: leave out a folder the schema check refuses (named in `PartResult.refused`)
-            instead of failing the part.
+        skip_invalid: leave out a folder the schema check refuses, or whose tokenizer differs from the
+            dataset's (named in `PartResult.refused`), instead of failing the part.
 
     Returns:
         A `PartResult`.
@@ -298,7 +298,14 @@ def _build_one(folder: Path, expected: str | None, skip: bool, stage: Path, writ
         result.skipped.append(rid)
         return
     name = tokenizer_name(art)
-    tok = tokenizers.check(name, str(folder))
+    try:
+        tok = tokenizers.check(name, str(folder))
+    except TokenizerMismatchError as exc:
+        if not skip_invalid:
+            raise
+        log.warning("%s: left out of the dataset: %s", folder, exc)
+        result.refused.append((str(folder), str(exc)))
+        return
     names.setdefault(name, str(folder))
     art.update(tokenizer_sha256=tok.sha256 if tok else None, tokenizer_revision=tok.revision if tok else None)
     try:

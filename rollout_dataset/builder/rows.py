@@ -160,15 +160,20 @@ def group_id_of(summary: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------- configs
 
 def tokenizer_name(art: dict[str, Any]) -> str | None:
-    """The tokenizer a rollout's capture used, as it named it.
+    """The tokenizer of a rollout's token ids, as its capture named it.
+
+    A rollout below capture level `tokens` holds no token ids, so it has no tokenizer: it never
+    conflicts with the dataset's (rollouts of any models at level `text` build into one dataset).
 
     Args:
         art: the documents from `read_artifact`.
 
     Returns:
-        task.json config ``tokenizer``; ``"builtin"`` for a capture against the local backend (no
-        ``base_url``); else the model name.
+        None below level `tokens`; else task.json config ``tokenizer``; ``"builtin"`` for a capture
+        against the local backend (no ``base_url``); else the model name.
     """
+    if art["summary"].get("capture_level") != "tokens":
+        return None
     config = (art["task"] or {}).get("config") or {}
     tokenizer = None
     if isinstance(config, dict):
@@ -451,6 +456,9 @@ def chat_message(message: Any) -> dict[str, Any]:
 def conversation_rows(art: dict[str, Any], seq_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One `conversations` row per trainable sequence: its last call's messages + the answer.
 
+    At capture level `text` (no token ids, so no sequence is trainable) every sequence gets its row:
+    a conversation needs text only.
+
     Args:
         art: the documents from `read_artifact`.
         seq_rows: the rollout's `sequences` rows (from `sequence_rows`).
@@ -462,8 +470,9 @@ def conversation_rows(art: dict[str, Any], seq_rows: list[dict[str, Any]]) -> li
     calls = {c.get("index"): c for c in art["trace"].get("calls", []) if isinstance(c, dict)}
     summary = art["summary"]
     rows = []
+    text_level = summary.get("capture_level") == "text"
     for seq in seq_rows:
-        if not seq["trainable"] or not seq["node_ids"]:
+        if not (seq["trainable"] or text_level) or not seq["node_ids"]:
             continue
         call = calls.get(seq["node_ids"][-1])
         if call is None:  # trace.json and rollout.json disagree: the trace config's own checks name it
@@ -471,6 +480,10 @@ def conversation_rows(art: dict[str, Any], seq_rows: list[dict[str, Any]]) -> li
                         summary["rollout_id"], seq["sequence_index"], seq["node_ids"][-1])
             continue
         chat_messages, chat_tools = call_chat_messages(call)  # every API read as chat (wire.records)
+        if chat_messages is None and not seq["trainable"]:  # a text-level completions call: no chat to give
+            log.info("rollout %s sequence %d: its last call reads as no chat conversation; no conversations row",
+                     summary["rollout_id"], seq["sequence_index"])
+            continue
         if chat_messages is None:  # every trainable sequence has its row: a gap here is never silent
             raise ArtifactError(f"rollout {summary['rollout_id']} sequence {seq['sequence_index']}: its last call "
                                 f"(index {seq['node_ids'][-1]}, {call.get('endpoint')}) reads as no chat "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable
 
 __all__ = ["add_arguments", "run"]
 
@@ -51,8 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the dataset's rows are the same, in the same order, for any N")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--skip-invalid", action="store_true",
-                        help="leave out each artifact folder the schema check refuses (named on stderr, in the summary "
-                             "and on the card) instead of failing the build")
+                        help="leave out each artifact folder the schema check refuses, or whose token ids are of "
+                             "another tokenizer than the dataset's (named on stderr, in the summary and on the card), "
+                             "instead of failing the build")
     from rollout_dataset.cli.build_extend import add_extended_arguments
 
     add_extended_arguments(parser)  # --append, --executor ray, --parts, --node-dir
@@ -111,18 +113,21 @@ def run(args: argparse.Namespace) -> int:
                 return report_error(f"no input left to build: all {len(inputs.refused)} ATIF trajectories were "
                                     "refused", EXIT_FAILED, note=f"{args.out} left as it was")
             args.artifacts = inputs.paths
-            return _build_and_report(args)
+            return _build_and_report(args, inputs.source_named)
     except OSError as exc:  # the import folder could not be written: nothing of it is left
         return report_error(exc, EXIT_FAILED, note=f"{args.out} left as it was")
 
 
-def _build_and_report(args: argparse.Namespace) -> int:
-    """Build (or append, or build on Ray) from `args.artifacts`, report, push: `run`'s exit code."""
+def _build_and_report(args: argparse.Namespace, named: Callable[[str], str] = str) -> int:
+    """Build (or append, or build on Ray) from `args.artifacts`, report, push: `run`'s exit code.
+
+    `named` turns a message naming an import folder into one naming the ATIF file it was imported from.
+    """
     from rollout_dataset.builder import build
     from rollout_dataset.builder.inputs import first_failure_line
     from rollout_dataset.errors import RolloutDatasetError, SchemaValidationError
     from rollout_dataset.cli.push_env import maybe_push_from_env
-    from rollout_dataset.cli.reporting import EXIT_FAILED, report_error
+    from rollout_dataset.cli.reporting import EXIT_FAILED, error_line, report_error
 
     from rollout_dataset.cli.build_extend import run_extended, wants_extended
 
@@ -136,15 +141,15 @@ def _build_and_report(args: argparse.Namespace) -> int:
                            samples=args.samples, workers=args.workers, skip_invalid=args.skip_invalid, **card)
     except SchemaValidationError as exc:
         folder = Path(exc.failures[0][0]).parent if exc.failures else None
-        return report_error(first_failure_line(exc, folder), EXIT_FAILED,
+        return report_error(named(first_failure_line(exc, folder)), EXIT_FAILED,
                             note=f"{args.out} left as it was; --skip-invalid leaves such folders out instead")
     except RolloutDatasetError as exc:
-        return report_error(exc, EXIT_FAILED)
+        return report_error(named(error_line(exc)), EXIT_FAILED)
     except OSError as exc:  # a full disk, a permission: named by the OS error, the dataset untouched
-        return report_error(exc, EXIT_FAILED, note=f"{args.out} left as it was")
+        return report_error(named(error_line(exc)), EXIT_FAILED, note=f"{args.out} left as it was")
     refused = result.refused  # empty for --append and --executor ray: they check every folder strictly
     for folder, reason in refused:
-        print(f"refused: {folder}: left out of the dataset: {reason}", file=sys.stderr)
+        print(named(f"refused: {folder}: left out of the dataset: {reason}"), file=sys.stderr)
     print(f"{result.out_dir}: {result.total_rollouts} rollouts "
           f"({len(result.added)} added, {len(result.skipped)} already there"
           f"{f', {len(refused)} refused by the schema check and left out' if refused else ''})")
