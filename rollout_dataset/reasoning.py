@@ -21,6 +21,7 @@ from rollout_dataset.wire.content import content_text
 
 __all__ = [
     "BREAK_STATUS",
+    "MAX_BOUNDARY_MERGE",
     "THINK_CLOSE",
     "THINK_OPEN",
     "explain_content_change",
@@ -41,6 +42,12 @@ HARMONY_MESSAGE = "<|message|>"
 #: end-of-message tokens a sampled reply may end with (ChatML, Harmony final / tool call / message)
 END_MARKERS = ("<|im_end|>", "<|return|>", "<|call|>", "<|end|>", "<|endoftext|>", "<｜end▁of▁sentence｜>")
 
+#: at most this many ids at the end of an earlier prompt may merge with the reply's first characters in
+#: the next prompt (Qwen3 renders an earlier reply as ``<|im_start|>assistant\n`` + content, and the
+#: generation prompt's ``\n`` with the parser's leading ``\n\n`` is one BPE token there): the earlier
+#: prompt's text must still open the next prompt's text for the break to be read at the reply
+MAX_BOUNDARY_MERGE = 2
+
 #: the continuity status each break cause stands for: by design (``reasoning_dropped``) or a real,
 #: unexplained-by-design break (``not_repaired``; on-policy mode repairs the harness and whitespace ones)
 BREAK_STATUS: dict[str, str] = {
@@ -49,6 +56,7 @@ BREAK_STATUS: dict[str, str] = {
     "end_of_turn_rerendered": "reasoning_dropped",
     "harness_dropped_reasoning": "not_repaired",
     "whitespace_drift": "not_repaired",
+    "reply_boundary_merged": "not_repaired",
     "harmony_rerendered": "not_repaired",
     "content_changed": "not_repaired",
     "history_rerendered": "not_repaired",
@@ -110,15 +118,15 @@ def explain_content_change(sampled_text: str, rendered_text: str) -> str:
         rendered_text: the decoded ids the server renders there from what the harness sent back.
 
     Returns:
-        ``"reasoning_dropped"`` when the render is exactly the sampled text after its reasoning part
-        (whitespace at the joins aside), ``"whitespace_drift"`` when the texts differ only in
+        ``"reasoning_dropped"`` when the render is the sampled text after its reasoning part, whitespace
+        aside (a reply sent back with the parser's leading newlines, a newline doubled before a tool call), ``"whitespace_drift"`` when the texts differ only in
         whitespace (e.g. a doubled newline before ``<tool_call>``: the tool parser leaves a trailing
         newline in `content` and the template adds one), ``"reply_all_reasoning"`` when the reply was
         all reasoning (an opened ``<think>`` never closed) and the history holds nothing of it, else
         ``"content_changed"``.
     """
     head, after = split_reasoning(sampled_text)
-    if head is not None and after.strip() == rendered_text.strip():
+    if head is not None and _squash(after) == _squash(rendered_text) and (after.strip() or not rendered_text.strip()):
         return "reasoning_dropped"
     if _squash(sampled_text) == _squash(rendered_text):
         return "whitespace_drift"

