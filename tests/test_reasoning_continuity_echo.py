@@ -15,13 +15,14 @@ from typing import Any
 
 import httpx
 import pytest
-from support.genuine_templates import qwen3_tokenizer_dir
+from support.genuine_templates import deepseek_r1_tokenizer_dir, qwen3_tokenizer_dir
 from support.harness_echo import TOOLS, drive, script_steps
 
 from rollout_dataset.backend import LocalBackend
 from rollout_dataset.export import export_rollout
 from rollout_dataset.export.breaks import CAUSE_TAG
 from rollout_dataset.export.continuity import continuity_of
+from rollout_dataset.harmony import load_harmony_tokenizer
 from rollout_dataset.proxy import CaptureProxy, read_trace
 from rollout_dataset.proxy.on_policy import PastCall, plan_splice
 from rollout_dataset.reasoning import explain_content_change
@@ -33,11 +34,18 @@ def qwen3():
     return load_tokenizer(str(qwen3_tokenizer_dir()))
 
 
+@pytest.fixture(scope="module")
+def deepseek_r1():
+    return load_tokenizer(str(deepseek_r1_tokenizer_dir()))
+
+
 async def capture(tmp_path: Path, tokenizer: Any, kind: str, echo: str, *, on_policy: bool = True,
-                  turns: int = 3) -> tuple[list[dict], dict]:
-    """One session through backend (qwen3 parser) + proxy; returns its records and exported rollout."""
-    script = {"steps": script_steps(kind, turns), "final": "Done."}
-    async with LocalBackend(tokenizer=tokenizer, policy="script", script=script, reasoning_parser="qwen3") as backend:
+                  turns: int = 3, parser: str = "qwen3") -> tuple[list[dict], dict]:
+    """One session through backend (`parser`) + proxy; returns its records and exported rollout."""
+    harmony = parser == "openai_gptoss"
+    script = {"steps": script_steps(kind, turns, harmony=harmony), "final": "Done."}
+    served = "harmony" if harmony else tokenizer
+    async with LocalBackend(tokenizer=served, policy="script", script=script, reasoning_parser=parser) as backend:
         async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path, on_policy=on_policy) as proxy:
             url = proxy.session_base_url("s") + "/chat/completions"
             async with httpx.AsyncClient(timeout=60) as client:
@@ -136,3 +144,28 @@ def test_a_difference_deeper_in_the_earlier_prompt_than_the_boundary_is_history_
     # the last id merged with the reply (the empty reply's render keeps it): the text check decides
     plan = plan_splice(parent, parent_render, [1, 2, 3, 4, 8, 99, 6], [1, 2, 3, 4, 5, 99, 6])
     assert plan.target == [1, 2, 3, 4, 5, 9, 99, 6] and plan.boundary == [5] and plan.rendered_content == [8]
+
+
+@pytest.mark.parametrize("echo", ["verbatim", "content_only", "reasoning_content", "think_block", "stripped"])
+async def test_a_deepseek_r1_chat_is_reasoning_dropped_whatever_the_harness_sends_back(tmp_path, deepseek_r1, echo):
+    records, _ = await capture(tmp_path, deepseek_r1, "chat", echo, parser="deepseek_r1")
+    assert records[0]["response"]["choices"][0]["message"]["content"] == "\n\nHello! How can I help?"
+    assert statuses(records)[1:] == [("reasoning_dropped", "template_dropped_reasoning")] * 2
+
+
+async def test_without_the_mode_a_deepseek_r1_chat_break_is_template_dropped_reasoning(tmp_path, deepseek_r1):
+    _, doc = await capture(tmp_path, deepseek_r1, "chat", "verbatim", on_policy=False, parser="deepseek_r1")
+    assert break_causes(doc) == ["template_dropped_reasoning"] * 2
+
+
+@pytest.mark.parametrize("echo", ["verbatim", "harmony_reasoning", "reasoning_content", "content_only"])
+async def test_a_harmony_tool_loop_is_one_sequence_whatever_the_harness_sends_back(tmp_path, echo):
+    records, doc = await capture(tmp_path, load_harmony_tokenizer(), "tool_loop", echo, parser="openai_gptoss")
+    assert [s for s, _ in statuses(records)[1:]] == ["repaired"] * 2
+    assert len(agent_sequences(doc)) == 1
+
+
+@pytest.mark.parametrize("echo", ["verbatim", "content_only"])
+async def test_a_harmony_chat_is_reasoning_dropped(tmp_path, echo):
+    records, _ = await capture(tmp_path, load_harmony_tokenizer(), "chat", echo, parser="openai_gptoss")
+    assert [s for s, _ in statuses(records)[1:]] == ["reasoning_dropped"] * 2
