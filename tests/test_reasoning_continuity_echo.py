@@ -124,6 +124,11 @@ async def test_without_the_mode_a_chat_break_is_named_template_dropped_not_histo
         f["message"] for f in doc["findings"] if f["code"] == "prefix_break")
 
 
+async def test_without_the_mode_a_reply_sent_back_with_its_think_block_still_extends_the_history(tmp_path, qwen3):
+    _, doc = await capture(tmp_path, qwen3, "chat", "think_block", on_policy=False)
+    assert break_causes(doc) == ["template_dropped_reasoning"] * 2  # not an untagged "history rewritten"
+
+
 async def test_without_the_mode_a_tool_loop_break_is_named_harness_dropped_reasoning(tmp_path, qwen3):
     _, doc = await capture(tmp_path, qwen3, "tool_loop", "content_only", on_policy=False)
     assert break_causes(doc) == ["harness_dropped_reasoning"] * 2
