@@ -24,6 +24,7 @@ __all__ = [
     "MAX_BOUNDARY_MERGE",
     "THINK_CLOSE",
     "THINK_OPEN",
+    "describe_edit",
     "explain_content_change",
     "explain_reply_break",
     "harness_sent_reasoning",
@@ -133,6 +134,42 @@ def explain_content_change(sampled_text: str, rendered_text: str) -> str:
     if head is None and sampled_text.lstrip().startswith(THINK_OPEN) and not rendered_text.strip():
         return "reply_all_reasoning"
     return "content_changed"
+
+
+TOOL_CALL_OPEN = "<tool_call>"
+
+
+def describe_edit(sampled_text: str, rendered_text: str) -> str | None:
+    """How the reply in the history was edited, when the texts show it (for a ``content_changed`` break).
+
+    The sampled text's reasoning part is left out when the history holds none of it; whitespace is
+    ignored; the history's text is read up to its first end-of-turn marker.
+
+    Args:
+        sampled_text: the decoded sampled reply.
+        rendered_text: the reply as the history holds it (decoded), possibly followed by later turns.
+
+    Returns:
+        A clause: ``"the harness cut the reply's text"`` (the history holds a shorter start of it),
+        ``"the harness added text to the reply"``, ``"the harness changed a tool call (name or
+        arguments)"`` (the text before the first ``<tool_call>`` is the same), or None.
+    """
+    body = _strip_end(sampled_text)
+    rendered = rendered_text
+    for marker in END_MARKERS:
+        rendered = rendered.split(marker, 1)[0]
+    head, after = split_reasoning(body)
+    if head is not None and not _squash(rendered).startswith(_squash(head)):
+        body = after
+    s_text, _, s_calls = _squash(body).partition(TOOL_CALL_OPEN)
+    r_text, _, r_calls = _squash(rendered).partition(TOOL_CALL_OPEN)
+    if s_text == r_text:
+        return "the harness changed a tool call (name or arguments)" if s_calls != r_calls else None
+    if s_text.startswith(r_text):
+        return "the harness cut the reply's text"
+    if r_text.startswith(s_text):
+        return "the harness added text to the reply"
+    return None
 
 
 def _strip_end(text: str) -> str:

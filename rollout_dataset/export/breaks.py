@@ -34,6 +34,7 @@ from rollout_dataset.graph import TurnNode
 from rollout_dataset.reasoning import (
     BREAK_STATUS,
     MAX_BOUNDARY_MERGE,
+    describe_edit,
     explain_reply_break,
     harness_sent_reasoning,
     reasoning_text,
@@ -150,6 +151,7 @@ def explain_break(earlier: TurnNode, call: TurnNode, tokenizer: Any = None,
     elif tokenizer is not None and pos >= n_prompt:
         following = _decode(tokenizer, list(call.prompt_ids[n_prompt:]))
     merged = pos < n_prompt and following is not None
+    edit: str | None = None
     if pos < n_prompt and following is None:
         cause = "history_rerendered"
     elif following is None:
@@ -159,6 +161,8 @@ def explain_break(earlier: TurnNode, call: TurnNode, tokenizer: Any = None,
         kind = explain_reply_break(sampled, following)
         if merged and following.startswith(sampled):
             kind = "reply_boundary_merged"
+        if kind == "content_changed":
+            edit = describe_edit(sampled, following)
         cause = kind
         if kind == "reasoning_dropped":
             at = len(earlier.request_messages)
@@ -173,6 +177,8 @@ def explain_break(earlier: TurnNode, call: TurnNode, tokenizer: Any = None,
                 # the template drops it even when put back: by design; else the harness dropped it
                 cause = "template_dropped_reasoning" if keeps is False else "harness_dropped_reasoning"
     sentence = _SENTENCES[cause]
+    if edit is not None:
+        sentence += f": {edit}"
     if merged and cause != "reply_boundary_merged":
         sentence += "; the reply's first characters also merged with the end of the earlier prompt into other ids"
     return BreakCause(cause, BREAK_STATUS.get(cause, "not_repaired"), pos, sentence)

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from rollout_dataset.reasoning import MAX_BOUNDARY_MERGE, THINK_CLOSE, explain_content_change
+from rollout_dataset.reasoning import MAX_BOUNDARY_MERGE, THINK_CLOSE, describe_edit, explain_content_change
 from rollout_dataset.tokenizers import common_prefix
 from rollout_dataset.wire.content import content_text
 
@@ -531,5 +531,7 @@ def content_mismatch_detail(sampled_text: str, rendered_text: str) -> str:
     hint = ""
     if sampled_text.endswith(rendered_text) and len(rendered_text) < len(sampled_text):
         hint = " (the history drops the start of the reply, e.g. its reasoning)"
+    elif (edit := describe_edit(sampled_text, rendered_text)) is not None:
+        hint = f" ({edit})"
     return (f"the reply in the history ({len(rendered_text)} chars) differs from the sampled text "
             f"({len(sampled_text)} chars) from char {pos}{hint}")
