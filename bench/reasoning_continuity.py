@@ -5,8 +5,9 @@ first-release template) and gpt-oss Harmony (`openai-harmony`). Rollouts are cap
 recording proxy (in this process, on loopback) from the local backend serving that template with
 vLLM 0.32's reasoning parser (`qwen3`, `deepseek_r1`, `openai_gptoss`): a script policy that thinks
 first, then answers (``chat``: a user message before each turn, also terminus-2's shape) or calls a
-tool (``tool_loop``: one user message, tool results, a final answer; hermes tool calls, so not for
-DeepSeek-R1, whose tool-call format the local backend does not parse). The parser's `content` keeps
+tool (``tool_loop``: one user message, tool results, a final answer; ``loop_then_chat``: the same,
+then a new user message and one more turn; hermes tool calls, so not for DeepSeek-R1, whose
+tool-call format the local backend does not parse). The parser's `content` keeps
 its leading whitespace (``"\n\nHello! How can I help?"``, ``"\n\nLet me look.\n"`` before a call).
 
 Each reply goes back as a harness sends it (`tests/support/harness_echo.py`): ``verbatim`` (the
@@ -59,9 +60,9 @@ STATUSES = ("exact", "repaired", "reasoning_dropped", "not_repaired")
 THINK_ECHOES = ("verbatim", "content_only", "reasoning_content", "think_block", "stripped")
 #: family -> (reasoning parser, session kinds, echo shapes)
 FAMILIES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    "qwen3": ("qwen3", ("tool_loop", "chat"), THINK_ECHOES),
+    "qwen3": ("qwen3", ("tool_loop", "chat", "loop_then_chat"), THINK_ECHOES),
     "deepseek_r1": ("deepseek_r1", ("chat",), THINK_ECHOES),
-    "harmony": ("openai_gptoss", ("tool_loop", "chat"),
+    "harmony": ("openai_gptoss", ("tool_loop", "chat", "loop_then_chat"),
                 ("verbatim", "harmony_reasoning", "reasoning_content", "content_only")),
 }
 
@@ -89,7 +90,7 @@ async def capture(family: str, tokenizer: Any, kind: str, echo: str, on_policy: 
 
                         async def post(messages: list[dict], url: str = url) -> dict:
                             body: dict[str, Any] = {"model": "local", "messages": messages, "max_tokens": 96}
-                            if kind == "tool_loop":
+                            if kind != "chat":
                                 body["tools"] = TOOLS
                             response = await client.post(url, json=body)
                             response.raise_for_status()

@@ -30,6 +30,7 @@ __all__ = [
     "harness_sent_reasoning",
     "message_reasoning",
     "odd_reasoning",
+    "only_reasoning_removed",
     "reasoning_text",
     "split_reasoning",
 ]
@@ -137,6 +138,38 @@ def explain_content_change(sampled_text: str, rendered_text: str) -> str:
 
 
 TOOL_CALL_OPEN = "<tool_call>"
+_THINK_BLOCK = re.compile(re.escape(THINK_OPEN) + r".*?" + re.escape(THINK_CLOSE), re.S)
+#: a Harmony analysis message with the header of the message after it (canonical headers)
+_HARMONY_ANALYSIS_MESSAGE = re.compile(re.escape(HARMONY_ANALYSIS + HARMONY_MESSAGE) + r".*?"
+                                       + re.escape("<|end|>" + HARMONY_NEXT_MESSAGE), re.S)
+
+
+def only_reasoning_removed(earlier_text: str, later_text: str) -> bool:
+    """Whether a history was rendered again with think blocks left out and nothing else changed.
+
+    Qwen3's template keeps the reasoning of the assistant turns after the last user message; once a new
+    user message comes, it renders those same turns again without it, deep inside the earlier prompt.
+    Harmony does the same with analysis messages (compared with headers written one way and
+    ``<|return|>`` read as ``<|end|>``, as the history renders them).
+
+    Args:
+        earlier_text: the earlier prompt (and what was sampled after it) from the first differing id, decoded.
+        later_text: the new prompt from the same id, decoded.
+
+    Returns:
+        True when `earlier_text` holds a closed think block (or Harmony analysis message) and, with those
+        taken out and whitespace ignored, opens `later_text` (its own taken out too).
+    """
+    if HARMONY_MESSAGE in earlier_text + later_text:  # Harmony: analysis messages, headers written one way
+        earlier_text, later_text = (harmony_canonical(t).replace("<|return|>", "<|end|>")
+                                    for t in (earlier_text, later_text))
+        drop = _HARMONY_ANALYSIS_MESSAGE
+    else:
+        drop = _THINK_BLOCK
+    stripped = drop.sub("", earlier_text)
+    if stripped == earlier_text:
+        return False
+    return _squash(drop.sub("", later_text)).startswith(_squash(stripped))
 
 
 def describe_edit(sampled_text: str, rendered_text: str) -> str | None:

@@ -25,7 +25,7 @@ from rollout_dataset.export.continuity import continuity_of
 from rollout_dataset.harmony import load_harmony_tokenizer
 from rollout_dataset.proxy import CaptureProxy, read_trace
 from rollout_dataset.proxy.on_policy import PastCall, plan_splice
-from rollout_dataset.reasoning import explain_content_change
+from rollout_dataset.reasoning import explain_content_change, only_reasoning_removed
 from rollout_dataset.tokenizers import load_tokenizer
 
 
@@ -51,7 +51,7 @@ async def capture(tmp_path: Path, tokenizer: Any, kind: str, echo: str, *, on_po
             async with httpx.AsyncClient(timeout=60) as client:
                 async def post(messages: list[dict]) -> dict:
                     body: dict[str, Any] = {"model": "local", "messages": messages, "max_tokens": 96}
-                    if kind == "tool_loop":
+                    if kind != "chat":
                         body["tools"] = TOOLS
                     response = await client.post(url, json=body)
                     assert response.status_code == 200, response.text
@@ -174,3 +174,35 @@ async def test_a_harmony_tool_loop_is_one_sequence_whatever_the_harness_sends_ba
 async def test_a_harmony_chat_is_reasoning_dropped(tmp_path, echo):
     records, _ = await capture(tmp_path, load_harmony_tokenizer(), "chat", echo, parser="openai_gptoss")
     assert [s for s, _ in statuses(records)[1:]] == ["reasoning_dropped"] * 2
+
+
+@pytest.mark.parametrize("echo", ["reasoning_content", "content_only"])
+async def test_a_new_user_message_after_a_tool_loop_is_reasoning_dropped_not_history_rerendered(tmp_path, qwen3, echo):
+    # Qwen3 renders the loop's turns again without their reasoning once a user message follows them
+    records, doc = await capture(tmp_path, qwen3, "loop_then_chat", echo, turns=4)
+    assert statuses(records)[-1] == ("reasoning_dropped", "template_dropped_reasoning")
+    assert [s for s, _ in statuses(records)[1:3]] == ["repaired"] * 2
+    assert break_causes(doc) == ["template_dropped_reasoning"]
+
+
+async def test_without_the_mode_a_new_user_message_after_a_tool_loop_is_template_dropped_reasoning(tmp_path, qwen3):
+    _, doc = await capture(tmp_path, qwen3, "loop_then_chat", "reasoning_content", on_policy=False, turns=4)
+    assert break_causes(doc)[-1] == "template_dropped_reasoning"
+    assert "earlier turns' reasoning" in [f["message"] for f in doc["findings"] if f["code"] == "prefix_break"][-1]
+
+
+async def test_a_new_user_message_after_a_harmony_tool_loop_is_template_dropped_reasoning_both_ways(tmp_path):
+    harmony = load_harmony_tokenizer()
+    records, _ = await capture(tmp_path / "on", harmony, "loop_then_chat", "verbatim", turns=4, parser="openai_gptoss")
+    assert statuses(records)[-1] == ("reasoning_dropped", "template_dropped_reasoning")
+    _, doc = await capture(tmp_path / "off", harmony, "loop_then_chat", "verbatim", turns=4, parser="openai_gptoss",
+                           on_policy=False)
+    assert break_causes(doc)[-1] == "template_dropped_reasoning"  # the analysis left out of the whole loop
+
+
+def test_a_history_counts_as_reasoning_dropped_only_when_nothing_but_reasoning_left_it():
+    earlier = "<|im_start|>assistant\n<think>\nPlan.\n</think>\n\nLook.\n<tool_call>{}</tool_call><|im_end|>"
+    later = "<|im_start|>assistant\n\n\nLook.\n\n<tool_call>{}</tool_call><|im_end|>\n<|im_start|>user\nq"
+    assert only_reasoning_removed(earlier, later)
+    assert not only_reasoning_removed(earlier, later.replace("Look.", "Looked."))
+    assert not only_reasoning_removed("no reasoning here", "no reasoning here, and more")

@@ -3,7 +3,9 @@
 A prefix break is a call whose messages extend an earlier call's history while its prompt ids do not
 hold that call's prompt + sampled ids. The cause is read from where the two first differ:
 
-- before the earlier reply: ``history_rerendered`` (the template renders the same history differently),
+- before the earlier reply: ``template_dropped_reasoning`` when the only change is think blocks left
+  out of earlier turns (Qwen3 after a new user message), else ``history_rerendered`` (the template
+  renders the same history differently),
   unless the difference lies in the earlier prompt's last ids and its text still opens the next
   prompt's: the reply's first characters merged with them into other ids (a BPE merge across the
   reply boundary, Qwen3's ``assistant\n`` + a reply sent back with its leading ``\n\n``), and the
@@ -35,6 +37,7 @@ from rollout_dataset.reasoning import (
     BREAK_STATUS,
     MAX_BOUNDARY_MERGE,
     describe_edit,
+    only_reasoning_removed,
     explain_reply_break,
     harness_sent_reasoning,
     reasoning_text,
@@ -152,7 +155,14 @@ def explain_break(earlier: TurnNode, call: TurnNode, tokenizer: Any = None,
         following = _decode(tokenizer, list(call.prompt_ids[n_prompt:]))
     merged = pos < n_prompt and following is not None
     edit: str | None = None
-    if pos < n_prompt and following is None:
+    history_reasoning = False
+    if pos < n_prompt and following is None and tokenizer is not None:
+        # the same messages rendered again without the reasoning of earlier turns (Qwen3 after a new user turn)
+        history_reasoning = only_reasoning_removed(_decode(tokenizer, held[pos:]),
+                                                   _decode(tokenizer, list(call.prompt_ids[pos:])))
+    if history_reasoning:
+        cause = "template_dropped_reasoning"
+    elif pos < n_prompt and following is None:
         cause = "history_rerendered"
     elif following is None:
         cause = "reply_changed"
@@ -179,6 +189,8 @@ def explain_break(earlier: TurnNode, call: TurnNode, tokenizer: Any = None,
     sentence = _SENTENCES[cause]
     if edit is not None:
         sentence += f": {edit}"
+    if history_reasoning:
+        sentence += " (earlier turns' reasoning, left out of the history once a new user message came)"
     if merged and cause != "reply_boundary_merged":
         sentence += "; the reply's first characters also merged with the end of the earlier prompt into other ids"
     return BreakCause(cause, BREAK_STATUS.get(cause, "not_repaired"), pos, sentence)

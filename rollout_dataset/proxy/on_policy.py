@@ -43,6 +43,7 @@ __all__ = [
     "SessionMemory",
     "SplicePlan",
     "TEMPLATE_FIELDS",
+    "as_chat_endpoint_reads",
     "blank_reply",
     "common_prefix",
     "common_suffix",
@@ -187,6 +188,31 @@ def request_context(body: Mapping[str, Any]) -> str:
         A canonical JSON string of `TEMPLATE_FIELDS` present in the body.
     """
     return json.dumps({k: body[k] for k in TEMPLATE_FIELDS if k in body}, sort_keys=True, default=str)
+
+
+def as_chat_endpoint_reads(messages: Sequence[Any]) -> list[Any]:
+    """Messages as vLLM's chat endpoint reads them before rendering, for its ``/tokenize``.
+
+    vLLM 0.32's chat request renames a message's ``reasoning_content`` to ``reasoning`` (kept when both
+    are there), and renders ``reasoning``; its ``/tokenize`` drops ``reasoning_content`` instead, so the
+    render on-policy mode asks for would lack reasoning the chat endpoint shows the model (opencode and
+    LiteLLM send reasoning back as ``reasoning_content``).
+
+    Args:
+        messages: chat messages as the harness sent them (not modified).
+
+    Returns:
+        The messages, each dict with ``reasoning_content`` moved to ``reasoning``.
+    """
+    out: list[Any] = []
+    for message in messages:
+        if isinstance(message, Mapping) and "reasoning_content" in message:
+            moved = {k: v for k, v in message.items() if k != "reasoning_content"}
+            if message["reasoning_content"] is not None and moved.get("reasoning") is None:
+                moved["reasoning"] = message["reasoning_content"]
+            message = moved
+        out.append(message)
+    return out
 
 
 def blank_reply(message: Mapping[str, Any]) -> dict[str, Any]:

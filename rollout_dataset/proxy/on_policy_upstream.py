@@ -25,11 +25,14 @@ import httpx
 from rollout_dataset.errors import InflightLimitError
 from rollout_dataset.proxy.jsoncodec import dumps_standard, loads
 from rollout_dataset.proxy.on_policy_harmony import HarmonyBridge, harmony_bridge
+from rollout_dataset.reasoning import only_reasoning_removed
+from rollout_dataset.tokenizers import common_prefix
 from rollout_dataset.proxy.on_policy import (
     Continuity,
     PastCall,
     SessionMemory,
     SplicePlan,
+    as_chat_endpoint_reads,
     blank_reply,
     content_mismatch_detail,
     drift_of,
@@ -70,6 +73,8 @@ _REPAIR_DETAIL = {
 }
 
 
+_HISTORY_REASONING_DETAIL = ("the chat template now leaves the reasoning of earlier turns out of the same history "
+                             "(Qwen3 once a new user message comes); the turn starts a new sequence")
 _BOUNDARY_DETAIL = ("the server renders the earlier conversation differently now: its last ids merged with the "
                     "reply in the history, and their text is not where the earlier prompt's was")
 
@@ -205,7 +210,7 @@ class OnPolicyMode:
             _AuxError: the call failed or the answer has no ``tokens`` list.
         """
         payload = {k: body[k] for k in _PASS_TO_TOKENIZE if k in body and body[k] is not None}
-        payload["messages"] = messages
+        payload["messages"] = as_chat_endpoint_reads(messages)
         payload["add_generation_prompt"] = body.get("add_generation_prompt", True)
         out = await self._post("/tokenize", payload, headers)
         tokens = out.get("tokens") if isinstance(out, dict) else None
@@ -334,6 +339,9 @@ class OnPolicyMode:
             blank_render, _ = await self.tokenize(parsed, placeholder, headers)
         plan = plan_splice(parent, parent_render, render, blank_render)
         if plan.target is None:
+            if plan.reason == "history_rerendered" and await self._history_lost_reasoning(
+                    parsed.get("model"), parent_render, render, headers):
+                return Continuity("reasoning_dropped", idx, "template_dropped_reasoning", _HISTORY_REASONING_DETAIL)
             return Continuity("not_repaired", idx, plan.reason, plan.detail)
         repair_reason: str | None = None
         causes: list[str] = []  # every cause met in this turn, the deciding one last
@@ -376,6 +384,14 @@ class OnPolicyMode:
         if sent.status == "repaired" and len(causes) > 1:
             sent.causes = sorted(set(causes), key=causes.index)
         return sent
+
+    async def _history_lost_reasoning(self, model: Any, parent_render: list[int], render: list[int],
+                                      headers: list[tuple[bytes, bytes]]) -> bool:
+        """Whether the server renders the parent's messages again with only earlier think blocks left out."""
+        pos = common_prefix(parent_render, render)
+        earlier, later = await asyncio.gather(self.detokenize(model, list(parent_render[pos:]), headers),
+                                              self.detokenize(model, list(render[pos:]), headers))
+        return only_reasoning_removed(earlier, later)
 
     async def _reply_texts(self, model: Any, plan: SplicePlan,
                            headers: list[tuple[bytes, bytes]]) -> tuple[str, str] | None:

@@ -16,8 +16,9 @@ send that back in one of these shapes (`ECHOES`):
 - ``harmony_reasoning``: gpt-oss: content as received, the analysis as ``reasoning``.
 
 Sessions (`drive`): ``chat`` (a user message before each turn: also terminus-2's shape, whose every
-observation is a user message) and ``tool_loop`` (one user message, tool calls answered by tool
-messages, a final answer).
+observation is a user message), ``tool_loop`` (one user message, tool calls answered by tool
+messages, a final answer) and ``loop_then_chat`` (a tool loop, then a new user message and one more
+turn: opencode's next prompt in a session).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def script_steps(kind: str, turns: int, *, harmony: bool = False) -> list[dict[s
     """A thinking model's script: reasoning, then an answer (``chat``) or text and a tool call.
 
     Args:
-        kind: ``chat`` or ``tool_loop``.
+        kind: ``chat``, ``tool_loop`` or ``loop_then_chat``.
         turns: agent turns.
         harmony: gpt-oss (an analysis message, then a commentary tool call or a final answer).
 
@@ -84,10 +85,12 @@ def script_steps(kind: str, turns: int, *, harmony: bool = False) -> list[dict[s
     """
     if kind == "chat":
         return [{"reasoning": f"Thinking about {k}.", "text": "Hello! How can I help?"} for k in range(turns)]
+    loop_turns = turns - 1 if kind == "loop_then_chat" else turns
     text = "" if harmony else "Let me look.\n"  # the hermes parser leaves this newline in content
     calls = [{"reasoning": f"Plan {k}.", "text": text,
-              "tool_calls": [{"name": "bash", "arguments": {"cmd": f"echo {k}"}}]} for k in range(turns - 1)]
-    return calls + [{"reasoning": "All done.", "text": "Done."}]
+              "tool_calls": [{"name": "bash", "arguments": {"cmd": f"echo {k}"}}]} for k in range(loop_turns - 1)]
+    after = [{"reasoning": "Another question.", "text": "Hello again."}] if kind == "loop_then_chat" else []
+    return calls + [{"reasoning": "All done.", "text": "Done."}] + after
 
 
 async def drive(post: Callable[[list[dict[str, Any]]], Awaitable[dict[str, Any]]], kind: str, turns: int,
@@ -96,7 +99,7 @@ async def drive(post: Callable[[list[dict[str, Any]]], Awaitable[dict[str, Any]]
 
     Args:
         post: sends the messages, returns the answer's message.
-        kind: ``chat`` or ``tool_loop``.
+        kind: ``chat``, ``tool_loop`` or ``loop_then_chat``.
         turns: agent turns.
         echo: a key of `ECHOES`.
     """
@@ -113,5 +116,7 @@ async def drive(post: Callable[[list[dict[str, Any]]], Awaitable[dict[str, Any]]
             sent["tool_calls"] = calls
         messages.append(sent)
         messages += [{"role": "tool", "tool_call_id": c["id"], "content": f"output {k}"} for c in calls]
-        if not calls and kind != "chat":
+        if not calls and kind == "loop_then_chat" and k < turns - 1:
+            messages.append({"role": "user", "content": "another question"})
+        elif not calls and kind != "chat":
             break
