@@ -98,7 +98,7 @@ def normalise_message(message: Any) -> tuple[Any, ...]:
     """A canonical, hashable form of one chat message, for the message-level fallback.
 
     Tool-call arguments are parsed and re-serialised with sorted keys; tool-call ids, reasoning
-    fields and empty content are ignored, and an assistant message that carries tool calls is
+    fields (and an assistant text's leading ``<think>...</think>`` block) and empty content are ignored, and an assistant message that carries tool calls is
     compared by its tool calls only (some harnesses drop its text when they send it back).
 
     Args:
@@ -110,7 +110,10 @@ def normalise_message(message: Any) -> tuple[Any, ...]:
     if type(message) is dict and not message.get("tool_calls"):  # fast path: a plain text message
         content = message.get("content")
         if content is None or type(content) is str:
-            return (str(message.get("role") or "assistant"), content.strip() if content else "", ())
+            role = str(message.get("role") or "assistant")
+            if content and role == "assistant" and "</think>" in content and content.lstrip().startswith("<think>"):
+                content = content.split("</think>", 1)[1]  # reasoning sent back as a think block, as in a field
+            return (role, content.strip() if content else "", ())
     if not isinstance(message, dict):
         return ("?", json.dumps(message, sort_keys=True, default=str), ())
     role = str(message.get("role") or "assistant")

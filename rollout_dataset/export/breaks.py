@@ -3,7 +3,13 @@
 A prefix break is a call whose messages extend an earlier call's history while its prompt ids do not
 hold that call's prompt + sampled ids. The cause is read from where the two first differ:
 
-- before the earlier reply: ``history_rerendered`` (the template renders the same history differently);
+- before the earlier reply: ``template_dropped_reasoning`` when the only change is think blocks left
+  out of earlier turns (Qwen3 after a new user message), else ``history_rerendered`` (the template
+  renders the same history differently),
+  unless the difference lies in the earlier prompt's last ids and its text still opens the next
+  prompt's: the reply's first characters merged with them into other ids (a BPE merge across the
+  reply boundary, Qwen3's ``assistant\n`` + a reply sent back with its leading ``\n\n``), and the
+  break is read at the reply as below (``reply_boundary_merged`` when nothing else changed);
 - at the reply, with a tokenizer to decode the ids (`rollout_dataset.reasoning.explain_reply_break`):
   ``template_dropped_reasoning`` (the history holds what followed the reasoning, and the template
   leaves the reasoning out even when it is sent back: checked by re-rendering the harness's history
@@ -29,6 +35,9 @@ from typing import Any
 from rollout_dataset.graph import TurnNode
 from rollout_dataset.reasoning import (
     BREAK_STATUS,
+    MAX_BOUNDARY_MERGE,
+    describe_edit,
+    only_reasoning_removed,
     explain_reply_break,
     harness_sent_reasoning,
     reasoning_text,
@@ -56,6 +65,8 @@ _SENTENCES = {
     "harmony_rerendered": "the history holds the same Harmony messages with their headers written another way "
                           "(a tool call's `commentary json` for the sampled `commentary <|constrain|>json`)",
     "content_changed": "the reply in the history differs from the sampled one",
+    "reply_boundary_merged": "the reply's first characters merged with the end of the earlier prompt into other ids "
+                             "(a BPE merge across the reply boundary)",
     "reply_changed": "the reply in the history differs from the sampled ids (give a tokenizer to name why)",
 }
 
@@ -133,14 +144,35 @@ def explain_break(earlier: TurnNode, call: TurnNode, tokenizer: Any = None,
     """
     held = list(earlier.prompt_ids) + list(earlier.sampled_ids)
     pos = common_prefix(held, list(call.prompt_ids))
-    if pos < len(earlier.prompt_ids):
+    n_prompt = len(earlier.prompt_ids)
+    following: str | None = None
+    if tokenizer is not None and n_prompt - MAX_BOUNDARY_MERGE <= pos < n_prompt:
+        boundary = _decode(tokenizer, list(earlier.prompt_ids[pos:]))
+        after = _decode(tokenizer, list(call.prompt_ids[pos:]))
+        if after.startswith(boundary):  # merged across the reply boundary: read the break at the reply
+            following = after[len(boundary):]
+    elif tokenizer is not None and pos >= n_prompt:
+        following = _decode(tokenizer, list(call.prompt_ids[n_prompt:]))
+    merged = pos < n_prompt and following is not None
+    edit: str | None = None
+    history_reasoning = False
+    if pos < n_prompt and following is None and tokenizer is not None:
+        # the same messages rendered again without the reasoning of earlier turns (Qwen3 after a new user turn)
+        history_reasoning = only_reasoning_removed(_decode(tokenizer, held[pos:]),
+                                                   _decode(tokenizer, list(call.prompt_ids[pos:])))
+    if history_reasoning:
+        cause = "template_dropped_reasoning"
+    elif pos < n_prompt and following is None:
         cause = "history_rerendered"
-    elif tokenizer is None:
+    elif following is None:
         cause = "reply_changed"
     else:
         sampled = _decode(tokenizer, list(earlier.sampled_ids))
-        following = _decode(tokenizer, list(call.prompt_ids[len(earlier.prompt_ids):]))
         kind = explain_reply_break(sampled, following)
+        if merged and following.startswith(sampled):
+            kind = "reply_boundary_merged"
+        if kind == "content_changed":
+            edit = describe_edit(sampled, following)
         cause = kind
         if kind == "reasoning_dropped":
             at = len(earlier.request_messages)
@@ -154,4 +186,11 @@ def explain_break(earlier: TurnNode, call: TurnNode, tokenizer: Any = None,
                          if reasoning and hasattr(tokenizer, "apply_chat_template") else None)
                 # the template drops it even when put back: by design; else the harness dropped it
                 cause = "template_dropped_reasoning" if keeps is False else "harness_dropped_reasoning"
-    return BreakCause(cause, BREAK_STATUS.get(cause, "not_repaired"), pos, _SENTENCES[cause])
+    sentence = _SENTENCES[cause]
+    if edit is not None:
+        sentence += f": {edit}"
+    if history_reasoning:
+        sentence += " (earlier turns' reasoning, left out of the history once a new user message came)"
+    if merged and cause != "reply_boundary_merged":
+        sentence += "; the reply's first characters also merged with the end of the earlier prompt into other ids"
+    return BreakCause(cause, BREAK_STATUS.get(cause, "not_repaired"), pos, sentence)

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from rollout_dataset.reasoning import THINK_CLOSE, explain_content_change
+from rollout_dataset.reasoning import MAX_BOUNDARY_MERGE, THINK_CLOSE, describe_edit, explain_content_change
 from rollout_dataset.tokenizers import common_prefix
 from rollout_dataset.wire.content import content_text
 
@@ -43,6 +43,7 @@ __all__ = [
     "SessionMemory",
     "SplicePlan",
     "TEMPLATE_FIELDS",
+    "as_chat_endpoint_reads",
     "blank_reply",
     "common_prefix",
     "common_suffix",
@@ -85,6 +86,9 @@ class Continuity:
         drift: for repaired calls, where the server's render and the sent prompt first differ:
             ``{"position", "server_tokens", "sent_tokens"}`` (sizes of the differing spans).
         tokenize_ms: time spent on the extra ``/tokenize``/``/detokenize``/probe calls.
+        causes: when several causes met in the turn (e.g. a BPE merge at the reply boundary, the
+            reasoning dropped and whitespace drift), each of them in the order found, `reason` the one
+            that decided the status; None otherwise.
     """
 
     status: str
@@ -93,11 +97,21 @@ class Continuity:
     detail: str | None = None
     drift: dict[str, int] | None = None
     tokenize_ms: float | None = None
+    causes: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.causes is not None:  # one cause is `reason` alone
+            self.causes = sorted(set(self.causes), key=self.causes.index)
+            if len(self.causes) < 2:
+                self.causes = None
 
     def as_record(self) -> dict[str, Any]:
-        """Returns: the trace record's ``continuity`` object."""
-        return {"status": self.status, "parent_index": self.parent_index, "reason": self.reason,
-                "detail": self.detail, "drift": self.drift, "tokenize_ms": self.tokenize_ms}
+        """Returns: the trace record's ``continuity`` object (``causes`` only when several met)."""
+        out: dict[str, Any] = {"status": self.status, "parent_index": self.parent_index, "reason": self.reason,
+                               "detail": self.detail, "drift": self.drift, "tokenize_ms": self.tokenize_ms}
+        if self.causes:
+            out["causes"] = list(self.causes)
+        return out
 
 
 def text_only(messages: Sequence[Mapping[str, Any]]) -> bool:
@@ -174,6 +188,31 @@ def request_context(body: Mapping[str, Any]) -> str:
         A canonical JSON string of `TEMPLATE_FIELDS` present in the body.
     """
     return json.dumps({k: body[k] for k in TEMPLATE_FIELDS if k in body}, sort_keys=True, default=str)
+
+
+def as_chat_endpoint_reads(messages: Sequence[Any]) -> list[Any]:
+    """Messages as vLLM's chat endpoint reads them before rendering, for its ``/tokenize``.
+
+    vLLM 0.32's chat request renames a message's ``reasoning_content`` to ``reasoning`` (kept when both
+    are there), and renders ``reasoning``; its ``/tokenize`` drops ``reasoning_content`` instead, so the
+    render on-policy mode asks for would lack reasoning the chat endpoint shows the model (opencode and
+    LiteLLM send reasoning back as ``reasoning_content``).
+
+    Args:
+        messages: chat messages as the harness sent them (not modified).
+
+    Returns:
+        The messages, each dict with ``reasoning_content`` moved to ``reasoning``.
+    """
+    out: list[Any] = []
+    for message in messages:
+        if isinstance(message, Mapping) and "reasoning_content" in message:
+            moved = {k: v for k, v in message.items() if k != "reasoning_content"}
+            if message["reasoning_content"] is not None and moved.get("reasoning") is None:
+                moved["reasoning"] = message["reasoning_content"]
+            message = moved
+        out.append(message)
+    return out
 
 
 def blank_reply(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -403,9 +442,14 @@ class SplicePlan:
     Attributes:
         target: the on-policy prompt ids (None when not repairable; see `reason`).
         sampled_content: the parent's sampled ids of the reply's content (end-of-turn id removed).
-        rendered_content: the server's ids of the same reply's content.
+        rendered_content: the server's ids of the same reply's content (with `boundary` merged into
+            its start, when there is one).
         reason: why not repairable (None when `target` is set).
         detail: a sentence for people.
+        boundary: the last ids of the parent's render that the history's render merged with the start
+            of the reply (a BPE merge across the reply boundary); their text must open the decoded
+            `rendered_content`, and the rest of it is the reply. Empty when the render holds the
+            parent's render as it is.
     """
 
     target: list[int] | None
@@ -413,11 +457,13 @@ class SplicePlan:
     rendered_content: list[int] = field(default_factory=list)
     reason: str | None = None
     detail: str | None = None
+    boundary: list[int] = field(default_factory=list)
 
     @property
     def needs_text_check(self) -> bool:
-        """Returns: whether the content's ids differ (their decoded texts must then be compared)."""
-        return self.target is not None and self.sampled_content != self.rendered_content
+        """Returns: whether the content's ids differ or merged across the boundary (then the decoded
+        texts must be compared)."""
+        return self.target is not None and (bool(self.boundary) or self.sampled_content != self.rendered_content)
 
 
 def plan_splice(parent: PastCall, parent_render: Sequence[int], render: Sequence[int],
@@ -435,17 +481,24 @@ def plan_splice(parent: PastCall, parent_render: Sequence[int], render: Sequence
         The plan: a target, or the reason there is none.
     """
     n_par = len(parent_render)
+    boundary: list[int] = []
     if list(render[:n_par]) != list(parent_render):
         pos = common_prefix(render, parent_render)
-        return SplicePlan(None, reason="history_rerendered",
-                          detail=f"the server renders the earlier conversation differently now "
-                                 f"(first difference at token {pos} of {n_par})")
+        if n_par - pos > MAX_BOUNDARY_MERGE or list(blank_render[:n_par]) != list(parent_render):
+            return SplicePlan(None, reason="history_rerendered",
+                              detail=f"the server renders the earlier conversation differently now "
+                                     f"(first difference at token {pos} of {n_par})")
+        # the reply's first characters merged with the earlier prompt's last ids (the empty reply's
+        # render does not): the reply's render starts at `pos`, its text checked by the caller
+        boundary = list(parent_render[pos:])
     start = common_prefix(render, blank_render)
-    if start < n_par:
+    if boundary:
+        start = n_par - len(boundary)
+    elif start < n_par:
         return SplicePlan(None, reason="framing_unclear",
                           detail=f"the reply's render starts inside the parent's prompt (token {start} < {n_par})")
     end = len(render) - common_suffix(render, blank_render, min(len(render), len(blank_render)) - start)
-    if start - n_par > MAX_HEADER_FRAMING:
+    if start - n_par > MAX_HEADER_FRAMING and not boundary:
         return SplicePlan(None, reason="framing_unclear",
                           detail=f"the template puts {start - n_par} tokens between the role header and the reply "
                                  f"in history that its generation prompt lacks")
@@ -456,13 +509,14 @@ def plan_splice(parent: PastCall, parent_render: Sequence[int], render: Sequence
         return SplicePlan(None, reason="framing_unclear", detail="nothing follows the reply in the server's render")
     if sampled and sampled[-1] == rest[0]:  # the sampled end-of-turn token is the template's
         return SplicePlan(list(parent.prompt_ids) + sampled + rest[1:], sampled_content=sampled[:-1],
-                          rendered_content=rendered)
+                          rendered_content=rendered, boundary=boundary)
     if parent.finish_reason != "length":
         return SplicePlan(None, sampled_content=sampled, rendered_content=rendered, reason="end_of_turn_differs",
                           detail=f"the reply ended with id {sampled[-1] if sampled else None} where the template "
                                  f"closes the turn with id {rest[0]}")
     # cut by max_tokens: the template's end-of-turn token (rest[0]) closes the turn
-    return SplicePlan(list(parent.prompt_ids) + sampled + rest, sampled_content=sampled, rendered_content=rendered)
+    return SplicePlan(list(parent.prompt_ids) + sampled + rest, sampled_content=sampled, rendered_content=rendered,
+                      boundary=boundary)
 
 
 def restore_reasoning(message: Mapping[str, Any], sampled_text: str) -> dict[str, Any]:
@@ -503,5 +557,7 @@ def content_mismatch_detail(sampled_text: str, rendered_text: str) -> str:
     hint = ""
     if sampled_text.endswith(rendered_text) and len(rendered_text) < len(sampled_text):
         hint = " (the history drops the start of the reply, e.g. its reasoning)"
+    elif (edit := describe_edit(sampled_text, rendered_text)) is not None:
+        hint = f" ({edit})"
     return (f"the reply in the history ({len(rendered_text)} chars) differs from the sampled text "
             f"({len(sampled_text)} chars) from char {pos}{hint}")

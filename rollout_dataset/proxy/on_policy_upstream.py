@@ -25,11 +25,14 @@ import httpx
 from rollout_dataset.errors import InflightLimitError
 from rollout_dataset.proxy.jsoncodec import dumps_standard, loads
 from rollout_dataset.proxy.on_policy_harmony import HarmonyBridge, harmony_bridge
+from rollout_dataset.reasoning import only_reasoning_removed
+from rollout_dataset.tokenizers import common_prefix
 from rollout_dataset.proxy.on_policy import (
     Continuity,
     PastCall,
     SessionMemory,
     SplicePlan,
+    as_chat_endpoint_reads,
     blank_reply,
     content_mismatch_detail,
     drift_of,
@@ -62,9 +65,18 @@ _REPAIR_DETAIL = {
     "harness_dropped_reasoning": "the harness sent the reply back without its reasoning, which the template keeps "
                                  "here; the sampled reasoning was put back, so the prompt differs from what the "
                                  "harness sent",
+    "reply_boundary_merged": "the reply's first characters merged with the end of the earlier prompt into other ids "
+                             "in the history's render (a BPE merge across the reply boundary, e.g. the generation "
+                             "prompt's newline and a reply's leading newlines); the sampled ids were sent",
     "harmony_rerendered": "Harmony re-renders the sampled tool call's header in history (commentary json for the "
                           "sampled commentary <|constrain|>json); the sampled ids were sent",
 }
+
+
+_HISTORY_REASONING_DETAIL = ("the chat template now leaves the reasoning of earlier turns out of the same history "
+                             "(Qwen3 once a new user message comes); the turn starts a new sequence")
+_BOUNDARY_DETAIL = ("the server renders the earlier conversation differently now: its last ids merged with the "
+                    "reply in the history, and their text is not where the earlier prompt's was")
 
 
 class _AuxError(Exception):
@@ -198,7 +210,7 @@ class OnPolicyMode:
             _AuxError: the call failed or the answer has no ``tokens`` list.
         """
         payload = {k: body[k] for k in _PASS_TO_TOKENIZE if k in body and body[k] is not None}
-        payload["messages"] = messages
+        payload["messages"] = as_chat_endpoint_reads(messages)
         payload["add_generation_prompt"] = body.get("add_generation_prompt", True)
         out = await self._post("/tokenize", payload, headers)
         tokens = out.get("tokens") if isinstance(out, dict) else None
@@ -327,34 +339,79 @@ class OnPolicyMode:
             blank_render, _ = await self.tokenize(parsed, placeholder, headers)
         plan = plan_splice(parent, parent_render, render, blank_render)
         if plan.target is None:
+            if plan.reason == "history_rerendered" and await self._history_lost_reasoning(
+                    parsed.get("model"), parent_render, render, headers):
+                return Continuity("reasoning_dropped", idx, "template_dropped_reasoning", _HISTORY_REASONING_DETAIL)
             return Continuity("not_repaired", idx, plan.reason, plan.detail)
         repair_reason: str | None = None
+        causes: list[str] = []  # every cause met in this turn, the deciding one last
         if plan.needs_text_check:
-            model = parsed.get("model")
-            sampled, rendered = await asyncio.gather(self.detokenize(model, plan.sampled_content, headers),
-                                                     self.detokenize(model, plan.rendered_content, headers))
+            texts = await self._reply_texts(parsed.get("model"), plan, headers)
+            if texts is None:
+                return Continuity("not_repaired", idx, "history_rerendered", _BOUNDARY_DETAIL)
+            sampled, rendered = texts
+            if plan.boundary:
+                causes.append("reply_boundary_merged")
             if sampled != rendered:
                 cause = explain_content_change(sampled, rendered)
                 if cause == "reply_all_reasoning":
                     return Continuity("reasoning_dropped", idx, "reply_all_reasoning",
                                       "the reply was all reasoning (no </think> sampled), so the harness's content "
-                                      "is empty and the history holds none of it; the turn starts a new sequence")
+                                      "is empty and the history holds none of it; the turn starts a new sequence",
+                                      causes=causes + [cause])
                 if cause == "reasoning_dropped":
                     restored = await self._restored_plan(parsed, messages, k, sampled, parent, parent_render,
                                                          blank_render, headers)
                     if restored is None:  # the template drops it even when sent back: by design
                         return Continuity("reasoning_dropped", idx, "template_dropped_reasoning",
                                           "the chat template leaves earlier reasoning out of this prompt by "
-                                          "design; the turn starts a new sequence")
+                                          "design; the turn starts a new sequence",
+                                          causes=causes + ["template_dropped_reasoning"])
                     # the server renders the harness's messages without the reasoning: the restored
                     # splice is sent, and the drift is measured against that render
-                    plan, cause = restored, "harness_dropped_reasoning"
+                    (plan, drift_cause), cause = restored, "harness_dropped_reasoning"
+                    causes += [c for c in (drift_cause,) if c is not None]
                 elif cause != "whitespace_drift":
-                    return Continuity("not_repaired", idx, cause, content_mismatch_detail(sampled, rendered))
+                    return Continuity("not_repaired", idx, cause, content_mismatch_detail(sampled, rendered),
+                                      causes=causes + [cause])
                 repair_reason = cause
+                causes.append(cause)
+            elif plan.boundary:
+                repair_reason = "reply_boundary_merged"
         target = plan.target
         assert target is not None  # plan_splice gave one above, and `_restored_plan` returns none without
-        return await self._send(parsed, prepared, idx, target, render, max_model_len, repair_reason, headers)
+        sent = await self._send(parsed, prepared, idx, target, render, max_model_len, repair_reason, headers)
+        if sent.status == "repaired" and len(causes) > 1:
+            sent.causes = sorted(set(causes), key=causes.index)
+        return sent
+
+    async def _history_lost_reasoning(self, model: Any, parent_render: list[int], render: list[int],
+                                      headers: list[tuple[bytes, bytes]]) -> bool:
+        """Whether the server renders the parent's messages again with only earlier think blocks left out."""
+        pos = common_prefix(parent_render, render)
+        earlier, later = await asyncio.gather(self.detokenize(model, list(parent_render[pos:]), headers),
+                                              self.detokenize(model, list(render[pos:]), headers))
+        return only_reasoning_removed(earlier, later)
+
+    async def _reply_texts(self, model: Any, plan: SplicePlan,
+                           headers: list[tuple[bytes, bytes]]) -> tuple[str, str] | None:
+        """The sampled reply's text and the reply's text in the history's render.
+
+        Returns:
+            ``(sampled, rendered)``, the boundary's text taken off the start of ``rendered``; None when
+            the render does not start with the text of the earlier prompt's merged ids (then the
+            earlier prompt itself was rendered differently).
+        """
+        jobs = [self.detokenize(model, plan.sampled_content, headers),
+                self.detokenize(model, plan.rendered_content, headers)]
+        if plan.boundary:
+            jobs.append(self.detokenize(model, plan.boundary, headers))
+        sampled, rendered, *boundary = await asyncio.gather(*jobs)
+        if boundary:
+            if not rendered.startswith(boundary[0]):
+                return None
+            rendered = rendered[len(boundary[0]):]
+        return sampled, rendered
 
     async def _send(self, parsed: dict[str, Any], prepared: Prepared, idx: int, target: list[int], render: list[int],
                     max_model_len: int | None, repair_reason: str | None,
@@ -375,11 +432,12 @@ class OnPolicyMode:
 
     async def _restored_plan(self, parsed: dict[str, Any], messages: list[Any], k: int, sampled: str,
                              parent: PastCall, parent_render: list[int], blank_render: list[int],
-                             headers: list[tuple[bytes, bytes]]) -> SplicePlan | None:
+                             headers: list[tuple[bytes, bytes]]) -> tuple[SplicePlan, str | None] | None:
         """The splice for the history with the sampled reasoning put back, when the template keeps it there.
 
         Returns:
-            The plan, or None when the template drops the reasoning even when the harness sends it
+            The plan and ``whitespace_drift`` when the restored reply differs from the sampled one in
+            whitespace only (else None), or None when the template drops the reasoning even when the harness sends it
             back (or the restored render does not hold the sampled reply).
         """
         restored = list(messages[:k]) + [restore_reasoning(messages[k], sampled)] + list(messages[k + 1:])
@@ -387,13 +445,17 @@ class OnPolicyMode:
         plan = plan_splice(parent, parent_render, render, blank_render)
         if plan.target is None:
             return None
+        cause: str | None = None
         if plan.needs_text_check:
-            model = parsed.get("model")
-            again, rendered = await asyncio.gather(self.detokenize(model, plan.sampled_content, headers),
-                                                   self.detokenize(model, plan.rendered_content, headers))
-            if again != rendered and explain_content_change(again, rendered) != "whitespace_drift":
+            texts = await self._reply_texts(parsed.get("model"), plan, headers)
+            if texts is None:
                 return None
-        return plan
+            again, rendered = texts
+            if again != rendered:
+                if explain_content_change(again, rendered) != "whitespace_drift":
+                    return None
+                cause = "whitespace_drift"
+        return plan, cause
 
     def finish(self, session: str, index: int, prepared: Prepared, ok: bool, fields: dict[str, Any]) -> list[str]:
         """Check the server used the meant prompt, and remember the call as a possible parent.

