@@ -1,0 +1,117 @@
+"""Harness-native sessions: the ids harnesses send (opencode, Claude Code, Codex) group a rollout's calls into
+sessions and subagent sessions under their parent (records, graph, rollout.json, dataset, viewer), and never
+choose the trace file: a forged id stays inside the proxy session that received it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from proxy_fakes import FakeVLLM, serve
+from rollout_dataset.export import export_rollout
+from rollout_dataset.graph import build_graph
+from rollout_dataset.proxy import CaptureProxy, read_trace
+from rollout_dataset.proxy.harness_sessions import harness_session
+from rollout_dataset.schema import schema_errors
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+# The headers as the real binaries send them (opencode 1.18.33, Claude Code 2.1.328, Codex 0.171.0; see
+# rollout_dataset/proxy/harness_sessions.py for how each was checked).
+OPENCODE_MAIN = {"x-session-id": "ses_main", "x-session-affinity": "ses_main"}
+OPENCODE_SUB = {"x-session-id": "ses_sub", "x-session-affinity": "ses_sub", "x-parent-session-id": "ses_main"}
+CLAUDE_MAIN = {"x-claude-code-session-id": "5b6f1469-2ac0-45ca-a389-50ccffe5ab08"}
+CLAUDE_SUB = {**CLAUDE_MAIN, "x-claude-code-agent-id": "agent-7", "x-claude-code-agent-type": "general-purpose"}
+CLAUDE_NESTED = {**CLAUDE_MAIN, "x-claude-code-agent-id": "agent-8", "x-claude-code-parent-agent-id": "agent-7"}
+CODEX_ROOT = {"session-id": "01a2-root", "thread-id": "01a2-root"}
+CODEX_SUB = {"session-id": "01a2-root", "thread-id": "01a2-sub", "x-codex-parent-thread-id": "01a2-root",
+             "x-openai-subagent": "review"}
+
+
+@pytest.mark.parametrize(("headers", "expected"), [
+    (OPENCODE_MAIN, ("ses_main", None)),
+    (OPENCODE_SUB, ("ses_sub", "ses_main")),
+    (CLAUDE_MAIN, ("5b6f1469-2ac0-45ca-a389-50ccffe5ab08", None)),
+    (CLAUDE_SUB, ("agent-7", "5b6f1469-2ac0-45ca-a389-50ccffe5ab08")),
+    (CLAUDE_NESTED, ("agent-8", "agent-7")),
+    (CODEX_ROOT, ("01a2-root", None)),
+    (CODEX_SUB, ("01a2-sub", "01a2-root")),
+    ({"user-agent": "Agents/Python 0.24.0"}, (None, None)),  # the OpenAI Agents SDK, LiteLLM, mini-swe-agent
+])
+def test_each_harness_session_header_names_the_session_and_its_parent(headers, expected):
+    assert harness_session(headers) == expected
+
+
+async def _calls(proxy: CaptureProxy, session: str, headers_list: list[dict[str, str]]) -> None:
+    async with httpx.AsyncClient(timeout=30) as http:
+        for i, headers in enumerate(headers_list):
+            body = {"model": "ok", "messages": [{"role": "user", "content": f"turn {i}"}]}
+            response = await http.post(proxy.session_base_url(session) + "/chat/completions", json=body,
+                                       headers=headers)
+            assert response.status_code == 200
+
+
+@pytest.mark.parametrize(("main", "sub", "nested"), [(OPENCODE_MAIN, OPENCODE_SUB, None),
+                                                     (CLAUDE_MAIN, CLAUDE_SUB, CLAUDE_NESTED),
+                                                     (CODEX_ROOT, CODEX_SUB, None)])
+async def test_subagent_sessions_sit_under_their_parent_in_the_records_graph_and_rollout(tmp_path, main, sub, nested):
+    fake = FakeVLLM()
+    sent = [main, sub, *([nested] if nested else []), main]
+    async with serve(fake.app) as root, CaptureProxy(upstream=root, trace_dir=tmp_path) as proxy:
+        await _calls(proxy, "run", sent)
+    records = read_trace(tmp_path / "run.jsonl")
+    assert all(schema_errors(r, "trace_record") == [] for r in records)
+    main_id, sub_id = harness_session(main)[0], harness_session(sub)[0]
+    assert [r["harness_session_id"] for r in records][:2] == [main_id, sub_id]
+    assert "harness_parent_session_id" not in records[0] and records[1]["harness_parent_session_id"] == main_id
+    tree = {s.session_id: s for s in build_graph(records).harness_sessions()}
+    assert tree[main_id].depth == 0 and tree[main_id].calls == [0, len(sent) - 1]
+    assert tree[sub_id].parent == main_id and tree[sub_id].parent_seen and tree[sub_id].depth == 1
+    if nested:
+        assert tree["agent-8"].depth == 2 and tree["agent-8"].parent == sub_id
+    document = export_rollout(records, session_id="run", capture_level="tokens")
+    assert schema_errors(document, "rollout") == []
+    assert [s["session_id"] for s in document["harness_sessions"]] == list(tree)
+
+
+async def test_a_harness_forging_another_sessions_ids_stays_in_its_own_proxy_session(tmp_path):
+    fake = FakeVLLM()
+    async with serve(fake.app) as root, CaptureProxy(upstream=root, trace_dir=tmp_path) as proxy:
+        await _calls(proxy, "rollout-a", [OPENCODE_MAIN, OPENCODE_SUB])
+        # rollout b's harness sends rollout a's native ids, and a's proxy session in the header the path overrides
+        forged = {**OPENCODE_SUB, "x-rollout-session": "rollout-a"}
+        await _calls(proxy, "rollout-b", [forged, {"x-session-id": "ses_b", "x-parent-session-id": "ses_b"}])
+    a, b = read_trace(tmp_path / "rollout-a.jsonl"), read_trace(tmp_path / "rollout-b.jsonl")
+    assert len(a) == 2 and all(r["session"] == "rollout-a" for r in a)  # nothing of b got into a's file
+    assert len(b) == 2 and all(r["session"] == "rollout-b" for r in b)
+    assert {r["call_id"] for r in a}.isdisjoint(r["call_id"] for r in b)
+    b_tree = build_graph(b).harness_sessions()
+    forged_sub = next(s for s in b_tree if s.session_id == "ses_sub")
+    assert forged_sub.parent == "ses_main" and not forged_sub.parent_seen and forged_sub.depth == 0  # a's parent is not here
+    own = next(s for s in b_tree if s.session_id == "ses_b")
+    assert own.parent is None  # a session naming itself as its parent has none
+    assert [s.session_id for s in build_graph(a).harness_sessions()] == ["ses_main", "ses_sub"]
+
+
+def test_a_loop_of_parents_makes_no_session_a_child():
+    from rollout_dataset.graph import harness_session_tree
+
+    tree = harness_session_tree([(0, "x", "y"), (1, "y", "x"), (2, "z", "x")])
+    assert [(s.session_id, s.parent_seen, s.depth) for s in tree] == [("x", False, 0), ("y", False, 0), ("z", False, 0)]
+
+
+def test_the_viewer_shows_harness_sessions_and_model_servers(tmp_path: Path):
+    from rollout_dataset.viewer.views import rollout_view
+
+    trace = [{"call_index": 0, "harness_session_id": "ses_main", "harness_parent_session_id": None,
+              "model_server": json.dumps({"url": "http://a:1", "moved_from": None, "moved_because": None})},
+             {"call_index": 1, "harness_session_id": "ses_sub", "harness_parent_session_id": "ses_main",
+              "model_server": None}]
+    view = rollout_view({"rows": {"trace": trace}, "extra": {}, "errors": []}, "r")
+    assert [(h["session_id"], h["depth"]) for h in view["harness_sessions"]] == [("ses_main", 0), ("ses_sub", 1)]
+    assert view["calls"][1]["harness_parent_session"] == "ses_main"
+    assert view["calls"][0]["model_server"]["url"] == "http://a:1"
+    assert [n["harness_session"] for n in view["graph"]["nodes"]] == ["ses_main", "ses_sub"]
