@@ -115,3 +115,29 @@ def test_the_viewer_shows_harness_sessions_and_model_servers(tmp_path: Path):
     assert view["calls"][1]["harness_parent_session"] == "ses_main"
     assert view["calls"][0]["model_server"]["url"] == "http://a:1"
     assert [n["harness_session"] for n in view["graph"]["nodes"]] == ["ses_main", "ses_sub"]
+
+
+@pytest.mark.harness
+def test_real_opencode_task_subagent_is_a_session_under_its_parent(tmp_path):
+    from rollout_dataset.capture import capture_rollout
+    from rollout_dataset.harness import find_opencode
+    from rollout_dataset.recipes.coding import CaptureConfig
+
+    if not find_opencode():
+        pytest.skip("opencode is not installed: run `make npm-tools`")
+    # the model asks opencode's `task` tool for a subagent; the subagent's own first turn (script step 0 again,
+    # a `task` call its tools do not have) and every later turn end in text
+    steps = [{"text": "", "tool_calls": [{"name": "task", "arguments": {
+        "description": "check files", "prompt": "List the files and say done.", "subagent_type": "general"}}]}]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"steps": steps, "final": "Done."}))
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", harness="opencode", policy="script",
+                                           script=script, timeout_s=150))
+    calls = json.loads((result.out_dir / "trace.json").read_text())["calls"]
+    sessions = json.loads((result.out_dir / "rollout.json").read_text())["harness_sessions"]
+    assert len(sessions) == 2, sessions
+    main, sub = sessions
+    assert main["parent"] is None and main["depth"] == 0
+    assert sub["parent"] == main["session_id"] and sub["parent_seen"] and sub["depth"] == 1
+    assert all(calls[i]["request_headers"]["x-parent-session-id"] == main["session_id"] for i in sub["calls"])
+    assert all(c["session"] == calls[0]["session"] for c in calls)  # one proxy session: the rollout's
