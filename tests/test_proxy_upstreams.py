@@ -204,3 +204,26 @@ def test_more_model_servers_without_a_base_url_are_refused_naming_the_flags(tmp_
     assert code == 2
     err = capsys.readouterr().err
     assert "--upstream" in err and "--base-url" in err
+
+
+async def test_on_policy_mode_finds_the_parent_after_a_session_moved_to_another_model_server(tmp_path):
+    proc, dying = spawn_cli_server(["serve", "--port", "0", "--policy", "echo"])
+    other_proc, other = spawn_cli_server(["serve", "--port", "0", "--policy", "echo"])
+    try:
+        async with CaptureProxy(upstream=[dying, other], trace_dir=tmp_path, on_policy=True) as proxy, \
+                _client() as http:
+            session = next(s for s in (f"c{i}" for i in range(100)) if rendezvous_rank(s, proxy.upstreams)[0] == 0)
+            url = proxy.session_base_url(session) + "/chat/completions"
+            messages = [{"role": "user", "content": "hello"}]
+            first = await http.post(url, json={"model": "local", "messages": messages, "max_tokens": 6})
+            messages += [first.json()["choices"][0]["message"], {"role": "user", "content": "and then?"}]
+            stop_cli_server(proc)
+            assert (await http.post(url, json={"model": "local", "messages": messages, "max_tokens": 6})).status_code == 502
+            moved = await http.post(url, json={"model": "local", "messages": messages, "max_tokens": 6})
+            assert moved.status_code == 200
+    finally:
+        stop_cli_server(proc)
+        stop_cli_server(other_proc)
+    records = read_trace(tmp_path / f"{session}.jsonl")
+    assert records[2]["model_server"]["moved_from"] == proxy.upstreams[0]
+    assert records[2]["continuity"]["status"] == "exact" and records[2]["continuity"]["parent_index"] == 0

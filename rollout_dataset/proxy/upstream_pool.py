@@ -71,7 +71,7 @@ class UpstreamLane:
         rewriter: the rewriting stage built for it.
         relay: the forwarding stage built for it.
         on_policy: on-policy mode for it, or None.
-        extensions: httpx request extensions (timeouts) for its health checks.
+        root: its root URL without credentials (health checks go to ``root + "/v1/models"``).
     """
 
     def __init__(self, index: int, display: str, transport: httpx.AsyncBaseTransport, rewriter: RequestRewriter,
