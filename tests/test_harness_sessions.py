@@ -141,3 +141,27 @@ def test_real_opencode_task_subagent_is_a_session_under_its_parent(tmp_path):
     assert sub["parent"] == main["session_id"] and sub["parent_seen"] and sub["depth"] == 1
     assert all(calls[i]["request_headers"]["x-parent-session-id"] == main["session_id"] for i in sub["calls"])
     assert all(c["session"] == calls[0]["session"] for c in calls)  # one proxy session: the rollout's
+
+
+@pytest.mark.harness
+def test_real_claude_code_agents_nest_under_the_session_that_spawned_them(tmp_path):
+    from rollout_dataset.capture import capture_rollout
+    from rollout_dataset.harness.claude_code import find_claude_code
+    from rollout_dataset.recipes.coding import CaptureConfig
+
+    if not find_claude_code():
+        pytest.skip("Claude Code is not installed: run `make npm-tools`")
+    # every agent's first turn (script step 0) asks its `Agent` tool for another agent: Claude Code nests them
+    # (three deep in 2.1.328) until an agent has no `Agent` tool; later turns end in text
+    steps = [{"text": "", "tool_calls": [{"name": "Agent", "arguments": {
+        "description": "check files", "prompt": "List the files and say done.", "subagent_type": "general-purpose"}}]}]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"steps": steps, "final": "Done."}))
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", harness="claude-code", policy="script",
+                                           script=script, timeout_s=150))
+    sessions = json.loads((result.out_dir / "rollout.json").read_text())["harness_sessions"]
+    assert len(sessions) >= 2, sessions
+    main, first = sessions[0], sessions[1]
+    assert main["parent"] is None and main["depth"] == 0  # the main thread: x-claude-code-session-id alone
+    assert first["parent"] == main["session_id"] and first["parent_seen"] and first["depth"] == 1
+    assert [s["depth"] for s in sessions] == list(range(len(sessions)))  # each agent spawned by the one before

@@ -1,16 +1,19 @@
 """Harness-native sessions: the session ids harnesses already send, read from a call's recorded headers.
 
 What each harness sends, checked against the real binaries (run through the proxy against the local
-backend, headers printed; subagent headers also read in the shipped code):
+backend's script policy, every header printed; Codex's subagent headers only read in its binary: the
+local backend cannot emit the namespaced ``multi_agent_v1`` tool call Codex needs to spawn one):
 
 =====================  ==============================================  =============================================
 harness                its session                                     a subagent's parent
 =====================  ==============================================  =============================================
 opencode 1.18.33       ``x-session-id`` (and ``x-session-affinity``,   ``x-parent-session-id`` (seen: a ``task`` tool
                        the same value), ``ses_...``                    call's subagent session)
-Claude Code 2.1.328    ``x-claude-code-session-id`` (a UUID; also in   a subagent sends ``x-claude-code-agent-id``
-                       the body's ``metadata.user_id`` JSON)           and ``x-claude-code-parent-agent-id`` (read
-                                                                       in the binary)
+Claude Code 2.1.328    ``x-claude-code-session-id`` (a UUID; also in   an ``Agent`` tool's agent sends
+                       the body's ``metadata.user_id`` JSON); an       ``x-claude-code-parent-agent-id`` when an
+                       agent: ``x-claude-code-agent-id``               agent spawned it, else none (its parent is
+                                                                       the main thread: the session id); seen
+                                                                       nested three deep
 Codex 0.171.0          ``thread-id`` and ``session-id`` (equal for     ``x-codex-parent-thread-id`` (read in the
                        the root thread; ``x-codex-turn-metadata``      binary; ``x-openai-subagent`` names the kind)
                        repeats them)
