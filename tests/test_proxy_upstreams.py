@@ -227,3 +227,27 @@ async def test_on_policy_mode_finds_the_parent_after_a_session_moved_to_another_
     records = read_trace(tmp_path / f"{session}.jsonl")
     assert records[2]["model_server"]["moved_from"] == proxy.upstreams[0]
     assert records[2]["continuity"]["status"] == "exact" and records[2]["continuity"]["parent_index"] == 0
+
+
+async def test_with_two_workers_a_session_leaves_a_dead_server_and_no_record_is_lost(tmp_path):
+    proc, dying = spawn_cli_server(["serve", "--port", "0", "--policy", "echo"])
+    other_proc, other = spawn_cli_server(["serve", "--port", "0", "--policy", "echo"])
+    try:
+        async with CaptureProxy(upstream=[dying, other], trace_dir=tmp_path, workers=2) as proxy, _client() as http:
+            session = next(s for s in (f"w{i}" for i in range(100)) if rendezvous_rank(s, proxy.upstreams)[0] == 0)
+            assert await _chat(http, proxy, session, "before") == 200
+            stop_cli_server(proc)
+            statuses = [await _chat(http, proxy, session, f"after-{n}") for n in range(10)]
+            seal = proxy.seal(session)
+    finally:
+        stop_cli_server(proc)
+        stop_cli_server(other_proc)
+    records = sorted(read_trace(tmp_path / f"{session}.jsonl", seal=seal), key=lambda r: r["index"])
+    assert len(records) == 11  # every call recorded, failed or not
+    failed = [r for r in records[1:] if r["error"]]
+    assert 1 <= len(failed) <= 2  # at most one per worker: each learns of the dead server by its own failed call
+    assert all(r["error"]["kind"] == "upstream_unreachable" and r["model_server"]["url"] == proxy.upstreams[0]
+               for r in failed)
+    assert statuses[-1] == 200 and _servers(records[-3:]) == [proxy.upstreams[1]] * 3  # it stays on the new one
+    assert any(r["model_server"]["moved_from"] == proxy.upstreams[0] for r in records)
+    assert (tmp_path / ".proxy-state" / "upstreams" / session).read_text().split()[0] == "1"
