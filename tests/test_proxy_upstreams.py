@@ -251,3 +251,19 @@ async def test_with_two_workers_a_session_leaves_a_dead_server_and_no_record_is_
     assert statuses[-1] == 200 and _servers(records[-3:]) == [proxy.upstreams[1]] * 3  # it stays on the new one
     assert any(r["model_server"]["moved_from"] == proxy.upstreams[0] for r in records)
     assert (tmp_path / ".proxy-state" / "upstreams" / session).read_text().split()[0] == "1"
+
+
+async def test_the_proxy_command_takes_upstream_more_than_once(two_backends, tmp_path):
+    args = ["proxy", "--trace-dir", str(tmp_path)] + [a for url in two_backends for a in ("--upstream", url)]
+    proc, base = spawn_cli_server(args)
+    try:
+        async with _client() as http:
+            for session in ("a", "b", "c", "d"):
+                body = {"model": "local", "messages": MESSAGES, "max_tokens": 4}
+                response = await http.post(base.removesuffix("/v1") + f"/sessions/{session}/v1/chat/completions",
+                                            json=body)
+                assert response.status_code == 200
+    finally:
+        stop_cli_server(proc)
+    served = {session: _servers(read_trace(tmp_path / f"{session}.jsonl")) for session in ("a", "b", "c", "d")}
+    assert all(len(urls) == 1 and urls[0] in two_backends for urls in served.values())
