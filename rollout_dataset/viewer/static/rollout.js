@@ -214,6 +214,7 @@ function renderGraph(view) {
     ],
   });
   cy.on("tap", "node", (event) => {
+    if (!event.target.id().startsWith("n")) return;  // a harness session's box, not a call
     const id = Number(event.target.id().slice(1));
     showTab("calls");
     const row = document.getElementById("call-" + id);
