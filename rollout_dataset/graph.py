@@ -42,6 +42,8 @@ from rollout_dataset.wire.records import call_answer_chat, call_request_chat
 
 __all__ = [
     "TurnNode",
+    "HarnessSession",
+    "harness_session_tree",
     "RolloutGraph",
     "build_graph",
     "is_generation_record",
@@ -161,6 +163,7 @@ class TurnNode:
     children: list[int] = field(default_factory=list)
     started_at: float | None = None
     ended_at: float | None = None
+    harness_parent_session_id: str | None = None  # the harness session a subagent's was spawned from
 
     def saw_end_of(self, earlier: "TurnNode") -> bool:
         """Whether this call's request arrived after `earlier`'s answer was complete.
@@ -177,6 +180,62 @@ class TurnNode:
         """Names of the tool calls in the response message, in order."""
         calls = (self.response_message or {}).get("tool_calls") or []
         return [str(((c or {}).get("function") or {}).get("name")) for c in calls]
+
+
+@dataclass
+class HarnessSession:
+    """One harness-native session among a rollout's calls (`RolloutGraph.harness_sessions`).
+
+    Args:
+        session_id: the id the harness sent.
+        parent: the session it was spawned from, as the harness named it (None: a top-level session).
+        parent_seen: the parent is a session of this rollout (and no loop): the session sits under it.
+        depth: 0 for a top-level session, 1 for its subagents, ...
+        calls: the arrival indices of its calls.
+    """
+
+    session_id: str
+    parent: str | None
+    parent_seen: bool
+    depth: int
+    calls: list[int]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The session as a rollout document's ``harness_sessions`` entry."""
+        return {"session_id": self.session_id, "parent": self.parent, "parent_seen": self.parent_seen,
+                "depth": self.depth, "calls": list(self.calls)}
+
+
+def harness_session_tree(calls_seen: Iterable[tuple[int, str | None, str | None]]) -> list[HarnessSession]:
+    """The harness sessions of some calls, each placed under its parent (see `RolloutGraph.harness_sessions`).
+
+    Args:
+        calls_seen: ``(arrival index, harness session id, parent session id)`` per call, in arrival order
+            (the graph's nodes, or a dataset's trace rows).
+
+    Returns:
+        One `HarnessSession` per distinct harness session id, in order of first call.
+    """
+    calls: dict[str, list[int]] = {}
+    parents: dict[str, str | None] = {}
+    for index, sid, parent in calls_seen:
+        if not sid:
+            continue
+        calls.setdefault(sid, []).append(index)
+        if parents.get(sid) is None:
+            parents[sid] = parent or None
+    sessions = []
+    for sid, indices in calls.items():
+        depth, seen, current = 0, {sid}, parents[sid]
+        while current is not None and current in calls and current not in seen:
+            seen.add(current)
+            depth += 1
+            current = parents[current]
+        parent = parents[sid]
+        looped = current is not None and current in seen
+        parent_seen = parent is not None and parent in calls and not looped
+        sessions.append(HarnessSession(sid, parent, parent_seen, depth if parent_seen else 0, indices))
+    return sessions
 
 
 def _node_from_record(node_id: int, record: dict[str, Any]) -> TurnNode:
@@ -206,7 +265,12 @@ def _node_from_record(node_id: int, record: dict[str, Any]) -> TurnNode:
         error=record.get("error") if isinstance(record.get("error"), dict) else None,
         started_at=_seconds(record.get("started_at")),
         ended_at=_seconds(record.get("ended_at")),
+        harness_parent_session_id=_text_or_none(record.get("harness_parent_session_id")),
     )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _seconds(value: Any) -> float | None:
@@ -392,6 +456,19 @@ class RolloutGraph:
             if any(m.children for m in members):
                 discarded.update(m.node_id for m in members if not m.children)
         return discarded
+
+    def harness_sessions(self) -> list[HarnessSession]:
+        """The harness's own sessions among the calls, subagent sessions under their parents.
+
+        A call's harness session is the id its harness sent (`TurnNode.harness_session_id`); its
+        parent, the session the harness named as the one that spawned it. Sessions come in order of
+        their first call; a parent named but with no call here (or a loop of parents, which a harness
+        can forge) makes a session a top-level one with `parent_seen` False.
+
+        Returns:
+            One `HarnessSession` per distinct harness session id (none when no call carried one).
+        """
+        return harness_session_tree((n.index, n.harness_session_id, n.harness_parent_session_id) for n in self._nodes)
 
     def stats(self) -> dict[str, int | str]:
         """Graph shape.

@@ -474,3 +474,34 @@ def test_html_in_every_piece_of_rollout_text_is_shown_as_text(page, rollout_text
     assert page.locator("main script, main img, header script, header img").count() == 0
     assert page.evaluate("window.__pwned") is None
     _clean(page)
+
+
+# An external harness in one line of Python that sends opencode's session headers: a main session, a
+# subagent session under it, then the main session again.
+_SESSIONS_HARNESS = (
+    "cmd:python3 -c 'import json, os, urllib.request as u\n"
+    "for sid, parent in ((\"ses_main\", None), (\"ses_sub\", \"ses_main\"), (\"ses_main\", None)):\n"
+    "    headers = {\"Content-Type\": \"application/json\", \"Authorization\": \"Bearer \" + os.environ[\"OPENAI_API_KEY\"],"
+    " \"x-session-id\": sid, **({\"x-parent-session-id\": parent} if parent else {})}\n"
+    "    body = {\"model\": \"local\", \"max_tokens\": 8, \"messages\": [{\"role\": \"user\", \"content\": sid}]}\n"
+    "    json.load(u.urlopen(u.Request(os.environ[\"OPENAI_BASE_URL\"] + \"/chat/completions\","
+    " json.dumps(body).encode(), headers)))'"
+)
+
+
+def test_harness_sessions_are_boxes_in_the_graph_and_listed_on_the_calls_tab(page, tmp_path, shots):
+    from rollout_dataset.capture import capture_rollout
+    from rollout_dataset.recipes.coding import CaptureConfig
+
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "tree" / "sessions", harness=_SESSIONS_HARNESS,
+                                           policy="echo", timeout_s=60))
+    assert json.loads((result.out_dir / "rollout.json").read_text())["harness_sessions"][1]["parent"] == "ses_main"
+    with serve_in_thread(lambda: viewer_server(tmp_path / "tree"), name="viewer-browser-sessions") as server:
+        _ready(page, server.url + "rollout.html?id=sessions")
+        page.click("#tabs button[data-tab=graph]")
+        page.wait_for_selector("#graph canvas")
+        page.locator("#tab-graph").screenshot(path=shots / "harness-sessions-graph.png")
+        page.click("#tabs button[data-tab=calls]")
+        text = page.locator("#tab-calls").inner_text()
+        assert "harness sessions" in text and "ses_main" in text and "ses_sub" in text
+        _clean(page)

@@ -208,6 +208,8 @@ class BatchConfig:
         push_private: make a NEW repo private.
         trust_env: the rollouts reach `base_url` honouring HTTP(S)_PROXY / NO_PROXY / SSL_CERT_FILE as
             httpx does (`rollout_dataset.proxy.trust_env`); False ignores them (``--no-trust-env``).
+        more_upstreams: more model servers serving the model of `base_url` (``--upstream`` repeated): each
+            rollout sticks to one, new rollouts go to the least loaded healthy one (docs/proxy.md).
     """
 
     out_dir: Path
@@ -240,7 +242,12 @@ class BatchConfig:
     #: load, skipped), one line each: in the config snapshot and the report's "Notes"
     notes: list[str] = field(default_factory=list)
 
+    more_upstreams: tuple[str, ...] = ()
+
     def __post_init__(self) -> None:
+        if self.more_upstreams and not self.base_url:
+            raise ConfigError("more_upstreams (--upstream): more model servers need base_url (--base-url), "
+                              "whose model they serve")
         if self.max_tokens_cap is not None and self.max_tokens_cap < 1:
             raise ConfigError(f"max_tokens_cap: {self.max_tokens_cap} is out of range (>= 1)")
         self.out_dir = Path(self.out_dir)

@@ -147,6 +147,7 @@ def _settings(config: BatchConfig, base_url: str | None) -> dict[str, Any]:
         "hide_paths": [str((config.out_dir / "rollouts").resolve())],
         "unsafe_sandbox": config.unsafe_sandbox,
         "trust_env": config.trust_env,
+        "more_upstreams": list(config.more_upstreams),
     }
 
 

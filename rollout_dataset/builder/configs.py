@@ -217,6 +217,8 @@ CONFIGS: tuple[ConfigSpec, ...] = (
         _s("trace_record", "call_id", "string"),
         _s("trace_record", "session", "string"),
         _s("trace_record", "harness_session_id", "string"),
+        _s("trace_record", "harness_parent_session_id", "string"),
+        _s("trace_record", "model_server", "json"),
         _s("trace_record", "endpoint", "string"),
         _s("trace_record", "stream", "bool"),
         _s("trace_record", "status", "int64"),

@@ -137,15 +137,21 @@ def run_capture(environment: Environment, config: Any) -> CaptureResult:
     dummy_key = new_dummy_key()  # the agent never holds the real key; the proxy sends it upstream
     with contextlib.ExitStack() as stack:
         trace_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rollout-trace-")))
+        if settings.more_upstreams and not settings.base_url:
+            from rollout_dataset.errors import ConfigError
+
+            raise ConfigError("more model servers (--upstream) need --base-url: they serve the model it serves")
         upstream, tokenizer = stack.enter_context(model_server(settings))
+        more = [upstream_target(url, settings.api_key) for url in settings.more_upstreams]  # their secrets scrubbed too
         trust_env = settings.trust_env and settings.base_url is not None  # our own local backend: directly
         target = dataclasses.replace(upstream_target(upstream, settings.api_key if settings.base_url else None),
                                      trust_env=trust_env)
         secrets = collect_secrets([settings.api_key, os.environ.get("OPENAI_API_KEY"), os.environ.get("HF_TOKEN"),
-                                   dummy_key, *target.secrets])
+                                   dummy_key, *target.secrets, *(s for t in more for s in t.secrets)])
         model = resolve_model(settings, target)
         context = ContextPolicy(max_tokens_cap=settings.max_tokens_cap, fit_context=settings.fit_context)
-        proxy = stack.enter_context(CaptureProxy(upstream=upstream, trace_dir=trace_dir, api_key=target.api_key,
+        upstreams = [upstream, *settings.more_upstreams] if more else upstream
+        proxy = stack.enter_context(CaptureProxy(upstream=upstreams, trace_dir=trace_dir, api_key=target.api_key,
                                                  forward_client_auth=False, on_policy=settings.on_policy,
                                                  context=context, trust_env=trust_env))
         session = episode.session or rollout_id

@@ -57,10 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see docs/proxy.md, On-policy mode)")
     parser.add_argument("--no-dataset", action="store_true", help="do not build dataset/ at the end")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    from rollout_dataset.cli.proxy_cmd import add_context_arguments, add_trust_env_argument
+    from rollout_dataset.cli.proxy_cmd import add_context_arguments, add_more_upstreams_argument, add_trust_env_argument
 
     add_context_arguments(parser, fit_default=True)
     add_trust_env_argument(parser)  # --no-trust-env
+    add_more_upstreams_argument(parser)  # --upstream URL (repeatable)
     parser.add_argument("--unsafe-sandbox", action="store_true",
                         help="run the agents' code even where the allow-list sandbox (bubblewrap) cannot be built "
                              "(limits only; each summary.json records isolation: unsafe)")
@@ -134,6 +135,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         push_every=getattr(args, "push_every", 0) or 0,
         push_private=True if os.environ.get("PUSH_PRIVATE", "").strip().lower() in ("1", "true", "yes") else None,
         trust_env=getattr(args, "trust_env", True),
+        more_upstreams=tuple(getattr(args, "more_upstreams", None) or ()),
     )
 
 

@@ -70,10 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default 2048; crafter 512)")
     parser.add_argument("--temperature", type=float, default=None,
                         help="sampling temperature of the built-in harness or game agent (default 1.0)")
-    from rollout_dataset.cli.proxy_cmd import add_context_arguments, add_trust_env_argument
+    from rollout_dataset.cli.proxy_cmd import add_context_arguments, add_more_upstreams_argument, add_trust_env_argument
 
     add_context_arguments(parser, fit_default=True)
     add_trust_env_argument(parser)  # --no-trust-env
+    add_more_upstreams_argument(parser)  # --upstream URL (repeatable)
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see docs/proxy.md, On-policy mode)")
     parser.add_argument("--record-upstream-host", action="store_true",
                         help="record --base-url in task.json (default: not recorded, so internal host names stay private)")
@@ -172,6 +173,7 @@ def env_config_from_args(args: argparse.Namespace) -> Any:
              "max_tokens": getattr(args, "max_tokens", None), "temperature": getattr(args, "temperature", None),
              "tokenizer": args.tokenizer, "api_key": os.environ.get("OPENAI_API_KEY"),
              "trust_env": None if getattr(args, "trust_env", True) else False,  # passed only when --no-trust-env
+             "more_upstreams": tuple(args.more_upstreams) if getattr(args, "more_upstreams", None) else None,
              **_push_destination(args),
              "max_tokens_cap": getattr(args, "max_tokens_cap", None),
              **{flag.dest: getattr(args, flag.dest, None) for flag in getattr(environment, "capture_flags", ())}}
@@ -231,7 +233,8 @@ def config_from_args(args: argparse.Namespace) -> CaptureConfig:
                          max_tokens_cap=args.max_tokens_cap, fit_context=args.fit_context,
                          unsafe_sandbox=args.unsafe_sandbox, sandbox_ro_paths=tuple(args.sandbox_ro),
                          record_upstream_host=getattr(args, "record_upstream_host", False),
-                         trust_env=getattr(args, "trust_env", True))
+                         trust_env=getattr(args, "trust_env", True),
+                         more_upstreams=tuple(getattr(args, "more_upstreams", None) or ()))
 
 
 def run(args: argparse.Namespace) -> int:

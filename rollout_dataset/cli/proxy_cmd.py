@@ -21,7 +21,8 @@ import os
 import signal
 import sys
 
-__all__ = ["add_arguments", "add_context_arguments", "add_trust_env_argument", "context_policy", "run"]
+__all__ = ["add_arguments", "add_context_arguments", "add_more_upstreams_argument", "add_trust_env_argument",
+           "context_policy", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,9 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: the sub-command's parser.
     """
-    parser.add_argument("--upstream", required=True,
+    parser.add_argument("--upstream", required=True, action="append", metavar="URL",
                         help="model server base URL, e.g. http://127.0.0.1:8000/v1; user:pass@ (Basic) or token@ "
-                             "(Bearer) and ?query credentials are sent upstream only, never printed or recorded")
+                             "(Bearer) and ?query credentials are sent upstream only, never printed or recorded; "
+                             "repeat it for several servers of the same model: each session sticks to one, new "
+                             "sessions go to the least loaded healthy one (docs/proxy.md, Several model servers)")
     parser.add_argument("--trace-dir", required=True, help="directory for the <session>.jsonl trace files")
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
     parser.add_argument("--port", type=int, default=0, help="port to bind (default 0: any free port)")
@@ -55,6 +58,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see docs/proxy.md, On-policy mode)")
     add_context_arguments(parser, fit_default=False)
     add_trust_env_argument(parser)
+
+
+def add_more_upstreams_argument(parser: argparse.ArgumentParser) -> None:
+    """Declare `--upstream URL` (repeatable) for `capture` and `batch`: more servers of `--base-url`'s model.
+
+    Args:
+        parser: the sub-command's parser.
+    """
+    parser.add_argument("--upstream", dest="more_upstreams", action="append", default=None, metavar="URL",
+                        help="another model server serving the model of --base-url (repeat for more): the proxy "
+                             "places each rollout on the least loaded healthy one and moves it off one that fails "
+                             "(docs/proxy.md, Several model servers)")
 
 
 def add_trust_env_argument(parser: argparse.ArgumentParser) -> None:
@@ -132,6 +147,8 @@ async def _serve(args: argparse.Namespace) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
         print(proxy.base_url, flush=True)
+        if len(proxy.upstreams) > 1:
+            print(f"{len(proxy.upstreams)} model servers: {proxy.upstream}", file=sys.stderr, flush=True)
         print(f"recording to {proxy.trace_dir} (one <session>.jsonl per session); Ctrl-C stops",
               file=sys.stderr, flush=True)
         await stop.wait()

@@ -132,6 +132,9 @@ class CaptureSettings:
         push_private: create a new `push_repo` private (None: the Hub's default).
         trust_env: reach `base_url` honouring the environment's proxy and CA variables, as httpx's
             ``trust_env`` (`rollout_dataset.proxy.trust_env`); the local backend is always reached directly.
+        more_upstreams: more model servers serving the same model as `base_url` (``--upstream`` repeated):
+            the rollout's proxy places its session on the least loaded healthy one and moves it off one that
+            fails (`rollout_dataset.proxy.upstream_pool`); needs `base_url`.
     """
 
     out_dir: Path
@@ -150,6 +153,7 @@ class CaptureSettings:
     trust_env: bool = True
     push_repo: str | None = None
     push_private: bool | None = None
+    more_upstreams: tuple[str, ...] = ()
 
 
 @dataclass

@@ -221,6 +221,9 @@ def export_rollout(
         "findings": rollout_findings + call_level,
         "continuity": continuity_summary(calls, recorded_continuity),
     }
+    harness_sessions = graph.harness_sessions()
+    if harness_sessions:  # the harness's own sessions, subagents under their parents (present only then)
+        document["harness_sessions"] = [session.as_dict() for session in harness_sessions]
     log.debug("exported session %s: %s", session_id, stats)
     return document
 

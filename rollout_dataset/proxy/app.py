@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
 
 import httpx
 
@@ -25,11 +26,13 @@ from rollout_dataset.proxy.context_fit import ContextFitter, ContextPolicy
 from rollout_dataset.proxy.error_answers import ErrorAnswerer
 from rollout_dataset.proxy.inflight import InflightBound, read_passing
 from rollout_dataset.proxy.intake import RequestReader
+from rollout_dataset.proxy.on_policy import SessionMemory
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.relay import UpstreamRelay
 from rollout_dataset.proxy.rewrite import RequestRewriter, UpstreamUrls
 from rollout_dataset.proxy.stream_relay import StreamRelay
+from rollout_dataset.proxy.upstream_pool import UpstreamLane, UpstreamPool
 
 __all__ = ["ProxyApp", "SESSION_HEADER", "WORKER_HEADER", "DEFAULT_SESSION", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_INFLIGHT_BYTES"]
 
@@ -78,30 +81,51 @@ class ProxyApp:
             None changes no limit.
         worker_header: add ``x-rollout-proxy-worker: <pid>`` to every response (multi-worker proxies:
             which process answered).
+        upstreams: several model servers, each ``(root, display URL, transport)``; when given, they
+            replace `upstream_root` and `transport` (`rollout_dataset.proxy.upstream_pool`: sticky
+            sessions, least loaded, health checked; each record names its ``model_server``).
+        placement_dir: where the workers of a multi-worker proxy share session placements (None: one
+            process).
     """
 
     def __init__(self, upstream_root: str, recorder: TraceRecorder, transport: httpx.AsyncBaseTransport,
                  timeout: httpx.Timeout | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES, on_policy: bool = False,
-                 context: ContextPolicy | None = None, worker_header: bool = False) -> None:
+                 context: ContextPolicy | None = None, worker_header: bool = False,
+                 upstreams: Sequence[tuple[str, str, httpx.AsyncBaseTransport]] | None = None,
+                 placement_dir: Path | None = None) -> None:
         self.upstream_root = upstream_root.rstrip("/")
         self._worker = (WORKER_HEADER.encode(), str(os.getpid()).encode()) if worker_header else None
         timeout = timeout or httpx.Timeout(600.0, connect=10.0)
         extensions: dict[str, Any] = {"timeout": timeout.as_dict()}
-        # A session's earlier calls may have been answered by another worker, or by this proxy before a
-        # restart: each parent lookup first reads what those wrote to the session's file.
-        policy = (OnPolicyMode(self.upstream_root, transport, extensions, others=recorder.records_by_others,
-                               read_body=read_passing) if on_policy else None)
-        fitter = (ContextFitter(self.upstream_root, transport, context, read_body=read_passing)
-                  if context and context.active else None)
-        self.record = CallRecorder(recorder, policy)
+        self.record = CallRecorder(recorder, None)
         self.answers = ErrorAnswerer(self.record)
         self.bound = InflightBound(max_inflight_bytes, self.answers)
         self.reader = RequestReader(recorder, self.record, max_body_bytes, self.bound, self.answers)
-        self.rewriter = RequestRewriter(UpstreamUrls(self.upstream_root), extensions, fitter, policy, self.answers,
-                                        self.bound)
-        self.relay = UpstreamRelay(transport, self.record, self.answers, self.bound,
-                                   StreamRelay(self.record, self.bound))
+        targets = list(upstreams) if upstreams else [(self.upstream_root, self.upstream_root, transport)]
+        memory = SessionMemory() if on_policy else None  # shared: a session moved keeps its parents
+        lanes = []
+        for i, (root, display, lane_transport) in enumerate(targets):
+            root = root.rstrip("/")
+            # A session's earlier calls may have been answered by another worker, or by this proxy before a
+            # restart: each parent lookup first reads what those wrote to the session's file.
+            policy = (OnPolicyMode(root, lane_transport, extensions, memory=memory, others=recorder.records_by_others,
+                                   read_body=read_passing) if on_policy else None)
+            fitter = (ContextFitter(root, lane_transport, context, read_body=read_passing)
+                      if context and context.active else None)
+            rewriter = RequestRewriter(UpstreamUrls(root), extensions, fitter, policy, self.answers, self.bound)
+            relay = UpstreamRelay(lane_transport, self.record, self.answers, self.bound,
+                                  StreamRelay(self.record, self.bound))
+            lanes.append(UpstreamLane(i, display, lane_transport, rewriter, relay, policy, root))
+        self.pool = UpstreamPool(lanes, placement_dir)
+        self.record.on_policy = lanes[0].on_policy
+        if len(lanes) > 1:
+            self.record.lane_policies = [lane.on_policy for lane in lanes]
+        self.rewriter, self.relay = lanes[0].rewriter, lanes[0].relay  # the first upstream's (one upstream: the only)
+
+    async def aclose(self) -> None:
+        """Stop what runs beside the calls (the upstreams' health checks)."""
+        await self.pool.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry point: every HTTP request is forwarded and recorded; nothing escapes as a crash.
@@ -117,6 +141,7 @@ class ProxyApp:
                 if message["type"] == "lifespan.startup":
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
+                    await self.pool.aclose()
                     await send({"type": "lifespan.shutdown.complete"})
                     return
         if scope["type"] != "http":
@@ -145,10 +170,18 @@ class ProxyApp:
             checked = await self.reader.check(call, scope, body, send)  # checked: JSON, Responses and Messages bodies
             if checked is None:
                 return
-            outgoing = await self.rewriter.rewrite(call, scope, checked, send)  # rewritten
-            if outgoing is None:
-                return
-            await self.relay.forward(call, outgoing, receive, send)  # forwarded, streamed, recorded
+            served = call.served = self.pool.place(call.session)  # its upstream: sticky, least loaded, healthy
+            call.record_server = self.pool.several
+            lane = self.pool.lanes[served.index]
+            self.pool.started(served)
+            try:
+                outgoing = await lane.rewriter.rewrite(call, scope, checked, send)  # rewritten
+                if outgoing is None:
+                    return
+                await lane.relay.forward(call, outgoing, receive, send)  # forwarded, streamed, recorded
+            finally:
+                error = call.error
+                self.pool.ended(served, error["kind"] if error else None, error["message"] if error else "")
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug or an input nobody foresaw: still one record, and an answer

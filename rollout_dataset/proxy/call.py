@@ -27,7 +27,7 @@ import httpx
 from rollout_dataset.proxy.on_policy_upstream import Prepared
 from rollout_dataset.wire.anthropic_chat import ChatStreamToMessages
 
-__all__ = ["Call", "RequestPart", "AnswerPart", "Timing", "Delivery", "SESSION_HEADER", "DEFAULT_SESSION",
+__all__ = ["Call", "ServedBy", "RequestPart", "AnswerPart", "Timing", "Delivery", "SESSION_HEADER", "DEFAULT_SESSION",
            "RAW_RECORD_CAP", "uuid4_hex", "spliceable"]
 
 SESSION_HEADER = "x-rollout-session"
@@ -116,6 +116,29 @@ class Delivery:
         self.reserved = 0  # bytes of this call counted against the proxy's in-flight limit
 
 
+class ServedBy:
+    """The upstream that serves a call (`rollout_dataset.proxy.upstream_pool`), and a move that led there.
+
+    Args:
+        index: the upstream's position in the proxy's list.
+        url: its URL as it may be printed (redacted).
+        moved_from: the upstream the session left for this call (it was unhealthy), or None.
+        moved_because: why it was left (its health check's or the failed call's message).
+    """
+
+    __slots__ = ("index", "url", "moved_from", "moved_because")
+
+    def __init__(self, index: int, url: str, moved_from: str | None = None, moved_because: str | None = None) -> None:
+        self.index = index
+        self.url = url
+        self.moved_from = moved_from
+        self.moved_because = moved_because
+
+    def as_record(self) -> dict[str, Any]:
+        """The record's ``model_server`` object (schema ``trace_record``)."""
+        return {"url": self.url, "moved_from": self.moved_from, "moved_because": self.moved_because}
+
+
 class Call:
     """Everything known about one call, until it becomes a record.
 
@@ -127,7 +150,7 @@ class Call:
     """
 
     __slots__ = ("session", "index", "call_id", "method", "endpoint", "headers", "notes", "error", "nonfinite",
-                 "asked", "answer", "timing", "delivery")
+                 "asked", "answer", "timing", "delivery", "served", "record_server")
 
     def __init__(self, session: str, method: str, endpoint: str, headers: dict[str, str]) -> None:
         self.session = session
@@ -143,6 +166,8 @@ class Call:
         self.asked = RequestPart()
         self.answer = AnswerPart()
         self.delivery = Delivery()
+        self.served: ServedBy | None = None  # the upstream serving it (set once the session is placed)
+        self.record_server = False  # write `served` into the record (the proxy has several upstreams)
 
     def fail(self, kind: str, message: str) -> None:
         """Record the call's first error; a later one of another kind is kept as a note.

@@ -12,7 +12,7 @@ from rollout_dataset.errors import RecordWriteError
 from rollout_dataset.proxy.call import Call
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode
 from rollout_dataset.proxy.recorder import TraceRecorder
-from rollout_dataset.proxy.redact import harness_session_id
+from rollout_dataset.proxy.harness_sessions import harness_session
 from rollout_dataset.proxy.tokens import token_fields
 from rollout_dataset.wire.anthropic_chat import assemble_events
 
@@ -32,6 +32,8 @@ class CallRecorder:
     def __init__(self, recorder: TraceRecorder, on_policy: OnPolicyMode | None) -> None:
         self.recorder = recorder
         self.on_policy = on_policy
+        # several upstreams: on-policy mode of each (`proxy.upstream_pool`), by the call's upstream index
+        self.lane_policies: list[OnPolicyMode | None] | None = None
 
     def finish(self, call: Call) -> RecordWriteError | None:
         """Write the call's record once (before its last byte reaches the harness).
@@ -61,12 +63,13 @@ class CallRecorder:
             what = "the stream could not be assembled" if isinstance(response, str) else "no token fields"
             fields["notes"] = [f"{what}: the answer has an unexpected shape ({type(exc).__name__}: {exc}); "
                                "recorded as it came"]
+        native, parent = harness_session(call.headers)
         record: dict[str, Any] = {
             "schema_version": 1,
             "index": call.index,
             "call_id": call.call_id,
             "session": call.session,
-            "harness_session_id": harness_session_id(call.headers),
+            "harness_session_id": native,
             "started_at": timing.started_at,
             "ended_at": ended,
             "latency_ms": latency,
@@ -95,9 +98,17 @@ class CallRecorder:
         if asked.translator is not None:  # a Messages call: the chat exchange that replaced it
             record["upstream"] = {"endpoint": "/v1/chat/completions", "request": asked.upstream_request,
                                   "response": response}
-        if asked.on_policy is not None and self.on_policy is not None:
+        if parent is not None:  # a subagent's session: present only then
+            record["harness_parent_session_id"] = parent
+        served = call.served
+        if call.record_server and served is not None:
+            record["model_server"] = served.as_record()
+        policy = self.on_policy
+        if served is not None and self.lane_policies is not None:
+            policy = self.lane_policies[served.index]
+        if asked.on_policy is not None and policy is not None:
             good = answer.status == 200 and call.error is None
-            record["notes"] += self.on_policy.finish(call.session, call.index, asked.on_policy, good, fields)
+            record["notes"] += policy.finish(call.session, call.index, asked.on_policy, good, fields)
             record["continuity"] = asked.on_policy.continuity.as_record()
         raw = {}
         if asked.raw_body is not None:

@@ -13,6 +13,8 @@ import re
 from typing import Any, Iterable, overload
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
+from rollout_dataset.proxy.harness_sessions import HARNESS_SESSION_HEADERS, HARNESS_SESSION_RECORDED, harness_session
+
 __all__ = [
     "REDACTED",
     "RECORDED_HEADERS",
@@ -46,13 +48,12 @@ RECORDED_HEADERS: frozenset[str] = frozenset(
         "x-request-id",
         "x-client-request-id",
         "openai-beta",
+        *HARNESS_SESSION_RECORDED,  # the harnesses' own session ids (`rollout_dataset.proxy.harness_sessions`)
     }
 )
 # Header prefixes that are recorded as well (SDK fingerprints such as x-stainless-lang).
 _RECORDED_PREFIXES = ("x-stainless-",)
 
-# Headers whose value names the harness's own session, in order of preference.
-HARNESS_SESSION_HEADERS: tuple[str, ...] = ("x-session-id", "session_id", "session-id", "x-client-session-id")
 
 # Parts of a header name that mark it as a credential even when an allow-list rule would admit it.
 _CREDENTIAL_PARTS = ("auth", "key", "token", "secret", "cookie", "password", "passwd", "credential", "signature")
@@ -127,13 +128,9 @@ def harness_session_id(headers: dict[str, str]) -> str | None:
         headers: recorded (allow-listed, lower-case) request headers.
 
     Returns:
-        The first non-empty value of `HARNESS_SESSION_HEADERS`, else None.
+        The harness's session (`rollout_dataset.proxy.harness_sessions.harness_session`), else None.
     """
-    for name in HARNESS_SESSION_HEADERS:
-        value = headers.get(name)
-        if value:
-            return value
-    return None
+    return harness_session(headers)[0]
 
 
 def name_words(name: str) -> list[str]:

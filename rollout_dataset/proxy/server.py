@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import httpx
 
@@ -26,6 +26,7 @@ from rollout_dataset.proxy.context_fit import ContextPolicy
 from rollout_dataset.proxy.redact import valid_session_id
 from rollout_dataset.proxy.trust_env import upstream_transport
 from rollout_dataset.proxy.upstream import AuthenticatingTransport, UpstreamTarget, parse_upstream
+from rollout_dataset.proxy.upstream_pool import PLACEMENT_DIR
 from rollout_dataset.server_runner import LoopThread, UvicornServer, WorkerPool, bind_socket, new_event_loop
 from rollout_dataset.trace_integrity import TraceSeal
 
@@ -67,7 +68,9 @@ class CaptureProxy:
     thread with its own loop, for synchronous callers such as subprocess-driven harnesses).
 
     Args:
-        upstream: the model server's base URL (``http://host:port/v1`` or its root).
+        upstream: the model server's base URL (``http://host:port/v1`` or its root), or a list of several
+            serving the same model: each session sticks to one, new sessions go to the least loaded
+            healthy one, and each record names its ``model_server`` (`rollout_dataset.proxy.upstream_pool`).
         trace_dir: directory for the `<session>.jsonl` trace files.
         host: interface to bind (loopback unless told otherwise).
         port: port to bind; 0 picks a free one (read `base_url` after start).
@@ -107,14 +110,18 @@ class CaptureProxy:
             `workers` is below 1, or `workers` > 1 with a `transport` (an in-process test seam).
     """
 
-    def __init__(self, upstream: str, trace_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 0,
+    def __init__(self, upstream: str | Sequence[str], trace_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 0,
                  transport: httpx.AsyncBaseTransport | None = None, *, upstream_timeout: float = 600.0,
                  connect_timeout: float = 10.0, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  max_connections: int = 512, max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
                  max_open_files: int = DEFAULT_MAX_OPEN_FILES, api_key: str | None = None,
                  forward_client_auth: bool = True, on_policy: bool = False,
                  context: ContextPolicy | None = None, workers: int = 1, trust_env: bool = True) -> None:
-        self._target: UpstreamTarget = parse_upstream(upstream, api_key)
+        given = [upstream] if isinstance(upstream, str) else list(upstream)
+        if not given:
+            raise ValueError("at least one upstream URL is needed")
+        self._targets: list[UpstreamTarget] = [parse_upstream(url, api_key) for url in given]
+        self._target = self._targets[0]
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         if workers > 1 and transport is not None:
@@ -127,7 +134,8 @@ class CaptureProxy:
             connect_timeout=connect_timeout, max_body_bytes=max_body_bytes, max_connections=max_connections,
             max_inflight_bytes=max_inflight_bytes, max_open_files=max_open_files, api_key=api_key,
             forward_client_auth=forward_client_auth, on_policy=on_policy, context=context, trust_env=trust_env)
-        self.upstream = self._target.display
+        self.upstream = " ".join(target.display for target in self._targets)
+        self.upstreams = [target.display for target in self._targets]
         self.upstream_root = self._target.root
         self.forward_client_auth = forward_client_auth
         self.trace_dir = Path(trace_dir)
@@ -144,7 +152,8 @@ class CaptureProxy:
         self.context = context
         self.trust_env = trust_env
         self._server: UvicornServer | None = None
-        self._own_transport: httpx.AsyncBaseTransport | None = None
+        self._own_transports: list[httpx.AsyncBaseTransport] = []
+        self._app: ProxyApp | None = None
         self._recorder: TraceRecorder | None = None
         self._pool: WorkerPool | None = None
         self._pool_sock: socket.socket | None = None
@@ -226,6 +235,33 @@ class CaptureProxy:
             return runner.call(read(), 30)
         return recorder.seal(session)
 
+    def upstream_status(self) -> list[dict[str, Any]]:
+        """Each model server's URL, health and calls in flight, as this process sees them.
+
+        Returns:
+            One dict (``url``, ``healthy``, ``problem``, ``inflight``) per upstream, in the order given.
+
+        Raises:
+            RuntimeError: the proxy is not running in this process (not started, or `workers` > 1).
+        """
+        if self._app is None:
+            raise RuntimeError("the upstreams' status is known while the proxy runs in this process (workers=1)")
+        return self._app.pool.status()
+
+    async def check_upstreams(self) -> list[dict[str, Any]]:
+        """Check every model server's health now (``GET /v1/models``), as the periodic check does.
+
+        Returns:
+            `upstream_status` after the check.
+
+        Raises:
+            RuntimeError: the proxy is not running in this process (not started, or `workers` > 1).
+        """
+        if self._app is None:
+            raise RuntimeError("the upstreams are checked while the proxy runs in this process (workers=1)")
+        await self._app.pool.check_all()
+        return self._app.pool.status()
+
     @property
     def worker_pids(self) -> list[int]:
         """The process ids of the live worker processes (empty when the proxy runs in this process)."""
@@ -266,20 +302,27 @@ class CaptureProxy:
         return self
 
     def _build_app(self, recorder: TraceRecorder, worker_header: bool = False) -> ProxyApp:
-        """The ASGI app with its upstream transport (one connection pool per process)."""
+        """The ASGI app with its upstream transports (one connection pool per upstream and process)."""
         limits = httpx.Limits(max_connections=self.max_connections,
                               max_keepalive_connections=min(self.max_connections, 256),
                               keepalive_expiry=UPSTREAM_KEEPALIVE_S)
         timeout = httpx.Timeout(self.upstream_timeout, connect=self.connect_timeout)
-        transport = self.transport
-        if transport is None:
-            # pooled HTTP/1.1 connections parsed by httptools (transport.py), or httpx's own transport
-            # through the forward proxy HTTP(S)_PROXY/ALL_PROXY name for this upstream (trust_env.py)
-            transport = self._own_transport = upstream_transport(self.upstream_root, limits, trust_env=self.trust_env)
-        transport = AuthenticatingTransport(transport, self._target, forward_client_auth=self.forward_client_auth)
-        return ProxyApp(self.upstream_root, recorder, transport, timeout, self.max_body_bytes,
-                        self.max_inflight_bytes, on_policy=self.on_policy, context=self.context,
-                        worker_header=worker_header)
+        lanes: list[tuple[str, str, httpx.AsyncBaseTransport]] = []
+        for target in self._targets:
+            transport = self.transport
+            if transport is None:
+                # pooled HTTP/1.1 connections parsed by httptools (transport.py), or httpx's own transport
+                # through the forward proxy HTTP(S)_PROXY/ALL_PROXY name for this upstream (trust_env.py)
+                transport = upstream_transport(target.root, limits, trust_env=self.trust_env)
+                self._own_transports.append(transport)
+            lanes.append((target.root, target.display,
+                          AuthenticatingTransport(transport, target, forward_client_auth=self.forward_client_auth)))
+        placements = self.trace_dir / PLACEMENT_DIR if worker_header and len(lanes) > 1 else None
+        self._app = ProxyApp(self.upstream_root, recorder, lanes[0][2], timeout, self.max_body_bytes,
+                             self.max_inflight_bytes, on_policy=self.on_policy, context=self.context,
+                             worker_header=worker_header, upstreams=lanes if len(lanes) > 1 else None,
+                             placement_dir=placements)
+        return self._app
 
     async def _start_workers(self, sock: socket.socket) -> None:
         """Serve `sock` from `workers` processes; this process keeps the seal reader and replaces dead workers."""
@@ -324,9 +367,12 @@ class CaptureProxy:
             self._recorder = None
 
     async def _close_client(self) -> None:
-        if self._own_transport is not None:
-            await self._own_transport.aclose()
-            self._own_transport = None
+        app, self._app = self._app, None
+        if app is not None:
+            await app.aclose()
+        transports, self._own_transports = self._own_transports, []
+        for transport in transports:
+            await transport.aclose()
 
     async def __aenter__(self) -> "CaptureProxy":
         return await self.start()

@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from rollout_dataset.export.findings import LOGPROBS_MISSING
+from rollout_dataset.graph import harness_session_tree
 from rollout_dataset.reasoning import THINK_CLOSE, THINK_OPEN
 
 #: Harmony's markers of an analysis message (`<|channel|>analysis<|message|>...<|end|>`)
@@ -171,7 +172,8 @@ def _graph(trace: list[dict[str, Any]], sequences: list[dict[str, Any]], calls_d
         nodes.append({"id": i, "role": "discarded" if i in discarded else roles.get(i, "none"),
                       "root": i not in has_parent, "fork": sum(1 for a, _ in edges if a == i) > 1,
                       "leaf": i not in children, "discarded": i in discarded,
-                      "finish_reason": t.get("finish_reason"), "error": bool(t.get("error"))})
+                      "finish_reason": t.get("finish_reason"), "error": bool(t.get("error")),
+                      "harness_session": t.get("harness_session_id")})
     return {"nodes": nodes, "edges": sorted([a, b] for a, b in edges)}
 
 
@@ -223,6 +225,8 @@ def rollout_view(loaded: dict[str, Any], rid: str, tokenizer_note: str | None = 
             "effective_sampling_params": t.get("effective_sampling_params"),
             "upstream_changes": t.get("upstream_changes"), "notes": t.get("notes") or [], "error": t.get("error"),
             "context_fit": lowered.get(t["call_index"], []), "continuity": continuity.get(t["call_index"]),
+            "harness_session": t.get("harness_session_id"), "harness_parent_session": t.get("harness_parent_session_id"),
+            "model_server": _loads(t.get("model_server")),
         })
     conversations = []
     for conv in sorted(rows.get("conversations") or [], key=lambda r: r["sequence_index"]):
@@ -248,6 +252,8 @@ def rollout_view(loaded: dict[str, Any], rid: str, tokenizer_note: str | None = 
         "held_out_tests": [{"input": h.get("input"), "output": h.get("output")}
                            for h in sorted(rows.get("held_out_tests") or [], key=lambda r: r["test_index"])],
         "calls": calls, "graph": _graph(trace, sequences, extra.get("calls"), turns), "sequences": seq_views,
+        "harness_sessions": [h.as_dict() for h in harness_session_tree(
+            (t["call_index"], t.get("harness_session_id"), t.get("harness_parent_session_id")) for t in trace)],
         "conversations": conversations, "continuity": summary.get("continuity") or extra.get("continuity"),
         "context_fit": summary.get("context_fit"),
         "audit": None if audit is None else {k: audit.get(k) for k in ("scorer", "model", "dtype", "summary",

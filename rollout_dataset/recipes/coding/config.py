@@ -55,6 +55,8 @@ class CaptureConfig:
             ends the rollout with stop reason ``context_exhausted`` when a prompt leaves no room
             (`rollout_dataset.proxy.context_fit`).
         local_max_model_len: the context length of the local backend (when no `base_url`).
+        more_upstreams: more model servers serving the model of `base_url` (``--upstream`` repeated): the
+            rollout's proxy places it on the least loaded healthy one (`rollout_dataset.proxy.upstream_pool`).
         trust_env: the proxy and the capture reach `base_url` honouring HTTP(S)_PROXY / ALL_PROXY / NO_PROXY and
             SSL_CERT_FILE / SSL_CERT_DIR as httpx does (`rollout_dataset.proxy.trust_env`); False ignores them
             (`--no-trust-env`). The local backend is always reached directly.
@@ -104,6 +106,7 @@ class CaptureConfig:
     fit_context: bool = True
     local_max_model_len: int = 131072
     trust_env: bool = True
+    more_upstreams: tuple[str, ...] = ()
     sandbox_ro_paths: tuple[str | Path, ...] = ()
     unsafe_sandbox: bool = False
     record_upstream_host: bool = False

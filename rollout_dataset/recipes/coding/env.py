@@ -380,7 +380,8 @@ class CodingEnvironment(EnvironmentBase):
             backend_policy=config.policy, policy_options=options, served_model_name=config.served_model_name,
             local_max_model_len=config.local_max_model_len, on_policy=config.on_policy,
             max_tokens_cap=config.max_tokens_cap, fit_context=config.fit_context,
-            push_repo=config.push_repo, push_private=config.push_private, trust_env=config.trust_env)
+            push_repo=config.push_repo, push_private=config.push_private, trust_env=config.trust_env,
+            more_upstreams=tuple(config.more_upstreams))
 
     def prepare(self, config: CaptureConfig) -> CodingEpisode:
         """Resolve the harness, require the sandbox, pick the task.
@@ -457,7 +458,8 @@ class CodingEnvironment(EnvironmentBase):
             hide_paths=tuple(settings.get("hide_paths") or ()), on_policy=bool(settings.get("on_policy")),
             max_tokens_cap=settings.get("max_tokens_cap"), fit_context=settings.get("fit_context", True),
             unsafe_sandbox=bool(settings.get("unsafe_sandbox")),
-            trust_env=bool(settings.get("trust_env", True)) and not settings.get("local_backend"))
+            trust_env=bool(settings.get("trust_env", True)) and not settings.get("local_backend"),
+            more_upstreams=tuple(settings.get("more_upstreams") or ()))
 
     def achievements(self, folder: Path) -> Any:
         """The timeline from `achievements.json`, else replayed from `trace.json` (`recipes.coding.replay`)."""

@@ -71,6 +71,7 @@ class CrafterRolloutConfig:
         push_repo: build the artifact folder into a dataset and push it to this Hub repo (as a
             coding capture does); None pushes nothing (a batch pushes its whole dataset once instead).
         push_private: create a new `push_repo` private (None: the Hub's default).
+        more_upstreams: more model servers serving the model of `base_url` (``--upstream`` repeated).
         trust_env: reach `base_url` honouring the environment's proxy and CA variables, as httpx's
             ``trust_env`` (`rollout_dataset.proxy.trust_env`; ``--no-trust-env`` turns it off).
 
@@ -102,6 +103,7 @@ class CrafterRolloutConfig:
     push_repo: str | None = None
     push_private: bool | None = None
     trust_env: bool = True
+    more_upstreams: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:

@@ -160,7 +160,8 @@ class CrafterEnvironment(EnvironmentBase):
             out_dir=Path(config.out_dir), base_url=config.base_url, model=config.model, api_key=config.api_key,
             rollout_id=config.rollout_id, tokenizer=config.tokenizer, backend_policy=self.default_policy,
             policy_options={"max_actions": config.max_actions}, served_model_name=config.served_model_name,
-            push_repo=config.push_repo, push_private=config.push_private, trust_env=config.trust_env)
+            push_repo=config.push_repo, push_private=config.push_private, trust_env=config.trust_env,
+            more_upstreams=tuple(config.more_upstreams))
 
     def prepare(self, config: CrafterRolloutConfig) -> CrafterEpisode:
         """Build the world (its settings were checked by `CrafterRolloutConfig`)."""
@@ -193,6 +194,7 @@ class CrafterEnvironment(EnvironmentBase):
             timeout_s=float(settings.get("timeout_s") or config.timeout_s), rollout_id=job.rollout_id,
             tokenizer="builtin" if local else None, backend_policy="crafter" if local else None,
             trust_env=bool(settings.get("trust_env", True)) and not local,
+            more_upstreams=tuple(settings.get("more_upstreams") or ()),
             step_rewards=config.step_rewards.with_strategy(config.strategies[0]), **options)
 
     def batch_result(self, result: Any, captured: Any) -> Any:

@@ -183,9 +183,19 @@ function renderGraph(view) {
   if (graphDrawn) return;
   graphDrawn = true;
   const elements = [];
+  // the harness's own sessions as boxes, a subagent's box inside its parent's (ids by position: a session id is harness text)
+  const sessionBox = new Map();
+  (view.harness_sessions || []).forEach((h, k) => sessionBox.set(h.session_id, "h" + k));
+  for (const h of view.harness_sessions || []) {
+    const data = { id: sessionBox.get(h.session_id), label: "session " + isolatedText(h.session_id) + (h.parent && !h.parent_seen ? " (parent not here)" : "") };
+    if (h.parent_seen && sessionBox.has(h.parent)) data.parent = sessionBox.get(h.parent);
+    elements.push({ data, classes: "harness-session" });
+  }
   for (const n of view.graph.nodes) {
     const classes = [n.role, n.root ? "root" : "", n.fork ? "fork" : "", n.discarded ? "discarded" : "", n.error ? "failed" : ""].filter(Boolean).join(" ");
-    elements.push({ data: { id: "n" + n.id, label: "#" + n.id + " " + isolatedText(n.role) + (n.root ? " (root)" : "") + (n.fork ? " (fork)" : "") }, classes });
+    const data = { id: "n" + n.id, label: "#" + n.id + " " + isolatedText(n.role) + (n.root ? " (root)" : "") + (n.fork ? " (fork)" : "") };
+    if (n.harness_session && sessionBox.has(n.harness_session)) data.parent = sessionBox.get(n.harness_session);
+    elements.push({ data, classes });
   }
   for (const [a, b] of view.graph.edges) elements.push({ data: { id: "e" + a + "-" + b, source: "n" + a, target: "n" + b } });
   const cy = cytoscape({
@@ -199,10 +209,12 @@ function renderGraph(view) {
       { selector: "node.fork", style: { "border-width": 3, "border-color": "#e0a000" } },
       { selector: "node.discarded", style: { "background-color": "#d04040", shape: "rectangle" } },
       { selector: "node.failed", style: { "border-width": 3, "border-color": "#000" } },
+      { selector: "node.harness-session", style: { "background-color": "#eef2f8", "border-width": 1, "border-color": "#8aa0c0", "text-valign": "top", shape: "round-rectangle" } },
       { selector: "edge", style: { width: 1.5, "curve-style": "bezier", "target-arrow-shape": "triangle", "line-color": "#aaa", "target-arrow-color": "#aaa" } },
     ],
   });
   cy.on("tap", "node", (event) => {
+    if (!event.target.id().startsWith("n")) return;  // a harness session's box, not a call
     const id = Number(event.target.id().slice(1));
     showTab("calls");
     const row = document.getElementById("call-" + id);
@@ -211,7 +223,7 @@ function renderGraph(view) {
   document.getElementById("graph-legend").textContent = view.graph.nodes.length + " calls, " +
     view.graph.nodes.filter((n) => n.root).length + " roots, " + view.graph.nodes.filter((n) => n.fork).length + " forks, " +
     view.graph.nodes.filter((n) => n.discarded).length + " discarded · diamond: root · gold ring: fork · red square: discarded retry · " +
-    "blue: agent · purple: auxiliary · black ring: error · click a node for its call";
+    "blue: agent · purple: auxiliary · black ring: error · boxes: the harness's own sessions, a subagent's inside its parent's · click a node for its call";
 }
 
 // ------------------------------------------------------------------------------------------ calls
@@ -232,7 +244,11 @@ function samplingTable(requested, effective) {
 function renderCalls(view) {
   const box = document.getElementById("tab-calls");
   const s = view.summary || {};
-  box.appendChild(kvTable([["context fitting", view.context_fit], ["on-policy continuity", view.continuity]]));
+  const sessions = (view.harness_sessions || []).map((h) => el("div", null, null, piece("\u00a0\u00a0".repeat(h.depth) + (h.depth ? "└ " : "")),
+    isolated(h.session_id), piece(" · " + h.calls.length + " calls" + (h.parent && !h.parent_seen ? " · parent " : "")),
+    h.parent && !h.parent_seen ? isolated(h.parent) : null, piece(h.parent && !h.parent_seen ? " (not in this rollout)" : "")));
+  box.appendChild(kvTable([["context fitting", view.context_fit], ["on-policy continuity", view.continuity],
+    ["harness sessions", sessions.length ? el("div", null, null, ...sessions) : "none sent"]]));
   for (const c of view.calls) {
     // the tool names the model wrote are rollout text: each isolated, so one cannot reorder the next
     const tools = c.tool_calls.length ? [" · tools ", ...c.tool_calls.flatMap((name, k) => k ? [", ", isolated(name)] : [isolated(name)])] : [];
@@ -245,7 +261,8 @@ function renderCalls(view) {
       ["notes", (c.notes || []).length ? isolatedList(c.notes, "; ") : "none"],
       ["context fitting", (c.context_fit || []).length ? isolatedList(c.context_fit.map((f) => el("span", null, null, isolated(f.field), piece(" "),
         isolated(fmt(f.requested)), piece(" → "), isolated(fmt(f.effective)))), "; ") : "not lowered"],
-      ["on-policy continuity", c.continuity], ["error", c.error]]));
+      ["on-policy continuity", c.continuity], ["harness session", c.harness_session], ["spawned from session", c.harness_parent_session],
+      ["model server", c.model_server], ["error", c.error]]));
     body.appendChild(samplingTable(c.requested_sampling_params, c.effective_sampling_params));
     const details = folded(title, body);
     details.id = "call-" + c.index;
