@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from rollout_dataset.proxy.asgi_types import Receive, Scope, Send
-from rollout_dataset.proxy.call import DEFAULT_SESSION, SESSION_HEADER
+from rollout_dataset.proxy.call import DEFAULT_SESSION, SESSION_HEADER, Call
 from rollout_dataset.proxy.call_record import CallRecorder
 from rollout_dataset.proxy.context_fit import ContextFitter, ContextPolicy
 from rollout_dataset.proxy.error_answers import ErrorAnswerer
@@ -29,6 +29,7 @@ from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.relay import UpstreamRelay
 from rollout_dataset.proxy.rewrite import RequestRewriter, UpstreamUrls
+from rollout_dataset.proxy.session_api import SessionApi
 from rollout_dataset.proxy.stream_relay import StreamRelay
 
 __all__ = ["ProxyApp", "SESSION_HEADER", "WORKER_HEADER", "DEFAULT_SESSION", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_INFLIGHT_BYTES"]
@@ -78,12 +79,15 @@ class ProxyApp:
             None changes no limit.
         worker_header: add ``x-rollout-proxy-worker: <pid>`` to every response (multi-worker proxies:
             which process answered).
+        sessions: the session API (`rollout_dataset.proxy.session_api`); None: its paths are model
+            traffic like any other.
     """
 
     def __init__(self, upstream_root: str, recorder: TraceRecorder, transport: httpx.AsyncBaseTransport,
                  timeout: httpx.Timeout | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES, on_policy: bool = False,
-                 context: ContextPolicy | None = None, worker_header: bool = False) -> None:
+                 context: ContextPolicy | None = None, worker_header: bool = False,
+                 sessions: SessionApi | None = None) -> None:
         self.upstream_root = upstream_root.rstrip("/")
         self._worker = (WORKER_HEADER.encode(), str(os.getpid()).encode()) if worker_header else None
         timeout = timeout or httpx.Timeout(600.0, connect=10.0)
@@ -102,6 +106,7 @@ class ProxyApp:
                                         self.bound)
         self.relay = UpstreamRelay(transport, self.record, self.answers, self.bound,
                                    StreamRelay(self.record, self.bound))
+        self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry point: every HTTP request is forwarded and recorded; nothing escapes as a crash.
@@ -123,6 +128,11 @@ class ProxyApp:
             return
         if self._worker is not None:
             send = _with_header(send, self._worker)
+        if self.sessions is not None:
+            route = self.sessions.route(scope)
+            if route is not None:
+                await self.sessions.serve(route, scope, receive, send)
+                return
         try:
             await self._serve(scope, receive, send)
         except Exception:  # never crash the server: the record is already written by _serve's paths
@@ -136,6 +146,21 @@ class ProxyApp:
         before the answer's last byte goes out (`CallRecorder.finish`, once per call).
         """
         call = self.reader.open(scope)  # received: session and endpoint
+        sessions, session = self.sessions, call.session
+        if sessions is not None:  # the session API tells a reader the session has a call in flight
+            sessions.started(session)
+            try:
+                await self._serve_call(call, scope, receive, send)
+            finally:
+                sessions.ended(session)
+        else:
+            await self._serve_call(call, scope, receive, send)
+
+    async def _serve_call(self, call: Call, scope: Scope, receive: Receive, send: Send) -> None:
+        """`_serve` once the call is open (the session API counts it in flight around this)."""
+        if self.sessions is not None and self.sessions.sealed(call.session):  # 409, recorded in the default session
+            await self.reader.refuse_sealed(call, scope, send)
+            return
         if not await self.reader.admit(call, scope, send):  # its arrival index (or a 400/503)
             return
         try:
