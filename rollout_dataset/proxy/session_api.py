@@ -158,13 +158,13 @@ class SessionApi:
         except Exception as exc:  # noqa: BLE001 - the proxy keeps serving; the trainer gets a 500
             log.exception("session API failed on %s %s", scope.get("method"), str(scope.get("path"))[:300])
             status, body, headers = 500, _error("internal_error", f"the session API failed: {type(exc).__name__}"), []
-        data = dumps_standard(body)
+        data = body if isinstance(body, bytes) else dumps_standard(body)
         await send({"type": "http.response.start", "status": status,
                     "headers": _JSON + headers + [(b"content-length", str(len(data)).encode())]})
         await send({"type": "http.response.body", "body": data, "more_body": False})
 
     async def _answer(self, route: tuple[str, str | None], scope: Scope,
-                      receive: Receive) -> tuple[int, dict[str, Any], list[tuple[bytes, bytes]]]:
+                      receive: Receive) -> tuple[int, dict[str, Any] | bytes, list[tuple[bytes, bytes]]]:
         if not self.enabled:
             return 404, _error("session_api_off", self.off_reason), []
         if self._token is not None and not self._authorized(scope):
@@ -181,17 +181,20 @@ class SessionApi:
         if not valid_session_id(session):
             return 400, _error("invalid_session_id", f"invalid session id {session[:200]!r}: use 1-128 letters, "
                                "digits, '.', '_' or '-'"), []
+        if name in ("session", "sequences"):
+            try:
+                data = await self._view(session, name)
+            except (TraceIntegrityError, ValueError) as exc:  # a trace file cut or edited outside the proxy
+                return 500, _error("trace_unreadable", f"session {session!r}: {str(exc)[:300]}"), []
+            if data is None:
+                return 404, _error("unknown_session", f"no session {session!r} on this proxy"), []
+            return 200, data, []
         known = self.in_flight.get(session, 0) > 0 or await asyncio.to_thread(self.files.exists, session)
         if name == "reward":
             return await self._reward(session, known, receive)
         if not known:
             return 404, _error("unknown_session", f"no session {session!r} on this proxy"), []
-        if name == "seal":
-            return await self._seal(session)
-        try:
-            return 200, await self._view(session, name), []
-        except (TraceIntegrityError, ValueError) as exc:  # a trace file cut or edited outside the proxy
-            return 500, _error("trace_unreadable", f"session {session!r}: {str(exc)[:300]}"), []
+        return await self._seal(session)
 
     def _authorized(self, scope: Scope) -> bool:
         assert self._token is not None
@@ -214,31 +217,35 @@ class SessionApi:
         return {"sessions": [{"session": s, "state": state, "calls_in_flight": self.in_flight.get(s, 0)}
                              for s, state in zip(ids, states)]}
 
-    async def _view(self, session: str, name: str) -> dict[str, Any]:
+    async def _view(self, session: str, name: str) -> bytes | None:
+        """The encoded document of a read (None: no such session), built in one worker thread."""
         in_flight = self.in_flight.get(session, 0)  # before the read: a call ending during it is then counted twice at worst
-        seal_doc, reward = await asyncio.to_thread(lambda: (self.files.seal(session), self.files.reward(session)))
-        seal = TraceSeal(int(seal_doc["records"]), seal_doc.get("head_sha256")) if seal_doc else None
-        snap = await self._snapshot(session, seal)
-        state = SEALED if seal_doc else "open"
-        make = sequences_document if name == "sequences" else session_document
-        return make(session, state, in_flight, snap, reward, seal_doc)
-
-    async def _snapshot(self, session: str, seal: TraceSeal | None) -> SessionSnapshot | None:
-        """The session's settled calls and export, reused while its file is unchanged."""
-        path = self.files.trace_path(session)
-        key = await asyncio.to_thread(file_key, path)
-        if key is None:
-            return None
         cached = self._snapshots.get(session)
-        if cached is not None and cached.key == key:
+        snap, data = await asyncio.to_thread(self._read_view, session, name, in_flight, cached)
+        if snap is not None and snap is not cached:
+            self._snapshots[session] = snap
+            while len(self._snapshots) > SNAPSHOT_CACHE:
+                self._snapshots.popitem(last=False)
+        if snap is not None:
             self._snapshots.move_to_end(session)
-            return cached
-        snap = await asyncio.to_thread(snapshot, path, key, seal, self.tokenizer, session)
-        self._snapshots[session] = snap
-        self._snapshots.move_to_end(session)
-        while len(self._snapshots) > SNAPSHOT_CACHE:
-            self._snapshots.popitem(last=False)
-        return snap
+        return data
+
+    def _read_view(self, session: str, name: str, in_flight: int,
+                   cached: SessionSnapshot | None) -> tuple[SessionSnapshot | None, bytes | None]:
+        """In a worker thread: the session's state files, its settled calls (the cached snapshot while its
+        file is unchanged), the document and its JSON bytes. ``(None, None)`` for an unknown session."""
+        if not in_flight and not self.files.exists(session):
+            return None, None
+        seal_doc, reward = self.files.seal(session), self.files.reward(session)
+        seal = TraceSeal(int(seal_doc["records"]), seal_doc.get("head_sha256")) if seal_doc else None
+        path = self.files.trace_path(session)
+        key = file_key(path)
+        snap = None
+        if key is not None:
+            snap = cached if cached is not None and cached.key == key else snapshot(path, key, seal, self.tokenizer,
+                                                                                   session)
+        make = sequences_document if name == "sequences" else session_document
+        return snap, dumps_standard(make(session, SEALED if seal_doc else "open", in_flight, snap, reward, seal_doc))
 
     # ---- changes -------------------------------------------------------------------------------
 
