@@ -245,3 +245,45 @@ async def test_no_record_is_lost_while_the_api_is_read_and_written_under_load(tm
             documents = [await api.session(f"s{n}") for n in range(8)]
     assert [d["settled_calls"] for d in documents] == [5] * 8
     assert all([c["index"] for c in d["calls"]] == list(range(5)) for d in documents)
+
+
+async def test_a_slow_read_never_holds_model_traffic(tmp_path, upstream, monkeypatch):
+    import threading
+
+    from rollout_dataset.proxy import session_api
+
+    entered, release = threading.Event(), threading.Event()
+    real = session_api.snapshot
+
+    def slow_snapshot(*args, **kwargs):
+        entered.set()
+        release.wait(60)  # the export of a huge session, as long as the test wants
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(session_api, "snapshot", slow_snapshot)
+    async with CaptureProxy(upstream=upstream, trace_dir=tmp_path / "t", session_api=True) as proxy:
+        await two_sessions(proxy)
+        async with AsyncSessionClient(proxy.base_url) as api, httpx.AsyncClient(timeout=30) as client:
+            read = asyncio.ensure_future(api.sequences("mine"))
+            await asyncio.to_thread(entered.wait, 30)
+            answered = await client.post(proxy.session_base_url("mine") + "/chat/completions", json=chat())
+            listed = await api.sessions()
+            still_reading = not read.done()
+            release.set()
+            document = await read
+    assert answered.status_code == 200 and still_reading and len(listed) == 2
+    assert document["settled_calls"] in (1, 2)
+
+
+def test_the_proxy_command_reads_the_token_from_the_environment(monkeypatch):
+    import argparse
+
+    from rollout_dataset.cli.proxy_cmd import add_session_api_arguments, session_api_settings
+
+    parser = argparse.ArgumentParser()
+    add_session_api_arguments(parser)
+    monkeypatch.setenv("ROLLOUT_SESSION_API_TOKEN", "from-env")
+    assert session_api_settings(parser.parse_args([]))["session_api_token"] == "from-env"
+    assert session_api_settings(parser.parse_args(["--session-api-token", "flag"]))["session_api_token"] == "flag"
+    off = session_api_settings(parser.parse_args(["--no-session-api"]))
+    assert off["session_api"] is False and off["session_api_token"] is None
