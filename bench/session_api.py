@@ -91,15 +91,21 @@ def cpu_s(pid: int) -> float:
 
 
 async def harness(client: httpx.AsyncClient, root: str, session: str, turns: int, pull: str | None,
-                  served_after: list[float], call_ms: list[float], read_ms: list[float]) -> None:
+                  served_after: list[float], call_ms: list[float], read_ms: list[float], failed: list[str]) -> None:
     """One session's conversation; with `pull`, then its sequences as soon as its last answer arrived."""
     messages = [{"role": "system", "content": "You are a helpful assistant."}]
     url = f"{root}/sessions/{session}/v1/chat/completions"
     for turn in range(turns):
         messages.append({"role": "user", "content": f"Turn {turn}: say something short about the number {turn}."})
         t = time.perf_counter()
-        r = await client.post(url, json={"model": "local", "messages": messages, "max_tokens": 16})
-        r.raise_for_status()
+        try:
+            r = await client.post(url, json={"model": "local", "messages": messages, "max_tokens": 16})
+        except httpx.HTTPError:
+            failed.append(session)
+            return
+        if r.status_code != 200:  # counted; the session is not pulled (it holds fewer calls)
+            failed.append(session)
+            return
         call_ms.append((time.perf_counter() - t) * 1000)
         messages.append({k: v for k, v in r.json()["choices"][0]["message"].items() if v is not None})
     last = time.perf_counter()
@@ -136,20 +142,21 @@ async def phase(root: str, pid: int, sessions: int, turns: int, pull: str | None
     served_after: list[float] = []
     call_ms: list[float] = []
     read_ms: list[float] = []
+    failed: list[str] = []
     limits = httpx.Limits(max_connections=sessions * 2, max_keepalive_connections=sessions * 2)
     async with httpx.AsyncClient(timeout=300, limits=limits, trust_env=False) as client:
         before, t0 = cpu_s(pid), time.perf_counter()
-        await asyncio.gather(*(harness(client, root, f"{tag}-{i}", turns, pull, served_after, call_ms, read_ms)
+        await asyncio.gather(*(harness(client, root, f"{tag}-{i}", turns, pull, served_after, call_ms, read_ms, failed)
                                for i in range(sessions)))
         wall, cpu = time.perf_counter() - t0, cpu_s(pid) - before
-    calls = sessions * turns
+    calls = len(call_ms) + len(failed)  # calls made (a failed one ends its session)
     return {"calls": calls, "wall_s": wall, "proxy_cpu_s": cpu, "served_after_ms": served_after, "call_ms": call_ms,
-            "read_ms": read_ms}
+            "read_ms": read_ms, "failed_sessions": len(failed)}
 
 
 def summarise(runs: list[dict]) -> dict:
     calls = sum(r["calls"] for r in runs)
-    out = {"calls": calls, "proxy_cpu_us_per_call": 1e6 * sum(r["proxy_cpu_s"] for r in runs) / calls,
+    out = {"calls": calls, "failed_sessions": sum(r["failed_sessions"] for r in runs), "proxy_cpu_us_per_call": 1e6 * sum(r["proxy_cpu_s"] for r in runs) / calls,
            "calls_per_s": calls / sum(r["wall_s"] for r in runs)}
     latency = [v for r in runs for v in r["call_ms"]]
     out.update({"call_ms_p50": statistics.median(latency), "call_ms_p99": pct(latency, 99)})
@@ -196,14 +203,14 @@ async def run(args: argparse.Namespace) -> dict:
 def markdown(table: dict, args: argparse.Namespace) -> str:
     lines = [f"{args.sessions} concurrent sessions x {args.turns} chat calls, {args.rounds} round(s), local backend "
              f"(echo), proxy in its own process; {os.cpu_count()} cores, shared", "",
-             "| target | proxy CPU per call | calls/s | model call p50 / p99 | last answer -> sequences served "
-             "p50 / p99 / max | the read that served them p50 / p99 |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "| target | sessions failed | proxy CPU per call | calls/s | model call p50 / p99 | last answer -> "
+             "sequences served p50 / p99 / max | the read that served them p50 / p99 |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, row in table.items():
         served = (f"{row['served_after_ms_p50']:.1f} / {row['served_after_ms_p99']:.1f} / "
                   f"{row['served_after_ms_max']:.1f} ms | {row['last_read_ms_p50']:.1f} / {row['last_read_ms_p99']:.1f} ms"
                   if "served_after_ms_p50" in row else "- | -")
-        lines.append(f"| {name} | {row['proxy_cpu_us_per_call']:.0f} µs | {row['calls_per_s']:.0f} | "
+        lines.append(f"| {name} | {row['failed_sessions']} | {row['proxy_cpu_us_per_call']:.0f} µs | {row['calls_per_s']:.0f} | "
                      f"{row['call_ms_p50']:.0f} / {row['call_ms_p99']:.0f} ms | {served} |")
     return "\n".join(lines)
 

@@ -23,13 +23,14 @@ none, only on a loopback bind; else every path answers 404 saying how to turn it
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hmac
 import ipaddress
 import json
 import logging
 import math
 from collections import Counter, OrderedDict
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from rollout_dataset.errors import TraceIntegrityError
 from rollout_dataset.proxy.asgi_types import Receive, Scope, Send
@@ -50,6 +51,7 @@ from rollout_dataset.trace_integrity import TraceSeal
 __all__ = ["SessionApi", "SESSION_API_TOKEN_ENV", "MAX_REWARD_BODY_BYTES", "is_loopback_host"]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: the environment variable the `proxy` command reads the session API's token from.
 SESSION_API_TOKEN_ENV = "ROLLOUT_SESSION_API_TOKEN"
@@ -100,6 +102,15 @@ class SessionApi:
         self.tokenizer = tokenizer
         self.in_flight: Counter[str] = Counter()
         self._snapshots: OrderedDict[str, SessionSnapshot] = OrderedDict()
+        # Session reads (the export) in one thread of their own, in arrival order: only one of them at a
+        # time competes with the event loop for the interpreter (the default pool would run six). The
+        # cheap steps (state files, the list) go to the default pool, so a huge session's export holds
+        # up other reads only, never a list, a reward or a seal.
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="session-api")
+
+    async def _export_thread(self, function: Callable[..., _T], *args: Any) -> _T:
+        """Run `function(*args)` in the API's export thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, function, *args)
 
     # ---- model traffic's side --------------------------------------------------------------------
 
@@ -221,7 +232,7 @@ class SessionApi:
         """The encoded document of a read (None: no such session), built in one worker thread."""
         in_flight = self.in_flight.get(session, 0)  # before the read: a call ending during it is then counted twice at worst
         cached = self._snapshots.get(session)
-        snap, data = await asyncio.to_thread(self._read_view, session, name, in_flight, cached)
+        snap, data = await self._export_thread(self._read_view, session, name, in_flight, cached)
         if snap is not None and snap is not cached:
             self._snapshots[session] = snap
             while len(self._snapshots) > SNAPSHOT_CACHE:
