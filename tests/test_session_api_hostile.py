@@ -287,3 +287,23 @@ def test_the_proxy_command_reads_the_token_from_the_environment(monkeypatch):
     assert session_api_settings(parser.parse_args(["--session-api-token", "flag"]))["session_api_token"] == "flag"
     off = session_api_settings(parser.parse_args(["--no-session-api"]))
     assert off["session_api"] is False and off["session_api_token"] is None
+
+
+async def test_every_worker_serves_the_same_sessions_and_a_seal_one_took_is_kept_by_all(tmp_path, upstream):
+    no_reuse = httpx.Limits(max_connections=16, max_keepalive_connections=0)  # each call to whichever worker
+    async with CaptureProxy(upstream=upstream, trace_dir=tmp_path / "t", workers=2, session_api=True,
+                            session_api_token="w") as proxy:
+        async with httpx.AsyncClient(limits=no_reuse, timeout=60) as client:
+            for n in range(6):
+                r = await client.post(proxy.session_base_url("s") + "/chat/completions", json=chat(f"call {n}"))
+                assert r.status_code == 200
+            headers = {"authorization": "Bearer w"}
+            reads = [(await client.get(f"{proxy.root_url}/sessions/s", headers=headers)).json() for _ in range(6)]
+            sealed = await client.post(f"{proxy.root_url}/sessions/s/seal", headers=headers)
+            refused = [(await client.post(proxy.session_base_url("s") + "/chat/completions", json=chat())).status_code
+                       for _ in range(6)]
+            late = [(await client.post(f"{proxy.root_url}/sessions/s/reward", headers=headers,
+                                       json={"reward": 1})).status_code for _ in range(4)]
+    assert {d["settled_calls"] for d in reads} == {6} and {d["state"] for d in reads} == {"open"}
+    assert sealed.status_code == 200 and sealed.json()["seal"]["records"] == 6
+    assert refused == [409] * 6 and late == [409] * 4
