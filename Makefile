@@ -163,6 +163,7 @@ bench: install-test
 	$(PY) bench/viewer_scale.py
 	$(PY) bench/redaction.py
 	$(PY) bench/proxy_faults.py
+	$(PY) bench/session_api.py
 	$(PY) bench/proxy_memory.py
 	$(PY) bench/build_integrity.py
 	$(PY) bench/context_fit_overhead.py

@@ -23,6 +23,7 @@ __all__ = [
     "ConfigError",
     "TraceIntegrityError",
     "RecordWriteError",
+    "SessionApiError",
     "InflightLimitError",
     "DatasetDirError",
     "TokenizerMismatchError",
@@ -123,6 +124,21 @@ class TraceIntegrityError(RolloutDatasetError, ValueError):
         self.index = index
         self.reason = reason
         super().__init__(f"{file}: record {index}: {reason}")
+
+
+class SessionApiError(RolloutDatasetError, RuntimeError):
+    """The proxy's session API refused a request or could not be reached (`rollout_dataset.session_client`).
+
+    Args:
+        status: the HTTP status (0 when the proxy could not be reached).
+        code: the API's error code (``unknown_session``, ``session_sealed``, ...; ``unreachable``).
+        message: the API's sentence, or the connection failure.
+    """
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        self.status = status
+        self.code = code
+        super().__init__(f"session API: {f'HTTP {status} ' if status else ''}{code}: {message}")
 
 
 class RecordWriteError(RolloutDatasetError, OSError):

@@ -24,7 +24,7 @@ RULES = [
     ),
     pytest.param(
         "the trainer-facing layers depend on no server",
-        ("export/", "builder/", "graph.py", "render.py"),
+        ("export/", "builder/", "graph.py", "render.py", "session_client.py"),
         ("rollout_dataset.backend", "rollout_dataset.proxy", "rollout_dataset.server_runner"),
         id="trainer-facing",
     ),

@@ -32,6 +32,7 @@ import numpy as np
 from rollout_dataset.artifact_files import ARTIFACT_FILES, SUMMARY_FILE
 from rollout_dataset.builder.configs import resolved_columns
 from rollout_dataset.errors import ArtifactError
+from rollout_dataset.export.rows import json_cell, sequence_row
 from rollout_dataset.reasoning import message_reasoning
 from rollout_dataset.wire.records import call_answer_chat, call_request_chat
 
@@ -71,8 +72,7 @@ SAMPLES_MODES = ("preview", "full")
 _HEADER_MAX = 2_000  # at most this many leading characters count as the header a preview always keeps
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=False)
+_dumps = json_cell
 
 
 def read_artifact(folder: str | Path) -> dict[str, Any]:
@@ -384,27 +384,10 @@ def sequence_rows(art: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for i, s in enumerate(_seq_list(art["rollout"])):
         ids = s.get("input_ids") or []
-        mask = s.get("loss_mask") or []
-        rows.append({
-            "rollout_id": summary["rollout_id"],
-            "sequence_index": i,
-            "group_id": group_id_of(summary),
-            "role": s.get("role"),
-            "trainable": bool(s.get("trainable")),
-            "root_id": s.get("root_id"),
-            "node_ids": s.get("node_ids") or [],
-            "n_turns": s.get("n_turns"),
-            "prompt_len": s.get("prompt_len"),
-            "n_trainable": s.get("n_trainable", int(sum(mask))),
-            "turn_lengths": s.get("turn_lengths") or [],
-            "input_ids": ids,
-            "loss_mask": mask,
-            "logprobs": s.get("logprobs") or [],
-            "findings": _dumps(s.get("findings", s.get("validation", []))),
-            "earlier_reasoning_absent": bool(s.get("earlier_reasoning_absent")),
-            "env_reward": summary.get("env_reward"),
-            "reward_after_penalties": summary.get("reward_after_penalties"),
-        })
+        row = sequence_row(s, i)
+        rows.append({"rollout_id": summary["rollout_id"], "sequence_index": i, "group_id": group_id_of(summary),
+                     **row, "env_reward": summary.get("env_reward"),
+                     "reward_after_penalties": summary.get("reward_after_penalties")})
         nbytes = len(ids) * 9
         if nbytes > MAX_ROW_BYTES:
             log.warning("rollout %s sequence %d: about %d bytes, over the %d-byte row limit of the Hub viewer; "

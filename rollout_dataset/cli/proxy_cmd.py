@@ -10,7 +10,7 @@ hosts of ``NO_PROXY``, and an https upstream verified against ``SSL_CERT_FILE`` 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # names for annotations only; imported lazily where used
     from rollout_dataset.proxy.context_fit import ContextPolicy
@@ -21,8 +21,8 @@ import os
 import signal
 import sys
 
-__all__ = ["add_arguments", "add_context_arguments", "add_more_upstreams_argument", "add_trust_env_argument",
-           "context_policy", "run"]
+__all__ = ["add_arguments", "add_context_arguments", "add_more_upstreams_argument", "add_session_api_arguments",
+           "add_trust_env_argument", "context_policy", "run", "session_api_settings"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +58,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-policy", action="store_true", help="on-policy mode: multi-turn chat prompts are built from the ids the model sampled (vLLM >= 0.32 or the local backend; see docs/proxy.md, On-policy mode)")
     add_context_arguments(parser, fit_default=False)
     add_trust_env_argument(parser)
+    add_session_api_arguments(parser)
+
+
+def add_session_api_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the session API's options (docs/session-api.md).
+
+    Args:
+        parser: the sub-command's parser.
+    """
+    parser.add_argument("--session-api-token", default=None, metavar="TOKEN",
+                        help="bearer token every session API call (/sessions...) must carry; default: the "
+                             "environment variable ROLLOUT_SESSION_API_TOKEN (which keeps it out of the process "
+                             "list); without one the API is served on a loopback bind only")
+    parser.add_argument("--no-session-api", dest="session_api", action="store_false", default=None,
+                        help="turn the session API off (its paths answer 404)")
+    parser.add_argument("--session-api-tokenizer", default=None, metavar="NAME",
+                        help="tokenizer (name or path) the session API's export uses for retokenization findings, "
+                             "as capture --tokenizer does")
 
 
 def add_more_upstreams_argument(parser: argparse.ArgumentParser) -> None:
@@ -131,6 +149,23 @@ def context_policy(args: argparse.Namespace) -> ContextPolicy:
     return ContextPolicy(max_tokens_cap=args.max_tokens_cap, fit_context=args.fit_context)
 
 
+def session_api_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """`CaptureProxy`'s session API arguments from the options (the token from the environment by default).
+
+    Args:
+        args: parsed options.
+
+    Returns:
+        ``session_api``, ``session_api_token`` and ``session_api_tokenizer``.
+    """
+    from rollout_dataset.proxy.session_api import SESSION_API_TOKEN_ENV
+
+    wanted = getattr(args, "session_api", None)
+    token = getattr(args, "session_api_token", None) or os.environ.get(SESSION_API_TOKEN_ENV) or None
+    return {"session_api": wanted, "session_api_token": token if wanted is not False else None,
+            "session_api_tokenizer": getattr(args, "session_api_tokenizer", None)}
+
+
 async def _serve(args: argparse.Namespace) -> None:
     from rollout_dataset.proxy import CaptureProxy
 
@@ -139,7 +174,7 @@ async def _serve(args: argparse.Namespace) -> None:
                          max_inflight_bytes=int(args.max_inflight_mb * 1024 * 1024),
                          max_open_files=args.max_open_files, api_key=_api_key(args.api_key_env),
                          on_policy=args.on_policy, context=context_policy(args), workers=args.workers,
-                         trust_env=getattr(args, "trust_env", True))
+                         trust_env=getattr(args, "trust_env", True), **session_api_settings(args))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     async with proxy:
@@ -150,6 +185,8 @@ async def _serve(args: argparse.Namespace) -> None:
         if len(proxy.upstreams) > 1:
             print(f"{len(proxy.upstreams)} model servers: {proxy.upstream}", file=sys.stderr, flush=True)
         print(f"recording to {proxy.trace_dir} (one <session>.jsonl per session); Ctrl-C stops",
+              file=sys.stderr, flush=True)
+        print(f"session API: {proxy.root_url}/sessions" if proxy.session_api else proxy.session_api_off_reason,
               file=sys.stderr, flush=True)
         await stop.wait()
 

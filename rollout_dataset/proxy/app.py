@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import httpx
 
 from rollout_dataset.proxy.asgi_types import Receive, Scope, Send
-from rollout_dataset.proxy.call import DEFAULT_SESSION, SESSION_HEADER
+from rollout_dataset.proxy.call import DEFAULT_SESSION, SESSION_HEADER, Call
 from rollout_dataset.proxy.call_record import CallRecorder
 from rollout_dataset.proxy.context_fit import ContextFitter, ContextPolicy
 from rollout_dataset.proxy.error_answers import ErrorAnswerer
@@ -31,6 +31,7 @@ from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.relay import UpstreamRelay
 from rollout_dataset.proxy.rewrite import RequestRewriter, UpstreamUrls
+from rollout_dataset.proxy.session_api import SessionApi
 from rollout_dataset.proxy.stream_relay import StreamRelay
 from rollout_dataset.proxy.upstream_pool import UpstreamLane, UpstreamPool
 
@@ -86,6 +87,8 @@ class ProxyApp:
             sessions, least loaded, health checked; each record names its ``model_server``).
         placement_dir: where the workers of a multi-worker proxy share session placements (None: one
             process).
+        sessions: the session API (`rollout_dataset.proxy.session_api`); None: its paths are model
+            traffic like any other.
     """
 
     def __init__(self, upstream_root: str, recorder: TraceRecorder, transport: httpx.AsyncBaseTransport,
@@ -93,7 +96,7 @@ class ProxyApp:
                  max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES, on_policy: bool = False,
                  context: ContextPolicy | None = None, worker_header: bool = False,
                  upstreams: Sequence[tuple[str, str, httpx.AsyncBaseTransport]] | None = None,
-                 placement_dir: Path | None = None) -> None:
+                 placement_dir: Path | None = None, sessions: SessionApi | None = None) -> None:
         self.upstream_root = upstream_root.rstrip("/")
         self._worker = (WORKER_HEADER.encode(), str(os.getpid()).encode()) if worker_header else None
         timeout = timeout or httpx.Timeout(600.0, connect=10.0)
@@ -122,6 +125,7 @@ class ProxyApp:
         if len(lanes) > 1:
             self.record.lane_policies = [lane.on_policy for lane in lanes]
         self.rewriter, self.relay = lanes[0].rewriter, lanes[0].relay  # the first upstream's (one upstream: the only)
+        self.sessions = sessions
 
     async def aclose(self) -> None:
         """Stop what runs beside the calls (the upstreams' health checks)."""
@@ -148,6 +152,11 @@ class ProxyApp:
             return
         if self._worker is not None:
             send = _with_header(send, self._worker)
+        if self.sessions is not None:
+            route = self.sessions.route(scope)
+            if route is not None:
+                await self.sessions.serve(route, scope, receive, send)
+                return
         try:
             await self._serve(scope, receive, send)
         except Exception:  # never crash the server: the record is already written by _serve's paths
@@ -161,6 +170,21 @@ class ProxyApp:
         before the answer's last byte goes out (`CallRecorder.finish`, once per call).
         """
         call = self.reader.open(scope)  # received: session and endpoint
+        sessions, session = self.sessions, call.session
+        if sessions is not None:  # the session API tells a reader the session has a call in flight
+            sessions.started(session)
+            try:
+                await self._serve_call(call, scope, receive, send)
+            finally:
+                sessions.ended(session)
+        else:
+            await self._serve_call(call, scope, receive, send)
+
+    async def _serve_call(self, call: Call, scope: Scope, receive: Receive, send: Send) -> None:
+        """`_serve` once the call is open (the session API counts it in flight around this)."""
+        if self.sessions is not None and self.sessions.sealed(call.session):  # 409, recorded in the default session
+            await self.reader.refuse_sealed(call, scope, send)
+            return
         if not await self.reader.admit(call, scope, send):  # its arrival index (or a 400/503)
             return
         try:

@@ -129,6 +129,22 @@ class RequestReader:
         await self.answers.reply_error(call, send, 400, "bad_request", message)
         return False
 
+    async def refuse_sealed(self, call: Call, scope: Scope, send: Send) -> None:
+        """Answer a call to a sealed session 409, recorded in the default session (the sealed file stays as sealed).
+
+        Args:
+            call: the call from `open`.
+            scope: the ASGI HTTP scope.
+            send: the ASGI send callable.
+        """
+        session = call.session
+        call.session = DEFAULT_SESSION
+        if await self._take_index(call, send):
+            path: str = scope["path"]
+            await self.answers.reply_error(call, send, 409, "bad_request",
+                                           f"session {session!r} is sealed (POST /sessions/{session}/seal): no call is "
+                                           f"taken for it any more ({path[:300]!r})")
+
     async def _take_index(self, call: Call, send: Send) -> bool:
         """Give the call its arrival index; a session file that cannot be read fails the call with 503."""
         try:

@@ -24,13 +24,14 @@ from rollout_dataset.proxy.recorder import DEFAULT_MAX_OPEN_FILES, TraceRecorder
 from rollout_dataset.proxy.shared_recorder import SharedTraceRecorder
 from rollout_dataset.proxy.context_fit import ContextPolicy
 from rollout_dataset.proxy.redact import valid_session_id
+from rollout_dataset.proxy.session_api import SESSION_API_TOKEN_ENV, SessionApi, is_loopback_host
 from rollout_dataset.proxy.trust_env import upstream_transport
 from rollout_dataset.proxy.upstream import AuthenticatingTransport, UpstreamTarget, parse_upstream
 from rollout_dataset.proxy.upstream_pool import PLACEMENT_DIR
 from rollout_dataset.server_runner import LoopThread, UvicornServer, WorkerPool, bind_socket, new_event_loop
 from rollout_dataset.trace_integrity import TraceSeal
 
-__all__ = ["CaptureProxy", "new_event_loop", "upstream_root"]
+__all__ = ["CaptureProxy", "new_event_loop", "upstream_root", "session_api_mode"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,33 @@ def upstream_root(upstream: str) -> str:
         ValueError: the URL is not http(s) or has no host (the message shows it redacted).
     """
     return parse_upstream(upstream).root
+
+
+def session_api_mode(wanted: bool | None, host: str, token: str | None) -> tuple[bool, str]:
+    """Whether a proxy serves the session API, and if not, why (the sentence its 404 says).
+
+    Args:
+        wanted: True (serve it), None (serve it on loopback or with a token), False (off).
+        host: the address the proxy binds.
+        token: the session API's token, if any.
+
+    Returns:
+        ``(enabled, reason it is off)``.
+
+    Raises:
+        ValueError: `wanted` is True on a non-loopback `host` without a token, or False with a token.
+    """
+    if wanted is False:
+        if token:
+            raise ValueError("a session API token was given, but the session API is off (session_api=False)")
+        return False, "the session API is off on this proxy (rollout-dataset proxy serves it; library: " \
+                      "CaptureProxy(session_api=True))"
+    if token or is_loopback_host(host):
+        return True, ""
+    if wanted:
+        raise ValueError(f"the session API on a non-loopback bind ({host}) needs a token (session_api_token)")
+    return False, ("the session API is off: a proxy bound beyond loopback serves it only with a token "
+                   f"(--session-api-token, or the environment variable {SESSION_API_TOKEN_ENV})")
 
 
 class CaptureProxy:
@@ -101,13 +129,21 @@ class CaptureProxy:
             per worker. A worker that dies is replaced. With 1 (default) the proxy runs in this
             process. Workers are spawned processes: a script that starts such a proxy needs the
             usual ``if __name__ == "__main__":`` guard.
+        session_api: the session API (`rollout_dataset.proxy.session_api`, docs/session-api.md): True
+            serves it (a non-loopback `host` needs `session_api_token`), None serves it on a loopback
+            bind or with a token, False (default) leaves it off (its paths answer 404 saying so).
+        session_api_token: the bearer token every session API call must carry (None: none; then only
+            a loopback bind serves it).
+        session_api_tokenizer: a tokenizer name or path (`rollout_dataset.tokenizers.load_tokenizer`)
+            the session API's export uses, as a capture's does; None: none.
         trust_env: honour HTTP_PROXY / HTTPS_PROXY / ALL_PROXY / NO_PROXY and SSL_CERT_FILE /
             SSL_CERT_DIR for the upstream, exactly as httpx's ``trust_env`` (default True; see
             `rollout_dataset.proxy.trust_env`); False connects directly with certifi's CA bundle.
 
     Raises:
         ValueError: `upstream` is not an http(s) URL, or it has userinfo and `api_key` is given, or
-            `workers` is below 1, or `workers` > 1 with a `transport` (an in-process test seam).
+            `workers` is below 1, or `workers` > 1 with a `transport` (an in-process test seam), or
+            `session_api` is True on a non-loopback `host` without a `session_api_token`, or False with one.
     """
 
     def __init__(self, upstream: str | Sequence[str], trace_dir: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 0,
@@ -116,12 +152,15 @@ class CaptureProxy:
                  max_connections: int = 512, max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
                  max_open_files: int = DEFAULT_MAX_OPEN_FILES, api_key: str | None = None,
                  forward_client_auth: bool = True, on_policy: bool = False,
-                 context: ContextPolicy | None = None, workers: int = 1, trust_env: bool = True) -> None:
+                 context: ContextPolicy | None = None, workers: int = 1, trust_env: bool = True,
+                 session_api: bool | None = False, session_api_token: str | None = None,
+                 session_api_tokenizer: str | None = None) -> None:
         given = [upstream] if isinstance(upstream, str) else list(upstream)
         if not given:
             raise ValueError("at least one upstream URL is needed")
         self._targets: list[UpstreamTarget] = [parse_upstream(url, api_key) for url in given]
         self._target = self._targets[0]
+        self.session_api, self.session_api_off_reason = session_api_mode(session_api, host, session_api_token)
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         if workers > 1 and transport is not None:
@@ -133,7 +172,10 @@ class CaptureProxy:
             upstream=upstream, trace_dir=str(trace_dir), host=host, upstream_timeout=upstream_timeout,
             connect_timeout=connect_timeout, max_body_bytes=max_body_bytes, max_connections=max_connections,
             max_inflight_bytes=max_inflight_bytes, max_open_files=max_open_files, api_key=api_key,
-            forward_client_auth=forward_client_auth, on_policy=on_policy, context=context, trust_env=trust_env)
+            forward_client_auth=forward_client_auth, on_policy=on_policy, context=context, trust_env=trust_env,
+            session_api=session_api, session_api_token=session_api_token, session_api_tokenizer=session_api_tokenizer)
+        self._session_api_token = session_api_token
+        self.session_api_tokenizer = session_api_tokenizer
         self.upstream = " ".join(target.display for target in self._targets)
         self.upstreams = [target.display for target in self._targets]
         self.upstream_root = self._target.root
@@ -318,10 +360,17 @@ class CaptureProxy:
             lanes.append((target.root, target.display,
                           AuthenticatingTransport(transport, target, forward_client_auth=self.forward_client_auth)))
         placements = self.trace_dir / PLACEMENT_DIR if worker_header and len(lanes) > 1 else None
+        tokenizer = None
+        if self.session_api and self.session_api_tokenizer:
+            from rollout_dataset.tokenizers import load_tokenizer
+
+            tokenizer = load_tokenizer(self.session_api_tokenizer)
+        sessions = SessionApi(recorder, enabled=self.session_api, token=self._session_api_token, tokenizer=tokenizer,
+                              off_reason=self.session_api_off_reason)
         self._app = ProxyApp(self.upstream_root, recorder, lanes[0][2], timeout, self.max_body_bytes,
                              self.max_inflight_bytes, on_policy=self.on_policy, context=self.context,
                              worker_header=worker_header, upstreams=lanes if len(lanes) > 1 else None,
-                             placement_dir=placements)
+                             placement_dir=placements, sessions=sessions)
         return self._app
 
     async def _start_workers(self, sock: socket.socket) -> None:
