@@ -8,9 +8,10 @@
 - size: bytes of one exported `trajectory.json` vs the whole artifact folder it came from, and vs
   its `turns.json` (the file holding the same ids and logprobs).
 
-- the wild (`--wild DIR`, e.g. tests/data/atif_wild, or a folder of ATIF files others wrote, one
-  subfolder per source): how many files Harbor's validator accepts (`python -m
-  harbor.utils.trajectory_validator`, with `--harbor-python`) and PyPI `atif`'s models accept, the
+- the wild (`--wild DIR`: a folder of ATIF files others wrote, one subfolder per source; the
+  project-written fixtures of their shapes in tests/data/atif_wild run as a quick check): how many
+  files Harbor's validator accepts (`python -m harbor.utils.trajectory_validator`, with
+  `--harbor-python`) and PyPI `atif`'s models accept, the
   share imported (of all files, of those Harbor accepts), one `build` of them all, the fields a
   JSON diff of `export(import(x))` against `x` finds changed (logprobs compared as float32, the one
   listed normalisation), and `load_dataset` of every config the card lists (`--reader-python`, a
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -58,6 +60,13 @@ def _json_diff(source: Any, exported: Any, path: str = "$") -> list[str]:
     if ".logprobs[" in path and isinstance(source, float) and isinstance(exported, float):
         return [] if float(np.float32(source)) == exported else [path]
     return [] if source == exported and type(source) is type(exported) else [path]
+
+
+def _without_content(refusal: str) -> str:
+    """A refusal line without the file's content it may quote (an object or list after the field's path):
+    the results name the field, never copy others' text."""
+    quoted = re.search(r": [\[{]", refusal)
+    return refusal if quoted is None else refusal[:quoted.start()] + ": (the value there, not recorded)"
 
 
 def _harbor_accepts(python: str | None, file: Path) -> bool | None:
@@ -97,7 +106,7 @@ def wild(folder: Path, harbor_python: str | None, reader_python: str | None) -> 
         for line in refused:
             name = line.split(f"{folder}/", 1)[1].split(": ", 1)[0] if f"{folder}/" in line else ""
             if name in per_file:
-                per_file[name]["refusal"] = line[:300]
+                per_file[name]["refusal"] = _without_content(line)[:300]
         export = subprocess.run([sys.executable, "-m", "rollout_dataset.cli", "export", "--format", "atif", str(out),
                                  "--out", str(exported)], capture_output=True, text=True) if build.returncode == 0 else None
         summaries = [r for p in sorted((out / "data" / "summary").glob("*.parquet")) for r in pq.read_table(p).to_pylist()]

@@ -1,7 +1,7 @@
-"""ATIF trajectories others wrote (tests/data/atif_wild, SOURCES.md): each file Harbor's validator accepts
-imports, files of several agents, models and capture levels build into one dataset, every config the
-card lists loads with `datasets` alone, and the export of the dataset gives each file back (docs/atif.md:
-"Round trip"), logprobs as float32."""
+"""ATIF trajectories with the shapes of files others publish (tests/data/atif_wild, written by
+tests/support/atif_wild_fixtures.py): each imports, files of several agents, models and capture levels
+build into one dataset, every config the card lists loads with `datasets` alone, and the export of the
+dataset gives each file back (docs/atif.md: "Round trip"), logprobs as float32."""
 
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ import pytest
 
 from rollout_dataset.atif.export import trajectory_document
 from rollout_dataset.atif.importer import AtifSource, import_documents
+from support.atif_wild_fixtures import SUMMARISED as SUMMARISED_NAME, fixtures, rendered
 from test_builder_contracts import run_without_package
 
 WILD = Path(__file__).parent / "data" / "atif_wild"
 FILES = sorted(WILD.glob("*/*.atif.json"))
-SUMMARISED = WILD / "harbor" / "terminus_2__hello-world-context-summarization.trajectory.atif.json"
+SUMMARISED = WILD / SUMMARISED_NAME
 
 
 def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -59,6 +60,13 @@ def built(tmp_path_factory) -> dict[str, Any]:
     proc = _cli("build", str(WILD), "--out", str(out), "--no-progress")
     export = _cli("export", "--format", "atif", str(out), "--out", str(exported))
     return {"out": out, "exported": exported, "build": proc, "export": export}
+
+
+def test_the_sample_files_are_what_their_generator_writes():
+    expected = fixtures()
+    assert sorted(str(f.relative_to(WILD)) for f in FILES) == sorted(expected)
+    for name, document in expected.items():
+        assert (WILD / name).read_text(encoding="utf-8") == rendered(document), name
 
 
 def test_every_sample_file_builds_into_one_dataset_across_agents_models_and_levels(built):
@@ -158,7 +166,7 @@ def test_an_image_part_is_kept_as_an_image_reference_never_as_text(tmp_path):
 
 
 def test_a_harbor_trial_gives_its_model_and_an_unscored_trial_says_why(tmp_path):
-    trajectory = json.loads((WILD / "openagents" / "qa-runner-login-trace.atif.json").read_text(encoding="utf-8"))
+    trajectory = json.loads((WILD / "qa-runner" / "signup.atif.json").read_text(encoding="utf-8"))
     del trajectory["agent"]["model_name"]
     trial = tmp_path / "trial"
     (trial / "agent").mkdir(parents=True)
