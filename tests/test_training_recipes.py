@@ -69,6 +69,15 @@ def untrainable(grouped, tmp_path_factory):
     return copy
 
 
+@pytest.fixture(scope="module")
+def unmarked(grouped, tmp_path_factory):
+    """The grouped dataset without the training template (as a template of an unknown shape gets none)."""
+    copy = tmp_path_factory.mktemp("unmarked") / "dataset"
+    shutil.copytree(grouped, copy)
+    (copy / "tokenizer" / "chat_template_training.jinja").unlink()
+    return copy
+
+
 def card_blocks(dataset: Path):
     card = dataset / "README.md"
     return [b for b in code_blocks(card, card.read_text(encoding="utf-8")) if b.language == "python"]
@@ -249,7 +258,8 @@ def test_each_card_recipe_trains_on_exactly_the_tokens_the_dataset_marks(grouped
     ("sft_sequences", "untrainable", None, "no sequences to train on: the config (after filtering) has zero rows"),
     ("sft_sequences", "grouped", "short", "tokens, longer than the model's 256"),
     ("sft_conversations", "grouped", "other", "the model's tokenizer is not the dataset's: 1 of"),
-], ids=["groups-of-one", "zero-rows", "row-longer-than-context", "another-tokenizer"])
+    ("sft_conversations", "unmarked", None, "chat_template_training.jinja is missing"),
+], ids=["groups-of-one", "zero-rows", "row-longer-than-context", "another-tokenizer", "no-training-template"])
 def test_bad_input_is_named_before_training_starts(request, tmp_path, name, dataset, model, message):
     folder = request.getfixturevalue(dataset)
     extra = {"MODEL": str(request.getfixturevalue("models")[model])} if model else {}
