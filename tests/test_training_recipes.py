@@ -146,6 +146,12 @@ def test_the_card_block_of_group_advantages_names_groups_of_one_before_anything_
     assert "every one of the 2 group(s) holds one rollout" in done.stderr
 
 
+def test_the_card_says_when_every_group_holds_one_rollout(grouped, singles):
+    warning = "Every group holds one rollout: a group baseline (GRPO, RLOO) gets no learning signal"
+    assert warning in (singles / "README.md").read_text(encoding="utf-8")
+    assert warning not in (grouped / "README.md").read_text(encoding="utf-8")
+
+
 def test_check_lengths_names_zero_rows_and_a_row_longer_than_the_context():
     with pytest.raises(ValueError, match="zero rows"):
         contracts.check_lengths([], 4096, what="sequence")
