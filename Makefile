@@ -211,16 +211,20 @@ test-real-model: install-test
 	PYTHONPATH=$(CURDIR) REAL_MODEL_URL=$${REAL_MODEL_URL:?set REAL_MODEL_URL=http://127.0.0.1:18200/v1} REAL_MODEL_DIR=$(REAL_MODEL_DIR) \
 		REAL_MODEL_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q -p no:cacheprovider -m real_model
 
-# Opt-in: TRL's SFTTrainer with assistant_only_loss on a built dataset's conversations (the stored
-# training chat template). TRL and its deps go into a venv of their own layered over $(VLLM_VENV)'s
-# CPU torch (a .pth file), so nothing heavy enters the test venv.
+# Opt-in: the training recipes (docs/training.md and the card's) end to end with TRL 1.16 on a tiny model on
+# the CPU. .venv-trl holds only what a researcher's trainer venv holds: torch (2.13.0, the CPU wheel pip
+# finds on this kind of machine; a newer or unpinned torch pulls a CUDA build of several GB), TRL and
+# datasets. Never this package: the recipes run without it, as the card promises.
 TRL_VENV ?= .venv-trl
-$(TRL_VENV)/.installed-trl: $(VLLM_VENV)/.installed-vllm
+TRL_VERSION ?= 1.16
+$(TRL_VENV)/.installed-trl-$(TRL_VERSION):
 	[ -x $(TRL_VENV)/bin/python ] || $(PYTHON) -m venv $(TRL_VENV)
-	$(VLLM_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
-		> $$($(TRL_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_vllm_venv.pth
-	$(TRL_VENV)/bin/pip install --quiet 'trl==1.16.*' datasets
+	$(TRL_VENV)/bin/pip install --quiet --upgrade pip
+	$(TRL_VENV)/bin/pip install --quiet torch==2.13.0
+	$(TRL_VENV)/bin/pip install --quiet 'trl==$(TRL_VERSION).*' datasets torch==2.13.0
 	touch $@
-.PHONY: test-trl
-test-trl: install-test $(TRL_VENV)/.installed-trl
-	TRL_PYTHON=$(abspath $(TRL_VENV))/bin/python PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:cacheprovider -m trl tests/test_training_template.py
+.PHONY: trl-venv test-trl
+trl-venv: $(TRL_VENV)/.installed-trl-$(TRL_VERSION)
+test-trl: install-test reader-venv trl-venv
+	TRL_PYTHON=$(abspath $(TRL_VENV))/bin/python PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:cacheprovider -m trl \
+		tests/test_training_template.py tests/test_training_recipes.py

@@ -4,7 +4,9 @@ Atomic writes (`write_bytes_atomic`, `write_text_atomic`) go through a fresh tem
 destination's folder (unique per call, so two threads or processes never share one) and one
 `os.replace`: a reader sees the whole old file or the whole new one, never half of either; a
 destination that is a hard link to another dataset's file is replaced, never written through. A
-failed write removes its temporary file.
+failed write removes its temporary file. The file gets the mode a plain ``open(path, "w")`` gives
+(0666 less the process's umask), not `tempfile.mkstemp`'s owner-only 0600: a dataset's card and
+tokenizer files are read by whoever reads the folder (a shared disk, a web server).
 
 `folder_files` / `write_folder_files` carry a folder across a process or machine boundary (a Ray
 task returns the bytes, the driver writes them): paths are relative and must stay inside the
@@ -23,14 +25,40 @@ import errno
 import os
 import stat
 import tempfile
+import threading
 from pathlib import Path
 
-__all__ = ["write_bytes_atomic", "write_text_atomic", "folder_files", "write_folder_files", "read_regular_file",
+__all__ = ["write_bytes_atomic", "write_text_atomic", "current_umask", "folder_files", "write_folder_files", "read_regular_file",
            "IrregularFileError"]
 
 
 class IrregularFileError(OSError):
     """`read_regular_file` refused a file: not a regular file, or larger than its limit (`strerror` says which)."""
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it (Linux: ``/proc/self/status``).
+
+    Elsewhere it is read by setting and restoring it under a lock (another thread creating a file in
+    that instant would get mode 0o077's masking, never a looser one).
+
+    Returns:
+        The umask bits (e.g. ``0o022``).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
 
 
 def read_regular_file(path: str | Path, limit: int) -> bytes:
@@ -61,13 +89,15 @@ def read_regular_file(path: str | Path, limit: int) -> bytes:
         return handle.read(limit)
 
 
-def write_bytes_atomic(path: str | Path, data: bytes, *, fsync: bool = False) -> None:
+def write_bytes_atomic(path: str | Path, data: bytes, *, fsync: bool = False, mode: int = 0o666) -> None:
     """Write bytes to `path` through a temporary file in the same folder and a rename.
 
     Args:
         path: the destination (its folder must exist).
         data: the content.
         fsync: flush the file to disk before the rename (for files that must survive a power loss).
+        mode: the file's permission bits before the umask is applied, as ``os.open``'s (default
+            0o666: with umask 022 the file is 0644, as ``open(path, "w")`` makes it).
 
     Raises:
         OSError: the folder is missing or not writable, the disk is full (the destination is then
@@ -77,6 +107,7 @@ def write_bytes_atomic(path: str | Path, data: bytes, *, fsync: bool = False) ->
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, mode & ~current_umask())  # mkstemp makes 0600 whatever the umask
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             if fsync:
@@ -92,7 +123,7 @@ def write_bytes_atomic(path: str | Path, data: bytes, *, fsync: bool = False) ->
         raise
 
 
-def write_text_atomic(path: str | Path, text: str, *, fsync: bool = False) -> None:
+def write_text_atomic(path: str | Path, text: str, *, fsync: bool = False, mode: int = 0o666) -> None:
     """Write text (UTF-8) to `path` atomically (see `write_bytes_atomic`).
 
     A lone surrogate (e.g. undecodable tool output) has no UTF-8 form: it is written as the escape
@@ -102,11 +133,12 @@ def write_text_atomic(path: str | Path, text: str, *, fsync: bool = False) -> No
         path: the destination.
         text: the content.
         fsync: flush the file to disk before the rename.
+        mode: the permission bits before the umask (see `write_bytes_atomic`).
 
     Raises:
         OSError: as `write_bytes_atomic`.
     """
-    write_bytes_atomic(path, text.encode("utf-8", "backslashreplace"), fsync=fsync)
+    write_bytes_atomic(path, text.encode("utf-8", "backslashreplace"), fsync=fsync, mode=mode)
 
 
 def folder_files(folder: str | Path) -> dict[str, bytes]:

@@ -35,6 +35,11 @@ def card_code_blocks(readme: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", readme, flags=re.S)
 
 
+def reader_blocks(readme: str) -> list[str]:
+    """The card's blocks a reader runs with datasets alone (not the TRL recipes), in order."""
+    return [b for b in card_code_blocks(readme) if not re.search(r"^(from|import) trl\b", b, flags=re.M)]
+
+
 # A reader's venv (`make reader-venv`, which `make test` runs): datasets, huggingface_hub and
 # tokenizers only, as a user of the published dataset has them.
 READER_PYTHON = Path(__file__).resolve().parents[1] / ".venv-reader" / "bin" / "python"
@@ -160,9 +165,9 @@ def test_the_reader_venv_holds_datasets_and_not_this_package_or_transformers():
     assert not names & {"rollout-dataset", "transformers", "torch"}
 
 
-def test_every_card_snippet_runs_with_only_datasets(dataset, tmp_path):
+def test_the_card_snippets_give_trainer_inputs_and_conversations_with_only_datasets(dataset, tmp_path):
     readme = (dataset / "README.md").read_text()
-    blocks = card_code_blocks(readme)
+    blocks = reader_blocks(readme)
     assert len(blocks) >= 5 and not any("rollout_dataset" in b for b in blocks)
     script = "\n".join(blocks).replace("path/to/DATASET_DIR", str(dataset))
     script += '\nimport json\nprint(json.dumps({"env_mask": one["env_mask"], "n_sft": len(sft), "roles": roles}))\n'
@@ -234,7 +239,8 @@ import json, re
 from huggingface_hub import hf_hub_download
 readme = open(hf_hub_download("org/standalone", "README.md", repo_type="dataset"), encoding="utf-8").read()
 ns = {}
-exec("\\n".join(re.findall(r"```python\\n(.*?)```", readme, flags=re.S)), ns)
+blocks = re.findall(r"```python\\n(.*?)```", readme, flags=re.S)
+exec("\\n".join(b for b in blocks if not re.search(r"^(from|import) trl\\b", b, flags=re.M)), ns)
 print(json.dumps({"text": ns["text"], "env_mask": ns["one"]["env_mask"], "n_sft": len(ns["sft"]),
                   "roles": ns["roles"], "messages": repr(ns["conversations"].features["messages"])}))
 '''

@@ -1,11 +1,15 @@
-"""Every fenced code block in README.md and docs/ runs as written, or says why not.
+"""Every fenced code block in README.md and docs/ runs as written, alone, or says what it needs.
 
-The rule, per block (the fence's language and an optional marker on the line before it):
+The rule, per block (the fence's language and the line right before it; `support.doc_blocks`):
 
-- ```` ```python ```` with no marker: run. The blocks of one file run in order, in one fresh folder,
-  each in its own Python process, with ``OPENAI_BASE_URL`` set to the local backend (oracle policy)
-  and ``HF_ENDPOINT`` / ``HF_TOKEN`` set to a loopback stand-in of the Hub (`hub_fixture.FakeHub`).
-  It must exit 0 and print no progress bar (the library prints nothing).
+- ```` ```python ```` with nothing above: run alone, in a fresh folder, in its own Python process,
+  with no model server, Hub or token in the environment. It must exit 0 and print no progress bar
+  (the library prints nothing).
+- ``*Needs: WHAT.*`` above a python block: WHAT names what it needs beyond that (`doc_blocks.NEEDS`):
+  a model server at ``OPENAI_BASE_URL`` (the local backend, oracle policy), ``HF_TOKEN`` (a loopback
+  stand-in of the Hub, `hub_fixture.FakeHub`), the block above (run after it, in its folder), the
+  helpers' source (run first). A block that needs `trl` runs in the opt-in `trl` tier
+  (tests/test_training_recipes.py); here it is compiled.
 - ```` ```yaml ```` / ```` ```toml ````: parsed (a backend script is loaded as the backend loads it).
 - ``<!-- example: fragment -->`` before a python block: a piece of a larger program; compiled only.
 - ``<!-- example: shell, REASON -->`` before a shell block: commands for a terminal that need what
@@ -15,7 +19,6 @@ The rule, per block (the fence's language and an optional marker on the line bef
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 import shlex
@@ -29,52 +32,43 @@ import yaml
 
 from hub_fixture import FakeHub
 
+from support.doc_blocks import NEEDS, Block, code_blocks, contracts_source
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-_FENCE = re.compile(r"^```(\w*)\s*$")
-_MARKER = re.compile(r"^<!--\s*example:\s*(fragment|shell)\b[^>]*-->\s*$")
 #: what a progress bar on stderr looks like (tqdm's rate or its bar)
 _PROGRESS = re.compile(r"\d+(\.\d+)?(it|rollout|B)/s\]|%\|")
+#: needs this tier provides (the rest, `trl` and what comes with it, are the `trl` tier's)
+_PROVIDED = {"helpers", "server", "hub", "above", "cli"}
+#: names only the helpers' source defines
+_HELPER_NAMES = re.compile(r"\b(grpo_rollout_output|sft_inputs|prompt_completion|check_lengths|check_groups|"
+                           r"group_advantages|check_tokenizer)\(")
+
+ALL_BLOCKS = [block for doc in DOCS for block in code_blocks(doc)]
+RUNNABLE_DOCS = sorted({b.path for b in ALL_BLOCKS if b.language == "python" and b.marker is None
+                        and "trl" not in b.needs})
 
 
-def code_blocks(path: Path) -> list[tuple[int, str, str | None, str]]:
-    """``(line, language, marker, code)`` of each fenced block of a markdown file."""
-    blocks, lines = [], path.read_text(encoding="utf-8").splitlines()
-    i = 0
-    while i < len(lines):
-        fence = _FENCE.match(lines[i])
-        if fence is None:
-            i += 1
-            continue
-        start, language = i, fence.group(1)
-        marker = _MARKER.match(lines[i - 1]) if i else None
-        i += 1
-        body = []
-        while i < len(lines) and lines[i] != "```":
-            body.append(lines[i])
-            i += 1
-        blocks.append((start + 1, language, marker.group(1) if marker else None, "\n".join(body) + "\n"))
-        i += 1
-    return blocks
-
-
-ALL_BLOCKS = [(doc, *block) for doc in DOCS for block in code_blocks(doc)]
-RUNNABLE_DOCS = sorted({doc for doc, _, language, marker, _ in ALL_BLOCKS if language == "python" and marker is None})
-
-
-def _id(block) -> str:
-    return f"{block[0].relative_to(ROOT)}:{block[1]}"
+def _id(block: Block) -> str:
+    return f"{block.path.relative_to(ROOT)}:{block.line}"
 
 
 @pytest.mark.parametrize("block", ALL_BLOCKS, ids=[_id(b) for b in ALL_BLOCKS])
 def test_every_code_block_runs_parses_or_is_marked(block):
-    doc, line, language, marker, code = block
+    language, marker, code = block.language, block.marker, block.code
+    if block.needs_line is not None:
+        assert block.needs, f"{_id(block)}: '*Needs: {block.needs_line}.*' names nothing of {sorted(NEEDS.values())}"
     if language == "python":
-        compile(code, f"{doc.name}:{line}", "exec")
-        if marker is None:
-            ast.parse(code)  # run by test_the_python_blocks_of_each_doc_run_as_written
-        else:
+        compile(code, f"{block.path.name}:{block.line}", "exec")
+        if marker is not None:
             assert marker == "fragment", f"{_id(block)}: a python block is run, or marked a fragment"
+        else:  # run here or in the trl tier: what it cannot run without is named above it
+            if _HELPER_NAMES.search(code) and "def check_lengths" not in code:
+                assert "helpers" in block.needs, f"{_id(block)}: calls the helpers without '*Needs: the helpers' source'"
+            if re.search(r"^\s*(from|import) trl\b", code, flags=re.M):
+                assert "trl" in block.needs, f"{_id(block)}: imports trl without '*Needs: ... `trl` ...*'"
+            if "os.environ[\"OPENAI_BASE_URL\"]" in code:
+                assert "server" in block.needs, f"{_id(block)}: reads OPENAI_BASE_URL without naming it above"
     elif language == "yaml":
         from rollout_dataset.backend.policies import load_script
 
@@ -122,18 +116,34 @@ def example_servers():
     with FakeHub(token="hf_example") as hub, \
             run_backend_in_thread(tokenizer=load_tokenizer("builtin"), policy=make_policy("oracle"),
                                   served_model_name="local") as backend:
-        yield {"OPENAI_BASE_URL": backend.base_url, "HF_ENDPOINT": hub.url, "HF_TOKEN": "hf_example"}
+        yield {"server": {"OPENAI_BASE_URL": backend.base_url},
+               "hub": {"HF_ENDPOINT": hub.url, "HF_TOKEN": "hf_example", "HF_HUB_OFFLINE": "0"}}
+
+
+#: what a block gets only when it says it needs it
+_NEEDED_ONLY = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "HF_ENDPOINT", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "PYTHONPATH")
 
 
 @pytest.mark.parametrize("doc", RUNNABLE_DOCS, ids=[str(d.relative_to(ROOT)) for d in RUNNABLE_DOCS])
-def test_the_python_blocks_of_each_doc_run_as_written(doc, example_servers, tmp_path):
-    env = {**os.environ, **example_servers, "HF_HOME": str(tmp_path / ".hf"), "HF_HUB_OFFLINE": "0",
-           "PYTHONPATH": str(ROOT)}
-    for line, language, marker, code in code_blocks(doc):
-        if language != "python" or marker is not None:
+def test_the_python_blocks_of_each_doc_run_alone_as_written(doc, example_servers, tmp_path):
+    base = {k: v for k, v in os.environ.items() if k not in _NEEDED_ONLY}
+    base.update(HF_HUB_OFFLINE="1", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    folder = tmp_path
+    for n, block in enumerate(code_blocks(doc)):
+        if block.language != "python" or block.marker is not None or "trl" in block.needs:
             continue
-        done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+        missing = block.needs - _PROVIDED
+        assert not missing, f"{_id(block)}: needs {sorted(missing)}, which only the trl tier provides"
+        if "above" not in block.needs:
+            folder = tmp_path / f"block-{n}"  # alone: a fresh folder
+            folder.mkdir()
+        env = {**base, "HF_HOME": str(tmp_path / ".hf")}
+        for need in block.needs & {"server", "hub"}:
+            env.update(example_servers[need])
+        # the package of this checkout, as an install would give it (not through PYTHONPATH: a block sees none)
+        code = ("import sys; sys.path.insert(0, " + repr(str(ROOT)) + ")\n"
+                + (contracts_source() if "helpers" in block.needs else "") + block.code)
+        done = subprocess.run([sys.executable, "-c", code], cwd=folder, env=env, capture_output=True, text=True,
                               timeout=240)
-        where = f"{doc.relative_to(ROOT)}:{line}"
-        assert done.returncode == 0, f"{where} failed:\n{done.stderr[-3000:]}"
-        assert not _PROGRESS.search(done.stderr), f"{where} printed a progress bar:\n{done.stderr[-2000:]}"
+        assert done.returncode == 0, f"{_id(block)} failed:\n{done.stderr[-3000:]}"
+        assert not _PROGRESS.search(done.stderr), f"{_id(block)} printed a progress bar:\n{done.stderr[-2000:]}"

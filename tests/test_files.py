@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
-from rollout_dataset.files import folder_files, write_bytes_atomic, write_folder_files, write_text_atomic
+from rollout_dataset.files import current_umask, folder_files, write_bytes_atomic, write_folder_files, write_text_atomic
 
 
 def test_an_atomic_write_replaces_a_hard_linked_file_instead_of_writing_through_it(tmp_path):
@@ -66,3 +67,16 @@ def test_a_full_disk_during_an_atomic_write_names_the_file_it_was_writing(tmp_pa
     assert caught.value.errno == 28 and caught.value.filename == str(target)
     assert str(target) in str(caught.value)
     assert target.read_bytes() == b"{}" and sorted(p.name for p in tmp_path.iterdir()) == ["batch_result.json"]
+
+
+@pytest.mark.parametrize("umask, expected", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_an_atomic_write_gives_the_mode_the_umask_allows_not_mkstemps_0600(tmp_path, umask, expected):
+    previous = os.umask(umask)
+    try:
+        assert current_umask() == umask
+        write_text_atomic(tmp_path / "README.md", "card\n")
+        write_bytes_atomic(tmp_path / "private.bin", b"x", mode=0o600)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "README.md").stat().st_mode) == expected
+    assert stat.S_IMODE((tmp_path / "private.bin").stat().st_mode) == 0o600 & ~umask

@@ -2,15 +2,13 @@
 TRL as it is: the training template renders every conversation exactly as the real one, its assistant
 mask covers each assistant turn and nothing else, and a template of an unknown shape gets none.
 
-The TRL run itself is opt-in (`make test-trl`: a venv with trl and torch, TRL_PYTHON names its
-interpreter); the default tier checks the markers with transformers' `apply_chat_template`."""
+The default tier checks the markers with transformers' `apply_chat_template`; TRL's SFTTrainer on the
+training template (the card's SFT-on-conversations recipe, training on exactly the tokens the loss mask
+marks) is in tests/test_training_recipes.py's opt-in `trl` tier."""
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
 
 import datasets
 import pytest
@@ -125,37 +123,3 @@ def test_the_build_stores_the_training_template_beside_the_real_one(dataset, tra
     stored = dataset / "tokenizer"
     assert (stored / "chat_template.jinja").read_bytes() == (BUILTIN_TOKENIZER_DIR / "chat_template.jinja").read_bytes()
     assert (stored / TRAINING_TEMPLATE_FILE).read_text(encoding="utf-8") == training_template
-
-
-TRL_PYTHON = os.environ.get("TRL_PYTHON")
-
-
-@pytest.mark.trl
-@pytest.mark.skipif(not TRL_PYTHON, reason="opt-in: make test-trl (TRL_PYTHON = a Python with trl and torch)")
-def test_trl_sft_with_assistant_only_loss_trains_on_the_assistant_tokens_only(dataset, tmp_path):
-    card = (dataset / "README.md").read_text(encoding="utf-8")
-    snippet = next(b for b in re.findall(r"```python\n(.*?)```", card, flags=re.S) if "def assistant_only_sft" in b)
-    script = f'''import json, os, tempfile
-from datasets import load_dataset
-from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-folder = {str(dataset)!r}
-{snippet}
-conversations = load_dataset(folder, "conversations", split="train")
-vocab = len(AutoTokenizer.from_pretrained(os.path.join(folder, "tokenizer")))
-trainer = assistant_only_sft(Qwen2ForCausalLM(Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64,
-                             num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)),
-                             conversations, output_dir=tempfile.mkdtemp(), max_steps=1, per_device_train_batch_size=1,
-                             report_to=[], use_cpu=True)
-row = trainer.train_dataset[0]
-live = [t for t in row["labels"] if t != -100]
-trainer.train()
-print(json.dumps({{"live": trainer.processing_class.decode(live), "n_live": len(live), "n": len(row["labels"])}}))
-'''
-    done = subprocess.run([TRL_PYTHON, "-c", script], capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"TRL assistant_only_loss: {got['n_live']} of {got['n']} label positions live")
-    assert 0 < got["n_live"] < got["n"]
-    assert "<|im_start|>" not in got["live"] and "<tool_response>" not in got["live"]
-    assert got["live"].endswith("<|im_end|>")

@@ -25,7 +25,7 @@ from rollout_dataset.builder.configs import CONFIGS, DEFAULT_CONFIG, features_ya
 from rollout_dataset.builder.writer import LIST_LEVEL, TEXT_LEVEL
 from rollout_dataset.errors import ArtifactError
 
-__all__ = ["TEMPLATE_PATH", "CARD_PROSE_MAX_LINES", "contracts_source", "card_stats", "card_metadata", "render_card",
+__all__ = ["TEMPLATE_PATH", "CARD_PROSE_MAX_LINES", "contracts_source", "training_recipes", "TRAINING_RECIPES_DIR", "card_stats", "card_metadata", "render_card",
            "read_card_metadata", "card_prose_lines", "one_line", "code_span", "table_cell", "markdown_text"]
 
 # The template lives at the repo top; `builder/dataset_card.md` links to it so that a wheel ships it too.
@@ -121,6 +121,33 @@ def card_metadata(stats: dict[str, Any], *, pretty_name: str, license: str,
         "configs": configs,
         "dataset_info": infos,
     }
+
+
+#: the card's training recipes (TRL scripts, one per way to train), pasted under "Training recipes"
+TRAINING_RECIPES_DIR = Path(__file__).resolve().parent / "training_recipes"
+#: the dataset a recipe trains on, as its source names it (the card puts the repo id there)
+RECIPE_DATASET_PLACEHOLDER = "path/to/DATASET_DIR"
+
+
+def training_recipes(repo_id: str | None = None) -> dict[str, str]:
+    """The training recipes' source, by name (``sft_conversations``, ``sft_sequences``, ``grpo_offline``).
+
+    Each is a whole script for TRL that needs the contracts' source pasted above it
+    (`contracts_source`); docs/training.md shows the same scripts (tests/test_training_recipes.py
+    checks that they are the same).
+
+    Args:
+        repo_id: the dataset the scripts load (default: the placeholder ``path/to/DATASET_DIR``).
+
+    Returns:
+        ``{name: source}``, trailing blank lines stripped.
+    """
+    recipes = {}
+    for path in sorted(TRAINING_RECIPES_DIR.glob("*.py.txt")):
+        text = path.read_text(encoding="utf-8").rstrip()
+        recipes[path.name.removesuffix(".py.txt")] = text.replace(RECIPE_DATASET_PLACEHOLDER,
+                                                                  repo_id or RECIPE_DATASET_PLACEHOLDER)
+    return recipes
 
 
 def contracts_source() -> str:
@@ -259,7 +286,8 @@ def render_card(summary_rows: Iterable[dict[str, Any]] | CardAggregates, *, temp
     env.filters["markdown_text"] = markdown_text
     body = env.from_string(path.read_text(encoding="utf-8")).render(
         stats=stats, configs=configs, pretty_name=pretty_name, default_config=DEFAULT_CONFIG,
-        repo_id=repo_id or "path/to/DATASET_DIR", json=json, contracts_source=contracts_source(),
+        repo_id=repo_id or RECIPE_DATASET_PLACEHOLDER, json=json, contracts_source=contracts_source(),
+        recipes=training_recipes(repo_id),
         traces_repo_id=traces_repo_id, options=options, citation=citation,
         encodings={"text_level": TEXT_LEVEL, "list_level": LIST_LEVEL})
     if audit is not None:

@@ -19,6 +19,16 @@ Contracts:
 
 The prompt is the first call's prompt (``input_ids[:prompt_len]``); the completion is everything
 after it: every sampled turn and the environment tokens between them.
+
+Checks a recipe runs before training starts, each raising ValueError with a line that names the
+problem (never a silent zero gradient or a silently cut row):
+
+- `check_lengths`: the config has rows, and none is longer than the model's context (or the
+  trainer's ``max_length``); returns the longest, the ``max_length`` that cuts nothing.
+- `check_groups` / `group_advantages`: rollouts per ``group_id``; a dataset whose every group holds
+  one rollout gives every advantage 0 (no learning signal) and is refused; advantages are the
+  reward minus the group's mean (GRPO, scaled by the group's std) or the mean of the others (RLOO).
+- `check_tokenizer`: the model's vocabulary is the one the dataset's ids were sampled from.
 """
 
 
@@ -116,3 +126,145 @@ def prompt_completion(rows):
         return {"prompt_ids": list(row["input_ids"][:p]), "completion_ids": list(row["input_ids"][p:]),
                 "loss_mask": [int(m) for m in row["loss_mask"][p:]]}
     return _per_row(rows, one)
+
+
+def check_lengths(lengths, max_length, names=None, what="row"):
+    """Check, before training, that there are rows and that none is longer than `max_length`.
+
+    Args:
+        lengths: each row's length in tokens.
+        max_length: the model's context (or the trainer's ``max_length``); None checks only for rows.
+        names: each row's name for the message (e.g. its ``rollout_id``); default its index.
+        what: what a row is, for the message (``"sequence"``, ``"conversation"``).
+
+    Returns:
+        The longest length: the ``max_length`` that cuts no row.
+
+    Raises:
+        ValueError: no row at all, or a row longer than `max_length` (the first such row named).
+    """
+    lengths = list(lengths)
+    if not lengths:
+        raise ValueError(f"no {what}s to train on: the config (after filtering) has zero rows")
+    for i, n in enumerate(lengths):
+        if max_length is not None and n > max_length:
+            name = names[i] if names is not None else f"#{i}"
+            raise ValueError(f"{what} {name} is {n} tokens, longer than the model's {max_length}: it would be cut "
+                             f"(drop it, or use a model with a longer context)")
+    return max(lengths)
+
+
+def group_sizes(group_ids):
+    """Rollouts per group.
+
+    Args:
+        group_ids: each row's ``group_id``.
+
+    Returns:
+        ``{group_id: count}`` in first-seen order.
+    """
+    sizes = {}
+    for g in group_ids:
+        sizes[g] = sizes.get(g, 0) + 1
+    return sizes
+
+
+def check_groups(group_ids):
+    """Check, before training, that some group holds two or more rollouts (a baseline needs them).
+
+    Args:
+        group_ids: each row's ``group_id``.
+
+    Returns:
+        ``{group_id: count}`` (see `group_sizes`).
+
+    Raises:
+        ValueError: no rows, or every group holds one rollout: each advantage would be 0, a zero
+            gradient (capture several rollouts per task and seed: ``batch --rollouts-per-seed N``).
+    """
+    sizes = group_sizes(group_ids)
+    if not sizes:
+        raise ValueError("no rollouts to train on: the config (after filtering) has zero rows")
+    if max(sizes.values()) < 2:
+        raise ValueError(f"every one of the {len(sizes)} group(s) holds one rollout: a group baseline gives each an "
+                         "advantage of 0, no learning signal (capture several rollouts per task and seed)")
+    return sizes
+
+
+def group_advantages(rewards, group_ids, baseline="mean", scale=True, eps=1e-4):
+    """Each rollout's advantage within its group (the rows of one ``group_id``).
+
+    Args:
+        rewards: each row's reward (e.g. ``env_reward``); None (unscored) is refused: drop those rows.
+        group_ids: each row's ``group_id``.
+        baseline: ``"mean"`` (GRPO: the group's mean) or ``"leave_one_out"`` (RLOO: the mean of the
+            group's other rollouts).
+        scale: divide by the group's standard deviation plus `eps` (GRPO's default).
+        eps: added to the standard deviation.
+
+    Returns:
+        One float per row, in row order (0.0 for a rollout alone in its group).
+
+    Raises:
+        ValueError: a None reward, lengths that differ, an unknown baseline, or no group of two or
+            more rollouts (`check_groups`).
+    """
+    rewards, group_ids = list(rewards), list(group_ids)
+    if len(rewards) != len(group_ids):
+        raise ValueError(f"{len(rewards)} rewards for {len(group_ids)} group ids")
+    if baseline not in ("mean", "leave_one_out"):
+        raise ValueError(f"baseline {baseline!r}: use 'mean' (GRPO) or 'leave_one_out' (RLOO)")
+    for i, r in enumerate(rewards):
+        if r is None:
+            raise ValueError(f"row {i} (group {group_ids[i]}) has no reward (unscored): drop it before training")
+    check_groups(group_ids)
+    members = {}
+    for i, g in enumerate(group_ids):
+        members.setdefault(g, []).append(i)
+    advantages = [0.0] * len(rewards)
+    for rows in members.values():
+        n = len(rows)
+        if n < 2:
+            continue
+        values = [float(rewards[i]) for i in rows]
+        mean = sum(values) / n
+        std = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+        for i, v in zip(rows, values):
+            base = (mean * n - v) / (n - 1) if baseline == "leave_one_out" else mean
+            advantages[i] = (v - base) / (std + eps) if scale else v - base
+    return advantages
+
+
+def _vocab_of(tokenizer_json):
+    """``{token: id}`` of a parsed tokenizer.json: its model's vocabulary and its added tokens."""
+    vocab = tokenizer_json.get("model", {}).get("vocab") or {}
+    if isinstance(vocab, list):  # Unigram: [[piece, score], ...] by id
+        vocab = {piece: i for i, (piece, _score) in enumerate(vocab)}
+    vocab = dict(vocab)
+    for added in tokenizer_json.get("added_tokens") or []:
+        vocab[added["content"]] = added["id"]
+    return vocab
+
+
+def check_tokenizer(tokenizer_json, model_vocab):
+    """Check, before training, that the model's tokenizer is the dataset's (same token for every id).
+
+    Args:
+        tokenizer_json: the dataset's ``tokenizer/tokenizer.json``, parsed (``json.load``).
+        model_vocab: the model's tokenizer's ``{token: id}`` (``tokenizer.get_vocab()``).
+
+    Returns:
+        The vocabulary size.
+
+    Raises:
+        ValueError: a token whose id differs, or a token one side lacks (the first few named).
+    """
+    ours = _vocab_of(tokenizer_json)
+    theirs = dict(model_vocab)
+    differ = sorted(t for t in set(ours) | set(theirs) if ours.get(t) != theirs.get(t))
+    if differ:
+        shown = ", ".join(f"{t!r}: dataset {ours.get(t)} model {theirs.get(t)}" for t in differ[:3])
+        raise ValueError(f"the model's tokenizer is not the dataset's: {len(differ)} of {len(ours)} tokens differ "
+                         f"({shown}); the dataset's ids mean other text to this model (use the dataset's tokenizer/ "
+                         "and a model trained with it)")
+    return len(ours)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -170,7 +171,9 @@ def tokenizer_name(art: dict[str, Any]) -> str | None:
 
     Returns:
         None below level `tokens`; else task.json config ``tokenizer``; ``"builtin"`` for a capture
-        against the local backend (no ``base_url``); else the model name.
+        against the local backend (no ``base_url``); else the served model's ``root`` as the server reported it (summary
+        ``provenance.model.root``: the local backend's tokenizer, vLLM's model id, which is where it
+        loaded its tokenizer from) when that is ``builtin`` or a Hub id; else the model name.
     """
     if art["summary"].get("capture_level") != "tokens":
         return None
@@ -180,7 +183,20 @@ def tokenizer_name(art: dict[str, Any]) -> str | None:
         tokenizer = config.get("tokenizer")
         if tokenizer is None and "base_url" in config and config["base_url"] is None:
             tokenizer = "builtin"  # capture's default: the local backend's built-in tokenizer
-    return tokenizer or art["summary"].get("model")
+    return tokenizer or _served_root(art["summary"]) or art["summary"].get("model")
+
+
+#: a Hub repo id ``owner/name``: never a path (a recorded local path is cut to ``.../name``)
+_HUB_ID = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+
+
+def _served_root(summary: dict[str, Any]) -> str | None:
+    """The served model's recorded ``root`` when it names a tokenizer a build may look up (a Hub id, ``builtin``)."""
+    model = ((summary.get("provenance") or {}).get("model") or {}) if isinstance(summary.get("provenance"), dict) else {}
+    root = model.get("root") if isinstance(model, dict) else None
+    if isinstance(root, str) and (root == "builtin" or ("/" in root and _HUB_ID.match(root))):
+        return root
+    return None
 
 
 def summary_row(art: dict[str, Any], counts: dict[str, int | str]) -> dict[str, Any]:
