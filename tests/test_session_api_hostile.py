@@ -307,3 +307,16 @@ async def test_every_worker_serves_the_same_sessions_and_a_seal_one_took_is_kept
     assert {d["settled_calls"] for d in reads} == {6} and {d["state"] for d in reads} == {"open"}
     assert sealed.status_code == 200 and sealed.json()["seal"]["records"] == 6
     assert refused == [409] * 6 and late == [409] * 4
+
+
+async def test_a_stream_the_upstream_drops_is_a_settled_call_with_its_error(tmp_path, upstream):
+    async with CaptureProxy(upstream=upstream, trace_dir=tmp_path / "t", session_api=True) as proxy:
+        async with httpx.AsyncClient(timeout=30) as client, AsyncSessionClient(proxy.base_url) as api:
+            async with client.stream("POST", proxy.session_base_url("s") + "/chat/completions",
+                                     json=chat(model="drop", stream=True)) as stream:
+                body = b"".join([chunk async for chunk in stream.aiter_raw()])
+            document = await api.wait_settled("s")
+            session = await api.session("s")
+    assert b"error" in body
+    assert document["settled_calls"] == 1 and document["calls_in_flight"] == 0
+    assert session["calls"][0]["error"] == "upstream_disconnect"
