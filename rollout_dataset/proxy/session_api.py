@@ -223,7 +223,7 @@ class SessionApi:
 
     async def _list(self) -> dict[str, Any]:
         names = await asyncio.to_thread(self.files.sessions)
-        ids = sorted(set(names) | set(self.in_flight))
+        ids = sorted(set(names) | {s for s in self.in_flight if valid_session_id(s)})  # a refused id is no session
         states = await asyncio.to_thread(lambda: [self.files.state(s) for s in ids])
         return {"sessions": [{"session": s, "state": state, "calls_in_flight": self.in_flight.get(s, 0)}
                              for s, state in zip(ids, states)]}
