@@ -320,3 +320,16 @@ async def test_a_stream_the_upstream_drops_is_a_settled_call_with_its_error(tmp_
     assert b"error" in body
     assert document["settled_calls"] == 1 and document["calls_in_flight"] == 0
     assert session["calls"][0]["error"] == "upstream_disconnect"
+
+
+@pytest.mark.parametrize("headers", [{"Origin": "http://evil.example"}, {"Origin": "null"},
+                                     {"Host": "evil.example:80"}, {"Host": "rebound.example"}])
+async def test_a_request_from_a_web_page_or_a_rebound_name_is_refused(tmp_path, upstream, headers):
+    async with CaptureProxy(upstream=upstream, trace_dir=tmp_path / "t", session_api=True) as proxy:
+        await two_sessions(proxy)
+        for method, path in (("GET", "/sessions"), ("GET", "/sessions/mine/sequences"), ("POST", "/sessions/mine/seal")):
+            status, answer = await raw(proxy, method, path, headers=headers)
+            assert status == 403 and answer["error"]["code"] == "browser_refused", (path, answer)
+            assert SECRET_TEXT not in json.dumps(answer)
+        _, document = await raw(proxy, "GET", "/sessions/mine", headers={"Host": f"localhost:{proxy.port}"})
+    assert document["state"] == "open"
