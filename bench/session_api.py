@@ -15,12 +15,13 @@ Three configurations, interleaved over `--rounds`:
     traces are per-call records; ours are trainable sequences (graph, masks, findings) built from them.
 
 Figures: for `on, pulled`, the time from a session's last answer to its sequences being served (p50,
-p99, max); for each configuration, the proxy's CPU (psutil, user + system of its process) per model
+p99, max); for each configuration, the proxy's CPU (psutil, user + system of its processes) per model
 call, and the calls per second.
 
-    .venv/bin/python bench/session_api.py [--sessions 256] [--turns 3] [--rounds 2] [--quick]
+    .venv/bin/python bench/session_api.py [--sessions 256] [--turns 3] [--rounds 2] [--workers 1] [--rllm] [--quick]
 
-Prints a markdown table and saves bench/results/session_api.json (`--quick`: session_api_quick.json).
+Prints a markdown table and saves bench/results/session_api.json (`--workers 2`: session_api_workers2.json;
+`--quick`: ..._quick.json).
 """
 
 from __future__ import annotations
@@ -38,10 +39,9 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from proxy_overhead import free_port, pct, start_backend  # noqa: E402
+from proxy_overhead import free_port, pct, process_cpu_s, start_backend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-" + os.urandom(8).hex()
@@ -50,9 +50,10 @@ RLLM = "rllm-model-gateway, pulled"
 RLLM_VENV = ROOT / ".venv-rllm-gw"
 
 
-def start_proxy(upstream: str, trace_dir: str, api: bool) -> tuple[subprocess.Popen, str]:
-    """The recording proxy in its own process, the session API on (with a token) or off."""
-    args = [sys.executable, "-m", "rollout_dataset.cli", "proxy", "--upstream", upstream, "--trace-dir", trace_dir]
+def start_proxy(upstream: str, trace_dir: str, api: bool, workers: int = 1) -> tuple[subprocess.Popen, str]:
+    """The recording proxy in its own process(es), the session API on (with a token) or off."""
+    args = [sys.executable, "-m", "rollout_dataset.cli", "proxy", "--upstream", upstream, "--trace-dir", trace_dir,
+            "--workers", str(workers)]
     env = {**os.environ, "ROLLOUT_SESSION_API_TOKEN": TOKEN} if api else dict(os.environ)
     if not api:
         args.append("--no-session-api")
@@ -86,8 +87,8 @@ def start_rllm(upstream: str, db: str) -> tuple[subprocess.Popen, str]:
 
 
 def cpu_s(pid: int) -> float:
-    times = psutil.Process(pid).cpu_times()
-    return times.user + times.system
+    """CPU seconds of the proxy: its process and its workers (`--workers N`)."""
+    return process_cpu_s(pid)
 
 
 async def harness(client: httpx.AsyncClient, root: str, session: str, turns: int, pull: str | None,
@@ -184,7 +185,7 @@ async def run(args: argparse.Namespace) -> dict:
                         os.makedirs(folder)
                         proc, root = start_rllm(upstream, os.path.join(folder, "traces.db"))
                     else:
-                        proc, root = start_proxy(upstream, folder, name != "off")
+                        proc, root = start_proxy(upstream, folder, name != "off", args.workers)
                     try:
                         # warm-up: connections and the first-call costs, not measured
                         await phase(root, proc.pid, 8, 1, None, "warm")
@@ -202,7 +203,7 @@ async def run(args: argparse.Namespace) -> dict:
 
 def markdown(table: dict, args: argparse.Namespace) -> str:
     lines = [f"{args.sessions} concurrent sessions x {args.turns} chat calls, {args.rounds} round(s), local backend "
-             f"(echo), proxy in its own process; {os.cpu_count()} cores, shared", "",
+             f"(echo), proxy in its own process ({args.workers} worker(s)); {os.cpu_count()} cores, shared", "",
              "| target | sessions failed | proxy CPU per call | calls/s | model call p50 / p99 | last answer -> "
              "sequences served p50 / p99 / max | the read that served them p50 / p99 |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -221,6 +222,7 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="64 sessions, 1 round")
+    parser.add_argument("--workers", type=int, default=1, help="the proxy's --workers")
     parser.add_argument("--rllm", action="store_true", help="also rllm-model-gateway on the same stream (.venv-rllm-gw)")
     args = parser.parse_args()
     if args.quick:
@@ -228,7 +230,8 @@ def main() -> int:
     table = asyncio.run(run(args))
     text = markdown(table, args)
     print(text)
-    out = ROOT / "bench" / "results" / ("session_api_quick.json" if args.quick else "session_api.json")
+    name = "session_api" + (f"_workers{args.workers}" if args.workers != 1 else "") + ("_quick" if args.quick else "")
+    out = ROOT / "bench" / "results" / f"{name}.json"
     out.write_text(json.dumps({"args": vars(args), "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                                                "load_1m": os.getloadavg()[0]},
                                "results": table}, indent=2) + "\n")

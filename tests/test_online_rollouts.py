@@ -177,3 +177,27 @@ def test_trl_grpo_trains_a_step_on_sessions_pulled_from_the_api(proxy, tmp_path)
 
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["sessions"] == 4 and result["changed"] and result["log"], result
+
+
+@pytest.mark.harness
+def test_mini_swe_agent_runs_unmodified_as_the_rollout_s_harness(tmp_path):
+    from rollout_dataset.harness.presets import find_mini
+
+    steps = [{"text": "Writing it.", "tool_calls": [{"name": "bash", "arguments": {
+                 "command": "printf 'print(3)\\n' > solution.py"}}]},
+             {"text": "Done.", "tool_calls": [{"name": "bash", "arguments": {
+                 "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]}]
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           "MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors", "MSWEA_SILENT_STARTUP": "1"}
+    command = [find_mini(), "-m", "openai/{model}", "-c", "mini.yaml", "-c", "model.model_kwargs.api_base={base_url}",
+               "-c", "model.model_kwargs.api_key=unused", "-c", "agent.step_limit=4", "-l", "0", "-t", "{prompt}",
+               "--yolo", "--exit-immediately", "-o", "{workdir}/trajectory.json"]
+    with run_backend_in_thread(policy="script", script={"steps": steps, "final": "Done."}) as backend, \
+            CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path / "traces", session_api=True,
+                         session_api_token=TOKEN) as proxy:
+        rollouts = SessionRollouts(proxy.base_url, token=TOKEN, command=command, score=score, env=env)
+        out = rollouts(["Print three."])
+    assert out["session_reward"] == [1.0] and sum(out["env_mask"][0]) > 0
+    assert len(out["completion_ids"][0]) == len(out["logprobs"][0]) == len(out["env_mask"][0])

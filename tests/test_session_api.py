@@ -141,3 +141,23 @@ def test_a_session_read_written_as_an_artifact_folder_validates(tmp_path, backen
     assert check_artifact_dir(folder) == []
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["env_reward"] is None and summary["captured_calls"] == 3 and summary["env"] == "online"
+
+
+def test_the_sessions_command_writes_each_sealed_session_for_build_and_names_the_open_ones(tmp_path, backend, capsys):
+    from rollout_dataset.cli import main
+
+    with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path / "t", session_api=True) as proxy:
+        run_agent(proxy, "done", tmp_path / "w1")
+        run_agent(proxy, "running", tmp_path / "w2")
+        with SessionClient(proxy.base_url) as api:
+            api.post_reward("done", 0.5)
+            api.seal("done")
+    assert main(["sessions", str(tmp_path / "t"), "--out", str(tmp_path / "runs")]) == 0
+    out, err = capsys.readouterr()
+    assert "1 sealed session(s) written" in out and "running" in err and "done" not in err
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == [session_rollout_id("done")]
+    assert main(["build", str(tmp_path / "runs"), "--out", str(tmp_path / "ds")]) == 0
+    trace = tmp_path / "t" / "done.jsonl"
+    trace.write_bytes(trace.read_bytes().replace(b"Add two numbers", b"Add two NUMBERS"))
+    assert main(["sessions", str(tmp_path / "t"), "--out", str(tmp_path / "runs2")]) == 1
+    assert "error: session done:" in capsys.readouterr().err

@@ -307,3 +307,29 @@ async def test_every_worker_serves_the_same_sessions_and_a_seal_one_took_is_kept
     assert {d["settled_calls"] for d in reads} == {6} and {d["state"] for d in reads} == {"open"}
     assert sealed.status_code == 200 and sealed.json()["seal"]["records"] == 6
     assert refused == [409] * 6 and late == [409] * 4
+
+
+async def test_a_stream_the_upstream_drops_is_a_settled_call_with_its_error(tmp_path, upstream):
+    async with CaptureProxy(upstream=upstream, trace_dir=tmp_path / "t", session_api=True) as proxy:
+        async with httpx.AsyncClient(timeout=30) as client, AsyncSessionClient(proxy.base_url) as api:
+            async with client.stream("POST", proxy.session_base_url("s") + "/chat/completions",
+                                     json=chat(model="drop", stream=True)) as stream:
+                body = b"".join([chunk async for chunk in stream.aiter_raw()])
+            document = await api.wait_settled("s")
+            session = await api.session("s")
+    assert b"error" in body
+    assert document["settled_calls"] == 1 and document["calls_in_flight"] == 0
+    assert session["calls"][0]["error"] == "upstream_disconnect"
+
+
+@pytest.mark.parametrize("headers", [{"Origin": "http://evil.example"}, {"Origin": "null"},
+                                     {"Host": "evil.example:80"}, {"Host": "rebound.example"}])
+async def test_a_request_from_a_web_page_or_a_rebound_name_is_refused(tmp_path, upstream, headers):
+    async with CaptureProxy(upstream=upstream, trace_dir=tmp_path / "t", session_api=True) as proxy:
+        await two_sessions(proxy)
+        for method, path in (("GET", "/sessions"), ("GET", "/sessions/mine/sequences"), ("POST", "/sessions/mine/seal")):
+            status, answer = await raw(proxy, method, path, headers=headers)
+            assert status == 403 and answer["error"]["code"] == "browser_refused", (path, answer)
+            assert SECRET_TEXT not in json.dumps(answer)
+        _, document = await raw(proxy, "GET", "/sessions/mine", headers={"Host": f"localhost:{proxy.port}"})
+    assert document["state"] == "open"

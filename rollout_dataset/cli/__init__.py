@@ -41,6 +41,7 @@ _HELP: dict[str, str] = {
     "show": "print one screen about a captured rollout",
     "build": "build a multi-config parquet dataset from artifacts",
     "export": "write rollouts as ATIF trajectories (Harbor's interchange format)",
+    "sessions": "write a proxy's sealed sessions (session API) as artifact folders for build",
     "push": "push a built dataset to the Hugging Face Hub (append-safe)",
     "compact": "merge small parquet shards of a dataset folder or Hub repo",
     "batch": "run seeds x rollouts with statistics, plots and a report",

@@ -84,8 +84,9 @@ class SessionRollouts:
         proxy_url: the proxy's URL (root, ``/v1`` or any session URL).
         token: the session API's token (give one: the harness can reach the proxy's port).
         model: the model name the harness asks for.
-        command: the harness's argv, ``{base_url}``, ``{model}``, ``{prompt_file}``, ``{session}``
-            filled in per session (default: `builtin_agent_command`).
+        command: the harness's argv, ``{base_url}``, ``{model}``, ``{prompt}`` (the text),
+            ``{prompt_file}``, ``{session}``, ``{workdir}`` filled in per session; it runs in that fresh
+            working directory (default: `builtin_agent_command`).
         score: the reward of a session (None: no reward posted; TRL's own reward functions score).
         concurrency: harness runs at once.
         harness_timeout: seconds one harness run may take (then it is killed; its session still counts).
@@ -172,21 +173,22 @@ class SessionRollouts:
                 "session_reward": reward}
 
     def _run_harness(self, session: str, prompt: Any) -> str:
-        """Run the harness command for one session; returns its output (stdout, then stderr)."""
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8", delete=False) as f:
-            f.write(prompt_text(prompt))
-        try:
-            values = {"base_url": f"{self.root}/sessions/{session}/v1", "model": self.model, "prompt_file": f.name,
-                      "session": session}
+        """Run the harness command for one session in a fresh working directory (removed after); returns
+        its output (stdout, then stderr)."""
+        text = prompt_text(prompt)
+        with tempfile.TemporaryDirectory(prefix="online-rollout-") as workdir:
+            prompt_file = os.path.join(workdir, ".prompt.txt")
+            with open(prompt_file, "w", encoding="utf-8") as f:
+                f.write(text)
+            values = {"base_url": f"{self.root}/sessions/{session}/v1", "model": self.model, "prompt": text,
+                      "prompt_file": prompt_file, "session": session, "workdir": workdir}
             argv = [part.format(**values) for part in self.command]
             try:
-                done = subprocess.run(argv, capture_output=True, text=True, timeout=self.harness_timeout,
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=self.harness_timeout, cwd=workdir,
                                       env=self.env if self.env is not None else dict(os.environ))
                 return done.stdout + done.stderr
             except subprocess.TimeoutExpired as exc:
                 return f"harness timed out after {self.harness_timeout}s: {exc}"
-        finally:
-            os.unlink(f.name)
 
 
 def session_reward(completions: list[Any], session_reward: list[float | None] | None = None,

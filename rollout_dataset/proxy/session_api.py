@@ -178,6 +178,9 @@ class SessionApi:
                       receive: Receive) -> tuple[int, dict[str, Any] | bytes, list[tuple[bytes, bytes]]]:
         if not self.enabled:
             return 404, _error("session_api_off", self.off_reason), []
+        refused = _browser_refusal(scope, self._token is None)
+        if refused:
+            return 403, _error("browser_refused", refused), []
         if self._token is not None and not self._authorized(scope):
             return 401, _error("unauthorized", "the session API needs 'Authorization: Bearer <token>' with the "
                                "proxy's session API token"), [(b"www-authenticate", b'Bearer realm="session-api"')]
@@ -223,7 +226,7 @@ class SessionApi:
 
     async def _list(self) -> dict[str, Any]:
         names = await asyncio.to_thread(self.files.sessions)
-        ids = sorted(set(names) | set(self.in_flight))
+        ids = sorted(set(names) | {s for s in self.in_flight if valid_session_id(s)})  # a refused id is no session
         states = await asyncio.to_thread(lambda: [self.files.state(s) for s in ids])
         return {"sessions": [{"session": s, "state": state, "calls_in_flight": self.in_flight.get(s, 0)}
                              for s, state in zip(ids, states)]}
@@ -291,6 +294,27 @@ class SessionApi:
         except SessionConflict as exc:
             return 409, _error(exc.code, str(exc)), []
         return 200, {"session": session, "state": SEALED, "seal": document}, []
+
+
+def _browser_refusal(scope: Scope, tokenless: bool) -> str | None:
+    """Why a request that may come from a web page is refused (None: it is not refused).
+
+    A page the user opens may send requests to a loopback port: a cross-origin one carries ``Origin``
+    (refused always), and one through a rebound DNS name carries that name as ``Host`` (refused when no
+    token guards the API: only a loopback name or address may reach it then).
+    """
+    host = ""
+    for key, value in scope["headers"]:
+        if key == b"origin":
+            return "a request from a web page (Origin header) is refused: the session API is for trainers"
+        if key == b"host":
+            host = value.decode("latin-1")
+    if tokenless:
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if not is_loopback_host(name.strip("[]")):
+            return (f"Host {host[:100]!r} is not a loopback address: without a token the session API answers "
+                    "only requests addressed to 127.0.0.1, ::1 or localhost")
+    return None
 
 
 def _error(code: str, message: str) -> dict[str, Any]:
