@@ -145,7 +145,7 @@ async def test_a_stream_outrunning_a_harness_that_does_not_read_stops_being_read
                 async with client.stream("GET", proxy.base_url + "/models") as response:
                     chunks = response.aiter_raw()  # kept: a dropped iterator would close the stream
                     await chunks.__anext__()  # the stream started; the harness reads no more
-                    connections = proxy._own_transport._all  # the proxy's upstream connections
+                    connections = proxy._own_transports[0]._all  # the proxy's upstream connections (its one upstream)
                     deadline = asyncio.get_running_loop().time() + 30
                     while not any(conn.paused for conn in connections):  # were it to read on, it never pauses
                         assert asyncio.get_running_loop().time() < deadline, "the proxy kept reading"
