@@ -109,9 +109,9 @@ def test_an_unknown_crafter_option_exits_two_before_any_rollout(tmp_path, capsys
     assert not (out / "rollouts").exists()
 
 
-def test_the_coding_env_rejects_env_options(tmp_path, capsys):
+def test_the_coding_env_rejects_an_env_option_it_does_not_take(tmp_path, capsys):
     assert main(["batch", "--smoke", "--env-option", "max_steps=3", "--no-progress", "--out", str(tmp_path / "b")]) == 2
-    assert "the coding environment takes no options" in capsys.readouterr().err
+    assert "the coding environment takes only harness=NAME and harbor_env=ENV (got max_steps)" in capsys.readouterr().err
 
 
 def test_rollouts_of_one_world_use_distinct_request_seeds():
