@@ -36,7 +36,7 @@ from rollout_dataset.errors import ConfigError
 from rollout_dataset.processes import CHILD_EXIT, watch_child
 
 __all__ = ["HARBOR_VERSION", "HARBOR_INSTALL", "ENVIRONMENT_SPEC", "HarborRun", "HarborTaskUnsupportedError",
-           "find_harbor", "dockerfile_needs", "environment_for", "harbor_command", "run_terminus"]
+           "find_harbor", "dockerfile_needs", "environment_for", "harbor_command", "run_terminus", "run_trial"]
 
 logger = logging.getLogger(__name__)
 
@@ -243,16 +243,41 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
     if harbor is None:
         raise ToolNotInstalledError("harbor", HARBOR_INSTALL, "--harness terminus-2")
     environment = environment_for(task_dir)
-    trials_dir.mkdir(parents=True, exist_ok=True)
     argv = harbor_command(harbor, task_dir, trials_dir, trial_name, base_url=base_url, model=model,
                           environment=environment, agent_kwargs=dict(agent_kwargs or {}), agent_timeout_s=timeout_s)
+    return run_trial(argv, trials_dir, trial_name, api_key=api_key, timeout_s=timeout_s, should_stop=should_stop,
+                     poll_s=poll_s, verifier_timeout_s=verifier_timeout_s)
+
+
+def run_trial(argv: list[str], trials_dir: Path, trial_name: str, *, api_key: str, timeout_s: float,
+              should_stop: Callable[[], str | None] | None = None, poll_s: float = 0.2,
+              verifier_timeout_s: float = 600.0, extra_env: dict[str, str] | None = None) -> HarborRun:
+    """Run one ``harbor trials start`` command to its end, the time budget, or a stop request, and read its trial.
+
+    Args:
+        argv: the command (`harbor_command`, `rollout_dataset.harbor.installed.installed_agent_command`).
+        trials_dir: its ``--trials-dir`` (made here).
+        trial_name: its ``--trial-name``.
+        api_key: the dummy key (``OPENAI_API_KEY``/``HOSTED_VLLM_API_KEY`` in Harbor's environment).
+        timeout_s: the agent's budget; the whole trial is killed past
+            ``timeout_s + verifier_timeout_s + HARBOR_SLACK_S``.
+        should_stop: polled; a returned reason stops the trial (SIGINT, then SIGKILL to its group).
+        poll_s: polling interval.
+        verifier_timeout_s: the task's verifier timeout (for the hard limit).
+        extra_env: more variables for Harbor's environment (after the secret-looking ones are dropped).
+
+    Returns:
+        The run.
+    """
+    trials_dir.mkdir(parents=True, exist_ok=True)
     hard_limit = timeout_s + verifier_timeout_s + HARBOR_SLACK_S
     log_path = trials_dir / "harbor-output.log"
+    env = _harbor_env(api_key, _package_path(trials_dir / ".package"))
+    env.update(extra_env or {})
     start = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=_harbor_env(api_key, _package_path(trials_dir / ".package")), start_new_session=True,
-                                cwd=trials_dir)
+                                env=env, start_new_session=True, cwd=trials_dir)
         reason, _ = watch_child(proc, start=start, limit_s=hard_limit, checks=[should_stop] if should_stop else [],
                                 poll_s=poll_s, first_signal=signal.SIGINT,  # Harbor stops its trial on SIGINT
                                 grace_s=_STOP_GRACE_S)

@@ -103,11 +103,11 @@ class CodingEpisode:
 
     def run(self, agent: AgentContext) -> AgentOutcome:
         """The harness in the allow-list sandbox, against the proxy's session URL (terminus-2: Harbor runs it)."""
-        if self.preset is not None and self.preset.name == TERMINUS_HARNESS:
+        if self.preset is not None and _runs_in_harbor(self.preset.name):
             if self.harbor_dir is None:  # _check_harbor_harness refuses this before a rollout starts
                 from rollout_dataset.errors import ConfigError
 
-                raise ConfigError(f"--harness {TERMINUS_HARNESS} runs Harbor tasks; task {self.task_.task_id!r} is not one")
+                raise ConfigError(f"--harness {self.preset.name} runs Harbor tasks; task {self.task_.task_id!r} is not one")
             return self._run_terminus(self.harbor_dir, agent)
         from rollout_dataset.recipes.coding.hiding import capture_hidden_paths
         from rollout_dataset.harness import BuiltinAgent, ToolBox, resolve_harness, run_external_harness
@@ -154,10 +154,12 @@ class CodingEpisode:
         return AgentOutcome(stop_reason, ext.timed_out, errors, [])
 
     def _run_terminus(self, harbor_dir: Path, agent: AgentContext) -> AgentOutcome:
-        """Harbor's terminus-2 on the Harbor task, in the bubblewrap environment, through the proxy."""
+        """Harbor's trial of the task, through the proxy: terminus-2 (calls from the host, in the bubblewrap or a
+        container environment), or an installed agent inside the task's container (``harbor:NAME``)."""
         import tempfile
 
         from rollout_dataset.harbor.adapter import run_terminus
+        from rollout_dataset.harbor.installed import installed_agent, run_installed_agent
         from rollout_dataset.recipes.coding.harbor_tasks import INCOMPLETE, marked_complete, terminus_agent_kwargs
 
         config = self.config
@@ -170,10 +172,16 @@ class CodingEpisode:
         fields = self.task_.metadata["harbor"]
         # the agent's budget: --timeout-s, or the task's [agent] timeout_sec when shorter
         budget = min(config.timeout_s, float(fields.get("agent_timeout_sec") or config.timeout_s))
-        run = self.harbor_run = run_terminus(harbor_dir, trials, base_url=agent.base_url, model=agent.model,
-                                             api_key=agent.api_key, timeout_s=budget, agent_kwargs=kwargs,
-                                             should_stop=watch,
-                                             verifier_timeout_s=float(fields.get("verifier_timeout_sec") or 600.0))
+        verifier_timeout = float(fields.get("verifier_timeout_sec") or 600.0)
+        installed = installed_agent(config.harness)
+        if installed is not None:
+            run = self.harbor_run = run_installed_agent(harbor_dir, trials, agent=installed, base_url=agent.base_url,
+                                                        model=agent.model, api_key=agent.api_key, timeout_s=budget,
+                                                        should_stop=watch, verifier_timeout_s=verifier_timeout)
+        else:
+            run = self.harbor_run = run_terminus(harbor_dir, trials, base_url=agent.base_url, model=agent.model,
+                                                 api_key=agent.api_key, timeout_s=budget, agent_kwargs=kwargs,
+                                                 should_stop=watch, verifier_timeout_s=verifier_timeout)
         watch()
         if run.stop_reason == "upstream_error" or watch.failed:
             from rollout_dataset.capture.model_server import first_call_failure
@@ -189,14 +197,14 @@ class CodingEpisode:
                                                                f"{run.stderr_tail[-600:]}"})
         if errors and stop_reason == "harness_exit":
             stop_reason = "harness_error"
-        elif stop_reason == "harness_exit" and run.trajectory is not None and not marked_complete(run.trajectory):
+        elif (installed is None and stop_reason == "harness_exit" and run.trajectory is not None
+              and not marked_complete(run.trajectory)):
             stop_reason = INCOMPLETE  # e.g. its tmux session was killed: terminus-2 then ends quietly
             logger.warning("terminus-2 ended without marking the task complete")
         return AgentOutcome(stop_reason, run.stop_reason == "timeout", errors, [])
 
     def _score_harbor(self, harbor_dir: Path, records: list[dict[str, Any]], outcome: AgentOutcome) -> Score:
         """The task's own verifier: Harbor's (terminus-2) or tests/test.sh on the harness's files; the leakage scan."""
-        from rollout_dataset.harbor.adapter import environment_for
         from rollout_dataset.recipes.coding.harbor_tasks import (crosscheck_trajectory, harbor_leak_needles,
                                                                  verify_harbor_task)
         from rollout_dataset.recipes.coding.leakage import scan_for_leaks
@@ -204,12 +212,12 @@ class CodingEpisode:
         task, fields = self.task_, dict(self.task_.metadata.get("harbor") or {})
         run = self.harbor_run
         facts: dict[str, Any] = {"task_dir": str(harbor_dir), "network": {"asked": fields.get("network_mode"),
-                                                                               "given": "none"}}
+                                                                               "given": _network_given(self.harness, fields)}}
         if run is not None:
             reward, why = run.reward, None
             if reward is None:
                 why = run.exception or "Harbor's verifier gave no reward"
-            facts.update({"environment": environment_for(harbor_dir), "reward_source": "harbor_verifier",
+            facts.update({"environment": _harbor_environment(self.harness, harbor_dir), "reward_source": "harbor_verifier",
                           "exception": run.exception, "rewards": run.rewards, "wall_s": round(run.wall_s, 3),
                           "trajectory": crosscheck_trajectory(run.trajectory, records, run.subagent_trajectories)})
         else:
@@ -294,25 +302,56 @@ class CodingEpisode:
         return files
 
 
+def _runs_in_harbor(harness: str) -> bool:
+    """Whether Harbor runs the harness (terminus-2, or an installed agent ``harbor:NAME``)."""
+    from rollout_dataset.harbor.installed import HARBOR_PREFIX
+
+    return harness == TERMINUS_HARNESS or harness.startswith(HARBOR_PREFIX)
+
+
+def _network_given(harness: str, fields: Mapping[str, Any]) -> str:
+    """The network the agent had: none (terminus-2 and the built-in harnesses: the host calls the model);
+    ``proxy-only`` (an installed agent on a task asking for no network: loopback and the proxy's port);
+    ``public`` (an installed agent on a task that asks for it)."""
+    from rollout_dataset.harbor.installed import installed_agent
+
+    if installed_agent(harness) is None:
+        return "none"
+    return "public" if fields.get("network_mode") in (None, "public") else "proxy-only"
+
+
+def _harbor_environment(harness: str, task_dir: Path) -> str:
+    """The Harbor environment a Harbor-run harness ran the task in (``summary.json``'s ``harbor.environment``)."""
+    from rollout_dataset.harbor.adapter import environment_for
+    from rollout_dataset.harbor.installed import PROXIED_PODMAN_SPEC, installed_agent
+
+    return PROXIED_PODMAN_SPEC if installed_agent(harness) is not None else environment_for(task_dir)
+
+
 def _check_harbor_harness(harness: str, task: Any) -> None:
-    """terminus-2 runs Harbor tasks only, and only those whose environment this host can provide.
+    """terminus-2 and Harbor's installed agents (``harbor:NAME``) run Harbor tasks only, and only those whose
+    environment this host can provide.
 
     Raises:
-        ConfigError: terminus-2 on a task that is not a Harbor task.
-        HarborTaskUnsupportedError: the task's Dockerfile needs an image and no Podman/Apptainer is here.
-        ToolNotInstalledError: Harbor is not installed.
+        ConfigError: such a harness on a task that is not a Harbor task.
+        HarborTaskUnsupportedError: terminus-2 on a task whose Dockerfile needs an image and no Podman/Apptainer is here.
+        ToolNotInstalledError: Harbor (or, for an installed agent, Podman, a relay program or the agent) is not installed.
     """
-    if harness != TERMINUS_HARNESS:
+    if not _runs_in_harbor(harness):
         return
     from rollout_dataset.errors import ConfigError, ToolNotInstalledError
     from rollout_dataset.harbor.adapter import HARBOR_INSTALL, environment_for, find_harbor
+    from rollout_dataset.harness.requirements import require_harness_tools
     from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_SOURCE, harbor_task_dir
 
     folder = harbor_task_dir(task)
     if folder is None:
-        raise ConfigError(f"--harness {TERMINUS_HARNESS} runs Harbor tasks: use --tasks {HARBOR_BUILTIN_SOURCE} or a "
+        raise ConfigError(f"--harness {harness} runs Harbor tasks: use --tasks {HARBOR_BUILTIN_SOURCE} or a "
                           f"folder of Harbor task folders (task.toml, instruction.md, tests/test.sh); "
                           f"task {task.task_id!r} comes from {task.source}")
+    if harness != TERMINUS_HARNESS:
+        require_harness_tools(harness)
+        return
     environment_for(folder)
     if find_harbor() is None:
         raise ToolNotInstalledError("harbor", HARBOR_INSTALL, f"--harness {TERMINUS_HARNESS}")
@@ -384,8 +423,15 @@ class CodingEnvironment(EnvironmentBase):
             names = ", ".join(sorted(options))
             raise ConfigError(f"--env-option: the coding environment takes no options but harness=NAME (got {names})")
         if harness != "builtin" and harness not in PRESETS and not harness.startswith("cmd:"):
-            raise ConfigError(f"--env-option harness={harness}: unknown harness; use builtin, cmd:\"...\", "
-                              f"{' or '.join(PRESETS)}")
+            from rollout_dataset.harbor.installed import installed_agent
+
+            try:
+                known = installed_agent(harness) is not None
+            except ValueError as exc:
+                raise ConfigError(f"--env-option harness={harness}: {exc}") from None
+            if not known:
+                raise ConfigError(f"--env-option harness={harness}: unknown harness; use builtin, cmd:\"...\", "
+                                  f"harbor:NAME or {' or '.join(PRESETS)}")
         require_isolation(config.unsafe_sandbox)  # agents' code runs only in the allow-list sandbox unless opted out
         return {"harness": harness}
 
