@@ -73,13 +73,13 @@ def _capture(tmp_path: Path, harness: str, steps: list, task: Path) -> tuple:
     script.write_text(json.dumps({"steps": steps, "final": "Done."}))
     out = tmp_path / "out"
     result = capture_rollout(CaptureConfig(out_dir=out, harness=harness, tasks=str(task.parent), policy="script",
-                                           script=script, timeout_s=300))
+                                           script=script, timeout_s=600))
     return result, out
 
 
 def _containers_left() -> list[str]:
     return subprocess.run(["podman", "ps", "-a", "-q", "--filter", "label=com.docker.compose.service=main",
-                           "--filter", "name=trial__env"], capture_output=True, text=True, timeout=60).stdout.split()
+                           "--filter", "name=^rd-"], capture_output=True, text=True, timeout=60).stdout.split()
 
 
 WRITE = "echo hello > /app/hello.txt"

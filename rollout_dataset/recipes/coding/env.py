@@ -157,6 +157,7 @@ class CodingEpisode:
         """Harbor's trial of the task, through the proxy: terminus-2 (calls from the host, in the bubblewrap or a
         container environment), or an installed agent inside the task's container (``harbor:NAME``)."""
         import tempfile
+        import uuid
 
         from rollout_dataset.harbor.adapter import run_terminus
         from rollout_dataset.harbor.installed import installed_agent, run_installed_agent
@@ -173,15 +174,20 @@ class CodingEpisode:
         # the agent's budget: --timeout-s, or the task's [agent] timeout_sec when shorter
         budget = min(config.timeout_s, float(fields.get("agent_timeout_sec") or config.timeout_s))
         verifier_timeout = float(fields.get("verifier_timeout_sec") or 600.0)
+        # Harbor names the environment (a compose project, under Podman) after the trial: one name per rollout, so
+        # two rollouts running at once never share, or tear down, each other's containers
+        trial_name = f"rd-{uuid.uuid4().hex[:16]}"
         installed = installed_agent(config.harness)
         if installed is not None:
             run = self.harbor_run = run_installed_agent(harbor_dir, trials, agent=installed, base_url=agent.base_url,
                                                         model=agent.model, api_key=agent.api_key, timeout_s=budget,
-                                                        should_stop=watch, verifier_timeout_s=verifier_timeout)
+                                                        should_stop=watch, verifier_timeout_s=verifier_timeout,
+                                                        trial_name=trial_name)
         else:
             run = self.harbor_run = run_terminus(harbor_dir, trials, base_url=agent.base_url, model=agent.model,
                                                  api_key=agent.api_key, timeout_s=budget, agent_kwargs=kwargs,
-                                                 should_stop=watch, verifier_timeout_s=verifier_timeout)
+                                                 should_stop=watch, verifier_timeout_s=verifier_timeout,
+                                                 trial_name=trial_name)
         watch()
         if run.stop_reason == "upstream_error" or watch.failed:
             from rollout_dataset.capture.model_server import first_call_failure
