@@ -77,9 +77,11 @@ def _capture(tmp_path: Path, harness: str, steps: list, task: Path) -> tuple:
     return result, out
 
 
-def _containers_left() -> list[str]:
-    return subprocess.run(["podman", "ps", "-a", "-q", "--filter", "label=com.docker.compose.service=main",
-                           "--filter", "name=^rd-"], capture_output=True, text=True, timeout=60).stdout.split()
+def _containers_left(summary: dict) -> list[str]:
+    """The containers of the rollout's Harbor trial still there (Harbor names its compose project after the trial)."""
+    project = f"{summary['harbor']['trial']}__env"
+    return subprocess.run(["podman", "ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}"],
+                          capture_output=True, text=True, timeout=60).stdout.split()
 
 
 WRITE = "echo hello > /app/hello.txt"
@@ -110,7 +112,7 @@ def test_an_installed_agent_in_a_no_network_container_is_captured_at_level_token
     calls = json.loads((out / "trace.json").read_text())["calls"]
     assert calls and all(c["capture_level"] == "tokens" for c in calls if c["status"] == 200)
     assert check_artifact_dir(out) == []
-    assert _containers_left() == []
+    assert _containers_left(summary) == []
 
 
 class _HostService:
@@ -172,4 +174,4 @@ def test_a_hostile_agent_in_the_container_reaches_only_its_own_session_of_the_pr
     assert "socat" not in seen and "nsenter" not in seen  # the relay is the host's, invisible inside
     assert list(other_traces.glob("*.jsonl")) == []  # the other capture's proxy got nothing
     assert result.summary["harbor"]["network"]["given"] == "proxy-only"
-    assert _containers_left() == []
+    assert _containers_left(result.summary) == []

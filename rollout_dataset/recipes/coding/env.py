@@ -223,9 +223,14 @@ class CodingEpisode:
             reward, why = run.reward, None
             if reward is None:
                 why = run.exception or "Harbor's verifier gave no reward"
-            facts.update({"environment": _harbor_environment(self.harness, harbor_dir), "reward_source": "harbor_verifier",
+            facts.update({"environment": _harbor_environment(self.harness, harbor_dir), "trial": run.trial_dir.name,
+                          "reward_source": "harbor_verifier",
                           "exception": run.exception, "rewards": run.rewards, "wall_s": round(run.wall_s, 3),
                           "trajectory": crosscheck_trajectory(run.trajectory, records, run.subagent_trajectories)})
+            if self.harness != TERMINUS_HARNESS:  # an installed agent's ATIF carries no token ids to match
+                facts["trajectory"] = {"agent_steps": sum(1 for step in (run.trajectory or {}).get("steps") or []
+                                                          if step.get("source") == "agent"),
+                                       "calls": facts["trajectory"]["calls"], "findings": []}
         else:
             reward, why = verify_harbor_task(harbor_dir, self.box.workdir, fields)
             facts.update({"environment": "rollout-bwrap", "reward_source": "tests/test.sh", "exception": None})
