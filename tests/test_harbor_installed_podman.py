@@ -153,10 +153,10 @@ def test_a_hostile_agent_in_the_container_reaches_only_its_own_session_of_the_pr
     try:
         probe = "; ".join([
             f"for h in 10.88.0.1 192.0.2.2 host.containers.internal; do (exec 3<>/dev/tcp/$h/{service.port} && "
-            "head -c 64 <&3 && echo \" HOST-REACHED-$h\") 2>&1 | tail -1; done",
-            f"(exec 3<>/dev/tcp/127.0.0.1/{other.port} && echo OTHER-PROXY-REACHED) 2>&1 | tail -1",
-            "(exec 3<>/dev/tcp/1.1.1.1/80 && echo INTERNET-REACHED) 2>&1 | tail -1",
-            "(exec 3<>/dev/tcp/pypi.org/443 && echo REGISTRY-REACHED) 2>&1 | tail -1",
+            "head -c 64 <&3 && echo \" HOST-RE\"\"ACHED-$h\") 2>&1 | tail -1; done",
+            f"(exec 3<>/dev/tcp/127.0.0.1/{other.port} && echo OTHER-PROXY-RE\"\"ACHED) 2>&1 | tail -1",
+            "(exec 3<>/dev/tcp/1.1.1.1/80 && echo INTERNET-RE\"\"ACHED) 2>&1 | tail -1",
+            "(exec 3<>/dev/tcp/pypi.org/443 && echo REGISTRY-RE\"\"ACHED) 2>&1 | tail -1",
             "env | grep -c tok-host-secret || true", "ps -e -o comm= | sort | tr '\\n' ' '",
         ])
         steps = [{"text": "", "tool_calls": [{"name": "bash", "arguments": {"command": probe, "description": "p"}}]}]
@@ -168,7 +168,7 @@ def test_a_hostile_agent_in_the_container_reaches_only_its_own_session_of_the_pr
     seen = json.dumps([c["request"] for c in calls])
     assert "Network is unreachable" in seen  # the probe ran and its output came back through the proxy
     for reached in ("HOST-REACHED", "OTHER-PROXY-REACHED", "INTERNET-REACHED", "REGISTRY-REACHED"):
-        assert reached not in seen
+        assert reached not in seen  # each marker is split in the command (RE""ACHED): only output would hold it
     assert service.hits == 0 and _HostService.SECRET not in seen
     assert "tok-host-secret-31c9" not in (out / "trace.json").read_text()
     assert "socat" not in seen and "nsenter" not in seen  # the relay is the host's, invisible inside

@@ -20,6 +20,8 @@ This subclass enforces it with the kernel instead:
 - a network policy Harbor hands over for the agent (``allowlist`` of the inference host it derived
   from the base URL) is accepted when every host is loopback, which the relay is; any other host is
   refused (this environment gives the proxy and nothing else);
+- ``exec`` gets no terminal (``podman-compose exec -T``): podman-compose 1.x allocates one by default, and
+  every output line then ends in ``\r\n`` (Codex's own uid lookup fails on it);
 - a task whose network is ``public`` keeps Podman's default bridge network (as Harbor runs it), with
   the same relay on its loopback.
 
@@ -121,6 +123,13 @@ class ProxiedPodmanEnvironment(PodmanEnvironment):
     @property
     def _docker_compose_paths(self) -> list[Path]:
         return [*super()._docker_compose_paths, self._overlay_path]
+
+    async def _run_docker_compose_command(self, command: list[str], *args: Any, **kwargs: Any) -> Any:
+        # podman-compose 1.x gives `exec` a terminal unless told not to: every line of a command's output then
+        # ends in \r\n, and an agent parsing it (Codex reads its uid from `id -u`'s line) finds nothing
+        if command[:1] == ["exec"] and "-T" not in command:
+            command = ["exec", "-T", *command[1:]]
+        return await super()._run_docker_compose_command(command, *args, **kwargs)
 
     def _main_pid(self) -> int:
         """The host PID of the main container's first process."""
