@@ -34,7 +34,7 @@ PYTHON_IMAGE = "docker.io/library/python:3.12-slim"
 
 def _image_exists(name: str) -> bool:
     return shutil.which("podman") is not None and subprocess.run(
-        ["podman", "image", "exists", name], capture_output=True, timeout=60).returncode == 0
+        ["podman", "image", "exists", name], capture_output=True, timeout=600).returncode == 0
 
 
 def _why_not() -> str | None:
@@ -47,7 +47,8 @@ def _why_not() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.harbor_agents, pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")]
+pytestmark = [pytest.mark.harbor_agents, pytest.mark.skipif(_why_not() is not None, reason=_why_not() or ""),
+              pytest.mark.timeout(2400)]  # an image build and vfs container creation take minutes on a loaded host
 
 
 def _task(tmp_path: Path, image: str = TINY_IMAGE, network: str = "no-network") -> Path:
@@ -81,7 +82,7 @@ def _containers_left(summary: dict) -> list[str]:
     """The containers of the rollout's Harbor trial still there (Harbor names its compose project after the trial)."""
     project = f"{summary['harbor']['trial']}__env"
     return subprocess.run(["podman", "ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}"],
-                          capture_output=True, text=True, timeout=60).stdout.split()
+                          capture_output=True, text=True, timeout=600).stdout.split()
 
 
 WRITE = "echo hello > /app/hello.txt"

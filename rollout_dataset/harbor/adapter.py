@@ -251,7 +251,8 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
 
 def run_trial(argv: list[str], trials_dir: Path, trial_name: str, *, api_key: str, timeout_s: float,
               should_stop: Callable[[], str | None] | None = None, poll_s: float = 0.2,
-              verifier_timeout_s: float = 600.0, extra_env: dict[str, str] | None = None) -> HarborRun:
+              verifier_timeout_s: float = 600.0, extra_env: dict[str, str] | None = None,
+              slack_s: float = HARBOR_SLACK_S) -> HarborRun:
     """Run one ``harbor trials start`` command to its end, the time budget, or a stop request, and read its trial.
 
     Args:
@@ -259,18 +260,18 @@ def run_trial(argv: list[str], trials_dir: Path, trial_name: str, *, api_key: st
         trials_dir: its ``--trials-dir`` (made here).
         trial_name: its ``--trial-name``.
         api_key: the dummy key (``OPENAI_API_KEY``/``HOSTED_VLLM_API_KEY`` in Harbor's environment).
-        timeout_s: the agent's budget; the whole trial is killed past
-            ``timeout_s + verifier_timeout_s + HARBOR_SLACK_S``.
+        timeout_s: the agent's budget; the whole trial is killed past ``timeout_s + verifier_timeout_s + slack_s``.
         should_stop: polled; a returned reason stops the trial (SIGINT, then SIGKILL to its group).
         poll_s: polling interval.
         verifier_timeout_s: the task's verifier timeout (for the hard limit).
         extra_env: more variables for Harbor's environment (after the secret-looking ones are dropped).
+        slack_s: what the trial may take beyond the agent and the verifier (start-up, an image build, teardown).
 
     Returns:
         The run.
     """
     trials_dir.mkdir(parents=True, exist_ok=True)
-    hard_limit = timeout_s + verifier_timeout_s + HARBOR_SLACK_S
+    hard_limit = timeout_s + verifier_timeout_s + slack_s
     log_path = trials_dir / "harbor-output.log"
     env = _harbor_env(api_key, _package_path(trials_dir / ".package"))
     env.update(extra_env or {})

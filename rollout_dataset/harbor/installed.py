@@ -52,6 +52,10 @@ AGENT_KEY_ENV = "ROLLOUT_AGENT_KEY"
 PROXIED_PODMAN_SPEC = "rollout_dataset.harbor.proxied_podman:ProxiedPodmanEnvironment"
 #: host programs the proxy relay needs (`proxied_podman`): Podman itself, and the relay's parts
 RELAY_TOOLS = ("podman", "podman-compose", "socat", "nsenter", "setpriv")
+#: seconds a container trial may take beyond the agent and the verifier: Harbor's start-up and teardown, the
+#: image build (Harbor's own default build timeout is 600 s) and container creation (minutes on Podman's
+#: `vfs` storage, which copies the whole image per container)
+CONTAINER_SLACK_S = 1200.0
 #: the command that installs Podman, podman-compose and their configuration here
 CONTAINERS_INSTALL = "make containers"
 #: what Harbor's own mini-swe-agent install puts in its tool venv (``uv tool install mini-swe-agent --with ...``)
@@ -304,4 +308,5 @@ def run_installed_agent(task_dir: Path, trials_dir: Path, *, agent: InstalledAge
                                        model=model, proxy_socket=str(forwarder.socket_path), proxy_port=port,
                                        mounts=mounts, agent_timeout_s=timeout_s, agent_kwargs=agent_kwargs)
         return run_trial(argv, trials_dir, trial_name, api_key=api_key, timeout_s=timeout_s, should_stop=should_stop,
-                         verifier_timeout_s=verifier_timeout_s, extra_env={AGENT_KEY_ENV: api_key})
+                         verifier_timeout_s=verifier_timeout_s, extra_env={AGENT_KEY_ENV: api_key},
+                         slack_s=CONTAINER_SLACK_S)

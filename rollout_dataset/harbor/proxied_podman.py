@@ -137,12 +137,12 @@ class ProxiedPodmanEnvironment(PodmanEnvironment):
         listed = subprocess.run(
             [*type(self)._engine_cmd("ps", "-q", "--filter", f"label=com.docker.compose.project={project}",
                                      "--filter", "label=com.docker.compose.service=main")],
-            capture_output=True, text=True, timeout=60)
+            capture_output=True, text=True, timeout=300)
         ids = listed.stdout.split()
         if listed.returncode != 0 or len(ids) != 1:
             raise RuntimeError(f"cannot find the main container of {project!r} ({listed.stderr.strip() or ids})")
         pid = subprocess.run([*type(self)._engine_cmd("inspect", "-f", "{{.State.Pid}}", ids[0])],
-                             capture_output=True, text=True, timeout=60).stdout.strip()
+                             capture_output=True, text=True, timeout=300).stdout.strip()
         if not pid.isdigit() or int(pid) <= 0:
             raise RuntimeError(f"the main container {ids[0]} has no running process")
         return int(pid)
