@@ -142,3 +142,17 @@ def test_modules_that_run_inside_harbor_import_only_harbor_the_stdlib_and_agent_
                 assert top in allowed or node.module == "rollout_dataset.harbor.agent_paths", (name, node.module)
             elif isinstance(node, ast.Import):
                 assert all(a.name.split(".")[0] in allowed for a in node.names), name
+
+
+def test_codex_mounts_its_static_binary_not_the_node_launcher_npm_links(tmp_path, monkeypatch):
+    tree = tmp_path / "node_modules"
+    launcher = tree / "@openai" / "codex" / "bin" / "codex.js"
+    native = tree / "@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
+    for path, text in ((launcher, "#!/usr/bin/env node\n"), (native, "\x7fELF")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755)
+    monkeypatch.setenv("CODEX_BIN", str(launcher))
+    assert agent_binary(INSTALLED_AGENTS["codex"]) == str(native)  # the container has no node
+    native.unlink()
+    assert agent_binary(INSTALLED_AGENTS["codex"]) is None

@@ -38,7 +38,7 @@ from rollout_dataset.harbor.agent_paths import PYTHON_MARKER, WHEELS_TARGET
 from rollout_dataset.npm_tools import find_npm_tool
 
 __all__ = ["HARBOR_PREFIX", "AGENT_KEY_ENV", "PROXIED_PODMAN_SPEC", "InstalledAgent", "INSTALLED_AGENTS",
-           "installed_agent", "installed_agent_command", "agent_mounts", "relay_tools_missing",
+           "installed_agent", "installed_agent_command", "agent_binary", "agent_mounts", "relay_tools_missing",
            "MINI_SWE_AGENT_PACKAGES", "CONTAINER_PYTHON", "prepare_mini_swe_agent", "run_installed_agent",
            "CONTAINERS_INSTALL"]
 
@@ -132,12 +132,28 @@ def installed_agent(harness: str) -> InstalledAgent | None:
     return INSTALLED_AGENTS[name]
 
 
+#: native executables inside an npm tree whose ``.bin`` entry is a Node script (the container has no Node)
+NATIVE_IN_NPM_TREE = {"codex": "@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"}
+
+
 def agent_binary(agent: InstalledAgent) -> str | None:
-    """The host binary mounted into the container (the real file, not the npm link), None when absent."""
+    """The host executable mounted into the container: the real file, native (Codex's ``.bin/codex`` is a
+    Node launcher; its static musl binary is mounted instead), None when absent."""
     if agent.binary is None:
         return None
     found = find_npm_tool(*agent.binary)
-    return str(Path(found).resolve()) if found else None
+    if not found:
+        return None
+    path = Path(found).resolve()
+    native = NATIVE_IN_NPM_TREE.get(agent.binary[0])
+    if native is not None:
+        tree = next((parent for parent in path.parents if parent.name == "node_modules"), None)
+        candidate = tree / native if tree is not None else None
+        with open(path, "rb") as head:
+            script = head.read(2) == b"#!"
+        if script:
+            return str(candidate) if candidate is not None and candidate.is_file() else None
+    return str(path)
 
 
 def agent_mounts(agent: InstalledAgent, wheels: str | None = None) -> list[dict[str, Any]]:
