@@ -158,7 +158,7 @@ def test_a_hostile_agent_in_the_container_reaches_only_its_own_session_of_the_pr
             f"(exec 3<>/dev/tcp/127.0.0.1/{other.port} && echo OTHER-PROXY-RE\"\"ACHED) 2>&1 | tail -1",
             "(exec 3<>/dev/tcp/1.1.1.1/80 && echo INTERNET-RE\"\"ACHED) 2>&1 | tail -1",
             "(exec 3<>/dev/tcp/pypi.org/443 && echo REGISTRY-RE\"\"ACHED) 2>&1 | tail -1",
-            "env | grep -c tok-host-secret || true", "ps -e -o comm= | sort | tr '\\n' ' '",
+            "env | grep -c tok-host-secret || true", "echo PROCS: $(cat /proc/[0-9]*/comm | sort -u)",
         ])
         steps = [{"text": "", "tool_calls": [{"name": "bash", "arguments": {"command": probe, "description": "p"}}]}]
         result, out = _capture(tmp_path, "harbor:opencode", steps, _task(tmp_path))
@@ -172,7 +172,7 @@ def test_a_hostile_agent_in_the_container_reaches_only_its_own_session_of_the_pr
         assert reached not in seen  # each marker is split in the command (RE""ACHED): only output would hold it
     assert service.hits == 0 and _HostService.SECRET not in seen
     assert "tok-host-secret-31c9" not in (out / "trace.json").read_text()
-    assert "socat" not in seen and "nsenter" not in seen  # the relay is the host's, invisible inside
+    assert "PROCS: " in seen and "socat" not in seen and "nsenter" not in seen  # the relay is the host's, unseen inside
     assert list(other_traces.glob("*.jsonl")) == []  # the other capture's proxy got nothing
     assert result.summary["harbor"]["network"]["given"] == "proxy-only"
     assert _containers_left(result.summary) == []
