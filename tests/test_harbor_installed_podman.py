@@ -176,3 +176,16 @@ def test_a_hostile_agent_in_the_container_reaches_only_its_own_session_of_the_pr
     assert list(other_traces.glob("*.jsonl")) == []  # the other capture's proxy got nothing
     assert result.summary["harbor"]["network"]["given"] == "proxy-only"
     assert _containers_left(result.summary) == []
+
+
+def test_containers_a_killed_trial_left_behind_are_removed_by_its_project():
+    from rollout_dataset.harbor.installed import remove_trial_containers
+
+    if not _image_exists(TINY_IMAGE):
+        pytest.skip(f"the stand-in image {TINY_IMAGE} is not built (make standin-images)")
+    name = "rd-left-behind-test"
+    created = subprocess.run(["podman", "create", "--label", f"com.docker.compose.project={name}__env", TINY_IMAGE,
+                              "sleep", "600"], capture_output=True, text=True, timeout=600)
+    assert created.returncode == 0, created.stderr
+    assert remove_trial_containers(name) == [created.stdout.strip()[:12]]
+    assert _containers_left({"harbor": {"trial": name}}) == []

@@ -40,6 +40,7 @@ from rollout_dataset.npm_tools import find_npm_tool
 __all__ = ["HARBOR_PREFIX", "AGENT_KEY_ENV", "PROXIED_PODMAN_SPEC", "InstalledAgent", "INSTALLED_AGENTS",
            "installed_agent", "installed_agent_command", "agent_binary", "agent_mounts", "relay_tools_missing",
            "MINI_SWE_AGENT_PACKAGES", "CONTAINER_PYTHON", "prepare_mini_swe_agent", "run_installed_agent",
+           "remove_trial_containers",
            "CONTAINERS_INSTALL"]
 
 logger = logging.getLogger(__name__)
@@ -323,6 +324,28 @@ def run_installed_agent(task_dir: Path, trials_dir: Path, *, agent: InstalledAge
         argv = installed_agent_command(harbor, task_dir, trials_dir, trial_name, agent=agent, base_url=base_url,
                                        model=model, proxy_socket=str(forwarder.socket_path), proxy_port=port,
                                        mounts=mounts, agent_timeout_s=timeout_s, agent_kwargs=agent_kwargs)
-        return run_trial(argv, trials_dir, trial_name, api_key=api_key, timeout_s=timeout_s, should_stop=should_stop,
-                         verifier_timeout_s=verifier_timeout_s, extra_env={AGENT_KEY_ENV: api_key},
-                         slack_s=CONTAINER_SLACK_S)
+        try:
+            return run_trial(argv, trials_dir, trial_name, api_key=api_key, timeout_s=timeout_s,
+                             should_stop=should_stop, verifier_timeout_s=verifier_timeout_s,
+                             extra_env={AGENT_KEY_ENV: api_key}, slack_s=CONTAINER_SLACK_S)
+        finally:
+            remove_trial_containers(trial_name)
+
+
+def remove_trial_containers(trial_name: str) -> list[str]:
+    """Remove what a Harbor trial left in Podman (Harbor killed at the hard limit, or while it created them).
+
+    Args:
+        trial_name: the trial's name (Harbor's compose project is ``NAME__env``).
+
+    Returns:
+        The ids removed (empty when Harbor tore its environment down itself).
+    """
+    project = f"{trial_name}__env"
+    listed = subprocess.run(["podman", "ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}"],
+                            capture_output=True, text=True, timeout=600)
+    ids = listed.stdout.split()
+    if ids:
+        logger.warning("harbor trial %s left %d container(s); removing them", trial_name, len(ids))
+        subprocess.run(["podman", "rm", "-f", "-t", "0", *ids], capture_output=True, timeout=600)
+    return ids
