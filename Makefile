@@ -147,6 +147,11 @@ test-deps:
 test-real-vllm: install-test
 	REAL_VLLM_URL=$${REAL_VLLM_URL:?set REAL_VLLM_URL=http://127.0.0.1:18000/v1} $(PY) -m pytest -q -m real_vllm
 
+# Opt-in: Harbor's installed agents (opencode, Codex, Claude Code, mini-swe-agent) inside Podman containers
+# through the proxy, and a hostile agent in one (needs `make containers` and the stand-in images).
+test-harbor-agents: install-test npm-tools harbor
+	ROLLOUT_HARBOR_AGENT_TESTS=1 $(PY) -m pytest -q -p no:cacheprovider -m harbor_agents tests/test_harbor_installed_podman.py
+
 # The CLI reference, generated from the commands' argparse parsers (tests/test_cli_reference.py checks it).
 docs: install
 	$(PY) -m rollout_dataset.cli.reference --out docs/cli.md
@@ -223,7 +228,7 @@ $(TRL_VENV)/.installed-trl-$(TRL_VERSION):
 	$(TRL_VENV)/bin/pip install --quiet torch==2.13.0
 	$(TRL_VENV)/bin/pip install --quiet 'trl==$(TRL_VERSION).*' datasets torch==2.13.0
 	touch $@
-.PHONY: trl-venv test-trl
+.PHONY: trl-venv test-trl test-harbor-agents
 trl-venv: $(TRL_VENV)/.installed-trl-$(TRL_VERSION)
 test-trl: install-test reader-venv trl-venv
 	TRL_PYTHON=$(abspath $(TRL_VENV))/bin/python PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:cacheprovider -m trl \

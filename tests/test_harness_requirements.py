@@ -10,7 +10,8 @@ import pytest
 
 from rollout_dataset.cli import main
 from rollout_dataset.errors import ToolNotInstalledError
-from rollout_dataset.harness import preset_base, presets
+from rollout_dataset import npm_tools
+from rollout_dataset.harness import presets
 from rollout_dataset.harness.requirements import missing_tools, require_harness_tools
 
 
@@ -24,7 +25,7 @@ def bare_path(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(bin_dir))
     for variable in ("OPENCODE_BIN", "CODEX_BIN", "CLAUDE_CODE_BIN"):
         monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setattr(preset_base, "_REPO_ROOT", tmp_path / "checkout")  # a checkout without .npm-tools
+    monkeypatch.setattr(npm_tools, "_REPO_ROOT", tmp_path / "checkout")  # a checkout without .npm-tools
     monkeypatch.setattr(presets, "find_mini", lambda: "mini")  # not next to this Python either
     return bin_dir
 
@@ -87,3 +88,10 @@ def test_the_error_is_a_file_not_found_error_too():
     error = ToolNotInstalledError("opencode", "make npm-tools", "--harness opencode")
     assert isinstance(error, FileNotFoundError)
     assert str(error) == "--harness opencode needs opencode, which is not installed: run `make npm-tools`"
+
+
+def test_a_harbor_installed_agent_names_podman_the_relay_and_its_binary_with_their_installs(bare_path):
+    missing = {m.tool: m.install for m in missing_tools("harbor:opencode")}
+    assert missing["podman"] == "make containers" and missing["socat"] == "make containers"
+    assert missing["opencode"] == "make npm-tools"
+    assert "opencode" not in {m.tool for m in missing_tools("harbor:mini-swe-agent")}  # prepared from PyPI instead

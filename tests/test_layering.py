@@ -70,7 +70,7 @@ RULES = [
         "nothing below the command line imports a concrete environment (the registry names them)",
         ("backend/", "batch/", "builder/", "capture/", "envs/", "export/", "harness/", "proxy/", "rewards/",
          "sandbox/", "schema/", "tasks/", "documents.py", "atif/", "graph.py", "render.py", "errors.py", "files.py", "processes.py",
-         "tokenizers.py", "harmony.py", "trace_integrity.py", "server_runner.py", "wire/", "package_paths.py", "artifact_files.py", "hub/", "audit/", "viewer/",
+         "tokenizers.py", "harmony.py", "trace_integrity.py", "server_runner.py", "wire/", "package_paths.py", "npm_tools.py", "artifact_files.py", "hub/", "audit/", "viewer/",
          "_version.py"),
         ("rollout_dataset.recipes",),
         id="recipes-at-the-edge",

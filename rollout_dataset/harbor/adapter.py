@@ -47,7 +47,7 @@ from rollout_dataset.processes import CHILD_EXIT, watch_child
 
 __all__ = ["HARBOR_VERSION", "HARBOR_INSTALL", "ENVIRONMENT_SPEC", "HarborRun", "HarborTaskUnsupportedError",
            "find_harbor", "dockerfile_needs", "build_timeout_s", "environment_arg", "environment_for", "harbor_command",
-           "run_terminus"]
+           "run_terminus", "run_trial"]
 
 logger = logging.getLogger(__name__)
 
@@ -264,25 +264,53 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
         raise ToolNotInstalledError("harbor", HARBOR_INSTALL, "--harness terminus-2")
     choice = choose_environment(task_dir, environment, harbor=harbor)
     trial_name = trial_name or f"trial-{secrets.token_hex(6)}"
-    trials_dir.mkdir(parents=True, exist_ok=True)
     argv = harbor_command(harbor, task_dir, trials_dir, trial_name, base_url=base_url, model=model,
                           environment=environment_arg(choice), agent_kwargs=dict(agent_kwargs or {}),
                           agent_timeout_s=timeout_s)
-    hard_limit = timeout_s + verifier_timeout_s + HARBOR_SLACK_S
+    slack = HARBOR_SLACK_S
     if choice.name in CONTAINER_ENVIRONMENTS:  # Harbor builds the task's image inside the trial
-        hard_limit += build_timeout_s(task_dir)
+        slack += build_timeout_s(task_dir)
+    return run_trial(argv, trials_dir, trial_name, api_key=api_key, timeout_s=timeout_s, should_stop=should_stop,
+                     poll_s=poll_s, verifier_timeout_s=verifier_timeout_s, slack_s=slack, environment=choice.name)
+
+
+def run_trial(argv: list[str], trials_dir: Path, trial_name: str, *, api_key: str, timeout_s: float,
+              should_stop: Callable[[], str | None] | None = None, poll_s: float = 0.2,
+              verifier_timeout_s: float = 600.0, extra_env: dict[str, str] | None = None,
+              slack_s: float = HARBOR_SLACK_S, environment: str = BWRAP) -> HarborRun:
+    """Run one ``harbor trials start`` command to its end, the time budget, or a stop request, and read its trial.
+
+    Args:
+        argv: the command (`harbor_command`, `rollout_dataset.harbor.installed.installed_agent_command`).
+        trials_dir: its ``--trials-dir`` (made here).
+        trial_name: its ``--trial-name``.
+        api_key: the dummy key (``OPENAI_API_KEY``/``HOSTED_VLLM_API_KEY`` in Harbor's environment).
+        timeout_s: the agent's budget; the whole trial is killed past ``timeout_s + verifier_timeout_s + slack_s``.
+        should_stop: polled; a returned reason stops the trial (SIGINT, then SIGKILL to its group).
+        poll_s: polling interval.
+        verifier_timeout_s: the task's verifier timeout (for the hard limit).
+        extra_env: more variables for Harbor's environment (after the secret-looking ones are dropped).
+        slack_s: what the trial may take beyond the agent and the verifier (start-up, an image build, teardown).
+        environment: the Harbor environment type it runs in (``bwrap`` for ours): a cloud one gets its own
+            credential variables; a container engine's leftovers of the trial are removed after it.
+
+    Returns:
+        The run.
+    """
+    trials_dir.mkdir(parents=True, exist_ok=True)
+    hard_limit = timeout_s + verifier_timeout_s + slack_s
     log_path = trials_dir / "harbor-output.log"
+    env = _harbor_env(api_key, _package_path(trials_dir / ".package"), environment)
+    env.update(extra_env or {})
     start = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=_harbor_env(api_key, _package_path(trials_dir / ".package"), choice.name),
-                                start_new_session=True,
-                                cwd=trials_dir)
+                                env=env, start_new_session=True, cwd=trials_dir)
         reason, _ = watch_child(proc, start=start, limit_s=hard_limit, checks=[should_stop] if should_stop else [],
                                 poll_s=poll_s, first_signal=signal.SIGINT,  # Harbor stops its trial on SIGINT
                                 grace_s=_STOP_GRACE_S)
     wall = time.monotonic() - start
-    left = remove_trial_containers(choice.name, trial_name) if choice.name in CONTAINER_ENVIRONMENTS else []
+    left = remove_trial_containers(environment, trial_name) if environment in CONTAINER_ENVIRONMENTS else []
     if left:  # Harbor was killed, or its compose frontend died, before its own teardown
         logger.warning("harbor trial %s left containers %s: removed", trial_name, ", ".join(left))
     trial_dir = trials_dir / trial_name
@@ -315,7 +343,7 @@ def run_terminus(task_dir: Path, trials_dir: Path, *, base_url: str, model: str,
                      rewards=rewards, exception=exception, result=result,
                      trajectory=_read_json(trial_dir / "agent" / "trajectory.json"),
                      subagent_trajectories=subagents, wall_s=wall, stderr_tail=tail,
-                     environment=choice.name, steps=steps, step_trajectories=step_trajectories)
+                     environment=environment, steps=steps, step_trajectories=step_trajectories)
 
 
 def _step_results(result: dict[str, Any]) -> list[dict[str, Any]]:

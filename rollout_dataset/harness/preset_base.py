@@ -7,13 +7,12 @@ The ground every preset module stands on (`harness.presets`: mini-swe-agent, ope
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["HarnessPreset", "find_npm_tool", "tool_folder"]
+from rollout_dataset.npm_tools import find_npm_tool
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+__all__ = ["HarnessPreset", "find_npm_tool", "tool_folder"]  # find_npm_tool: rollout_dataset.npm_tools
 
 
 @dataclass(frozen=True)
@@ -48,21 +47,4 @@ def tool_folder(binary: str) -> str | None:
     for parent in path.parents:
         if parent.name == "node_modules":
             return str(parent.parent)
-    return None
-
-
-def find_npm_tool(name: str, env_var: str) -> str | None:
-    """Locate an npm-installed harness binary: the `env_var` override, the repo's `.npm-tools`, or PATH.
-
-    Args:
-        name: the binary's name (``opencode``, ``codex``).
-        env_var: the environment variable that may name it (``OPENCODE_BIN``, ``CODEX_BIN``).
-
-    Returns:
-        The path of an executable file, or None when it is not installed (`make npm-tools` installs it).
-    """
-    candidates = [os.environ.get(env_var), str(_REPO_ROOT / ".npm-tools/node_modules/.bin" / name), shutil.which(name)]
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return candidate
     return None

@@ -120,7 +120,8 @@ def resolve_harness(spec: str, *, context_tokens: int | None = None,
     """Turn a `--harness` value into a preset (None for the built-in harness).
 
     Args:
-        spec: ``builtin``, ``cmd:COMMAND``, ``mini-swe-agent``, ``opencode`` or ``codex``.
+        spec: ``builtin``, ``cmd:COMMAND``, ``mini-swe-agent``, ``opencode``, ``codex``, ``claude-code``,
+            ``terminus-2`` or ``harbor:NAME`` (a Harbor installed agent).
         context_tokens: the model's context length, for presets that configure it (opencode, codex).
         output_tokens: the output limit to configure (opencode, codex).
 
@@ -139,6 +140,11 @@ def resolve_harness(spec: str, *, context_tokens: int | None = None,
         if not command:
             raise ValueError("--harness cmd: needs a command, e.g. cmd:\"mini -t ...\"")
         return HarnessPreset("cmd", command)
+    if spec.startswith("harbor:"):
+        from rollout_dataset.harbor.installed import installed_agent
+
+        installed_agent(spec)  # ValueError naming the valid agents
+        return HarnessPreset(spec, "")  # Harbor runs it in the task's container (recipes.coding.env)
     if spec == "mini-swe-agent":
         return mini_swe_agent_preset()
     if spec == "opencode":

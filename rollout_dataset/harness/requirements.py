@@ -11,6 +11,7 @@ raises `ToolNotInstalledError` naming the command that installs the missing one:
 | ``--harness codex`` | ``codex`` (`CODEX_BIN`, ``.npm-tools``, PATH) | ``make npm-tools`` |
 | ``--harness claude-code`` | ``claude`` (`CLAUDE_CODE_BIN`, ``.npm-tools``, PATH) | ``make npm-tools`` |
 | ``--harness terminus-2`` | ``harbor`` (`HARBOR_BIN`, ``.venv-harbor``, PATH) | ``make harbor`` |
+| ``--harness harbor:NAME`` | ``harbor``; ``podman``, ``podman-compose``, ``socat``, ``nsenter``, ``setpriv``; the agent's npm binary (not mini-swe-agent's) | ``make harbor``; ``make containers``; ``make npm-tools`` |
 | ``--harness mini-swe-agent`` | ``mini`` (next to this Python, or PATH) | ``pip install 'rollout-dataset[harnesses]'`` |
 | ``--harness cmd:"PROGRAM ..."`` | ``PROGRAM`` (when it is a plain program name or path) | (the user's own) |
 | the allow-list sandbox (every coding harness) | ``bwrap`` | ``make system-deps`` |
@@ -116,6 +117,8 @@ def missing_tools(harness: str, *, unsafe_sandbox: bool = False) -> list[Missing
             missing.append(MissingTool("harbor", HARBOR_INSTALL, flag))
         if shutil.which("tmux") is None:
             missing.append(MissingTool("tmux", SYSTEM_DEPS_INSTALL, f"{flag} (terminus-2's terminal)"))
+    elif harness.startswith("harbor:"):
+        missing += _harbor_agent_missing(harness, flag)
     elif harness == "mini-swe-agent" and not _executable(shutil.which(find_mini())):
         missing.append(MissingTool("mini (mini-swe-agent)", HARNESSES_EXTRA_INSTALL, flag))
     elif harness.startswith("cmd:"):
@@ -127,8 +130,25 @@ def missing_tools(harness: str, *, unsafe_sandbox: bool = False) -> list[Missing
     if not has_bwrap and not unsafe_sandbox:
         missing.append(MissingTool("bwrap (bubblewrap)", SYSTEM_DEPS_INSTALL,
                                    "the allow-list sandbox (or opt out with --unsafe-sandbox)"))
-    if external and harness != "terminus-2" and has_bwrap and not shutil.which("socat"):  # the sandbox is built, the port goes in by socat
+    if external and harness != "terminus-2" and not harness.startswith("harbor:") and has_bwrap and not shutil.which("socat"):  # the sandbox is built, the port goes in by socat
         missing.append(MissingTool("socat", SYSTEM_DEPS_INSTALL, f"{flag} (the proxy port inside its sandbox)"))
+    return missing
+
+
+def _harbor_agent_missing(harness: str, flag: str) -> list[MissingTool]:
+    """What a Harbor installed agent (``harbor:NAME``) needs: Harbor, Podman and the relay's programs, its binary."""
+    from rollout_dataset.harbor.adapter import HARBOR_INSTALL, find_harbor
+    from rollout_dataset.harbor.installed import CONTAINERS_INSTALL, agent_binary, installed_agent, relay_tools_missing
+
+    agent = installed_agent(harness)
+    missing: list[MissingTool] = []
+    if agent is None:
+        return missing
+    if find_harbor() is None:
+        missing.append(MissingTool("harbor", HARBOR_INSTALL, flag))
+    missing += [MissingTool(tool, CONTAINERS_INSTALL, f"{flag} (the task's container)") for tool in relay_tools_missing()]
+    if agent.binary is not None and agent_binary(agent) is None:
+        missing.append(MissingTool(agent.binary[0], NPM_TOOLS_INSTALL, flag))
     return missing
 
 

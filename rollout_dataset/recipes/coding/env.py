@@ -104,11 +104,11 @@ class CodingEpisode:
 
     def run(self, agent: AgentContext) -> AgentOutcome:
         """The harness in the allow-list sandbox, against the proxy's session URL (terminus-2: Harbor runs it)."""
-        if self.preset is not None and self.preset.name == TERMINUS_HARNESS:
+        if self.preset is not None and _runs_in_harbor(self.preset.name):
             if self.harbor_dir is None:  # _check_harbor_harness refuses this before a rollout starts
                 from rollout_dataset.errors import ConfigError
 
-                raise ConfigError(f"--harness {TERMINUS_HARNESS} runs Harbor tasks; task {self.task_.task_id!r} is not one")
+                raise ConfigError(f"--harness {self.preset.name} runs Harbor tasks; task {self.task_.task_id!r} is not one")
             return self._run_terminus(self.harbor_dir, agent)
         from rollout_dataset.recipes.coding.hiding import capture_hidden_paths
         from rollout_dataset.harness import BuiltinAgent, ToolBox, resolve_harness, run_external_harness
@@ -155,10 +155,13 @@ class CodingEpisode:
         return AgentOutcome(stop_reason, ext.timed_out, errors, [])
 
     def _run_terminus(self, harbor_dir: Path, agent: AgentContext) -> AgentOutcome:
-        """Harbor's terminus-2 on the Harbor task, in the bubblewrap environment, through the proxy."""
+        """Harbor's trial of the task, through the proxy: terminus-2 (calls from the host, in the bubblewrap or a
+        container environment), or an installed agent inside the task's container (``harbor:NAME``)."""
         import tempfile
+        import uuid
 
         from rollout_dataset.harbor.adapter import run_terminus
+        from rollout_dataset.harbor.installed import installed_agent, run_installed_agent
         from rollout_dataset.recipes.coding.harbor_tasks import INCOMPLETE, marked_complete, terminus_agent_kwargs
 
         config = self.config
@@ -171,10 +174,21 @@ class CodingEpisode:
         fields = self.task_.metadata["harbor"]
         # the agent's budget: --timeout-s, or the task's [agent] timeout_sec when shorter
         budget = min(config.timeout_s, float(fields.get("agent_timeout_sec") or config.timeout_s))
-        run = self.harbor_run = run_terminus(harbor_dir, trials, base_url=agent.base_url, model=agent.model,
-                                             api_key=agent.api_key, timeout_s=budget, agent_kwargs=kwargs,
-                                             should_stop=watch, environment=self.harbor_choice.name,
-                                             verifier_timeout_s=float(fields.get("verifier_timeout_sec") or 600.0))
+        verifier_timeout = float(fields.get("verifier_timeout_sec") or 600.0)
+        # Harbor names the environment (a compose project, under Podman) after the trial: one name per rollout, so
+        # two rollouts running at once never share, or tear down, each other's containers
+        trial_name = f"rd-{uuid.uuid4().hex[:16]}"
+        installed = installed_agent(config.harness)
+        if installed is not None:
+            run = self.harbor_run = run_installed_agent(harbor_dir, trials, agent=installed, base_url=agent.base_url,
+                                                        model=agent.model, api_key=agent.api_key, timeout_s=budget,
+                                                        should_stop=watch, verifier_timeout_s=verifier_timeout,
+                                                        trial_name=trial_name)
+        else:
+            run = self.harbor_run = run_terminus(harbor_dir, trials, base_url=agent.base_url, model=agent.model,
+                                                 api_key=agent.api_key, timeout_s=budget, agent_kwargs=kwargs,
+                                                 should_stop=watch, environment=self.harbor_choice.name,
+                                                 verifier_timeout_s=verifier_timeout, trial_name=trial_name)
         watch()
         if run.stop_reason == "upstream_error" or watch.failed:
             from rollout_dataset.capture.model_server import first_call_failure
@@ -190,7 +204,8 @@ class CodingEpisode:
                                                                f"{run.stderr_tail[-600:]}"})
         if errors and stop_reason == "harness_exit":
             stop_reason = "harness_error"
-        elif stop_reason == "harness_exit" and run.trajectory is not None and not marked_complete(run.trajectory):
+        elif (installed is None and stop_reason == "harness_exit" and run.trajectory is not None
+              and not marked_complete(run.trajectory)):
             stop_reason = INCOMPLETE  # e.g. its tmux session was killed: terminus-2 then ends quietly
             logger.warning("terminus-2 ended without marking the task complete")
         return AgentOutcome(stop_reason, run.stop_reason == "timeout", errors, [])
@@ -204,21 +219,31 @@ class CodingEpisode:
         task, fields = self.task_, dict(self.task_.metadata.get("harbor") or {})
         run = self.harbor_run
         asked = fields.get("network_mode")
-        facts: dict[str, Any] = {"task_dir": str(harbor_dir), "network": {"asked": asked, "given": "none"}}
+        facts: dict[str, Any] = {"task_dir": str(harbor_dir),
+                                 "network": {"asked": asked, "given": _network_given(self.harness, fields)}}
         if run is not None:
             reward, why = run.reward, None
             if reward is None:
                 why = run.exception or "Harbor's verifier gave no reward"
             choice = self.harbor_choice
-            facts.update(choice.facts())  # environment, base_image, what was checked, notes
-            # the bwrap environment never has a network; Harbor's own apply the task's network_mode
-            facts["network"]["given"] = "none" if choice.network_given == "none" else asked
+            if choice is not None:  # terminus-2: the environment `prepare` chose
+                facts.update(choice.facts())  # environment, base_image, what was checked, notes
+                # the bwrap environment never has a network; Harbor's own apply the task's network_mode
+                facts["network"]["given"] = "none" if choice.network_given == "none" else asked
+            else:  # an installed agent: Harbor's podman environment with the proxy's port carried in
+                from rollout_dataset.harbor.installed import PROXIED_PODMAN_SPEC
+
+                facts["environment"] = PROXIED_PODMAN_SPEC
             main = run.trajectory
             if run.step_trajectories:  # a multi-step task: its steps' trajectories, in step order, checked as one
                 main = {"steps": [s for name in run.step_trajectories for s in run.step_trajectories[name].get("steps") or []]}
-            facts.update({"reward_source": "harbor_verifier",
+            facts.update({"trial": run.trial_dir.name, "reward_source": "harbor_verifier",
                           "exception": run.exception, "rewards": run.rewards, "wall_s": round(run.wall_s, 3),
                           "trajectory": crosscheck_trajectory(main, records, run.subagent_trajectories)})
+            if self.harness != TERMINUS_HARNESS:  # an installed agent's ATIF carries no token ids to match
+                facts["trajectory"] = {"agent_steps": sum(1 for step in (run.trajectory or {}).get("steps") or []
+                                                          if step.get("source") == "agent"),
+                                       "calls": facts["trajectory"]["calls"], "findings": []}
             if run.steps:
                 facts["steps"] = run.steps
         else:
@@ -317,19 +342,39 @@ def _skipped_task_folders(source: str) -> list[str]:
         return []
 
 
+def _runs_in_harbor(harness: str) -> bool:
+    """Whether Harbor runs the harness (terminus-2, or an installed agent ``harbor:NAME``)."""
+    from rollout_dataset.harbor.installed import HARBOR_PREFIX
+
+    return harness == TERMINUS_HARNESS or harness.startswith(HARBOR_PREFIX)
+
+
+def _network_given(harness: str, fields: Mapping[str, Any]) -> str:
+    """The network the agent had: none (terminus-2 and the built-in harnesses: the host calls the model);
+    ``proxy-only`` (an installed agent on a task asking for no network: loopback and the proxy's port);
+    ``public`` (an installed agent on a task that asks for it)."""
+    from rollout_dataset.harbor.installed import installed_agent
+
+    if installed_agent(harness) is None:
+        return "none"
+    return "public" if fields.get("network_mode") in (None, "public") else "proxy-only"
+
+
 def _check_harbor_harness(harness: str, task: Any, harbor_env: str = "auto") -> Any:
-    """terminus-2 runs Harbor tasks only, and only those whose environment this host can provide; a
-    multi-step Harbor task runs under terminus-2 only (Harbor runs its steps).
+    """terminus-2 and Harbor's installed agents (``harbor:NAME``) run Harbor tasks only, and only those whose
+    environment this host can provide; a multi-step Harbor task runs under terminus-2 only (Harbor runs its steps).
 
     Returns:
         terminus-2: the environment chosen (`rollout_dataset.harbor.environments.EnvironmentChoice`); else None.
 
     Raises:
-        ConfigError: terminus-2 on a task that is not a Harbor task; a multi-step task with another harness.
+        ConfigError: terminus-2 or an installed agent on a task that is not a Harbor task; a multi-step task
+            with another harness than terminus-2.
         HarborTaskUnsupportedError: no environment asked for (`harbor_env`) can run the task here (named).
-        ToolNotInstalledError: Harbor is not installed.
+        ToolNotInstalledError: Harbor (or, for an installed agent, Podman, a relay program or the agent) is not installed.
     """
     from rollout_dataset.errors import ConfigError, ToolNotInstalledError
+    from rollout_dataset.harness.requirements import require_harness_tools
     from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_SOURCE, harbor_task_dir
 
     folder = harbor_task_dir(task)
@@ -339,17 +384,23 @@ def _check_harbor_harness(harness: str, task: Any, harbor_env: str = "auto") -> 
             raise ConfigError(f"{folder}: a multi-step Harbor task ([[steps]] in task.toml: {len(steps)} steps, "
                               f"steps/NAME/instruction.md); only --harness {TERMINUS_HARNESS} runs it (Harbor runs its "
                               f"steps in one trial), not --harness {harness}")
-        if harbor_env != "auto":
-            logger.warning("--harbor-env %s is for --harness %s; --harness %s runs in the sandbox", harbor_env,
-                           TERMINUS_HARNESS, harness)
-        return None
+        if not _runs_in_harbor(harness):
+            if harbor_env != "auto":
+                logger.warning("--harbor-env %s is for --harness %s; --harness %s runs in the sandbox", harbor_env,
+                               TERMINUS_HARNESS, harness)
+            return None
     from rollout_dataset.harbor.adapter import HARBOR_INSTALL, find_harbor
     from rollout_dataset.harbor.environments import choose_environment
 
     if folder is None:
-        raise ConfigError(f"--harness {TERMINUS_HARNESS} runs Harbor tasks: use --tasks {HARBOR_BUILTIN_SOURCE} or a "
+        raise ConfigError(f"--harness {harness} runs Harbor tasks: use --tasks {HARBOR_BUILTIN_SOURCE} or a "
                           f"folder of Harbor task folders (task.toml, instruction.md, tests/test.sh); "
                           f"task {task.task_id!r} comes from {task.source}")
+    if harness != TERMINUS_HARNESS:  # an installed agent: Harbor's podman environment, the proxy's port carried in
+        if harbor_env not in ("auto", "podman"):
+            logger.warning("--harbor-env %s: --harness %s runs in Harbor's podman environment", harbor_env, harness)
+        require_harness_tools(harness)
+        return None
     harbor = find_harbor()
     choice = choose_environment(folder, harbor_env, harbor=harbor)
     if harbor is None:
@@ -437,8 +488,15 @@ class CodingEnvironment(EnvironmentBase):
             raise ConfigError(f"--env-option harbor_env={harbor_env}: unknown; use auto, bwrap or one of Harbor's "
                               f"environment types ({', '.join(HARBOR_ENV_CHOICES[2:])})")
         if harness != "builtin" and harness not in PRESETS and not harness.startswith("cmd:"):
-            raise ConfigError(f"--env-option harness={harness}: unknown harness; use builtin, cmd:\"...\", "
-                              f"{' or '.join(PRESETS)}")
+            from rollout_dataset.harbor.installed import installed_agent
+
+            try:
+                known = installed_agent(harness) is not None
+            except ValueError as exc:
+                raise ConfigError(f"--env-option harness={harness}: {exc}") from None
+            if not known:
+                raise ConfigError(f"--env-option harness={harness}: unknown harness; use builtin, cmd:\"...\", "
+                                  f"harbor:NAME or {' or '.join(PRESETS)}")
         require_isolation(config.unsafe_sandbox)  # agents' code runs only in the allow-list sandbox unless opted out
         config.notes.extend(_skipped_task_folders(config.tasks))
         return {"harness": harness, "harbor_env": harbor_env}

@@ -18,7 +18,9 @@ CODING_FLAGS: tuple[CaptureFlag, ...] = (
                            "hf:ORG/NAME[:SPLIT] | harbor-builtin | DIR of Harbor task folders (task.toml, instruction.md, "
                            "tests/test.sh)", default="builtin"),
     CaptureFlag("--harness", 'builtin | cmd:"COMMAND" ({base_url} {model} {task_file} {workdir}) | '
-                             "mini-swe-agent | opencode | codex | claude-code | terminus-2 (Harbor tasks; make harbor)",
+                             "mini-swe-agent | opencode | codex | claude-code | terminus-2 (Harbor tasks; make harbor) | "
+                             "harbor:opencode|codex|claude-code|mini-swe-agent (Harbor's agent inside the task's "
+                             "Podman container; docs/harbor.md)",
                 default="builtin"),
     CaptureFlag("--harbor-env", "where terminus-2 runs a Harbor task: auto (bwrap for a task that needs no image, else "
                                 "the first of docker, podman, singularity that works here) | bwrap | any Harbor "
