@@ -104,17 +104,16 @@ def test_an_unknown_harbor_agent_is_refused_naming_the_valid_ones():
     assert resolve_harness("harbor:opencode").name == "harbor:opencode"
 
 
-def test_a_batch_accepts_a_harbor_agent_and_names_an_unknown_one(monkeypatch):
-    from types import SimpleNamespace
-
+def test_a_batch_accepts_a_harbor_agent_and_names_an_unknown_one(tmp_path, monkeypatch):
+    from rollout_dataset.batch.config import BatchConfig
     from rollout_dataset.recipes.coding.env import CodingEnvironment
 
     monkeypatch.setattr("rollout_dataset.sandbox.isolation.require_isolation", lambda unsafe: "allow-list")
     env = CodingEnvironment()
-    config = SimpleNamespace(env_options={"harness": "harbor:mini-swe-agent"}, unsafe_sandbox=False)
-    assert env.batch_options(config) == {"harness": "harbor:mini-swe-agent"}
+    config = BatchConfig(out_dir=tmp_path / "b", seeds=[0], env_options={"harness": "harbor:mini-swe-agent"})
+    assert env.batch_options(config) == {"harness": "harbor:mini-swe-agent", "harbor_env": "auto"}
     with pytest.raises(ConfigError, match="unknown Harbor agent 'x'"):
-        env.batch_options(SimpleNamespace(env_options={"harness": "harbor:x"}, unsafe_sandbox=False))
+        env.batch_options(BatchConfig(out_dir=tmp_path / "c", seeds=[0], env_options={"harness": "harbor:x"}))
 
 
 def test_a_harbor_agent_on_a_task_that_is_not_a_harbor_task_is_refused(tmp_path):
