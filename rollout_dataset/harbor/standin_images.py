@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 STANDIN_LABEL = "org.rollout-dataset.standin"
 #: the imported Debian rootfs the stand-ins build on
 STANDIN_BASE = "localhost/rollout-dataset/standin-base:bookworm"
-#: the default test tier's tiny image (bash, coreutils, tmux for terminus-2)
+#: the default test tier's tiny image (bash, coreutils, tmux and its terminfo for terminus-2)
 TINY_IMAGE = "localhost/rollout-dataset/tiny:bookworm"
 #: where each stand-in keeps the host's CA bundle
 HOST_CA_PATH = "/usr/local/share/host-ca.crt"
@@ -55,7 +55,7 @@ _MIRROR = "http://deb.debian.org/debian"
 _HOST_CA_SOURCES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Debian packages of the tiny image (extracted, not installed: no maintainer scripts run)
-_TINY_PACKAGES = ("bash", "coreutils", "dash", "grep", "sed", "tar", "findutils", "gzip", "base-passwd", "libc-bin", "tmux")
+_TINY_PACKAGES = ("bash", "coreutils", "dash", "grep", "sed", "tar", "findutils", "gzip", "base-passwd", "libc-bin", "ncurses-base", "tmux")
 #: the tiny image's users and groups (root, as `podman exec -u root` needs), from base-passwd's masters
 _TINY_HOOKS = ('cp "$1/usr/share/base-passwd/passwd.master" "$1/etc/passwd"',
                'cp "$1/usr/share/base-passwd/group.master" "$1/etc/group"')
