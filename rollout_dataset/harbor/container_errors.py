@@ -36,7 +36,7 @@ _UNREACHABLE = re.compile(r"no such host|dial tcp|i/o timeout|connection refused
                           r"TLS handshake timeout|server misbehaving", re.IGNORECASE)
 _NOT_FOUND = re.compile(r"manifest unknown|not found|name unknown|requested access to the resource is denied|"
                         r"pull access denied|unauthorized", re.IGNORECASE)
-_CONTAINER_GONE = re.compile(r"(?:no container with name or ID|container \S+ is not running|"
+_CONTAINER_GONE = re.compile(r"(?:no container with name or ID|container \S+ is not running|cannot exec in a stopped container|"
                              r"can only create exec sessions on running containers|container state improper|"
                              r"OOMKilled|exited with code 137)[^\n]*", re.IGNORECASE)
 _NO_NETWORK = "network_mode='no-network' is not supported by"
