@@ -138,6 +138,7 @@ def run_task(entry: dict[str, str], gitdir: Path, work: Path, harbor: str, measu
     task = dest / entry["path"]
     missing = [n for n in ("instruction.md", "environment/Dockerfile", "tests/test.sh") if not (task / n).exists()]
     image = _first_from(task / "environment" / "Dockerfile")
+    record["verifier_hosts"] = verifier_hosts(gitdir, entry["commit"], entry["path"])
     record.update(missing=missing, from_image=image, standin=standin_for(image) if image else None,
                   has_solution=(task / "solution" / "solve.sh").is_file())
     try:
@@ -190,6 +191,17 @@ def run_task(entry: dict[str, str], gitdir: Path, work: Path, harbor: str, measu
     return record
 
 
+#: hosts a verifier may fetch from here (the package registries this machine reaches)
+_REACHABLE_HOSTS = ("pypi.org", "files.pythonhosted.org", "deb.debian.org", "registry.npmjs.org")
+
+
+def verifier_hosts(gitdir: Path, commit: str, path: str) -> list[str]:
+    """Hosts a task's tests/test.sh fetches from (``http(s)://HOST`` in it), sorted."""
+    shown = subprocess.run(["git", "--git-dir", str(gitdir), "show", f"{commit}:{path}/tests/test.sh"],
+                           capture_output=True, text=True)
+    return sorted(set(re.findall(r"https?://([A-Za-z0-9.-]+)", shown.stdout))) if shown.returncode == 0 else []
+
+
 def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Shares and medians over the records measured so far (a task the snapshot here lacks files of is
     counted apart, not as a failure)."""
@@ -211,7 +223,10 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         row["built"] += bool((r.get("build") or {}).get("ok"))
         row["with_solution"] += r in eligible
         row["oracle_1.0"] += r in solved
+    unreachable = [r for r in ran if r not in solved and
+                   any(h not in _REACHABLE_HOSTS for h in r.get("verifier_hosts", []))]
     return {"measured": len(records), "snapshot_incomplete": len(incomplete), "built": len(built),
+            "oracle_below_1_with_a_verifier_fetching_from_an_unreachable_host": len(unreachable),
             "build_share": round(len(built) / len(records), 3) if records else None,
             "built_with_solution_and_tests": len(eligible), "oracle_ran": len(ran), "oracle_1.0": len(solved),
             "oracle_share_of_built_with_solution_and_tests": round(len(solved) / len(eligible), 3) if eligible else None,
@@ -240,6 +255,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.summarise_only:
         doc = json.loads(RESULTS.read_text(encoding="utf-8"))
+        for record in doc.get("tasks", []):
+            gitdir = Path(dict(item.split("=", 1) for item in args.repo).get(record["repo"]) or
+                          args.mirror_root / record["repo"].replace("/", "+") / "repo")
+            record["verifier_hosts"] = verifier_hosts(gitdir, record["commit"], record["path"])
         doc["summary"] = summarise(doc.get("tasks", []))
         _write(doc)
         print(json.dumps(doc["summary"], indent=1))
