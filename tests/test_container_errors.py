@@ -72,6 +72,9 @@ def test_harbors_no_network_refusal_and_a_container_gone_are_named():
                "failed: cannot exec in a stopped container")  # what Harbor raised when the test below killed the runtime
     assert describe_container_failure(stopped) == ("the task's container stopped under the running trial: cannot exec "
                                                    "in a stopped container")
+    gone = ("RuntimeError: Engine cp failed ('1fa8:/logs/agent/.' -> 'x'): Error: \"/logs/agent/.\" could not be found on "
+            "container 1fa8: open /proc/5955/ns/mnt: no such file or directory")  # Harbor's trial.log, same test
+    assert describe_container_failure(gone).endswith("open /proc/5955/ns/mnt: no such file or directory")
     netavark = 'Error: unable to start container "08a5": netavark: No such file or directory (os error 2)'
     assert "/usr/sbin" in describe_container_failure(netavark)
     assert describe_container_failure("ordinary failure") is None

@@ -37,6 +37,7 @@ _UNREACHABLE = re.compile(r"no such host|dial tcp|i/o timeout|connection refused
 _NOT_FOUND = re.compile(r"manifest unknown|not found|name unknown|requested access to the resource is denied|"
                         r"pull access denied|unauthorized", re.IGNORECASE)
 _CONTAINER_GONE = re.compile(r"(?:no container with name or ID|container \S+ is not running|cannot exec in a stopped container|"
+                             r"open /proc/\d+/ns/\w+: no such file or directory|"
                              r"can only create exec sessions on running containers|container state improper|"
                              r"OOMKilled|exited with code 137)[^\n]*", re.IGNORECASE)
 _NO_NETWORK = "network_mode='no-network' is not supported by"
