@@ -212,7 +212,7 @@ def _label_of(image: str) -> str | None:
 
 
 def _import_rootfs(variant: str, packages: tuple[str, ...], image: str, hooks: tuple[str, ...] = (),
-                   env: tuple[str, ...] = ()) -> float:
+                   env: tuple[str, ...] = (), labels: tuple[str, ...] = ()) -> float:
     """mmdebstrap a rootfs tarball and ``podman import`` it as `image`; returns the seconds taken."""
     if shutil.which("mmdebstrap") is None:
         raise RuntimeError(f"mmdebstrap is not installed: run `make containers` (it builds {image})")
@@ -224,7 +224,8 @@ def _import_rootfs(variant: str, packages: tuple[str, ...], image: str, hooks: t
             argv.append(f"--include={','.join(packages)}")
         argv += [f"--extract-hook={hook}" for hook in hooks]
         subprocess.run([*argv, _SUITE, str(tarball), _MIRROR], check=True)
-        changes = [arg for item in (f"ENV PATH={_PATH}", *(f"ENV {e}" for e in env), 'CMD ["bash"]')
+        changes = [arg for item in (f"ENV PATH={_PATH}", *(f"ENV {e}" for e in env), *(f"LABEL {lb}" for lb in labels),
+                                    'CMD ["bash"]')
                    for arg in ("--change", item)]
         _podman("import", *changes, str(tarball), image)
     return time.monotonic() - start
@@ -245,7 +246,8 @@ def build_base(force: bool = False) -> float:
 
 
 def build_tiny(force: bool = False) -> float:
-    """Make `TINY_IMAGE` (bash and coreutils extracted from Debian packages), unless it exists.
+    """Make `TINY_IMAGE` (bash and coreutils extracted from Debian packages), unless it exists built from the
+    same package list (its `STANDIN_LABEL`).
 
     Args:
         force: rebuild even when it exists.
@@ -253,9 +255,11 @@ def build_tiny(force: bool = False) -> float:
     Returns:
         Seconds taken (0.0 when it existed).
     """
-    if _exists(TINY_IMAGE) and not force:
+    recipe = hashlib.sha256(repr((_TINY_PACKAGES, _TINY_HOOKS)).encode()).hexdigest()[:16]
+    if _label_of(TINY_IMAGE) == recipe and not force:  # built from today's package list
         return 0.0
-    return _import_rootfs("extract", _TINY_PACKAGES, TINY_IMAGE, _TINY_HOOKS, ("LANG=C.UTF-8",))
+    return _import_rootfs("extract", _TINY_PACKAGES, TINY_IMAGE, _TINY_HOOKS, ("LANG=C.UTF-8",),
+                          labels=(f"{STANDIN_LABEL}={recipe}",))
 
 
 def build_standins(keys: list[str] | None = None, force: bool = False) -> dict[str, float]:
