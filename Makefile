@@ -84,6 +84,11 @@ standin-images: containers
 tiny-image: containers
 	@PYTHONPATH=$(CURDIR) $(PYTHON) -m rollout_dataset.harbor.standin_images --tiny
 
+# Opt-in: the longer container runs of tests/test_harbor_podman.py (a container runtime killed under a trial).
+.PHONY: test-containers
+test-containers: install-test harbor tiny-image
+	CONTAINERS_HEAVY=1 PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:cacheprovider -m containers_heavy tests/test_harbor_podman.py
+
 # Opt-in (hours): public Harbor task sets under Podman on the stand-ins, Harbor's oracle on each
 # (bench/harbor_tasksets.py; git copies of the repositories it names: --mirror-root or --repo).
 .PHONY: bench-harbor-tasksets

@@ -68,6 +68,15 @@ def test_harbors_no_network_refusal_and_a_container_gone_are_named():
     assert "egress-control sidecar needs images" in describe_container_failure(refusal)
     gone = "Return code: 255. Stdout: Error: can only create exec sessions on running containers: container state improper"
     assert describe_container_failure(gone).startswith("the task's container stopped under the running trial")
+    stopped = ("RuntimeError: Container did not become ready for exec within 90s: Error: OCI runtime error: runc: exec "
+               "failed: cannot exec in a stopped container")  # what Harbor raised when the test below killed the runtime
+    assert describe_container_failure(stopped) == ("the task's container stopped under the running trial: cannot exec "
+                                                   "in a stopped container")
+    gone = ("RuntimeError: Engine cp failed ('1fa8:/logs/agent/.' -> 'x'): Error: \"/logs/agent/.\" could not be found on "
+            "container 1fa8: open /proc/5955/ns/mnt: no such file or directory")  # Harbor's trial.log, same test
+    assert describe_container_failure(gone).endswith("open /proc/5955/ns/mnt: no such file or directory")
+    netavark = 'Error: unable to start container "08a5": netavark: No such file or directory (os error 2)'
+    assert "/usr/sbin" in describe_container_failure(netavark)
     assert describe_container_failure("ordinary failure") is None
 
 

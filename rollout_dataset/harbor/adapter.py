@@ -326,7 +326,13 @@ def run_trial(argv: list[str], trials_dir: Path, trial_name: str, *, api_key: st
     if not result and reason == CHILD_EXIT:  # Harbor failed before its trial wrote anything
         last = [line.strip() for line in tail.splitlines() if line.strip()]
         exception = f"harbor wrote no result.json (exit code {proc.returncode}): {last[-1] if last else 'no output'}"
-    named = describe_container_failure(f"{exception}\n{tail}") if exception or reward is None else None
+    trial_log = ""
+    if exception or reward is None:  # Harbor's own log of the trial: what its exec calls met
+        try:
+            trial_log = (trial_dir / "trial.log").read_bytes()[-20000:].decode("utf-8", "replace")
+        except OSError:
+            pass
+    named = describe_container_failure(f"{exception}\n{tail}\n{trial_log}") if exception or reward is None else None
     if named:  # a build step, a base image or the container itself: one line instead of the compose output
         exception = f"{named} [{(exception or 'harbor').split(':', 1)[0]}]"
     logger.info("harbor trial %s: %s, reward %s, exception %s after %.1f s", trial_name, reason, reward, exception, wall)

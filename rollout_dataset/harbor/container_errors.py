@@ -10,7 +10,8 @@ output ("Docker compose command failed ... Stdout: ..."): hundreds of lines wher
 - a base image that cannot be pulled: the registry is unreachable (this host resolves no registry:
   the message points at the stand-ins, `STANDIN_TARGET`) or the image does not exist;
 - a container that died under a running trial (killed, OOM, its runtime gone);
-- Harbor refusing ``network_mode = "no-network"`` because its egress-control images cannot be pulled.
+- Harbor refusing ``network_mode = "no-network"`` because its egress-control images cannot be pulled;
+- podman's network backend failing to find its helpers (a PATH without /usr/sbin).
 
 Standard library only (and `standin_images`), like the rest of the Harbor glue.
 """
@@ -35,10 +36,12 @@ _UNREACHABLE = re.compile(r"no such host|dial tcp|i/o timeout|connection refused
                           r"TLS handshake timeout|server misbehaving", re.IGNORECASE)
 _NOT_FOUND = re.compile(r"manifest unknown|not found|name unknown|requested access to the resource is denied|"
                         r"pull access denied|unauthorized", re.IGNORECASE)
-_CONTAINER_GONE = re.compile(r"(?:no container with name or ID|container \S+ is not running|"
+_CONTAINER_GONE = re.compile(r"(?:no container with name or ID|container \S+ is not running|cannot exec in a stopped container|"
+                             r"open /proc/\d+/ns/\w+: no such file or directory|"
                              r"can only create exec sessions on running containers|container state improper|"
                              r"OOMKilled|exited with code 137)[^\n]*", re.IGNORECASE)
 _NO_NETWORK = "network_mode='no-network' is not supported by"
+_NETAVARK_MISSING = "netavark: No such file or directory"
 
 
 def _lines(text: str) -> list[str]:
@@ -130,6 +133,9 @@ def describe_container_failure(text: str) -> str | None:
         return ("Harbor's podman/docker environment refuses network_mode='no-network' here: its egress-control "
                 "sidecar needs images (alpine, gost) from a registry this host cannot reach; run the task with "
                 "network allowed or on an environment that enforces no network (bwrap)")
+    if _NETAVARK_MISSING in text:
+        return ("podman's network backend could not run a helper (netavark: No such file or directory): iptables "
+                "and nft live in /usr/sbin, which must be on the PATH Harbor runs with")
     gone = _CONTAINER_GONE.search(_ANSI.sub("", text))
     if gone:
         return f"the task's container stopped under the running trial: {_short(gone.group(0))}"

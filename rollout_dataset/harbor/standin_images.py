@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 STANDIN_LABEL = "org.rollout-dataset.standin"
 #: the imported Debian rootfs the stand-ins build on
 STANDIN_BASE = "localhost/rollout-dataset/standin-base:bookworm"
-#: the default test tier's tiny image (bash, coreutils, tmux for terminus-2)
+#: the default test tier's tiny image (bash, coreutils, tmux and its terminfo for terminus-2)
 TINY_IMAGE = "localhost/rollout-dataset/tiny:bookworm"
 #: where each stand-in keeps the host's CA bundle
 HOST_CA_PATH = "/usr/local/share/host-ca.crt"
@@ -55,7 +55,7 @@ _MIRROR = "http://deb.debian.org/debian"
 _HOST_CA_SOURCES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Debian packages of the tiny image (extracted, not installed: no maintainer scripts run)
-_TINY_PACKAGES = ("bash", "coreutils", "dash", "grep", "sed", "tar", "findutils", "gzip", "base-passwd", "libc-bin", "tmux")
+_TINY_PACKAGES = ("bash", "coreutils", "dash", "grep", "sed", "tar", "findutils", "gzip", "base-passwd", "libc-bin", "ncurses-base", "tmux")
 #: the tiny image's users and groups (root, as `podman exec -u root` needs), from base-passwd's masters
 _TINY_HOOKS = ('cp "$1/usr/share/base-passwd/passwd.master" "$1/etc/passwd"',
                'cp "$1/usr/share/base-passwd/group.master" "$1/etc/group"')
@@ -212,7 +212,7 @@ def _label_of(image: str) -> str | None:
 
 
 def _import_rootfs(variant: str, packages: tuple[str, ...], image: str, hooks: tuple[str, ...] = (),
-                   env: tuple[str, ...] = ()) -> float:
+                   env: tuple[str, ...] = (), labels: tuple[str, ...] = ()) -> float:
     """mmdebstrap a rootfs tarball and ``podman import`` it as `image`; returns the seconds taken."""
     if shutil.which("mmdebstrap") is None:
         raise RuntimeError(f"mmdebstrap is not installed: run `make containers` (it builds {image})")
@@ -224,7 +224,8 @@ def _import_rootfs(variant: str, packages: tuple[str, ...], image: str, hooks: t
             argv.append(f"--include={','.join(packages)}")
         argv += [f"--extract-hook={hook}" for hook in hooks]
         subprocess.run([*argv, _SUITE, str(tarball), _MIRROR], check=True)
-        changes = [arg for item in (f"ENV PATH={_PATH}", *(f"ENV {e}" for e in env), 'CMD ["bash"]')
+        changes = [arg for item in (f"ENV PATH={_PATH}", *(f"ENV {e}" for e in env), *(f"LABEL {lb}" for lb in labels),
+                                    'CMD ["bash"]')
                    for arg in ("--change", item)]
         _podman("import", *changes, str(tarball), image)
     return time.monotonic() - start
@@ -245,7 +246,8 @@ def build_base(force: bool = False) -> float:
 
 
 def build_tiny(force: bool = False) -> float:
-    """Make `TINY_IMAGE` (bash and coreutils extracted from Debian packages), unless it exists.
+    """Make `TINY_IMAGE` (bash and coreutils extracted from Debian packages), unless it exists built from the
+    same package list (its `STANDIN_LABEL`).
 
     Args:
         force: rebuild even when it exists.
@@ -253,9 +255,11 @@ def build_tiny(force: bool = False) -> float:
     Returns:
         Seconds taken (0.0 when it existed).
     """
-    if _exists(TINY_IMAGE) and not force:
+    recipe = hashlib.sha256(repr((_TINY_PACKAGES, _TINY_HOOKS)).encode()).hexdigest()[:16]
+    if _label_of(TINY_IMAGE) == recipe and not force:  # built from today's package list
         return 0.0
-    return _import_rootfs("extract", _TINY_PACKAGES, TINY_IMAGE, _TINY_HOOKS, ("LANG=C.UTF-8",))
+    return _import_rootfs("extract", _TINY_PACKAGES, TINY_IMAGE, _TINY_HOOKS, ("LANG=C.UTF-8",),
+                          labels=(f"{STANDIN_LABEL}={recipe}",))
 
 
 def build_standins(keys: list[str] | None = None, force: bool = False) -> dict[str, float]:

@@ -63,7 +63,7 @@ def trial_container_names(engine: str, trial_name: str) -> list[str]:
 
 
 def remove_trial_containers(engine: str, trial_name: str) -> list[str]:
-    """Force-remove whatever containers of a trial are left (killed first when running).
+    """Force-remove whatever containers of a trial are left (killed first when running), and its network.
 
     Args:
         engine: ``podman`` or ``docker``.
@@ -73,9 +73,14 @@ def remove_trial_containers(engine: str, trial_name: str) -> list[str]:
         The names of the containers that were left (and are now removed).
     """
     names = trial_container_names(engine, trial_name)
-    if names:
-        try:
+    try:
+        if names:
             subprocess.run([engine, "rm", "-f", *names], capture_output=True, timeout=_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+        networks = subprocess.run([engine, "network", "ls", "--format", "{{.Name}}", "--filter",
+                                   f"label=com.docker.compose.project={compose_project(trial_name)}"],
+                                  capture_output=True, text=True, timeout=_TIMEOUT_S).stdout.split()
+        if networks:  # the compose frontend's network of the project, left when it was killed
+            subprocess.run([engine, "network", "rm", "-f", *networks], capture_output=True, timeout=_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
     return names
