@@ -153,7 +153,7 @@ def run_task(entry: dict[str, str], gitdir: Path, work: Path, harbor: str, measu
         record["build"] = {"ok": False, "reason": "no environment/Dockerfile"}
         return record
     timeout = min(float(environment.get("build_timeout_sec") or 600.0), _BUILD_TIMEOUT_CAP_S)
-    tag = f"localhost/rd-bench/{slug[-60:]}:t"
+    tag = f"localhost/rd-bench/{slug[-60:].strip('-')}:t"  # a reference component cannot start with '-'
     build_argv = ["nice", "podman", "build", "--network", "host", "-t", tag, "-f",
                   str(task / "environment" / "Dockerfile"), str(task / "environment")]
     code, output, cold = _run(build_argv, timeout)
