@@ -51,7 +51,8 @@ def test_a_capture_against_a_served_local_backend_ships_its_tokenizer_and_traini
                                             (None, "served-name")])
 def test_a_served_model_s_root_names_the_tokenizer_only_when_it_is_builtin_or_a_hub_id(root, expected):
     art = {"task": {"config": {"base_url": "http://gpu-box:8000/v1", "tokenizer": None}},
-           "summary": {"model": "served-name", "provenance": {"model": {"id": "served-name", "root": root}}}}
+           "summary": {"model": "served-name", "capture_level": "tokens",  # ids: a tokenizer to name
+                       "provenance": {"model": {"id": "served-name", "root": root}}}}
     assert tokenizer_name(art) == expected
 
 
