@@ -49,13 +49,15 @@ system-deps:
 		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap socat chromium tmux; }
 
 # Containers (docs/harbor.md "Containers on this machine"): Debian's podman run by runc with the cgroupfs
-# manager (crun fails on hybrid cgroups and without CAP_SYS_RESOURCE), vfs storage (no overlay needed),
+# manager (crun fails on hybrid cgroups and without CAP_SYS_RESOURCE), the kernel's overlay storage (vfs
+# only where the kernel has no overlayfs: vfs copies every layer, so builds and removals take minutes),
 # and podman-compose 1.x (PyPI; Harbor's podman environment needs a compose frontend) linked onto PATH.
 # Config files are written only where absent (containers.conf settings as a drop-in). Idempotent; after
 # system-deps, so the two apt-get runs of `make test-deps -j5` never contend for the lock.
 PODMAN_COMPOSE_VERSION ?= 1.6.0
 PODMAN_COMPOSE_VENV ?= /opt/podman-compose
 CONTAINERS_CONF_DROPIN := /etc/containers/containers.conf.d/50-rollout-dataset.conf
+CONTAINERS_STORAGE_DRIVER ?= $(shell grep -qw overlay /proc/filesystems 2>/dev/null && echo overlay || echo vfs)
 .PHONY: containers
 containers: system-deps
 	@command -v podman >/dev/null && command -v runc >/dev/null && command -v mmdebstrap >/dev/null || \
@@ -64,8 +66,8 @@ containers: system-deps
 		printf '%s\n' '[containers]' 'default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]' '' \
 			'[engine]' 'runtime = "runc"' 'cgroup_manager = "cgroupfs"' 'events_logger = "file"' \
 		| $(SUDO) tee $(CONTAINERS_CONF_DROPIN) >/dev/null; }
-	@[ -e /etc/containers/storage.conf ] || printf '%s\n' '[storage]' 'driver = "vfs"' \
-		'runroot = "/run/containers/storage"' 'graphroot = "/var/lib/containers/storage"' \
+	@[ -e /etc/containers/storage.conf ] || printf '%s\n' '# written by rollout-dataset `make containers`' '[storage]' \
+		"driver = \"$(CONTAINERS_STORAGE_DRIVER)\"" 'runroot = "/run/containers/storage"' 'graphroot = "/var/lib/containers/storage"' \
 		| $(SUDO) tee /etc/containers/storage.conf >/dev/null
 	@[ -x $(PODMAN_COMPOSE_VENV)/bin/podman-compose ] && $(PODMAN_COMPOSE_VENV)/bin/podman-compose version 2>/dev/null | grep -q ' $(PODMAN_COMPOSE_VERSION)$$' || \
 		{ $(SUDO) $(PYTHON) -m venv $(PODMAN_COMPOSE_VENV) && \
