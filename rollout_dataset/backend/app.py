@@ -31,7 +31,6 @@ from rollout_dataset.backend.chat_stream import chat_stream
 from rollout_dataset.backend.engine import Generation, TokenStep
 from rollout_dataset.harmony import HARMONY_TOKENIZER, HarmonyTokenizer, load_harmony_tokenizer
 from rollout_dataset.backend.harmony_reply import HARMONY_REASONING_PARSER
-from rollout_dataset.backend.hermes import StreamingToolParser, parse_tool_calls
 from rollout_dataset.backend.params import (
     CommonParams,
     RequestError,
@@ -50,6 +49,7 @@ from rollout_dataset.backend.policies import Policy, PolicyOutput, PolicyRequest
 from rollout_dataset.backend.prompt_logprobs import prompt_logprobs, prompt_logprobs_param
 from rollout_dataset.backend.reasoning_parser import ReasoningParser, make_reasoning_parser
 from rollout_dataset.backend.reused_prompt import reused_prompt_ids
+from rollout_dataset.backend.tool_parsers import ToolCallFormat, make_tool_call_format
 from rollout_dataset.backend.emitted import generate_choices, scrub_surrogates as _scrub
 from rollout_dataset.tokenizers import BUILTIN_TOKENIZER_DIR, encode_text, load_tokenizer, render_chat
 from rollout_dataset.wire.sse import DONE, encode_event, encode_json_event
@@ -78,6 +78,7 @@ class BackendState:
         reasoning: vLLM's `--reasoning-parser` (`qwen3`, `deepseek_r1`) bound to the tokenizer, or None.
         harmony_reasoning: `--reasoning-parser openai_gptoss` on a Harmony tokenizer (the analysis
             channel is surfaced as `reasoning`).
+        tools: vLLM's `--tool-call-parser` (`hermes`, `deepseek_v3`) bound to the tokenizer.
     """
 
     tokenizer: Any
@@ -91,6 +92,7 @@ class BackendState:
     policy_name: str = "custom"
     reasoning: ReasoningParser | None = None
     harmony_reasoning: bool = False
+    tools: ToolCallFormat = ToolCallFormat()
 
     @property
     def harmony(self) -> bool:
@@ -261,7 +263,7 @@ async def _chat(request: Request, state: BackendState) -> Response:
     for i, g in enumerate(gens):
         reasoning, text = state.reasoning.split(g.text, thinking) if state.reasoning is not None else (None, g.text)
         if parse_tools and text is not None:
-            content, calls, finish = _message_parts(text, g.finish_reason, tool_choice)
+            content, calls, finish = _message_parts(text, g.finish_reason, tool_choice, state.tools)
         else:
             content, calls, finish = text, [], g.finish_reason
         logprobs = P.chat_logprobs(g.steps, fmt, top_k) if want_logprobs else None
@@ -274,18 +276,27 @@ async def _chat(request: Request, state: BackendState) -> Response:
     return JSONResponse(resp)
 
 
-def _message_parts(text: str, engine_finish: str, tool_choice: Any) -> tuple[str | None, list[dict[str, Any]], str]:
-    """Content, tool calls and finish reason of a choice, as vLLM 0.32 with the hermes parser gives
-    them: `auto` drops whitespace-only content and finishes with `tool_calls`; `required` and a named
-    function (parsed the same way, hermes being a strict structural-tag parser) give content "" when
-    there is none, and a named function finishes with the engine's own reason. `text` is the reply
-    after a reasoning parser took its reasoning out."""
-    parsed = parse_tool_calls(text)
-    if tool_choice in (None, "auto"):
+def _message_parts(text: str, engine_finish: str, tool_choice: Any,
+                   tools: ToolCallFormat) -> tuple[str | None, list[dict[str, Any]], str]:
+    """Content, tool calls and finish reason of a choice, as vLLM 0.32 with the tool parser gives
+    them: `auto` drops whitespace-only content and finishes with `tool_calls` when a call was parsed;
+    `required` and a named function (hermes: parsed the same way, being a strict structural-tag parser;
+    deepseek_v3: read as `auto`) give content "" when there is none, and a named function finishes with
+    the engine's own reason. `text` is the reply after a reasoning parser took its reasoning out."""
+    parsed = tools.parse(text)
+    if tool_choice in (None, "auto") or tools.content_never_null_when_forced:
         if not parsed.tools_called:
-            return text, [], engine_finish
-        content = parsed.content if parsed.content and parsed.content.strip() else None
-        return content, parsed.tool_calls, "tool_calls"
+            content: str | None = text
+            if tool_choice not in (None, "auto") and not text.strip():
+                content = None
+            calls: list[dict[str, Any]] = []
+        else:  # deepseek_v3: markup with no complete call answers the content before it, no calls
+            content = parsed.content if parsed.content and parsed.content.strip() else None
+            calls = parsed.tool_calls
+        if tool_choice in (None, "auto"):
+            return content, calls, "tool_calls" if calls else engine_finish
+        finish = "tool_calls" if tool_choice == "required" and engine_finish == "stop" else engine_finish
+        return content or "", calls, finish
     content = parsed.content if parsed.tools_called else text
     if not parsed.tools_called and not (content or "").strip():
         content = None
@@ -297,30 +308,36 @@ def _message_parts(text: str, engine_finish: str, tool_choice: Any) -> tuple[str
 
 class _ChatDeltas:
     """A chat choice's tokens as deltas: the reasoning parser's first (what follows `</think>` takes the
-    usual path), then the hermes tool parser's, else the token's text as content."""
+    usual path), then the tool parser's, else the token's text as content."""
 
     def __init__(self, state: BackendState, prompt_ids: Sequence[int], parse_tools: bool, thinking: bool,
                  hide_reasoning: bool) -> None:
-        self.parser = StreamingToolParser() if parse_tools else None
+        self.parser = state.tools.stream() if parse_tools else None
+        self.reads_end_of_reasoning = state.tools.reads_end_of_reasoning
         self.thinker = state.reasoning.stream(prompt_ids, thinking) if state.reasoning is not None else None
         self.hide_reasoning = hide_reasoning
-        self.tools_streamed = False
-        self.text = ""
+
+    @property
+    def tools_streamed(self) -> bool:
+        """Returns: a delta so far held tool calls."""
+        return self.parser is not None and self.parser.tools_streamed
 
     def delta(self, step: TokenStep, last: bool) -> dict[str, Any] | None:
         piece: str | None = step.delta
+        ids = [step.token_id]
         delta: dict[str, Any] | None = None
         if self.thinker is not None:
+            was_over = self.thinker.ended
             delta, piece = self.thinker.feed(step.token_id, step.delta)
             if self.hide_reasoning:
                 delta = None
+            if piece is None and not was_over and self.thinker.ended and self.parser is not None \
+                    and self.reads_end_of_reasoning:
+                piece, ids = "", []  # vLLM hands the tool parser the `</think>` token's (empty) content
         if piece is None:
             pass
         elif self.parser is not None:
-            self.text += piece
-            delta = self.parser.update(self.text) if piece else None
-            if delta and "tool_calls" in delta:
-                self.tools_streamed = True
+            delta = self.parser.feed(piece, ids)
         else:
             delta = {"content": piece} if piece else None
         return delta
@@ -498,6 +515,7 @@ def create_backend_app(
     policy_kwargs: dict[str, Any] | None = None,
     reasoning_parser: str | None = None,
     harmony_start_date: str | None = None,
+    tool_call_parser: str | None = None,
 ) -> Starlette:
     """Build the local backend's ASGI app.
 
@@ -517,6 +535,8 @@ def create_backend_app(
             `rollout_dataset.backend.reasoning_parser`; `openai_gptoss` with the Harmony tokenizer),
             or None for none.
         harmony_start_date: the Harmony system message's `Current date` (YYYY-MM-DD; None: today).
+        tool_call_parser: vLLM's `--tool-call-parser` (`hermes`, the default, or `deepseek_v3`; see
+            `rollout_dataset.backend.tool_parsers`); Harmony always uses its own.
 
     Returns:
         The Starlette app (its `state.backend` is the `BackendState`).
@@ -536,6 +556,8 @@ def create_backend_app(
     if harmony and reasoning_parser not in (None, HARMONY_REASONING_PARSER):
         raise ValueError(f"--reasoning-parser {reasoning_parser}: Harmony (gpt-oss) takes only "
                          f"{HARMONY_REASONING_PARSER}, as vLLM")
+    if harmony and tool_call_parser not in (None, "hermes"):
+        raise ValueError(f"--tool-call-parser {tool_call_parser}: Harmony (gpt-oss) reads its own tool calls")
     if not harmony and reasoning_parser == HARMONY_REASONING_PARSER:
         raise ValueError(f"--reasoning-parser {HARMONY_REASONING_PARSER} needs --tokenizer {HARMONY_TOKENIZER}")
     if isinstance(policy, str):
@@ -557,6 +579,7 @@ def create_backend_app(
         policy_name=policy_name(policy),
         reasoning=make_reasoning_parser(reasoning_parser, tok) if reasoning_parser and not harmony else None,
         harmony_reasoning=harmony and reasoning_parser == HARMONY_REASONING_PARSER,
+        tools=make_tool_call_format(tool_call_parser, tok) if not harmony else ToolCallFormat(),
     )
     routes = [
         Route("/v1/models", _handler(_models), methods=["GET"]),

@@ -24,8 +24,10 @@ __all__ = ["ChoiceDeltas", "chat_stream"]
 class ChoiceDeltas(Protocol):
     """How one choice's tokens read as stream deltas (one reader per choice)."""
 
-    #: a delta so far held tool calls (the stream's finish reason then says so).
-    tools_streamed: bool
+    @property
+    def tools_streamed(self) -> bool:
+        """A delta so far held tool calls (the stream's finish reason then says so)."""
+        ...
 
     def delta(self, step: TokenStep, last: bool) -> dict[str, Any] | None:
         """The delta of one token (None: nothing to say for it); `last`: the choice's last token."""

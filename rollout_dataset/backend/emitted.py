@@ -22,11 +22,13 @@ __all__ = ["emitted_text", "scrub_surrogates", "generate_choices"]
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def emitted_text(out: PolicyOutput) -> str:
+def emitted_text(out: PolicyOutput, render_calls: Callable[[str | None, list[dict[str, Any]]], str] | None = None) -> str:
     """The text the backend generates for a policy's answer.
 
     Args:
         out: the policy's answer.
+        render_calls: how the template writes content and tool calls (the serving tool-call parser's
+            `ToolCallFormat.render`); None: hermes (`render_assistant_text`).
 
     Returns:
         The assistant turn as the chat template renders it (a think block first when the policy
@@ -34,7 +36,7 @@ def emitted_text(out: PolicyOutput) -> str:
     """
     if out.token_ids is not None:
         return ""  # the ids themselves are emitted (see `generate(ids=...)`)
-    body = render_assistant_text(out.text, [c.as_dict() for c in out.tool_calls])
+    body = (render_calls or render_assistant_text)(out.text, [c.as_dict() for c in out.tool_calls])
     if out.reasoning is not None:  # Qwen3's layout of a think block
         body = f"<think>\n{out.reasoning}\n</think>\n\n{body}"
     return scrub_surrogates(body)
@@ -86,7 +88,9 @@ async def generate_choices(state: Any, respond: Callable[[Any, PolicyRequest], A
     gens: list[Generation] = []
     for i in range(common.n):
         out = await respond(state, dataclasses.replace(request, choice_index=i))
-        text, ids = (emitted_text(out), out.token_ids) if reply_ids is None else ("", reply_ids(out))
+        tools = getattr(state, "tools", None)
+        text, ids = ((emitted_text(out, tools.render if tools is not None else None), out.token_ids)
+                     if reply_ids is None else ("", reply_ids(out)))
         gens.append(generate(state.tokenizer, state.model, prompt_ids, text, prompt_text=prompt_text,
                              max_tokens=max_tokens, stop=common.stop, include_stop_str_in_output=common.include_stop_str,
                              ignore_eos=common.ignore_eos, ids=ids, stop_token_ids=stop_token_ids))

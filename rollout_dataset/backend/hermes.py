@@ -41,15 +41,18 @@ class ParsedOutput:
     Args:
         content: the visible text (None when empty and tools were called).
         tool_calls: OpenAI-style tool calls (`id`, `type`, `function.name`, `function.arguments`).
+        called: the parser's own `tools_called` where it differs from "some call was parsed" (vLLM's
+            `deepseek_v3` says True once its markup opened, with no complete call in it); None: the same.
     """
 
     content: str | None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    called: bool | None = None
 
     @property
     def tools_called(self) -> bool:
-        """Returns: whether any tool call was parsed."""
-        return bool(self.tool_calls)
+        """Returns: whether the parser found tool-call markup (for hermes: whether any call was parsed)."""
+        return bool(self.tool_calls) if self.called is None else self.called
 
 
 def parse_tool_calls(text: str) -> ParsedOutput:

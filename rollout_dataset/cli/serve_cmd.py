@@ -3,10 +3,12 @@
     rollout-dataset serve [--host 127.0.0.1] [--port 8000] [--tokenizer builtin|harmony|PATH|HUB_ID]
                           [--policy echo|script|oracle] [--script FILE] [--served-model-name local]
                           [--reasoning-parser qwen3|deepseek_r1|openai_gptoss]
+                          [--tool-call-parser hermes|deepseek_v3]
 
 `--tokenizer harmony` serves gpt-oss's Harmony format as vLLM 0.32 serves a `gpt_oss` model (prompts
 rendered by openai-harmony); `--reasoning-parser openai_gptoss` then surfaces the analysis channel as
-`reasoning`, as vLLM's parser of that name.
+`reasoning`, as vLLM's parser of that name. `--tool-call-parser deepseek_v3` writes and reads tool calls
+in DeepSeek-V3/R1's markup (`<｜tool▁calls▁begin｜>`...), as vLLM's parser of that name.
 
 Prints the base URL (ending in /v1) once the server listens.
 """
@@ -40,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="qwen3 or deepseek_r1: split <think> reasoning into the message's `reasoning` as "
                              "vLLM 0.32's parser of that name does (the tokenizer needs <think>/</think> tokens); "
                              "openai_gptoss (with --tokenizer harmony): the analysis channel as `reasoning`")
+    parser.add_argument("--tool-call-parser", default="hermes", metavar="NAME",
+                        help="hermes (default: <tool_call> JSON blocks) or deepseek_v3 (DeepSeek-V3/R1's "
+                             "<｜tool▁calls▁begin｜> markup; the tokenizer needs those tokens): how tool calls are "
+                             "written and parsed, as vLLM 0.32's parser of that name")
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -58,6 +64,7 @@ async def _serve(args: argparse.Namespace) -> None:
         max_model_len=args.max_model_len,
         return_tokens_as_token_ids=args.return_tokens_as_token_ids,
         reasoning_parser=args.reasoning_parser,
+        tool_call_parser=args.tool_call_parser,
     )
     async with backend:
         print(backend.base_url, flush=True)
@@ -86,12 +93,16 @@ def run(args: argparse.Namespace) -> int:
 
     from rollout_dataset.backend.harmony_reply import HARMONY_REASONING_PARSER
     from rollout_dataset.backend.reasoning_parser import REASONING_PARSERS
+    from rollout_dataset.backend.tool_parsers import TOOL_CALL_PARSERS
 
     parsers = (*REASONING_PARSERS, HARMONY_REASONING_PARSER)
     if args.policy == "script" and not args.script:
         return report_error("--policy script needs --script FILE", EXIT_USAGE)
     if args.reasoning_parser is not None and args.reasoning_parser not in parsers:
         return report_error(f"--reasoning-parser {args.reasoning_parser!r}: choose from {', '.join(parsers)}",
+                            EXIT_USAGE)
+    if args.tool_call_parser not in TOOL_CALL_PARSERS:
+        return report_error(f"--tool-call-parser {args.tool_call_parser!r}: choose from {', '.join(TOOL_CALL_PARSERS)}",
                             EXIT_USAGE)
     try:
         asyncio.run(_serve(args))
