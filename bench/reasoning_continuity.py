@@ -6,8 +6,10 @@ recording proxy (in this process, on loopback) from the local backend serving th
 vLLM 0.32's reasoning parser (`qwen3`, `deepseek_r1`, `openai_gptoss`): a script policy that thinks
 first, then answers (``chat``: a user message before each turn, also terminus-2's shape) or calls a
 tool (``tool_loop``: one user message, tool results, a final answer; ``loop_then_chat``: the same,
-then a new user message and one more turn; hermes tool calls, so not for DeepSeek-R1, whose
-tool-call format the local backend does not parse). The parser's `content` keeps
+then a new user message and one more turn). Tool calls are hermes, except DeepSeek-R1's
+(``deepseek_r1_tools``: R1's own markup, `--tool-call-parser deepseek_v3`, rendered by the tool template
+of `tests/support/deepseek_r1_tools.py`, since R1's shipped template cannot render a tool call sent
+back on vLLM 0.32). The parser's `content` keeps
 its leading whitespace (``"\n\nHello! How can I help?"``, ``"\n\nLet me look.\n"`` before a call).
 
 Each reply goes back as a harness sends it (`tests/support/harness_echo.py`): ``verbatim`` (the
@@ -23,7 +25,9 @@ each agent turn that starts a new root after a prefix break counts as the status
 ``not_repaired``), the others as exact. Prints a table and saves
 bench/results/reasoning_continuity.json.
 
-    .venv/bin/python bench/reasoning_continuity.py [--rollouts 3] [--turns 4]
+    .venv/bin/python bench/reasoning_continuity.py [--rollouts 3] [--turns 4] [--families deepseek_r1_tools ...]
+
+`--families` runs only those families and replaces their rows in the saved results.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/support/: the genuine templates and the harnesses' echoes
 
+from support.deepseek_r1_tools import deepseek_r1_tool_tokenizer  # noqa: E402
 from support.genuine_templates import deepseek_r1_tokenizer_dir, qwen3_tokenizer_dir  # noqa: E402
 from support.harness_echo import TOOLS, drive, script_steps  # noqa: E402
 
@@ -62,15 +67,20 @@ THINK_ECHOES = ("verbatim", "content_only", "reasoning_content", "think_block", 
 FAMILIES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "qwen3": ("qwen3", ("tool_loop", "chat", "loop_then_chat"), THINK_ECHOES),
     "deepseek_r1": ("deepseek_r1", ("chat",), THINK_ECHOES),
+    "deepseek_r1_tools": ("deepseek_r1", ("tool_loop", "loop_then_chat"), THINK_ECHOES),
     "harmony": ("openai_gptoss", ("tool_loop", "chat", "loop_then_chat"),
                 ("verbatim", "harmony_reasoning", "reasoning_content", "content_only")),
 }
+#: family -> vLLM's --tool-call-parser (hermes where not named)
+TOOL_CALL_PARSER = {"deepseek_r1_tools": "deepseek_v3"}
 
 
 def tokenizer_of(family: str) -> Any:
     """The genuine tokenizer of a model family."""
     if family == "harmony":
         return load_harmony_tokenizer()
+    if family == "deepseek_r1_tools":
+        return deepseek_r1_tool_tokenizer()
     return load_tokenizer(str(qwen3_tokenizer_dir() if family == "qwen3" else deepseek_r1_tokenizer_dir()))
 
 
@@ -82,7 +92,8 @@ async def capture(family: str, tokenizer: Any, kind: str, echo: str, on_policy: 
     served = "harmony" if family == "harmony" else tokenizer
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        async with LocalBackend(tokenizer=served, policy="script", script=script, reasoning_parser=parser) as server:
+        async with LocalBackend(tokenizer=served, policy="script", script=script, reasoning_parser=parser,
+                                tool_call_parser=TOOL_CALL_PARSER.get(family)) as server:
             async with CaptureProxy(upstream=server.base_url, trace_dir=Path(tmp), on_policy=on_policy) as proxy:
                 async with httpx.AsyncClient(timeout=120) as client:
                     for r in range(rollouts):
@@ -137,9 +148,12 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=3)
     parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES))
     args = parser.parse_args()
     rows = []
     for family, (_, kinds, echoes) in FAMILIES.items():
+        if family not in args.families:
+            continue
         tokenizer = tokenizer_of(family)
         for kind in kinds:
             for echo in echoes:
@@ -156,6 +170,9 @@ async def main() -> None:
               f"{row['trainable_sequences_per_rollout']:>5.1f} {row['trained_tokens_per_rollout']:>7.1f}  {row['causes']}")
     not_repaired = sum(row["not_repaired_per_rollout"] for row in rows if row["on_policy"])
     print(f"not_repaired turns per rollout, summed over the on-policy rows: {not_repaired}")
+    if set(args.families) != set(FAMILIES) and RESULTS.exists():  # keep the other families' saved rows
+        kept = [r for r in json.loads(RESULTS.read_text())["rows"] if r["family"] not in args.families]
+        rows = kept + rows
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"command": "bench/reasoning_continuity.py", "rollouts": args.rollouts,
                                    "turns": args.turns, "python": platform.python_version(), "rows": rows},

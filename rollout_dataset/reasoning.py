@@ -137,7 +137,8 @@ def explain_content_change(sampled_text: str, rendered_text: str) -> str:
     return "content_changed"
 
 
-TOOL_CALL_OPEN = "<tool_call>"
+#: where a reply's tool calls begin: hermes (`<tool_call>`), DeepSeek-V3/R1 (`<｜tool▁calls▁begin｜>`)
+TOOL_CALL_OPENERS = ("<tool_call>", "<｜tool▁calls▁begin｜>")
 _THINK_BLOCK = re.compile(re.escape(THINK_OPEN) + r".*?" + re.escape(THINK_CLOSE), re.S)
 #: a Harmony analysis message with the header of the message after it (canonical headers)
 _HARMONY_ANALYSIS_MESSAGE = re.compile(re.escape(HARMONY_ANALYSIS + HARMONY_MESSAGE) + r".*?"
@@ -185,7 +186,7 @@ def describe_edit(sampled_text: str, rendered_text: str) -> str | None:
     Returns:
         A clause: ``"the harness cut the reply's text"`` (the history holds a shorter start of it),
         ``"the harness added text to the reply"``, ``"the harness changed a tool call (name or
-        arguments)"`` (the text before the first ``<tool_call>`` is the same), or None.
+        arguments)"`` (the text before the first ``<tool_call>`` or ``<｜tool▁calls▁begin｜>`` is the same), or None.
     """
     body = _strip_end(sampled_text)
     rendered = rendered_text
@@ -194,8 +195,8 @@ def describe_edit(sampled_text: str, rendered_text: str) -> str | None:
     head, after = split_reasoning(body)
     if head is not None and not _squash(rendered).startswith(_squash(head)):
         body = after
-    s_text, _, s_calls = _squash(body).partition(TOOL_CALL_OPEN)
-    r_text, _, r_calls = _squash(rendered).partition(TOOL_CALL_OPEN)
+    s_text, s_calls = _split_calls(_squash(body))
+    r_text, r_calls = _split_calls(_squash(rendered))
     if s_text == r_text:
         return "the harness changed a tool call (name or arguments)" if s_calls != r_calls else None
     if s_text.startswith(r_text):
@@ -203,6 +204,12 @@ def describe_edit(sampled_text: str, rendered_text: str) -> str | None:
     if r_text.startswith(s_text):
         return "the harness added text to the reply"
     return None
+
+
+def _split_calls(text: str) -> tuple[str, str]:
+    """The text before a reply's tool calls, and the calls (from the first opener of `TOOL_CALL_OPENERS`)."""
+    cuts = [i for i in (text.find(opener) for opener in TOOL_CALL_OPENERS) if i >= 0]
+    return (text[: min(cuts)], text[min(cuts):]) if cuts else (text, "")
 
 
 def _strip_end(text: str) -> str:

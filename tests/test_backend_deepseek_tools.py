@@ -11,32 +11,15 @@ import json
 
 import httpx
 import pytest
-from support.deepseek_r1_tools import deepseek_r1_tool_tokenizer
+from support.deepseek_r1_tools import REPLIES, call, deepseek_r1_tool_tokenizer
 from support.genuine_templates import deepseek_r1_tokenizer_dir, qwen3_tokenizer_dir
 
 from rollout_dataset.backend import LocalBackend
-from rollout_dataset.backend.deepseek_tools import CALL_BEGIN, CALL_END, CALL_SEP, CALLS_BEGIN, CALLS_END
+from rollout_dataset.backend.deepseek_tools import CALL_END, CALLS_BEGIN, CALLS_END
 from rollout_dataset.cli import main
 from rollout_dataset.tokenizers import load_tokenizer
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
-THINK = "<think>\nPlan 0.\n</think>\n\n"
-
-
-def call(name: str, arguments: str, kind: str = "function") -> str:
-    return f"{CALL_BEGIN}{kind}{CALL_SEP}{name}\n```json\n{arguments}\n```{CALL_END}"
-
-
-#: what the model "samples" on each turn (the turn = assistant messages already in the request)
-REPLIES = {
-    "never_closed": THINK + "Let me look." + CALLS_BEGIN + call("bash", '{"cmd": "ls"}')[: -len(CALL_END) - 4],
-    "not_json": THINK + "Hm." + CALLS_BEGIN + call("bash", "cmd=ls -la") + CALLS_END,
-    "think_end_in_call": THINK + "Hm." + CALLS_BEGIN + call("bash", '{"cmd": "echo </think>"}') + CALLS_END,
-    "think_end_in_call_no_think": "Hm." + CALLS_BEGIN + call("bash", '{"cmd": "echo </think>"}') + CALLS_END,
-    "other_type": THINK + "Hm." + CALLS_BEGIN + call("bash", '{"cmd": "ls"}', kind="custom") + CALLS_END,
-    "multiline_arguments": THINK + "Hm." + CALLS_BEGIN + call("bash", '{\n  "cmd": "ls"\n}') + CALLS_END,
-    "two_calls": THINK + CALLS_BEGIN + call("bash", '{"cmd": "a"}') + "\n" + call("bash", '{"cmd": "b"}') + CALLS_END,
-}
 CASES = list(REPLIES)
 
 

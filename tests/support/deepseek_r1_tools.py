@@ -26,9 +26,10 @@ from typing import Any
 
 from support.genuine_templates import deepseek_r1_tokenizer_dir
 
+from rollout_dataset.backend.deepseek_tools import CALL_BEGIN, CALL_END, CALL_SEP, CALLS_BEGIN, CALLS_END
 from rollout_dataset.tokenizers import load_tokenizer
 
-__all__ = ["TOOL_TEMPLATE", "deepseek_r1_tool_tokenizer"]
+__all__ = ["TOOL_TEMPLATE", "REPLIES", "call", "deepseek_r1_tool_tokenizer"]
 
 TOOL_TEMPLATE = r"""
 {%- set head = namespace(text='') -%}
@@ -82,3 +83,26 @@ def deepseek_r1_tool_tokenizer() -> Any:
     tokenizer = copy.deepcopy(load_tokenizer(str(deepseek_r1_tokenizer_dir())))
     tokenizer.chat_template = TOOL_TEMPLATE
     return tokenizer
+
+
+THINK = "<think>\nPlan 0.\n</think>\n\n"
+
+
+def call(name: str, arguments: str, kind: str = "function") -> str:
+    """Returns: one tool call in R1's markup (`kind` is `function` in every well-formed one)."""
+    return f"{CALL_BEGIN}{kind}{CALL_SEP}{name}\n```json\n{arguments}\n```{CALL_END}"
+
+
+#: replies an R1 model may sample: one well-formed, then the markup broken in one way each (name -> text)
+REPLIES = {
+    "one_call": THINK + "Let me look." + CALLS_BEGIN + call("bash", '{"cmd": "ls", "n": [1, 2]}') + CALLS_END,
+    "text_after_calls": THINK + "Hm." + CALLS_BEGIN + call("bash", '{"cmd": "ls"}') + CALLS_END + " and more",
+    "opener_only": THINK + "Hm." + CALLS_BEGIN + "oops",
+    "never_closed": THINK + "Let me look." + CALLS_BEGIN + call("bash", '{"cmd": "ls"}')[: -len(CALL_END) - 4],
+    "not_json": THINK + "Hm." + CALLS_BEGIN + call("bash", "cmd=ls -la") + CALLS_END,
+    "think_end_in_call": THINK + "Hm." + CALLS_BEGIN + call("bash", '{"cmd": "echo </think>"}') + CALLS_END,
+    "think_end_in_call_no_think": "Hm." + CALLS_BEGIN + call("bash", '{"cmd": "echo </think>"}') + CALLS_END,
+    "other_type": THINK + "Hm." + CALLS_BEGIN + call("bash", '{"cmd": "ls"}', kind="custom") + CALLS_END,
+    "multiline_arguments": THINK + "Hm." + CALLS_BEGIN + call("bash", '{\n  "cmd": "ls"\n}') + CALLS_END,
+    "two_calls": THINK + CALLS_BEGIN + call("bash", '{"cmd": "a"}') + "\n" + call("bash", '{"cmd": "b"}') + CALLS_END,
+}
