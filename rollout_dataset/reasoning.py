@@ -186,7 +186,9 @@ def describe_edit(sampled_text: str, rendered_text: str) -> str | None:
     Returns:
         A clause: ``"the harness cut the reply's text"`` (the history holds a shorter start of it),
         ``"the harness added text to the reply"``, ``"the harness changed a tool call (name or
-        arguments)"`` (the text before the first ``<tool_call>`` or ``<｜tool▁calls▁begin｜>`` is the same), or None.
+        arguments)"`` (the text before the first ``<tool_call>`` or ``<｜tool▁calls▁begin｜>`` is the same),
+        ``"the history holds no tool call where the model sampled tool-call markup: ..."`` (such as
+        markup never closed, which vLLM's `deepseek_v3` parser drops from the message), or None.
     """
     body = _strip_end(sampled_text)
     rendered = rendered_text
@@ -198,6 +200,8 @@ def describe_edit(sampled_text: str, rendered_text: str) -> str | None:
     s_text, s_calls = _split_calls(_squash(body))
     r_text, r_calls = _split_calls(_squash(rendered))
     if s_text == r_text:
+        if s_calls and not r_calls:
+            return "the history holds no tool call where the model sampled tool-call markup: the parser read none in it, or the harness left it out"
         return "the harness changed a tool call (name or arguments)" if s_calls != r_calls else None
     if s_text.startswith(r_text):
         return "the harness cut the reply's text"

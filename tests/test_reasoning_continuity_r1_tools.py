@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support.deepseek_r1_tools import deepseek_r1_tool_tokenizer
+from support.deepseek_r1_tools import REPLIES, deepseek_r1_tool_tokenizer
 from support.harness_echo import ECHOES, TOOLS, drive, script_steps
 
 from rollout_dataset.backend import LocalBackend
@@ -32,8 +32,8 @@ def tokenizer():
 
 
 async def capture(tmp_path: Path, tokenizer: Any, echo: str, *, on_policy: bool = True, turns: int = 3,
-                  edit: Any = None) -> tuple[list[dict], dict]:
-    script = {"steps": script_steps("tool_loop", turns), "final": "Done."}
+                  edit: Any = None, steps: list[dict] | None = None, kind: str = "tool_loop") -> tuple[list[dict], dict]:
+    script = {"steps": steps or script_steps("tool_loop", turns), "final": "Done."}
     async with LocalBackend(tokenizer=tokenizer, policy="script", script=script, reasoning_parser="deepseek_r1",
                             tool_call_parser="deepseek_v3") as backend:
         async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path, on_policy=on_policy) as proxy:
@@ -47,7 +47,7 @@ async def capture(tmp_path: Path, tokenizer: Any, echo: str, *, on_policy: bool 
                     assert response.status_code == 200, response.text
                     return response.json()["choices"][0]["message"]
 
-                await drive(post, "tool_loop", turns, echo)
+                await drive(post, kind, turns, echo)
             records = read_trace(proxy.trace_path("s"), seal=proxy.seal("s"))
     return records, export_rollout(records, session_id="s", capture_level="tokens", tokenizer=tokenizer)
 
@@ -99,3 +99,24 @@ async def test_a_harness_that_rewrites_a_calls_arguments_is_named_for_it(tmp_pat
     record = continuity_of(records)[records[1]["index"]]
     assert (record["status"], record["reason"]) == ("not_repaired", "content_changed")
     assert "the harness changed a tool call" in record["detail"]
+
+
+async def test_a_think_end_inside_a_calls_arguments_is_still_read_as_the_reasoning_drop(tmp_path, tokenizer):
+    steps = [{"reasoning": "Plan.", "text": "Let me look.",
+              "tool_calls": [{"name": "bash", "arguments": {"cmd": "grep '</think>' log"}}]},
+             {"reasoning": "All done.", "text": "Done."}]
+    records, _ = await capture(tmp_path, tokenizer, "verbatim", turns=2, steps=steps)
+    assert records[0]["response"]["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == (
+        '{"cmd": "grep \'</think>\' log"}')
+    assert statuses(records)[1] == ("reasoning_dropped", "template_dropped_reasoning")
+
+
+async def test_a_call_never_closed_is_named_as_markup_the_history_lost_not_as_a_harness_edit(tmp_path, tokenizer):
+    # vLLM's deepseek_v3 parser drops unfinished markup from the message, so the harness sees no call
+    # and asks again: the next prompt cannot hold the sampled markup
+    steps = [{"token_ids": tokenizer.encode(REPLIES["never_closed"], add_special_tokens=False)}, {"text": "Done."}]
+    records, _ = await capture(tmp_path, tokenizer, "content_only", turns=2, steps=steps, kind="loop_then_chat")
+    assert records[0]["response"]["choices"][0]["message"]["content"] == "\n\nLet me look."
+    record = continuity_of(records)[records[1]["index"]]
+    assert (record["status"], record["reason"]) == ("not_repaired", "content_changed")
+    assert "the history holds no tool call where the model sampled tool-call markup" in record["detail"]
