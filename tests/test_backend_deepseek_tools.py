@@ -165,3 +165,12 @@ def test_serve_refuses_deepseek_v3_on_a_tokenizer_without_its_markers(capsys):
 def test_serve_refuses_an_unknown_tool_call_parser(capsys):
     assert main(["serve", "--tool-call-parser", "mistral", "--port", "0"]) == 2
     assert "--tool-call-parser 'mistral': choose from hermes, deepseek_v3" in capsys.readouterr().err
+
+
+def test_the_messages_endpoint_answers_an_r1_tool_call_as_a_tool_use_block(r1):
+    body = {"model": "local", "max_tokens": 200, "messages": [{"role": "user", "content": "run it"}],
+            "tools": [{"name": "bash", "input_schema": {"type": "object"}}]}
+    r = httpx.post(f"{r1}/messages", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    blocks = [b for b in r.json()["content"] if b["type"] == "tool_use"]
+    assert [(b["name"], b["input"]) for b in blocks] == [("bash", {"cmd": "echo 0"})]
