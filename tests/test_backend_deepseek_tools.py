@@ -174,3 +174,18 @@ def test_the_messages_endpoint_answers_an_r1_tool_call_as_a_tool_use_block(r1):
     assert r.status_code == 200, r.text
     blocks = [b for b in r.json()["content"] if b["type"] == "tool_use"]
     assert [(b["name"], b["input"]) for b in blocks] == [("bash", {"cmd": "echo 0"})]
+
+
+def test_required_tool_choice_is_read_as_auto_with_content_never_null(r1):
+    body = {"model": "local", "messages": messages_for("two_calls"), "tools": TOOLS, "tool_choice": "required"}
+    choice = httpx.post(f"{r1}/chat/completions", json=body, timeout=60).json()["choices"][0]
+    assert choice["message"]["content"] == "" and len(choice["message"]["tool_calls"]) == 2
+    assert choice["finish_reason"] == "tool_calls"
+
+
+def test_a_named_tool_choice_finishes_with_the_engines_reason(r1):
+    named = {"type": "function", "function": {"name": "bash"}}
+    body = {"model": "local", "messages": messages_for("two_calls"), "tools": TOOLS, "tool_choice": named}
+    choice = httpx.post(f"{r1}/chat/completions", json=body, timeout=60).json()["choices"][0]
+    assert choice["message"]["content"] == "" and len(choice["message"]["tool_calls"]) == 2
+    assert choice["finish_reason"] == "stop"
