@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 from rollout_dataset.reasoning import MAX_BOUNDARY_MERGE, THINK_CLOSE, describe_edit, explain_content_change
 from rollout_dataset.tokenizers import common_prefix
 from rollout_dataset.wire.content import content_text
+from rollout_dataset.wire.responses_chat import RESPONSES_ENDPOINT, input_to_messages, tools_to_chat
 
 __all__ = [
     "Continuity",
@@ -56,6 +57,7 @@ __all__ = [
     "plan_splice",
     "sends_prompt_ids",
     "request_context",
+    "responses_as_chat",
     "text_only",
     "tool_arguments",
 ]
@@ -190,6 +192,34 @@ def request_context(body: Mapping[str, Any]) -> str:
     return json.dumps({k: body[k] for k in TEMPLATE_FIELDS if k in body}, sort_keys=True, default=str)
 
 
+def responses_as_chat(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A `/v1/responses` request as the chat request vLLM 0.32 renders for it (for on-policy mode).
+
+    vLLM's Responses endpoint turns `instructions` and `input` into chat messages and its tools into
+    chat tools, then renders them with the chat template as its chat endpoint does, and generates from
+    ``kv_transfer_params.prompt_token_ids`` when given (`_reused_prompt_token_ids` runs on both; seen
+    on the genuine server: its `input_messages` ids equal `/tokenize`'s render of these messages, for
+    every reasoning shape a harness sends back). So a Responses call is bridged as this chat request.
+
+    Args:
+        body: the Responses request (not modified).
+
+    Returns:
+        ``{"model", "messages", "tools"?, "chat_template_kwargs"?, "max_tokens"?, "kv_transfer_params"?}``
+        (`rollout_dataset.wire.responses_chat`).
+    """
+    chat: dict[str, Any] = {"messages": input_to_messages(dict(body))}
+    tools = tools_to_chat(body.get("tools"))
+    if tools:
+        chat["tools"] = tools
+    for key in ("model", "chat_template_kwargs", "kv_transfer_params"):
+        if key in body:
+            chat[key] = body[key]
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    return chat
+
+
 def as_chat_endpoint_reads(messages: Sequence[Any]) -> list[Any]:
     """Messages as vLLM's chat endpoint reads them before rendering, for its ``/tokenize``.
 
@@ -244,6 +274,8 @@ class PastCall:
         finish_reason: the first choice's finish reason.
         server_rendered: its prompt ids are the chat endpoint's own render of `messages` (nobody
             sent prompt ids: not the proxy, not the harness), so `/tokenize` must give the same ids.
+        endpoint: the call's endpoint (`/v1/chat/completions`, or `/v1/responses`: its messages are
+            `responses_as_chat`'s).
     """
 
     index: int
@@ -255,15 +287,17 @@ class PastCall:
     finish_reason: str | None = None
     text_chars: int = 0
     server_rendered: bool = True
+    endpoint: str = "/v1/chat/completions"
 
 
 def past_call_from_record(record: Mapping[str, Any]) -> PastCall | None:
     """A possible parent rebuilt from a trace record (one another proxy worker wrote).
 
     What `SessionMemory.remember` gets from a finished call, read back from its record: a
-    successful ``/v1/chat/completions`` call with prompt and sampled ids. The record's request is
-    the harness's (credential fields redacted; messages, tools and template options verbatim), so a
-    message a redaction changed only fails to match, never matches wrongly.
+    successful ``/v1/chat/completions`` or ``/v1/responses`` call (read as `responses_as_chat`) with
+    prompt and sampled ids. The record's request is the harness's (credential fields redacted;
+    messages, tools and template options verbatim), so a message a redaction changed only fails to
+    match, never matches wrongly.
 
     Args:
         record: one parsed trace record.
@@ -273,7 +307,10 @@ def past_call_from_record(record: Mapping[str, Any]) -> PastCall | None:
     """
     request = record.get("request")
     prompt, completion = record.get("prompt_token_ids"), record.get("completion_token_ids")
-    if (record.get("endpoint") != "/v1/chat/completions" or record.get("status") != 200
+    endpoint = record.get("endpoint")
+    if endpoint == RESPONSES_ENDPOINT and isinstance(request, Mapping):
+        request = responses_as_chat(request)
+    if (endpoint not in ("/v1/chat/completions", RESPONSES_ENDPOINT) or record.get("status") != 200
             or record.get("error") is not None or not isinstance(record.get("index"), int)
             or not isinstance(request, Mapping) or not isinstance(request.get("messages"), list)
             or not isinstance(prompt, list) or not isinstance(completion, list)):
@@ -283,7 +320,7 @@ def past_call_from_record(record: Mapping[str, Any]) -> PastCall | None:
     repaired = isinstance(continuity, Mapping) and continuity.get("status") == "repaired"  # the proxy sent ids
     return PastCall(record["index"], [message_key(m) for m in messages], request_context(request), messages,
                     prompt, completion, record.get("finish_reason"),
-                    server_rendered=not repaired and not sends_prompt_ids(request))
+                    server_rendered=not repaired and not sends_prompt_ids(request), endpoint=str(endpoint))
 
 
 def sends_prompt_ids(request: Mapping[str, Any]) -> bool:
