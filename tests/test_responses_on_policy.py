@@ -10,12 +10,15 @@ trainable sequence, with the same continuity statuses and causes as the chat pat
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from httpx_sse import EventSource
+from proxy_fakes import serve
 from support.genuine_templates import qwen3_tokenizer_dir
 from support.harness_echo import script_steps
 from support.responses_echo import TOOLS, USER, drive
@@ -176,3 +179,60 @@ def test_a_recorded_responses_call_is_a_possible_parent_read_as_chat_messages():
     assert past is not None and past.endpoint == "/v1/responses" and past.server_rendered
     assert past.messages == [{"role": "system", "content": "Be careful."}, {"role": "user", "content": "run the commands"}]
     assert past.message_keys == [message_key(m) for m in past.messages]
+
+
+async def aiter_sse(response: httpx.Response):
+    """The events of a streamed answer, as they arrive."""
+    async for event in EventSource(response).aiter_sse():
+        yield event
+
+
+def lingering(backend_url: str) -> Any:
+    """An upstream that relays the local backend and keeps each Responses stream open after its last
+    event (the connection ends only when the proxy lets go), so a client that closes once it has read
+    `response.completed` leaves before the proxy's call ends."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response, StreamingResponse
+    from starlette.routing import Route
+
+    async def relay(request: Request) -> Response:
+        async with httpx.AsyncClient(timeout=60) as client:
+            answer = await client.request(request.method, backend_url + request.url.path, content=await request.body(),
+                                          headers={"content-type": "application/json"})
+        if "text/event-stream" not in answer.headers.get("content-type", ""):
+            return Response(answer.content, answer.status_code, media_type=answer.headers.get("content-type"))
+
+        async def events():
+            yield answer.content
+            await asyncio.sleep(30)  # the stream stays open after response.completed
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/{path:path}", relay, methods=["GET", "POST"])])
+
+
+async def test_a_call_the_client_left_after_its_last_event_is_still_the_next_calls_parent(tmp_path, qwen3):
+    script = {"steps": script_steps("tool_loop", 3), "final": "Done."}
+    async with LocalBackend(tokenizer=qwen3, policy="script", script=script, reasoning_parser="qwen3") as backend:
+        async with serve(lingering(backend.base_url.removesuffix("/v1"))) as root:
+            async with CaptureProxy(upstream=root, trace_dir=tmp_path, on_policy=True) as proxy:
+                url = proxy.session_base_url("s") + "/responses"
+                async with httpx.AsyncClient(timeout=60) as client:
+                    async def post(items: list[dict]) -> dict | None:  # as Codex: done at response.completed
+                        body = {"model": "local", "input": items, "tools": TOOLS, "stream": True}
+                        async with client.stream("POST", url, json=body) as answer:
+                            async for event in aiter_sse(answer):
+                                data = json.loads(event.data)
+                                if data["type"] == "response.completed":
+                                    return data["response"]
+                        return None
+
+                    await drive(post, "tool_loop", 2, "verbatim")
+                    for _ in range(500):  # the proxy sees the first call's client leave; wait for both records
+                        if proxy.trace_path("s").exists() and len(proxy.trace_path("s").read_text().splitlines()) == 2:
+                            break
+                        await asyncio.sleep(0.02)
+                records = read_trace(proxy.trace_path("s"))
+    assert records[0]["error"]["kind"] == "client_disconnect" and records[0]["status"] == 200
+    assert (records[1]["continuity"]["status"], records[1]["continuity"]["parent_index"]) == ("repaired", 0)

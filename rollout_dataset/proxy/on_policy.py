@@ -25,6 +25,7 @@ is left as the server renders it, and the record says why.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from array import array
@@ -39,6 +40,7 @@ from rollout_dataset.wire.responses_chat import RESPONSES_ENDPOINT, input_to_mes
 
 __all__ = [
     "Continuity",
+    "InflightCalls",
     "ParentLookup",
     "PastCall",
     "SessionMemory",
@@ -351,6 +353,78 @@ class ParentLookup:
     detail: str | None = None
 
 
+class InflightCalls:
+    """Calls of each session that on-policy mode prepared and that have not finished yet.
+
+    A harness can send its next request as soon as it has read the answer's last event (Codex acts on
+    a Responses stream's `response.completed`), before the proxy has written that call's record and
+    remembered it as a parent. A request whose messages extend an unfinished call's messages by an
+    assistant reply continues that call, so it waits for it (at most `wait_s`) before its parent is
+    looked up; any other request does not wait.
+
+    Args:
+        wait_s: the longest wait for one unfinished call.
+    """
+
+    def __init__(self, wait_s: float = 10.0) -> None:
+        self.wait_s = wait_s
+        self._calls: dict[str, dict[int, tuple[list[str], asyncio.Event]]] = {}
+        self._next = 0
+
+    def begin(self, session: str, message_keys: list[str]) -> int:
+        """Register a prepared call.
+
+        Args:
+            session: the proxy session.
+            message_keys: `message_key` of each of its messages.
+
+        Returns:
+            A token for `end`.
+        """
+        self._next += 1
+        self._calls.setdefault(session, {})[self._next] = (list(message_keys), asyncio.Event())
+        return self._next
+
+    def end(self, session: str, token: int) -> None:
+        """The call finished (remembered as a parent, or failed): wake whoever waits for it.
+
+        Args:
+            session: the proxy session.
+            token: `begin`'s token.
+        """
+        calls = self._calls.get(session)
+        entry = calls.pop(token, None) if calls is not None else None
+        if entry is not None:
+            entry[1].set()
+        if calls is not None and not calls:
+            del self._calls[session]
+
+    async def wait_for_parents(self, session: str, message_keys: Sequence[str],
+                               messages: Sequence[Any]) -> int:
+        """Wait for the unfinished calls this request continues (each at most `wait_s`).
+
+        Args:
+            session: the proxy session.
+            message_keys: the request's `message_key`s.
+            messages: the request's messages.
+
+        Returns:
+            How many unfinished calls it waited for.
+        """
+        waits = []
+        for keys, done in list(self._calls.get(session, {}).values()):
+            k = len(keys)
+            if (k < len(message_keys) and list(message_keys[:k]) == keys and isinstance(messages[k], Mapping)
+                    and messages[k].get("role") == "assistant"):
+                waits.append(done.wait())
+        for wait in waits:
+            try:
+                await asyncio.wait_for(wait, self.wait_s)
+            except asyncio.TimeoutError:
+                pass
+        return len(waits)
+
+
 class SessionMemory:
     """Finished chat calls per session, bounded: the least recently used sessions, and each
     session's oldest calls, are forgotten first (a forgotten parent means ``no_parent``, never a
@@ -369,6 +443,7 @@ class SessionMemory:
         self.max_calls = max_calls
         self.max_ids = max_ids
         self.n_ids = 0
+        self.inflight = InflightCalls()  # shared with the memory: every upstream lane's calls
 
     @staticmethod
     def _size(call: PastCall) -> int:

@@ -100,6 +100,7 @@ class Prepared:
         messages: the request's messages.
         harness_ids: the harness sent prompt ids itself (`kv_transfer_params.prompt_token_ids`).
         endpoint: the call's endpoint (a `/v1/responses` call is prepared as `responses_as_chat`).
+        inflight: its token in the memory's `InflightCalls` until it finishes.
     """
 
     body: bytes
@@ -110,6 +111,7 @@ class Prepared:
     messages: list[Any] = field(default_factory=list)
     harness_ids: bool = False
     endpoint: str = "/v1/chat/completions"
+    inflight: int | None = None
 
 
 def context_overflow(n_target: int, n_render: int, max_model_len: int | None, body: dict[str, Any]) -> str | None:
@@ -298,6 +300,7 @@ class OnPolicyMode:
         prepared = Prepared(body, Continuity("not_repaired"), message_keys=[message_key(m) for m in messages],
                             context=request_context(parsed), messages=messages, harness_ids=sends_prompt_ids(parsed),
                             endpoint=endpoint)
+        await self.memory.inflight.wait_for_parents(session, prepared.message_keys, messages)
         try:
             prepared.continuity = await self._decide(session, parsed, messages, prepared, headers)
         except _AuxError as exc:
@@ -308,6 +311,7 @@ class OnPolicyMode:
             log.exception("on-policy mode failed on a request of session %s", session)
             prepared.continuity = Continuity("not_repaired", reason="proxy_error", detail=f"{type(exc).__name__}: {exc}")
         prepared.continuity.tokenize_ms = round((time.perf_counter() - t0) * 1000.0, 3)
+        prepared.inflight = self.memory.inflight.begin(session, prepared.message_keys)
         return prepared
 
     async def _decide(self, session: str, parsed: dict[str, Any], messages: list[Any], prepared: Prepared,
@@ -500,4 +504,7 @@ class OnPolicyMode:
                                                    fields.get("finish_reason"),
                                                    server_rendered=prepared.target is None and not prepared.harness_ids,
                                                    endpoint=prepared.endpoint))
+        if prepared.inflight is not None:  # remembered (or failed): a request continuing it may go on
+            self.memory.inflight.end(session, prepared.inflight)
+            prepared.inflight = None
         return notes
