@@ -117,3 +117,30 @@ async def test_the_responses_render_of_a_codex_shaped_input_is_the_tokenize_rend
             "model": MODEL, "messages": as_chat_endpoint_reads(chat["messages"]), "tools": chat["tools"],
             "add_generation_prompt": True})).json()["tokens"]
     assert answer["input_messages"][0]["tokens"] == rendered
+
+
+def _think(text: str) -> dict:
+    return {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": text}]}
+
+
+def _said(text: str) -> dict:
+    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
+@pytest.mark.parametrize("items", [
+    [USER, _think("R"), USER],                                # a reasoning item with no assistant item after it
+    [USER, _think("R1"), _think("R2"), _said("A"), USER],     # two reasoning items before one message
+    [USER, _said("A"), _think("R"), _said("B")],              # reasoning after a message: it joins that one
+    [USER, {"type": "function_call", "call_id": "c", "name": "ls", "arguments": "{}"}, _said("A"),
+     {"type": "function_call_output", "call_id": "c", "output": [{"type": "input_text", "text": "x"},
+                                                                 {"type": "input_text", "text": "y"}]}],
+], ids=["reasoning_alone", "two_reasonings", "reasoning_after_message", "call_then_message"])
+async def test_the_responses_render_of_unusual_item_orders_is_the_tokenize_render_of_their_chat_reading(items):
+    body = {"model": MODEL, "input": items}
+    async with httpx.AsyncClient(timeout=120) as client:
+        answer = (await client.post(REAL + "/responses", json={**body, "max_output_tokens": 1,
+                                                                 "enable_response_messages": True})).json()
+        rendered = (await client.post(REAL.removesuffix("/v1") + "/tokenize", json={
+            "model": MODEL, "messages": as_chat_endpoint_reads(responses_as_chat(body)["messages"]),
+            "add_generation_prompt": True})).json()["tokens"]
+    assert answer["input_messages"][0]["tokens"] == rendered

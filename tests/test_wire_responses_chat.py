@@ -74,3 +74,17 @@ def test_a_responses_request_as_chat_keeps_the_fields_that_shape_its_prompt():
     chat = responses_as_chat(body)
     assert chat == {"messages": [{"role": "user", "content": "hi"}], "tools": tools_to_chat(body["tools"]),
                     "model": "m", "chat_template_kwargs": {"enable_thinking": False}, "max_tokens": 7}
+
+
+def test_a_reasoning_item_with_no_assistant_item_after_it_is_an_assistant_turn_of_its_own():
+    user = {"type": "message", "role": "user", "content": parts("Q")}
+    body = {"input": [user, {"type": "reasoning", "summary": [], "content": parts("R", kind="reasoning_text")}, user]}
+    assert input_to_messages(body)[1] == {"role": "assistant", "content": None, "reasoning_content": "R"}
+
+
+def test_a_second_reasoning_item_starts_a_new_assistant_turn_which_the_message_after_it_fills():
+    think = lambda text: {"type": "reasoning", "summary": [], "content": parts(text, kind="reasoning_text")}  # noqa: E731
+    body = {"input": [think("R1"), think("R2"), {"type": "message", "role": "assistant",
+                                                  "content": parts("A", kind="output_text")}]}
+    assert input_to_messages(body) == [{"role": "assistant", "content": None, "reasoning_content": "R1"},
+                                       {"role": "assistant", "content": "A", "reasoning_content": "R2"}]

@@ -12,10 +12,10 @@ serving Qwen3's template: `input_messages` carries the chat template's render of
 | --- | --- |
 | `instructions` and every `developer` message | one leading `system` message, their texts joined by a blank line (wherever the developer messages stand) |
 | a string `input` | one `user` message |
-| `{"type": "message", "role": R, "content": str or [{"type": "input_text"/"output_text", "text"}]}` | role R, the parts' texts joined by a newline (an assistant's: its first part) |
-| `{"type": "function_call", "call_id", "name", "arguments"}` | an `assistant` tool call (consecutive calls join one assistant message) |
+| `{"type": "message", "role": R, "content": str or [{"type": "input_text"/"output_text", "text"}]}` | role R, the parts' texts joined by a newline (an assistant's: its first part; it fills the assistant message before it when that one has no content yet) |
+| `{"type": "function_call", "call_id", "name", "arguments"}` | a tool call of the assistant message before it, or of a new one |
 | `{"type": "function_call_output", "call_id", "output"}` | a `tool` message |
-| `{"type": "reasoning", ...}` | the next assistant message's `reasoning_content`: its first `reasoning_text` part, else its first summary part |
+| `{"type": "reasoning", ...}` | `reasoning_content` (its first `reasoning_text` part, else its first summary part) of the assistant message before it when that one has none yet, else of a new assistant message (so a reasoning item, a message and calls, in Codex's order, make one assistant turn) |
 
 Function tools `{"type": "function", "name", "description", "parameters", "strict"}` become chat tools
 `{"type": "function", "function": {"name", "description", "parameters", "strict"}}` (`description`
@@ -113,41 +113,40 @@ def input_to_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     items = body.get("input")
     if isinstance(items, str):
         return _with_system(system, [{"role": "user", "content": items}])
-    pending_reasoning: str | None = None
-    joinable = False  # the last message is an assistant message function calls may join
     for item in items if isinstance(items, list) else ():
         if not isinstance(item, dict):
             continue
         kind = item.get("type") or ("message" if "role" in item else None)
+        # vLLM's `_construct_message_from_response_item`: an assistant item joins the assistant message
+        # before it when that message lacks what the item brings (calls always join it)
+        last = messages[-1] if messages and messages[-1].get("role") == "assistant" else None
         if kind == "message":
             role = str(item.get("role") or "user")
             if role == "developer":  # vLLM folds developer messages into the leading system message
                 system.append(_joined(item.get("content")))
                 continue
-            text = _first_text(item.get("content")) if role == "assistant" else _joined(item.get("content"))
-            message: dict[str, Any] = {"role": role, "content": text}
-            if role == "assistant" and pending_reasoning:
-                message["reasoning_content"], pending_reasoning = pending_reasoning, None
-            messages.append(message)
-            joinable = role == "assistant"
+            if role != "assistant":
+                messages.append({"role": role, "content": _joined(item.get("content"))})
+            elif last is not None and last.get("content") is None:
+                last["content"] = _first_text(item.get("content"))
+            else:
+                messages.append({"role": "assistant", "content": _first_text(item.get("content"))})
         elif kind == "function_call":
             call = {"id": str(item.get("call_id") or item.get("id") or ""), "type": "function",
                     "function": {"name": str(item.get("name") or ""), "arguments": str(item.get("arguments") or "")}}
-            if joinable:
-                messages[-1].setdefault("tool_calls", []).append(call)
+            if last is not None:
+                last.setdefault("tool_calls", []).append(call)
             else:
-                message = {"role": "assistant", "content": None, "tool_calls": [call]}
-                if pending_reasoning:
-                    message["reasoning_content"], pending_reasoning = pending_reasoning, None
-                messages.append(message)
-                joinable = True
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
             output = item.get("output")
             messages.append({"role": "tool", "tool_call_id": str(item.get("call_id") or ""),
                              "content": output if isinstance(output, str) else _joined(output)})
-            joinable = False
         elif kind == "reasoning":
-            pending_reasoning = (pending_reasoning or "") + _reasoning_text(item)
+            if last is not None and last.get("reasoning_content") is None:
+                last["reasoning_content"] = _reasoning_text(item)
+            else:  # a turn of its own (rendered empty when the template drops the reasoning)
+                messages.append({"role": "assistant", "content": None, "reasoning_content": _reasoning_text(item)})
     return _with_system(system, messages)
 
 
