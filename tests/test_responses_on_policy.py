@@ -236,3 +236,30 @@ async def test_a_call_the_client_left_after_its_last_event_is_still_the_next_cal
                 records = read_trace(proxy.trace_path("s"))
     assert records[0]["error"]["kind"] == "client_disconnect" and records[0]["status"] == 200
     assert (records[1]["continuity"]["status"], records[1]["continuity"]["parent_index"]) == ("repaired", 0)
+
+
+@pytest.mark.parametrize(("edit", "named"), [
+    (lambda i: dict(i, arguments='{"cmd": "rm -rf /"}') if i["type"] == "function_call" else i,
+     "the harness changed a tool call (name or arguments)"),
+    (lambda i: dict(i, content=[dict(i["content"][0], text="\n\nLet me")]) if i["type"] == "message" else i,
+     "the harness cut the reply's text")])
+async def test_a_client_that_edits_the_reply_it_sends_back_is_not_repaired_and_the_edit_named(tmp_path, qwen3, edit,
+                                                                                                named):
+    script = {"steps": script_steps("tool_loop", 3), "final": "Done."}
+    async with LocalBackend(tokenizer=qwen3, policy="script", script=script, reasoning_parser="qwen3") as backend:
+        async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path, on_policy=True) as proxy:
+            url = proxy.session_base_url("s") + "/responses"
+            async with httpx.AsyncClient(timeout=60) as client:
+                body = {"model": "local", "input": [USER], "tools": TOOLS}
+                first = (await client.post(url, json=body)).json()
+                sent = [edit({k: v for k, v in i.items() if k != "status"}) for i in first["output"]]
+                call = next(i for i in sent if i["type"] == "function_call")
+                again = await client.post(url, json={**body, "input": [USER, *sent, {
+                    "type": "function_call_output", "call_id": call["call_id"], "output": "a.py"}]})
+            records = read_trace(proxy.trace_path("s"))
+    assert again.status_code == 200
+    continuity = records[1]["continuity"]
+    assert (continuity["status"], continuity["reason"]) == ("not_repaired", "content_changed")
+    assert named in continuity["detail"]
+    held = records[0]["prompt_token_ids"] + records[0]["completion_token_ids"]
+    assert records[1]["prompt_token_ids"][:len(held)] != held  # the edit is what the model sees, not the sampled ids
