@@ -149,7 +149,8 @@ class _Answer:
         self.logprobs = logprobs if (logprobs is None or not stream) else [logprobs[j] for j, _ in content_steps]
         if stream and self.logprobs and not calls and g.finish_reason == "stop" and g.stop_reason is None:
             self.logprobs = self.logprobs[:-1]  # a vLLM stream gives the end-of-sequence token no logprob
-        self.calls = [{"arguments": c["function"]["arguments"], "call_id": f"chatcmpl-tool-{_hex(16)}",
+        # call ids of 16 hex digits, as vLLM 0.32's (tests/data/real_vllm_responses)
+        self.calls = [{"arguments": c["function"]["arguments"], "call_id": f"chatcmpl-tool-{_hex(8)}",
                        "name": c["function"]["name"], "type": "function_call", "id": f"fc_{_hex(8)}",
                        "async": None, "caller": None, "namespace": None, "status": "completed"} for c in calls]
 
