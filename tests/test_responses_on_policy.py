@@ -112,6 +112,11 @@ async def test_a_streamed_responses_answer_sends_the_reasoning_item_first_as_vll
         (GENUINE / "stream_reasoning_function_call.sse").read_text())]
     dedupe = lambda ks: [k for i, k in enumerate(ks) if i == 0 or k != ks[i - 1]]  # noqa: E731 (delta counts differ)
     assert dedupe(kinds) == dedupe(genuine)
+    genuine_keys = {}
+    for e in iter_events((GENUINE / "stream_reasoning_function_call.sse").read_text()):
+        data = json.loads(e.data)
+        genuine_keys.setdefault(data["type"], sorted(data))
+    assert {e["type"]: sorted(e) for e in events} == genuine_keys  # each event's keys, as vLLM 0.32's
     said = "".join(e["delta"] for e in events if e["type"] == "response.reasoning_text.delta")
     assert said == "\nPlan 0.\n" and events[2]["item"]["content"] is None
     final = events[-1]["response"]["output"]
