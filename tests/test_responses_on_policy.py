@@ -268,3 +268,37 @@ async def test_a_client_that_edits_the_reply_it_sends_back_is_not_repaired_and_t
     assert named in continuity["detail"]
     held = records[0]["prompt_token_ids"] + records[0]["completion_token_ids"]
     assert records[1]["prompt_token_ids"][:len(held)] != held  # the edit is what the model sees, not the sampled ids
+
+
+async def test_with_two_workers_each_responses_call_finds_its_parent_whichever_worker_answered_it(tmp_path):
+    from rollout_dataset.proxy.app import WORKER_HEADER
+    from support.cli_servers import spawn_cli_server, stop_cli_server
+
+    proc, url = spawn_cli_server(["serve", "--port", "0", "--policy", "echo"])
+    try:
+        async with CaptureProxy(upstream=url, trace_dir=tmp_path, workers=2, on_policy=True) as proxy, \
+                httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0), timeout=60) as client:
+
+            async def conversation(session: str) -> list[str]:  # a connection per call: the kernel spreads them
+                items: list[dict] = [{"type": "message", "role": "user", "content": f"hello from {session}"}]
+                pids = []
+                for turn in range(4):
+                    answer = await client.post(proxy.session_base_url(session) + "/responses",
+                                               json={"model": "local", "input": items, "max_output_tokens": 6})
+                    answer.raise_for_status()
+                    pids.append(answer.headers[WORKER_HEADER])
+                    items = items + [{k: v for k, v in i.items() if k != "status"} for i in answer.json()["output"]]
+                    items.append({"type": "message", "role": "user", "content": f"and then {turn}?"})
+                return pids
+
+            sessions = [f"r{n}" for n in range(4)]
+            pids = await asyncio.gather(*(conversation(s) for s in sessions))
+            seals = {s: proxy.seal(s) for s in sessions}
+    finally:
+        stop_cli_server(proc)
+    assert any(p[t] != p[t - 1] for p in pids for t in range(1, 4))  # the calls did move between workers
+    for session in sessions:
+        records = sorted(read_trace(tmp_path / f"{session}.jsonl", seal=seals[session]), key=lambda r: r["index"])
+        for parent, child in zip(records, records[1:]):
+            assert child["continuity"]["status"] in ("exact", "repaired") and \
+                child["continuity"]["parent_index"] == parent["index"], child["continuity"]
