@@ -77,6 +77,15 @@ def test_a_tool_call_is_sampled_in_r1_markup_and_answered_as_a_tool_call(r1, tok
     assert choice["finish_reason"] == "tool_calls"
 
 
+def test_the_responses_endpoint_writes_and_reads_tool_calls_in_r1_markup(r1):
+    body = {"model": "local", "input": "run it", "tools": [{"type": "function", **TOOLS[0]["function"]}]}
+    r = httpx.post(f"{r1}/responses", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    items = r.json()["output"]
+    assert [i["type"] for i in items] == ["reasoning", "message", "function_call"]
+    assert (items[2]["name"], items[2]["arguments"]) == ("bash", '{"cmd": "echo 0"}')
+
+
 def test_the_stream_sends_the_name_then_fragments_that_join_to_the_arguments(r1):
     chunks = stream(r1)
     named = [d for c in chunks for d in c["delta"].get("tool_calls") or [] if "id" in d]

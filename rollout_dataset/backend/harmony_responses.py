@@ -32,6 +32,7 @@ from rollout_dataset.backend.harmony_endpoint import harmony_request_prompt
 from rollout_dataset.backend.harmony_reply import HarmonyReplyParser, harmony_reply_ids, is_function_recipient
 from rollout_dataset.backend.params import CommonParams, check_context
 from rollout_dataset.backend.policies import PolicyOutput, PolicyRequest
+from rollout_dataset.wire.responses_chat import reasoning_item
 
 __all__ = ["harmony_responses", "harmony_output_items", "harmony_message_dict"]
 
@@ -59,12 +60,6 @@ def _function_item(name: str, arguments: str, status: str, new_id: Callable[[], 
     suffix = new_id()
     return {"arguments": arguments, "call_id": f"call_{suffix}", "name": name, "type": "function_call",
             "id": f"fc_{suffix}", "async": None, "caller": None, "namespace": None, "status": status}
-
-
-def _reasoning_item(item_id: str, text: str | None, status: str | None) -> dict[str, Any]:
-    content = None if text is None else [{"text": text, "type": "reasoning_text"}]
-    return {"id": item_id, "summary": [], "type": "reasoning", "content": content, "encrypted_content": None,
-            "status": status}
 
 
 def _text_part(text: str) -> dict[str, Any]:
@@ -97,7 +92,7 @@ def harmony_output_items(message: Any, function_names: frozenset[str], incomplet
             return []
         return [_function_item(recipient.removeprefix("functions."), c.text, status, new_id) for c in message.content]
     if message.channel == "analysis":
-        return [_reasoning_item(f"rs_{new_id()}", c.text, None) for c in message.content]
+        return [reasoning_item(f"rs_{new_id()}", c.text, None) for c in message.content]
     if message.channel in ("commentary", "final"):
         return [_message_item(f"msg_{new_id()}", [_text_part(c.text) for c in message.content], status)]
     return []
@@ -136,7 +131,7 @@ class _EventState:
         elif recipient is None and channel == "analysis":
             if not self.added:
                 self.added, self.item_id, self.content_index = True, f"rs_{self.new_id()}", self.content_index + 1
-                out.append(("response.output_item.added", {"item": _reasoning_item(self.item_id, None, "in_progress"),
+                out.append(("response.output_item.added", {"item": reasoning_item(self.item_id, None, "in_progress"),
                                                            "output_index": self.output_index}))
                 out.append(("response.content_part.added", {"content_index": self.content_index, **self._where(),
                                                             "part": {"text": "", "type": "reasoning_text"}}))
@@ -171,7 +166,7 @@ class _EventState:
                         "output_index": self.output_index}))
             elif message.channel == "analysis":
                 part = {"text": text, "type": "reasoning_text"}
-                items.append(_reasoning_item(self.item_id, text, "completed"))
+                items.append(reasoning_item(self.item_id, text, "completed"))
                 out += [("response.reasoning_text.done", {"content_index": self.content_index, **where, "text": text}),
                         ("response.content_part.done", {"content_index": self.content_index, **where, "part": part}),
                         ("response.output_item.done", {"item": items[-1], "output_index": self.output_index})]

@@ -107,7 +107,11 @@ class CallRecorder:
         if served is not None and self.lane_policies is not None:
             policy = self.lane_policies[served.index]
         if asked.on_policy is not None and policy is not None:
-            good = answer.status == 200 and call.error is None
+            # a harness that closes the connection once it has read the whole answer (Codex, after
+            # `response.completed`) leaves a client_disconnect on a complete answer: still a parent
+            whole = call.error is not None and call.error["kind"] == "client_disconnect" and \
+                fields.get("finish_reason") not in (None, "in_progress", "failed")
+            good = answer.status == 200 and (call.error is None or whole)
             record["notes"] += policy.finish(call.session, call.index, asked.on_policy, good, fields)
             record["continuity"] = asked.on_policy.continuity.as_record()
         raw = {}

@@ -25,6 +25,7 @@ is left as the server renders it, and the record says why.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from array import array
@@ -35,9 +36,11 @@ from typing import Any, Mapping, Sequence
 from rollout_dataset.reasoning import MAX_BOUNDARY_MERGE, THINK_CLOSE, describe_edit, explain_content_change
 from rollout_dataset.tokenizers import common_prefix
 from rollout_dataset.wire.content import content_text
+from rollout_dataset.wire.responses_chat import RESPONSES_ENDPOINT, input_to_messages, tools_to_chat
 
 __all__ = [
     "Continuity",
+    "InflightCalls",
     "ParentLookup",
     "PastCall",
     "SessionMemory",
@@ -56,6 +59,7 @@ __all__ = [
     "plan_splice",
     "sends_prompt_ids",
     "request_context",
+    "responses_as_chat",
     "text_only",
     "tool_arguments",
 ]
@@ -190,6 +194,34 @@ def request_context(body: Mapping[str, Any]) -> str:
     return json.dumps({k: body[k] for k in TEMPLATE_FIELDS if k in body}, sort_keys=True, default=str)
 
 
+def responses_as_chat(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A `/v1/responses` request as the chat request vLLM 0.32 renders for it (for on-policy mode).
+
+    vLLM's Responses endpoint turns `instructions` and `input` into chat messages and its tools into
+    chat tools, then renders them with the chat template as its chat endpoint does, and generates from
+    ``kv_transfer_params.prompt_token_ids`` when given (`_reused_prompt_token_ids` runs on both; seen
+    on the genuine server: its `input_messages` ids equal `/tokenize`'s render of these messages, for
+    every reasoning shape a harness sends back). So a Responses call is bridged as this chat request.
+
+    Args:
+        body: the Responses request (not modified).
+
+    Returns:
+        ``{"model", "messages", "tools"?, "chat_template_kwargs"?, "max_tokens"?, "kv_transfer_params"?}``
+        (`rollout_dataset.wire.responses_chat`).
+    """
+    chat: dict[str, Any] = {"messages": input_to_messages(dict(body))}
+    tools = tools_to_chat(body.get("tools"))
+    if tools:
+        chat["tools"] = tools
+    for key in ("model", "chat_template_kwargs", "kv_transfer_params"):
+        if key in body:
+            chat[key] = body[key]
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    return chat
+
+
 def as_chat_endpoint_reads(messages: Sequence[Any]) -> list[Any]:
     """Messages as vLLM's chat endpoint reads them before rendering, for its ``/tokenize``.
 
@@ -244,6 +276,8 @@ class PastCall:
         finish_reason: the first choice's finish reason.
         server_rendered: its prompt ids are the chat endpoint's own render of `messages` (nobody
             sent prompt ids: not the proxy, not the harness), so `/tokenize` must give the same ids.
+        endpoint: the call's endpoint (`/v1/chat/completions`, or `/v1/responses`: its messages are
+            `responses_as_chat`'s).
     """
 
     index: int
@@ -255,15 +289,17 @@ class PastCall:
     finish_reason: str | None = None
     text_chars: int = 0
     server_rendered: bool = True
+    endpoint: str = "/v1/chat/completions"
 
 
 def past_call_from_record(record: Mapping[str, Any]) -> PastCall | None:
     """A possible parent rebuilt from a trace record (one another proxy worker wrote).
 
     What `SessionMemory.remember` gets from a finished call, read back from its record: a
-    successful ``/v1/chat/completions`` call with prompt and sampled ids. The record's request is
-    the harness's (credential fields redacted; messages, tools and template options verbatim), so a
-    message a redaction changed only fails to match, never matches wrongly.
+    successful ``/v1/chat/completions`` or ``/v1/responses`` call (read as `responses_as_chat`) with
+    prompt and sampled ids. The record's request is the harness's (credential fields redacted;
+    messages, tools and template options verbatim), so a message a redaction changed only fails to
+    match, never matches wrongly.
 
     Args:
         record: one parsed trace record.
@@ -273,7 +309,10 @@ def past_call_from_record(record: Mapping[str, Any]) -> PastCall | None:
     """
     request = record.get("request")
     prompt, completion = record.get("prompt_token_ids"), record.get("completion_token_ids")
-    if (record.get("endpoint") != "/v1/chat/completions" or record.get("status") != 200
+    endpoint = record.get("endpoint")
+    if endpoint == RESPONSES_ENDPOINT and isinstance(request, Mapping):
+        request = responses_as_chat(request)
+    if (endpoint not in ("/v1/chat/completions", RESPONSES_ENDPOINT) or record.get("status") != 200
             or record.get("error") is not None or not isinstance(record.get("index"), int)
             or not isinstance(request, Mapping) or not isinstance(request.get("messages"), list)
             or not isinstance(prompt, list) or not isinstance(completion, list)):
@@ -283,7 +322,7 @@ def past_call_from_record(record: Mapping[str, Any]) -> PastCall | None:
     repaired = isinstance(continuity, Mapping) and continuity.get("status") == "repaired"  # the proxy sent ids
     return PastCall(record["index"], [message_key(m) for m in messages], request_context(request), messages,
                     prompt, completion, record.get("finish_reason"),
-                    server_rendered=not repaired and not sends_prompt_ids(request))
+                    server_rendered=not repaired and not sends_prompt_ids(request), endpoint=str(endpoint))
 
 
 def sends_prompt_ids(request: Mapping[str, Any]) -> bool:
@@ -314,6 +353,78 @@ class ParentLookup:
     detail: str | None = None
 
 
+class InflightCalls:
+    """Calls of each session that on-policy mode prepared and that have not finished yet.
+
+    A harness can send its next request as soon as it has read the answer's last event (Codex acts on
+    a Responses stream's `response.completed`), before the proxy has written that call's record and
+    remembered it as a parent. A request whose messages extend an unfinished call's messages by an
+    assistant reply continues that call, so it waits for it (at most `wait_s`) before its parent is
+    looked up; any other request does not wait.
+
+    Args:
+        wait_s: the longest wait for one unfinished call.
+    """
+
+    def __init__(self, wait_s: float = 10.0) -> None:
+        self.wait_s = wait_s
+        self._calls: dict[str, dict[int, tuple[list[str], asyncio.Event]]] = {}
+        self._next = 0
+
+    def begin(self, session: str, message_keys: list[str]) -> int:
+        """Register a prepared call.
+
+        Args:
+            session: the proxy session.
+            message_keys: `message_key` of each of its messages.
+
+        Returns:
+            A token for `end`.
+        """
+        self._next += 1
+        self._calls.setdefault(session, {})[self._next] = (list(message_keys), asyncio.Event())
+        return self._next
+
+    def end(self, session: str, token: int) -> None:
+        """The call finished (remembered as a parent, or failed): wake whoever waits for it.
+
+        Args:
+            session: the proxy session.
+            token: `begin`'s token.
+        """
+        calls = self._calls.get(session)
+        entry = calls.pop(token, None) if calls is not None else None
+        if entry is not None:
+            entry[1].set()
+        if calls is not None and not calls:
+            del self._calls[session]
+
+    async def wait_for_parents(self, session: str, message_keys: Sequence[str],
+                               messages: Sequence[Any]) -> int:
+        """Wait for the unfinished calls this request continues (each at most `wait_s`).
+
+        Args:
+            session: the proxy session.
+            message_keys: the request's `message_key`s.
+            messages: the request's messages.
+
+        Returns:
+            How many unfinished calls it waited for.
+        """
+        waits = []
+        for keys, done in list(self._calls.get(session, {}).values()):
+            k = len(keys)
+            if (k < len(message_keys) and list(message_keys[:k]) == keys and isinstance(messages[k], Mapping)
+                    and messages[k].get("role") == "assistant"):
+                waits.append(done.wait())
+        for wait in waits:
+            try:
+                await asyncio.wait_for(wait, self.wait_s)
+            except asyncio.TimeoutError:
+                pass
+        return len(waits)
+
+
 class SessionMemory:
     """Finished chat calls per session, bounded: the least recently used sessions, and each
     session's oldest calls, are forgotten first (a forgotten parent means ``no_parent``, never a
@@ -332,6 +443,7 @@ class SessionMemory:
         self.max_calls = max_calls
         self.max_ids = max_ids
         self.n_ids = 0
+        self.inflight = InflightCalls()  # shared with the memory: every upstream lane's calls
 
     @staticmethod
     def _size(call: PastCall) -> int:

@@ -27,6 +27,7 @@ from rollout_dataset.proxy.jsoncodec import dumps_standard, loads
 from rollout_dataset.proxy.on_policy_harmony import HarmonyBridge, harmony_bridge
 from rollout_dataset.reasoning import only_reasoning_removed
 from rollout_dataset.tokenizers import common_prefix
+from rollout_dataset.wire.responses_chat import RESPONSES_ENDPOINT
 from rollout_dataset.proxy.on_policy import (
     Continuity,
     PastCall,
@@ -75,6 +76,9 @@ _REPAIR_DETAIL = {
 
 _HISTORY_REASONING_DETAIL = ("the chat template now leaves the reasoning of earlier turns out of the same history "
                              "(Qwen3 once a new user message comes); the turn starts a new sequence")
+_RESPONSES_RENDER_DETAIL = ("the server's /tokenize renders the earlier Responses call's input, read as chat "
+                            "messages, to other ids than its Responses endpoint used (a tool or item type read "
+                            "another way); the request is sent as the harness sent it")
 _BOUNDARY_DETAIL = ("the server renders the earlier conversation differently now: its last ids merged with the "
                     "reply in the history, and their text is not where the earlier prompt's was")
 
@@ -95,6 +99,8 @@ class Prepared:
         context: the request's `request_context`.
         messages: the request's messages.
         harness_ids: the harness sent prompt ids itself (`kv_transfer_params.prompt_token_ids`).
+        endpoint: the call's endpoint (a `/v1/responses` call is prepared as `responses_as_chat`).
+        inflight: its token in the memory's `InflightCalls` until it finishes.
     """
 
     body: bytes
@@ -104,6 +110,8 @@ class Prepared:
     context: str = ""
     messages: list[Any] = field(default_factory=list)
     harness_ids: bool = False
+    endpoint: str = "/v1/chat/completions"
+    inflight: int | None = None
 
 
 def context_overflow(n_target: int, n_render: int, max_model_len: int | None, body: dict[str, Any]) -> str | None:
@@ -268,14 +276,16 @@ class OnPolicyMode:
     # ---- the proxy's hooks --------------------------------------------------------------------
 
     async def prepare(self, session: str, parsed: dict[str, Any], body: bytes,
-                      headers: list[tuple[bytes, bytes]]) -> Prepared:
-        """Decide the upstream body of a chat request.
+                      headers: list[tuple[bytes, bytes]], endpoint: str = "/v1/chat/completions") -> Prepared:
+        """Decide the upstream body of a chat request (or of a Responses request, given as the chat
+        request vLLM renders for it: `rollout_dataset.proxy.on_policy.responses_as_chat`).
 
         Args:
             session: the proxy session.
-            parsed: the harness's request (not modified).
-            body: the upstream body so far.
+            parsed: the harness's request as a chat request (not modified).
+            body: the upstream body so far (the prompt ids are added to it as they are to a chat body).
             headers: headers for the server.
+            endpoint: the call's endpoint.
 
         Returns:
             The decision (failures become a ``not_repaired`` continuity).
@@ -288,7 +298,9 @@ class OnPolicyMode:
         if not isinstance(messages, list):
             messages = []
         prepared = Prepared(body, Continuity("not_repaired"), message_keys=[message_key(m) for m in messages],
-                            context=request_context(parsed), messages=messages, harness_ids=sends_prompt_ids(parsed))
+                            context=request_context(parsed), messages=messages, harness_ids=sends_prompt_ids(parsed),
+                            endpoint=endpoint)
+        await self.memory.inflight.wait_for_parents(session, prepared.message_keys, messages)
         try:
             prepared.continuity = await self._decide(session, parsed, messages, prepared, headers)
         except _AuxError as exc:
@@ -299,6 +311,7 @@ class OnPolicyMode:
             log.exception("on-policy mode failed on a request of session %s", session)
             prepared.continuity = Continuity("not_repaired", reason="proxy_error", detail=f"{type(exc).__name__}: {exc}")
         prepared.continuity.tokenize_ms = round((time.perf_counter() - t0) * 1000.0, 3)
+        prepared.inflight = self.memory.inflight.begin(session, prepared.message_keys)
         return prepared
 
     async def _decide(self, session: str, parsed: dict[str, Any], messages: list[Any], prepared: Prepared,
@@ -337,6 +350,9 @@ class OnPolicyMode:
         if render == blank_render:  # the reply came back empty (e.g. all reasoning): locate it by a placeholder
             placeholder = list(messages[:k]) + [{**blank_reply(messages[k]), "content": "."}] + list(messages[k + 1:])
             blank_render, _ = await self.tokenize(parsed, placeholder, headers)
+        if (RESPONSES_ENDPOINT in (parent.endpoint, prepared.endpoint) and parent.server_rendered
+                and list(parent.prompt_ids) != list(parent_render)):
+            return Continuity("not_repaired", idx, "tokenize_differs", _RESPONSES_RENDER_DETAIL)
         plan = plan_splice(parent, parent_render, render, blank_render)
         if plan.target is None:
             if plan.reason == "history_rerendered" and await self._history_lost_reasoning(
@@ -486,5 +502,9 @@ class OnPolicyMode:
             self.memory.remember(session, PastCall(index, prepared.message_keys, prepared.context,
                                                    prepared.messages, prompt_ids, completion_ids,
                                                    fields.get("finish_reason"),
-                                                   server_rendered=prepared.target is None and not prepared.harness_ids))
+                                                   server_rendered=prepared.target is None and not prepared.harness_ids,
+                                                   endpoint=prepared.endpoint))
+        if prepared.inflight is not None:  # remembered (or failed): a request continuing it may go on
+            self.memory.inflight.end(session, prepared.inflight)
+            prepared.inflight = None
         return notes

@@ -2,7 +2,8 @@
 
 A generation call gets its output limits fitted to the model's context (`proxy/context_fit.py`), the
 token fields the proxy needs added (`rollout_dataset.proxy.tokens.prepare_request`) and, in on-policy
-mode, its prompt built from the sampled ids (`proxy/on_policy_upstream.py`); a Messages call becomes
+mode, its prompt built from the sampled ids (`proxy/on_policy_upstream.py`; a Responses call as the
+chat request vLLM renders for it, `proxy.on_policy.responses_as_chat`); a Messages call becomes
 the chat completion vLLM's Anthropic layer would build (`proxy/messages_capture.py`). The rewriter
 writes what it changed into the call's `RequestPart` (`upstream_changes`, `effective`, ...) and
 builds the `httpx.Request` for the relay.
@@ -23,9 +24,11 @@ from rollout_dataset.proxy.error_answers import ErrorAnswerer
 from rollout_dataset.proxy.inflight import InflightBound
 from rollout_dataset.proxy.intake import Checked
 from rollout_dataset.proxy.messages_capture import CHAT_ENDPOINT
+from rollout_dataset.proxy.on_policy import responses_as_chat
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode
 from rollout_dataset.proxy.tokens import TokenRequest, prepare_request, sampling_params
 from rollout_dataset.wire.anthropic_chat import IGNORED_FIELDS, ChatStreamToMessages, messages_to_chat
+from rollout_dataset.wire.responses_chat import RESPONSES_ENDPOINT
 
 __all__ = ["RequestRewriter", "Outgoing", "UpstreamUrls", "DROP_REQUEST", "build_upstream_request", "with_body"]
 
@@ -191,6 +194,10 @@ class RequestRewriter:
         if kind == "chat" and self.on_policy is not None:  # Messages calls too, as the chat sent upstream
             assert parsed is not None
             body = await self._on_policy_body(call, parsed, body, up_headers)
+        elif kind == "responses" and self.on_policy is not None:  # as the chat request vLLM renders for it
+            assert parsed is not None and token_req is not None
+            view = responses_as_chat({**parsed, **token_req.changes})
+            body = await self._on_policy_body(call, view, body, up_headers, RESPONSES_ENDPOINT)
         url, host = self.urls.get(endpoint, query)
         up_headers.append((b"host", host))
         request = build_upstream_request(call.method, url, up_headers, body or b"", self.extensions)
@@ -257,10 +264,21 @@ class RequestRewriter:
         return chat, token_req
 
     async def _on_policy_body(self, call: Call, parsed: dict[str, Any], body: bytes,
-                              headers: list[tuple[bytes, bytes]]) -> bytes:
-        """On-policy mode: the chat body to send (with the proxy's prompt ids when it built them)."""
+                              headers: list[tuple[bytes, bytes]], endpoint: str = CHAT_ENDPOINT) -> bytes:
+        """On-policy mode: the body to send (with the proxy's prompt ids when it built them).
+
+        Args:
+            call: the call.
+            parsed: the request as a chat request (a Responses call: `responses_as_chat`).
+            body: the upstream body so far.
+            headers: headers for the server.
+            endpoint: the call's endpoint.
+
+        Returns:
+            The body, with ``kv_transfer_params.prompt_token_ids`` when the proxy built the prompt.
+        """
         assert self.on_policy is not None
-        call.asked.on_policy = prepared = await self.on_policy.prepare(call.session, parsed, body, headers)
+        call.asked.on_policy = prepared = await self.on_policy.prepare(call.session, parsed, body, headers, endpoint)
         if prepared.target is not None:
             call.asked.upstream_changes = {**call.asked.upstream_changes,
                                            "kv_transfer_params": {"prompt_token_ids_count": len(prepared.target)}}
