@@ -33,6 +33,8 @@ param `input`), with or without a parser.
 
 from __future__ import annotations
 
+import asyncio
+
 import secrets
 from typing import Any, AsyncIterator
 
@@ -307,15 +309,17 @@ async def responses_endpoint(request: Request, state: Any, respond: Any) -> Resp
     start = _response(body, common.model, rid, created, status="in_progress", output=[], usage=None,
                       incomplete=False, tools=tools, tool_choice=tool_choice, messages=None, max_tokens=max_tokens)
     stream_logprobs = _logprob_entries(g, fmt, top_k, False) if want_logprobs else None
-    return StreamingResponse(_events(start, final, answer, stream_logprobs), media_type="text/event-stream")
+    return StreamingResponse(_events(start, final, answer, stream_logprobs, state.token_delay), media_type="text/event-stream")
 
 
 def _event(kind: str, seq: int, payload: dict[str, Any]) -> bytes:
     return encode_json_event({**payload, "sequence_number": seq, "type": kind}, kind)
 
 
-async def _events(start: dict, final: dict, answer: _Answer, logprobs: list | None) -> AsyncIterator[bytes]:
-    """vLLM's Responses event sequence for one answer (text deltas per token, then function calls)."""
+async def _events(start: dict, final: dict, answer: _Answer, logprobs: list | None,
+                  delay: float = 0.0) -> AsyncIterator[bytes]:
+    """vLLM's Responses event sequence for one answer (text deltas per token, then function calls);
+    `delay` seconds before each text delta (the backend's `token_delay`, for tests of a slow stream)."""
     seq = 0
 
     def ev(kind: str, payload: dict[str, Any]) -> bytes:
@@ -351,6 +355,8 @@ async def _events(start: dict, final: dict, answer: _Answer, logprobs: list | No
         for j, delta in answer.text_steps:
             if not delta:
                 continue
+            if delay:
+                await asyncio.sleep(delay)
             yield ev("response.output_text.delta", {"content_index": 0, "delta": delta, "item_id": item_id,
                                                     "logprobs": [logprobs[j]] if logprobs else [],
                                                     "output_index": index})

@@ -106,11 +106,12 @@ class Timing:
 class Delivery:
     """How far the answer to the harness got, and the bytes held against the in-flight bound."""
 
-    __slots__ = ("started", "ended", "client_gone", "recorded", "reserved")
+    __slots__ = ("started", "ended", "whole", "client_gone", "recorded", "reserved")
 
     def __init__(self) -> None:
         self.started = False  # response headers sent to the harness
         self.ended = False  # the response's last byte sent
+        self.whole = False  # the answer's final event was handed to the harness (it may leave then)
         self.client_gone = False
         self.recorded = False
         self.reserved = 0  # bytes of this call counted against the proxy's in-flight limit

@@ -147,7 +147,9 @@ class UpstreamRelay:
             finally:
                 await response.aclose()
         except asyncio.CancelledError:
-            if call.delivery.client_gone:
+            if call.delivery.client_gone and call.delivery.whole:  # not an error: the answer was whole
+                call.notes.append("the client closed the connection once it had the answer's final event")
+            elif call.delivery.client_gone:
                 call.fail("client_disconnect", "the client disconnected before the call ended")
             else:
                 call.fail("proxy_error", "the call was cancelled (proxy shutting down)")

@@ -31,7 +31,7 @@ from typing import Any
 
 from rollout_dataset.proxy.jsoncodec import dumps_standard
 
-__all__ = ["LOGPROBS_INCLUDE", "LOGPROBS_REFUSAL_MESSAGE", "LOGPROBS_REFUSAL_PARAM", "LOGPROBS_REFUSED_NOTE",
+__all__ = ["partial_response", "LOGPROBS_INCLUDE", "LOGPROBS_REFUSAL_MESSAGE", "LOGPROBS_REFUSAL_PARAM", "LOGPROBS_REFUSED_NOTE",
            "LogprobRefusals", "ResponsesAssembler",
            "prepare_responses", "strip_responses", "responses_token_fields", "refuses_logprobs",
            "without_logprobs"]
@@ -306,3 +306,48 @@ def responses_token_fields(response: dict[str, Any], out: dict[str, Any]) -> dic
             and usage["output_tokens"] != len(ids):
         notes.append(f"completion ids ({len(ids)}) disagree with usage.output_tokens ({usage['output_tokens']})")
     return out
+
+
+_DELTA_FIELDS = {"response.output_text.delta": ("message", "output_text"),
+                 "response.reasoning_text.delta": ("reasoning", "reasoning_text"),
+                 "response.function_call_arguments.delta": ("function_call", None)}
+
+
+def partial_response(latest: dict[str, Any] | None, events: list[str]) -> dict[str, Any] | None:
+    """What a Responses stream cut before its final event had said: the last response object it
+    carried (``in_progress``, its ``output`` empty), its ``output`` rebuilt from the events' items
+    and text deltas. Run only on a cut stream (no per-event cost on a whole one).
+
+    Args:
+        latest: the last response object the stream carried (``response.created``/``.in_progress``), or None.
+        events: the events' data as they came (`rollout_dataset.proxy.stream_relay`).
+
+    Returns:
+        The partial response (``status`` as the stream left it), or None when the stream carried none.
+    """
+    items: dict[int, dict[str, Any]] = {}
+    for data in events:
+        try:
+            event = json.loads(data)
+        except ValueError:
+            continue
+        if not isinstance(event, dict) or not isinstance(event.get("output_index"), int):
+            continue
+        kind, index = event.get("type"), event["output_index"]
+        if kind in ("response.output_item.added", "response.output_item.done") and isinstance(event.get("item"), dict):
+            items[index] = dict(event["item"])
+        elif kind in _DELTA_FIELDS and isinstance(event.get("delta"), str):
+            shape, part = _DELTA_FIELDS[kind]
+            item = items.setdefault(index, {"type": shape, "status": "in_progress"})
+            if part is None:
+                item["arguments"] = str(item.get("arguments") or "") + event["delta"]
+                continue
+            found = item.get("content")
+            content: list[Any] = list(found) if isinstance(found, list) else []
+            if not content or not isinstance(content[-1], dict) or content[-1].get("type") != part:
+                content = [*content, {"type": part, "text": ""}]
+            content[-1] = {**content[-1], "text": str(content[-1].get("text") or "") + event["delta"]}
+            item["content"] = content
+    if latest is None and not items:
+        return None
+    return {**(latest or {"object": "response", "status": "in_progress"}), "output": [items[k] for k in sorted(items)]}

@@ -25,13 +25,13 @@ from rollout_dataset.proxy.call_record import CallRecorder
 from rollout_dataset.proxy.error_answers import call_error_event, unrecorded_message
 from rollout_dataset.proxy.inflight import InflightBound
 from rollout_dataset.proxy.jsoncodec import dumps_event, has_digit_run, loads_event
-from rollout_dataset.proxy.responses_capture import ResponsesAssembler
+from rollout_dataset.proxy.responses_capture import ResponsesAssembler, partial_response
 from rollout_dataset.proxy.streaming import StreamAssembler
 from rollout_dataset.proxy.tokens import TokenRequest, strip_response
 from rollout_dataset.wire.anthropic_chat import ChatStreamToMessages, encode_events, stream_end_problem
 from rollout_dataset.wire.sse import encode_event
 
-__all__ = ["StreamRelay", "frame", "frame_json", "plain_utf8"]
+__all__ = ["StreamRelay", "answer_ended", "frame", "frame_json", "plain_utf8"]
 
 
 class StreamRelay:
@@ -189,6 +189,8 @@ class StreamRelay:
             if translator is not None:
                 answer.translated = translator.message()
             answer.body = assembled(call, assembler, raw_events)
+            # a harness that closes once it has read the final event (Codex, at response.completed) got it whole
+            delivery.whole = answer_ended(assembler, answer.body)
             raise
         if assembler.errors:
             call.fail("upstream_status", f"the model server sent an error event: {str(assembler.errors[0])[:500]}")
@@ -267,12 +269,25 @@ def assembled(call: Call, assembler: StreamAssembler | ResponsesAssembler, raw_e
     """The reassembled stream, or the events as they came when they do not fold into a response."""
     if not assembler.chunks and not raw_events:
         return None
+    if isinstance(assembler, ResponsesAssembler) and not assembler.finished and assembler.chunks:
+        call.notes.append("the Responses stream was cut before its final event; response.output holds the "
+                          "items and text deltas that arrived")  # its in_progress object has an empty output
+        return partial_response(assembler.response(), raw_events)
     try:
         return assembler.response() if assembler.chunks else "\n".join(raw_events)
     except Exception as exc:  # noqa: BLE001 - a stream of any unexpected shape is still recorded as it came
         call.notes.append(f"the stream could not be reassembled ({type(exc).__name__}: {exc}); "
                           "response holds the events' data as they came, one per line")
         return "\n".join(raw_events)
+
+def answer_ended(assembler: StreamAssembler | ResponsesAssembler, body: Any) -> bool:
+    """Whether the events handed to the harness hold the answer's end: a Responses final event, or a
+    finish reason on every choice of a chat/completions stream."""
+    if isinstance(assembler, ResponsesAssembler):
+        return assembler.finished
+    choices = body.get("choices") if isinstance(body, dict) else None
+    return isinstance(choices, list) and bool(choices) and all(isinstance(c, dict) and c.get("finish_reason") is not None for c in choices)
+
 
 def _between_events(names: dict[str, str], sent: bytearray) -> bool:
     """Whether the bytes sent so far of an undecoded stream end between two events (an event may follow)."""
