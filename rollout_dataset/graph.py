@@ -47,6 +47,8 @@ __all__ = [
     "RolloutGraph",
     "build_graph",
     "is_generation_record",
+    "is_generation_endpoint",
+    "cut_reason",
     "normalise_message",
     "iter_paths",
 ]
@@ -63,13 +65,47 @@ def is_generation_record(record: dict[str, Any]) -> bool:
         record: one trace record (see ``trace_record.schema.json``).
 
     Returns:
-        True for a chat/completions or completions call whose response arrived (a dict) and is
-        not an error (HTTP status below 400: an error body has nothing to train on).
+        True for a chat/completions or completions call whose response arrived (a dict), is not
+        an error (HTTP status below 400: an error body has nothing to train on) and was not cut
+        before its answer ended (`cut_reason`: a cut call stays in the trace, named in findings).
     """
-    endpoint = str(record.get("endpoint") or "").rstrip("/")
     status = record.get("status")
-    return (endpoint.endswith(_GENERATION_SUFFIXES) and isinstance(record.get("response"), dict)
-            and not (isinstance(status, int) and status >= 400))
+    return (is_generation_endpoint(record) and isinstance(record.get("response"), dict)
+            and not (isinstance(status, int) and status >= 400) and cut_reason(record) is None)
+
+
+def is_generation_endpoint(record: dict[str, Any]) -> bool:
+    """Whether a trace record's endpoint is a generation endpoint (chat, completions, responses, messages)."""
+    return str(record.get("endpoint") or "").rstrip("/").endswith(_GENERATION_SUFFIXES)
+
+
+#: a call's answer that holds one of these finish reasons (or none) never ended
+_UNENDED = (None, "in_progress")
+
+
+def cut_reason(record: dict[str, Any]) -> dict[str, str] | None:
+    """Why a generation call was cut before its answer ended, or None when it was not.
+
+    A cut call failed (the proxy recorded an error: the harness left, the model server dropped or
+    timed out, the proxy shut down) while its answer was unfinished: no finish reason arrived (a
+    Responses stream still ``in_progress``), or no answer at all. An error answer (HTTP status 400
+    or more) is not cut, nor is a whole answer whose client left after its last event.
+
+    Args:
+        record: one trace record.
+
+    Returns:
+        The record's ``error`` (``kind``, ``message``) when the call was cut, else None.
+    """
+    error = record.get("error")
+    if not isinstance(error, dict) or not is_generation_endpoint(record):
+        return None
+    status = record.get("status")
+    if isinstance(status, int) and status >= 400:
+        return None
+    if record.get("finish_reason") not in _UNENDED:
+        return None
+    return {"kind": str(error.get("kind")), "message": str(error.get("message"))}
 
 
 @functools.lru_cache(maxsize=4096)

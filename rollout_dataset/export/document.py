@@ -23,6 +23,7 @@ from rollout_dataset.export.findings import (
     stored_conversation_findings,
 )
 from rollout_dataset.export.sequences import AGENT, AUXILIARY, DISCARDED, PathSequence, assign_roles, build_sequences
+from rollout_dataset.export.cut_calls import cut_calls, cut_call_findings
 from rollout_dataset.graph import RolloutGraph, build_graph, is_generation_record
 
 __all__ = ["SCHEMA_VERSION", "CAPTURE_LEVELS", "capture_level_of", "export_rollout", "turns_document"]
@@ -34,13 +35,17 @@ CAPTURE_LEVELS = ("tokens", "text", "none")
 
 
 def capture_level_of(records: Iterable[dict[str, Any]]) -> str:
-    """The rollout's capture level: the lowest level among its generation calls.
+    """The rollout's capture level: the lowest level among its completed generation calls.
+
+    A call cut before its answer ended (`rollout_dataset.graph.cut_reason`: the harness killed
+    mid-stream, a timeout) does not count: it is named in findings and trained on nowhere. A
+    rollout whose every call was cut has no completed call, so its level is ``"none"``.
 
     Args:
         records: trace records.
 
     Returns:
-        ``"tokens"``, ``"text"`` or ``"none"`` (``"none"`` when there is no generation call).
+        ``"tokens"``, ``"text"`` or ``"none"`` (``"none"`` when there is no completed generation call).
     """
     levels = [r.get("capture_level", "none") for r in records if is_generation_record(r)]
     if not levels:
@@ -123,8 +128,11 @@ def export_rollout(
         per_call[node.node_id] = found
 
     rollout_findings: list[dict[str, Any]] = []
+    cut = cut_calls(records)
     if not len(graph):
-        rollout_findings.append(finding("no_generation_calls", f"session {session_id}: the trace holds no generation call"))
+        what = "no completed generation call" if cut else "no generation call"
+        rollout_findings.append(finding("no_generation_calls", f"session {session_id}: the trace holds {what}"))
+    rollout_findings += cut_call_findings(cut)
     if not with_tokens:
         rollout_findings.append(
             finding("eval_capture", f"capture level {capture_level!r}: structure only, token arrays empty, nothing trainable")
@@ -221,6 +229,8 @@ def export_rollout(
         "findings": rollout_findings + call_level,
         "continuity": continuity_summary(calls, recorded_continuity),
     }
+    if cut:  # calls cut before their answer ended: out of the graph, kept here with their partial answer
+        document["cut_calls"] = cut
     harness_sessions = graph.harness_sessions()
     if harness_sessions:  # the harness's own sessions, subagents under their parents (present only then)
         document["harness_sessions"] = [session.as_dict() for session in harness_sessions]

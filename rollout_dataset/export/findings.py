@@ -21,6 +21,8 @@ conversation_partial      WARN     a Responses request continues a stored respon
 sampling_incomparable     WARN     temperature/top_p != 1, top_k set, or unknown logprobs mode
 retokenization_skew       WARN     request re-rendered through the chat template != server ids
 call_error                WARN     the call failed (upstream error, disconnect) yet got a response
+call_cut                  WARN     a call was cut before its answer ended (harness killed, timeout,
+                                   disconnect): on no sequence, its partial answer in ``cut_calls``
 trace_note                INFO     a note the proxy left on the record
 retokenization_unavailable INFO    the chat template could not re-render the request
 prefix_break              INFO     a new root that continues an earlier conversation, with cause
@@ -76,6 +78,7 @@ FINDING_CODES: dict[str, str] = {
     "sampling_incomparable": WARN,
     "retokenization_skew": WARN,
     "call_error": WARN,
+    "call_cut": WARN,
     "trace_note": INFO,
     "retokenization_unavailable": INFO,
     "prefix_break": INFO,
