@@ -18,8 +18,10 @@ import httpx
 import pytest
 
 from rollout_dataset.backend import LocalBackend
+from rollout_dataset.capture import capture_rollout
 from rollout_dataset.export import capture_level_of, export_rollout
 from rollout_dataset.proxy import CaptureProxy, read_trace
+from rollout_dataset.recipes.coding import CaptureConfig
 from rollout_dataset.schema import schema_errors
 
 LONG = "Tell me about " + " ".join(f"item{k}" for k in range(40))
@@ -148,3 +150,31 @@ async def test_a_call_not_streamed_whose_client_was_killed_is_named_in_findings(
     document = _document(records)
     assert capture_level_of(records) == "tokens" and document["trainable"]
     assert [(c["call_index"], c["kind"]) for c in document["cut_calls"]] == [(1, "client_disconnect")]
+
+
+#: an external harness: one whole Responses call, then one streamed until the capture's timeout kills it
+HARNESS = """
+import json, os, urllib.request
+def post(content, stream):
+    body = {"model": os.environ["ROLLOUT_MODEL"], "input": [{"role": "user", "content": content}], "stream": stream}
+    req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/responses", data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    return urllib.request.urlopen(req, timeout=300)
+post("Say hello there", False).read()
+with post(%r, True) as answer:
+    for line in answer:
+        pass
+"""
+
+
+async def test_a_capture_whose_harness_timed_out_mid_stream_keeps_its_completed_calls_trainable(tmp_path):
+    client = tmp_path / "client.py"
+    client.write_text(HARNESS % ("Tell me about " + " ".join(f"item{k}" for k in range(300))))
+    async with LocalBackend(policy="echo", token_delay=0.05) as backend:
+        config = CaptureConfig(out_dir=tmp_path / "runs" / "out", task_index=0, base_url=backend.base_url,
+                               harness=f"cmd:{sys.executable} {client}", timeout_s=8)
+        result = await asyncio.to_thread(capture_rollout, config)
+    document = json.loads((result.out_dir / "rollout.json").read_text())
+    assert result.summary["timed_out"] and document["capture_level"] == "tokens"
+    assert document["stats"]["n_trainable_tokens"] > 0
+    assert [(c["call_index"], c["endpoint"]) for c in document["cut_calls"]] == [(1, "/v1/responses")]
