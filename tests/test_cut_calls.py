@@ -23,6 +23,7 @@ from rollout_dataset.export import capture_level_of, export_rollout
 from rollout_dataset.proxy import CaptureProxy, read_trace
 from rollout_dataset.recipes.coding import CaptureConfig
 from rollout_dataset.schema import schema_errors
+from rollout_dataset.schema.check import validate_path
 
 LONG = "Tell me about " + " ".join(f"item{k}" for k in range(40))
 
@@ -175,6 +176,7 @@ async def test_a_capture_whose_harness_timed_out_mid_stream_keeps_its_completed_
                                harness=f"cmd:{sys.executable} {client}", timeout_s=8)
         result = await asyncio.to_thread(capture_rollout, config)
     document = json.loads((result.out_dir / "rollout.json").read_text())
+    assert validate_path(result.out_dir) == []
     assert result.summary["timed_out"] and document["capture_level"] == "tokens"
     assert document["stats"]["n_trainable_tokens"] > 0
     assert [(c["call_index"], c["endpoint"]) for c in document["cut_calls"]] == [(1, "/v1/responses")]
