@@ -19,7 +19,7 @@ import pytest
 
 from rollout_dataset.backend import LocalBackend
 from rollout_dataset.capture import capture_rollout
-from rollout_dataset.export import capture_level_of, export_rollout
+from rollout_dataset.export import capture_level_of, export_rollout, turns_document
 from rollout_dataset.proxy import CaptureProxy, read_trace
 from rollout_dataset.recipes.coding import CaptureConfig
 from rollout_dataset.schema import schema_errors
@@ -120,6 +120,15 @@ async def test_a_call_cut_mid_stream_is_named_in_findings_with_its_partial_answe
     assert cut["partial_text"] and LONG.startswith(cut["partial_text"].strip()[:20])
     [named] = [f for f in document["findings"] if f["code"] == "call_cut"]
     assert named["call_index"] == 1 and records[1]["call_id"] in named["message"] and "client_disconnect" in named["message"]
+
+
+@pytest.mark.parametrize("api", sorted(BODIES))
+async def test_a_call_cut_mid_stream_shows_its_partial_answer_in_the_turns_document(tmp_path, api):
+    records = await _capture(tmp_path, api, complete_first=True)
+    turns = turns_document(_document(records), records)
+    assert schema_errors(turns, "turns") == []
+    assert [t["call_index"] for t in turns["turns"]] == [0]
+    assert [c["call_index"] for c in turns["cut_calls"]] == [1] and turns["cut_calls"][0]["partial_text"]
 
 
 async def test_a_responses_stream_cut_mid_answer_records_the_text_that_arrived(tmp_path):

@@ -252,7 +252,8 @@ def turns_document(source: dict[str, Any] | RolloutGraph, records: Iterable[dict
         records: the same trace records.
 
     Returns:
-        ``{"schema_version": 1, "mask_is_derived": True, "turns": [...]}`` (see ``turns.schema.json``).
+        ``{"schema_version": 1, "mask_is_derived": True, "turns": [...]}`` and, when some call was
+        cut before its answer ended, ``cut_calls`` as in the rollout document (see ``turns.schema.json``).
     """
     records = list(records)
     if isinstance(source, RolloutGraph):
@@ -287,4 +288,7 @@ def turns_document(source: dict[str, Any] | RolloutGraph, records: Iterable[dict
                 "finish_reason": node.finish_reason,
             }
         )
-    return {"schema_version": SCHEMA_VERSION, "mask_is_derived": True, "turns": turns}
+    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "mask_is_derived": True, "turns": turns}
+    if document.get("cut_calls"):  # calls cut before their answer ended: no turn, their partial answer here
+        out["cut_calls"] = document["cut_calls"]
+    return out
