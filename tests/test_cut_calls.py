@@ -53,7 +53,7 @@ with httpx.Client(timeout=120) as client:
 async def _killed_client(url: str, body: dict, *, stream: bool, after_lines: int) -> None:
     """Run the client in a process and SIGKILL it once it printed `after_lines` data lines (0: once it sent)."""
     proc = await asyncio.create_subprocess_exec(sys.executable, "-c", CLIENT, url, json.dumps(body),
-                                                "1" if stream else "0", "0" if stream else "5000", stdout=asyncio.subprocess.PIPE)
+                                                "1" if stream else "0", "0" if stream else "10000", stdout=asyncio.subprocess.PIPE)
     assert proc.stdout is not None
     seen = -1
     while seen < after_lines:
@@ -61,7 +61,7 @@ async def _killed_client(url: str, body: dict, *, stream: bool, after_lines: int
         assert line, "the client ended before it could be killed mid-answer"
         seen += 1
     if not stream:
-        await asyncio.sleep(0.5)  # the request reached the proxy, which waits for the slow answer
+        await asyncio.sleep(3)  # the request reaches the proxy, which waits 10 s for the slow answer
     os.kill(proc.pid, signal.SIGKILL)
     await proc.wait()
 
