@@ -48,6 +48,12 @@ TOKENIZE_CASES: dict[str, dict[str, Any]] = {
         {"role": "assistant", "content": None, "tool_calls": [{"function": {"arguments": '{"b": 1, "a": 2}', "name": "bash"},
                                                                "type": "function", "id": "c1", "extra": 3}]},
         {"role": "tool", "tool_call_id": "c1", "name": "bash", "content": "ok"}]},
+    "reasoning_content_sent_back": {"model": "tiny", "messages": [
+        {"role": "user", "content": "go"}, {"role": "assistant", "content": "ans", "reasoning_content": "think"},
+        {"role": "user", "content": "more"}]},
+    "reasoning_sent_back": {"model": "tiny", "messages": [
+        {"role": "user", "content": "go"}, {"role": "assistant", "content": "ans", "reasoning": "think"},
+        {"role": "user", "content": "more"}]},
 }
 
 #: Anthropic Messages requests (for /v1/messages/count_tokens), by case

@@ -30,6 +30,7 @@ __all__ = [
     "chat_inputs",
     "chat_tools",
     "template_conversation",
+    "tokenize_conversation",
     "logprob_params",
     "completion_prompt",
 ]
@@ -447,3 +448,18 @@ def completion_prompt(body: dict, tokenizer: Any) -> tuple[str | None, list[int]
                             param="prompt")
     raise RequestError("prompt must be a string, a list of token ids, or a list holding one of those "
                         "(several prompts per request are not supported by the local backend).", param="prompt")
+
+
+def tokenize_conversation(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages vLLM 0.32's `/tokenize` renders: its chat endpoint renames an assistant message's
+    `reasoning_content` to `reasoning` before rendering, `/tokenize` does not, and only `reasoning`
+    reaches the template, so there a `reasoning_content` without `reasoning` is not rendered.
+
+    Args:
+        messages: the messages as `chat_inputs` returns them (not modified).
+
+    Returns:
+        The messages without such a `reasoning_content`.
+    """
+    return [{k: v for k, v in m.items() if k != "reasoning_content"}
+            if m.get("role") == "assistant" and m.get("reasoning") is None else m for m in messages]
