@@ -36,6 +36,7 @@ from rollout_dataset.backend.params import (
     RequestError,
     bool_param,
     chat_inputs,
+    tokenize_conversation,
     check_context,
     common_params,
     completion_prompt,
@@ -441,7 +442,8 @@ async def _tokenize(request: Request, state: BackendState) -> Response:
     elif "messages" in body:
         messages, tools, _, kwargs = chat_inputs(body)
         try:
-            text = render_chat(tok, messages, tools, bool_param(body, "add_generation_prompt", True), kwargs)
+            text = render_chat(tok, tokenize_conversation(messages), tools, bool_param(body, "add_generation_prompt", True),
+                               kwargs)
         except ValueError as exc:
             raise RequestError(str(exc), param="messages") from None
         ids = list(tok.encode(text, add_special_tokens=bool_param(body, "add_special_tokens", False)))

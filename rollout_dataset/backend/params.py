@@ -15,6 +15,7 @@ from typing import Any
 from starlette.requests import Request
 
 from rollout_dataset.backend import protocol as P
+from rollout_dataset.wire.responses_chat import function_tool
 
 __all__ = [
     "MAX_LOGPROBS",
@@ -27,6 +28,9 @@ __all__ = [
     "common_params",
     "check_context",
     "chat_inputs",
+    "chat_tools",
+    "template_conversation",
+    "tokenize_conversation",
     "logprob_params",
     "completion_prompt",
 ]
@@ -296,13 +300,99 @@ def chat_inputs(body: dict) -> tuple[list[dict], list[dict] | None, Any, dict]:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise validation_error(f"body.messages.{i}", "model_type", "Each message needs a string 'role'", m)
-    tools = body.get("tools")
-    if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
-        raise validation_error("body.tools", "list_type", "Input should be a valid list of tool objects", tools)
+    tools = chat_tools(body.get("tools"))
     kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(kwargs, dict):
         raise validation_error("body.chat_template_kwargs", "dict_type", "Input should be a valid dictionary", kwargs)
-    return messages, tools or None, body.get("tool_choice"), kwargs
+    return template_conversation(messages), tools or None, body.get("tool_choice"), kwargs
+
+
+#: the strings pydantic's lax mode reads as a boolean (vLLM validates `strict`/`defer_loading` so)
+_LAX_BOOLS = {"true": True, "t": True, "yes": True, "y": True, "on": True, "1": True,
+              "false": False, "f": False, "no": False, "n": False, "off": False, "0": False}
+
+
+def _optional_bool(value: Any, loc: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _LAX_BOOLS:
+        return _LAX_BOOLS[value.strip().lower()]
+    raise validation_error(loc, "bool_type", "Input should be a valid boolean", value)
+
+
+def chat_tools(tools: Any) -> list[dict[str, Any]] | None:
+    """A chat request's `tools` as vLLM 0.32 hands them to the chat template.
+
+    vLLM validates each tool into its `ChatCompletionToolsParam` model and renders the model's dump:
+    keys in the model's order, a missing `type` written as "function", a missing `description` or
+    `parameters` written as null, `strict`/`defer_loading` only when set (read as pydantic reads a
+    boolean), a tool-level `defer_loading` copied into the function and kept, other keys dropped.
+
+    Args:
+        tools: the request's `tools`.
+
+    Returns:
+        The tools as rendered, or None when absent.
+
+    Raises:
+        RequestError: a tool vLLM's request model refuses (its pydantic error, type "Bad Request").
+    """
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise validation_error("body.tools", "list_type", "Input should be a valid list", tools)
+    out = []
+    for i, tool in enumerate(tools):
+        loc = f"body.tools.{i}"
+        if not isinstance(tool, dict):
+            raise validation_error(loc, "model_type", "Input should be a valid dictionary or object", tool)
+        if tool.get("type", "function") != "function":
+            raise validation_error(f"{loc}.type", "literal_error", "Input should be 'function'", tool.get("type"))
+        fn = tool.get("function")
+        if not isinstance(fn, dict):
+            kind, msg = ("missing", "Field required") if fn is None else ("model_type", "Input should be a valid dictionary")
+            raise validation_error(f"{loc}.function", kind, msg, fn)
+        if not isinstance(fn.get("name"), str):
+            kind, msg = ("missing", "Field required") if "name" not in fn else ("string_type", "Input should be a valid string")
+            raise validation_error(f"{loc}.function.name", kind, msg, fn.get("name"))
+        if fn.get("description") is not None and not isinstance(fn["description"], str):
+            raise validation_error(f"{loc}.function.description", "string_type", "Input should be a valid string",
+                                   fn["description"])
+        if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+            raise validation_error(f"{loc}.function.parameters", "dict_type", "Input should be a valid dictionary",
+                                   fn["parameters"])
+        outer_defer = _optional_bool(tool.get("defer_loading"), f"{loc}.defer_loading")
+        inner_defer = _optional_bool(fn.get("defer_loading"), f"{loc}.function.defer_loading")
+        fields = {"description": fn.get("description"), "parameters": fn.get("parameters"),
+                  "strict": _optional_bool(fn.get("strict"), f"{loc}.function.strict"),
+                  "defer_loading": outer_defer if inner_defer is None else inner_defer}
+        rendered = function_tool(fields, fn["name"])
+        if outer_defer is not None:
+            rendered["defer_loading"] = outer_defer
+        out.append(rendered)
+    return out
+
+
+def template_conversation(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages as vLLM 0.32 builds its conversation from them: a tool message whose content is
+    a list of text parts becomes their texts joined by a newline (a list holding other parts is kept).
+
+    Args:
+        messages: the request's messages (not modified).
+
+    Returns:
+        The messages the template renders.
+    """
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if message.get("role") == "tool" and isinstance(content, list) and all(
+                isinstance(p, dict) and p.get("type") == "text" for p in content):
+            message = {**message, "content": "\n".join(str(p.get("text", "")) for p in content)}
+        out.append(message)
+    return out
 
 
 def logprob_params(body: dict) -> tuple[bool, int]:
@@ -358,3 +448,18 @@ def completion_prompt(body: dict, tokenizer: Any) -> tuple[str | None, list[int]
                             param="prompt")
     raise RequestError("prompt must be a string, a list of token ids, or a list holding one of those "
                         "(several prompts per request are not supported by the local backend).", param="prompt")
+
+
+def tokenize_conversation(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages vLLM 0.32's `/tokenize` renders: its chat endpoint renames an assistant message's
+    `reasoning_content` to `reasoning` before rendering, `/tokenize` does not, and only `reasoning`
+    reaches the template, so there a `reasoning_content` without `reasoning` is not rendered.
+
+    Args:
+        messages: the messages as `chat_inputs` returns them (not modified).
+
+    Returns:
+        The messages without such a `reasoning_content`.
+    """
+    return [{k: v for k, v in m.items() if k != "reasoning_content"}
+            if m.get("role") == "assistant" and m.get("reasoning") is None else m for m in messages]

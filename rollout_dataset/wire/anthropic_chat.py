@@ -33,6 +33,7 @@ from typing import Any, Iterable, Iterator
 from httpx_sse import ServerSentEvent
 
 from rollout_dataset.wire.content import is_json
+from rollout_dataset.wire.responses_chat import function_tool
 from rollout_dataset.wire.sse import encode_json_event, iter_events
 
 __all__ = [
@@ -230,12 +231,12 @@ def messages_to_chat(body: dict[str, Any], *, merge_inline_system: bool = False,
 
 
 def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": tool.get("name"), "description": tool.get("description"),
-                                "parameters": tool.get("input_schema")}
-    for key in ("strict", "defer_loading"):
-        if tool.get(key) is not None:
-            function[key] = tool[key]
-    return {"type": "function", "function": function}
+    """vLLM's chat tool of an Anthropic tool: an `input_schema` without `type` gains `"type": "object"`
+    (last, as vLLM's validator adds it)."""
+    schema = tool.get("input_schema")
+    if isinstance(schema, dict) and "type" not in schema:
+        schema = {**schema, "type": "object"}
+    return function_tool({**tool, "parameters": schema}, tool.get("name"))
 
 
 def stop_reason(finish_reason: str | None, matched: Any, tool_used: bool, tool_complete: bool) -> tuple[str | None, str | None]:

@@ -35,7 +35,7 @@ from typing import Any
 from rollout_dataset.wire.content import content_text, text_parts
 
 __all__ = ["RESPONSES_ENDPOINT", "ENCRYPTED_REASONING_MESSAGE", "encrypted_reasoning", "input_to_messages",
-           "tools_to_chat", "output_to_message", "output_text", "reasoning_item"]
+           "tools_to_chat", "function_tool", "output_to_message", "output_text", "reasoning_item"]
 
 #: the Responses API path
 RESPONSES_ENDPOINT = "/v1/responses"
@@ -170,20 +170,28 @@ def tools_to_chat(tools: Any) -> list[dict[str, Any]]:
         if not isinstance(tool, dict):
             continue
         if tool.get("type") == "function":
-            out.append(_chat_tool(tool, str(tool.get("name"))))
+            out.append(function_tool(tool, str(tool.get("name"))))
         elif tool.get("type") == "namespace":
             for inner in tool.get("tools") or ():
                 if isinstance(inner, dict) and inner.get("type") == "function":
-                    out.append(_chat_tool(inner, f"{tool.get('name')}{NAMESPACE_SEPARATOR}{inner.get('name')}"))
+                    out.append(function_tool(inner, f"{tool.get('name')}{NAMESPACE_SEPARATOR}{inner.get('name')}"))
         elif tool.get("type") == "custom":
-            out.append(_chat_tool({"description": tool.get("description"), "parameters": CUSTOM_TOOL_PARAMETERS},
+            out.append(function_tool({"description": tool.get("description"), "parameters": CUSTOM_TOOL_PARAMETERS},
                                   str(tool.get("name"))))
     return out
 
 
-def _chat_tool(tool: dict[str, Any], name: str) -> dict[str, Any]:
-    """vLLM's `FunctionDefinition` of a function tool: `description` kept when null, `strict` and
-    `defer_loading` only when set."""
+def function_tool(tool: dict[str, Any], name: str | None) -> dict[str, Any]:
+    """A function tool as vLLM 0.32 hands it to the chat template: its `FunctionDefinition` dumped.
+
+    Args:
+        tool: the definition's fields (`description`, `parameters`, `strict`, `defer_loading`; others ignored).
+        name: the function's name.
+
+    Returns:
+        ``{"type": "function", "function": {"name", "description", "parameters", "strict"?, "defer_loading"?}}``:
+        in that key order, `description` and `parameters` kept when null, `strict` and `defer_loading` only when set.
+    """
     fn: dict[str, Any] = {"name": name, "description": tool.get("description"), "parameters": tool.get("parameters")}
     for key in ("strict", "defer_loading"):
         if tool.get(key) is not None:
