@@ -10,6 +10,7 @@ from typing import Any
 
 from rollout_dataset.errors import RecordWriteError
 from rollout_dataset.proxy.call import Call
+from rollout_dataset.proxy.on_policy import response_reply
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.harness_sessions import harness_session
@@ -108,7 +109,8 @@ class CallRecorder:
             policy = self.lane_policies[served.index]
         if asked.on_policy is not None and policy is not None:
             good = answer.status == 200 and call.error is None
-            record["notes"] += policy.finish(call.session, call.index, asked.on_policy, good, fields)
+            record["notes"] += policy.finish(call.session, call.index, asked.on_policy, good, fields,
+                                             response_reply(response))
             record["continuity"] = asked.on_policy.continuity.as_record()
         raw = {}
         if asked.raw_body is not None:

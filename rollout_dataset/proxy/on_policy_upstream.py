@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 import httpx
 
@@ -40,6 +40,7 @@ from rollout_dataset.proxy.on_policy import (
     message_key,
     past_call_from_record,
     plan_splice,
+    reply_key,
     request_context,
     restore_reasoning,
     sends_prompt_ids,
@@ -311,7 +312,7 @@ class OnPolicyMode:
         lookup = self.memory.find_parent(session, messages, prepared.context)
         parent = lookup.parent
         if parent is None:
-            status = "exact" if lookup.reason == "new_conversation" else "not_repaired"
+            status = "exact" if lookup.reason in ("new_conversation", "reply_pasted") else "not_repaired"
             return Continuity(status, reason=lookup.reason, detail=lookup.detail)
         idx = parent.index
         if self.honoured is False:
@@ -457,7 +458,8 @@ class OnPolicyMode:
                 cause = "whitespace_drift"
         return plan, cause
 
-    def finish(self, session: str, index: int, prepared: Prepared, ok: bool, fields: dict[str, Any]) -> list[str]:
+    def finish(self, session: str, index: int, prepared: Prepared, ok: bool, fields: dict[str, Any],
+               reply: Mapping[str, Any] | None = None) -> list[str]:
         """Check the server used the meant prompt, and remember the call as a possible parent.
 
         Args:
@@ -466,6 +468,7 @@ class OnPolicyMode:
             prepared: what `prepare` decided.
             ok: the call succeeded (HTTP 200, no error).
             fields: the record's token fields (`rollout_dataset.proxy.tokens.token_fields`).
+            reply: the chat answer's message (`on_policy.response_reply`), None when unknown.
 
         Returns:
             Notes for the record.
@@ -486,5 +489,6 @@ class OnPolicyMode:
             self.memory.remember(session, PastCall(index, prepared.message_keys, prepared.context,
                                                    prepared.messages, prompt_ids, completion_ids,
                                                    fields.get("finish_reason"),
-                                                   server_rendered=prepared.target is None and not prepared.harness_ids))
+                                                   server_rendered=prepared.target is None and not prepared.harness_ids,
+                                                   reply_key=reply_key(reply) if reply is not None else None))
         return notes
