@@ -39,11 +39,12 @@ def qwen3():
     return load_tokenizer(str(qwen3_tokenizer_dir()))
 
 
-async def run(tmp_path: Path, tokenizer: Any, requests: list[Any], n_steps: int) -> tuple[list[dict], dict]:
+async def run(tmp_path: Path, tokenizer: Any, requests: list[Any], n_steps: int, on_policy: bool = True
+              ) -> tuple[list[dict], dict]:
     """Post each request (a list of messages, or a function of the replies so far) through proxy + backend."""
     script = {"steps": [reply(f"step {i}", False) for i in range(n_steps)], "final": "Done."}
     async with LocalBackend(tokenizer=tokenizer, policy="script", script=script, reasoning_parser="qwen3") as backend:
-        async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path, on_policy=True) as proxy:
+        async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path, on_policy=on_policy) as proxy:
             url = proxy.session_base_url("s") + "/chat/completions"
             replies: list[str] = []
             async with httpx.AsyncClient(timeout=60) as client:
@@ -99,6 +100,13 @@ async def test_a_reply_pasted_into_a_handoff_conversation_starts_a_new_sequence_
     assert "call #3's messages and reply" in continuity_of(records)[5]["detail"]
     agent = [s for s in doc["sequences"] if s["role"] == "agent"]
     assert len(agent) == 7 and all(s["n_turns"] == 1 for s in agent)  # every sequence token-exact, one turn each
+
+
+async def test_without_the_mode_the_export_names_no_break_at_the_handoff(tmp_path, qwen3):
+    records, doc = await run(tmp_path, qwen3, handoff_session(), 7, on_policy=False)
+    breaks = {f["call_index"]: f["message"] for f in doc["findings"] if f["code"] == "prefix_break"}
+    assert records[5]["index"] not in breaks  # a new conversation, as the mode reads it
+    assert all("template_dropped_reasoning" in m for m in breaks.values()) and len(breaks) == 4
 
 
 async def test_an_assistant_message_nobody_sampled_still_reads_no_parent(tmp_path, qwen3):
