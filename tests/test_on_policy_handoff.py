@@ -39,10 +39,11 @@ def qwen3():
     return load_tokenizer(str(qwen3_tokenizer_dir()))
 
 
-async def run(tmp_path: Path, tokenizer: Any, requests: list[Any], n_steps: int, on_policy: bool = True
-              ) -> tuple[list[dict], dict]:
+async def run(tmp_path: Path, tokenizer: Any, requests: list[Any], n_steps: int, on_policy: bool = True,
+              same: bool = False) -> tuple[list[dict], dict]:
     """Post each request (a list of messages, or a function of the replies so far) through proxy + backend."""
-    script = {"steps": [reply(f"step {i}", False) for i in range(n_steps)], "final": "Done."}
+    steps = [reply("the same", False)] * n_steps if same else [reply(f"step {i}", False) for i in range(n_steps)]
+    script = {"steps": steps, "final": "Done."}
     async with LocalBackend(tokenizer=tokenizer, policy="script", script=script, reasoning_parser="qwen3") as backend:
         async with CaptureProxy(upstream=backend.base_url, trace_dir=tmp_path, on_policy=on_policy) as proxy:
             url = proxy.session_base_url("s") + "/chat/completions"
@@ -107,6 +108,30 @@ async def test_without_the_mode_the_export_names_no_break_at_the_handoff(tmp_pat
     breaks = {f["call_index"]: f["message"] for f in doc["findings"] if f["code"] == "prefix_break"}
     assert records[5]["index"] not in breaks  # a new conversation, as the mode reads it
     assert all("template_dropped_reasoning" in m for m in breaks.values()) and len(breaks) == 4
+
+
+async def test_a_second_handoff_word_for_word_the_first_does_not_hide_the_break_before_it(tmp_path, qwen3):
+    # a model that says the same each time: the second questions call repeats the first word for word,
+    # yet the answers call after it extends the second summary call (a reasoning drop, named)
+    first = {"role": "user", "content": f"Task: {TASK}"}
+    summary, asks = {"role": "user", "content": "Hand off: summarize."}, "You are picking up work. Summary:\n"
+
+    def handed(r: list[str]) -> list[dict]:
+        return [first, {"role": "user", "content": asks + r[1]}, {"role": "assistant", "content": r[2]},
+                {"role": "user", "content": "Answers:\n" + r[3]}]
+
+    second_round = lambda r: handed(r) + [{"role": "assistant", "content": r[4]}, summary]  # noqa: E731
+    calls = [[first], lambda r: [first, {"role": "assistant", "content": r[0]}, summary],
+             lambda r: [{"role": "user", "content": asks + r[1]}],
+             lambda r: [first, {"role": "assistant", "content": r[0]}, summary, {"role": "assistant", "content": r[1]},
+                        {"role": "user", "content": "Questions:\n" + r[2]}],
+             handed, second_round, lambda r: [{"role": "user", "content": asks + r[5]}],
+             lambda r: second_round(r) + [{"role": "assistant", "content": r[5]},
+                                          {"role": "user", "content": "Questions:\n" + r[6]}]]
+    records, doc = await run(tmp_path, qwen3, calls, 8, on_policy=False, same=True)
+    assert records[6]["request"]["messages"] == records[2]["request"]["messages"]  # word for word
+    breaks = {f["call_index"]: f["message"] for f in doc["findings"] if f["code"] == "prefix_break"}
+    assert 4 not in breaks and "template_dropped_reasoning" in breaks[7]
 
 
 async def test_an_assistant_message_nobody_sampled_still_reads_no_parent(tmp_path, qwen3):

@@ -430,6 +430,7 @@ def prefix_breaks(graph: RolloutGraph, tokenizer: Any = None,
         msgs = norm_req(pos)
         reply_at = next((i for i, m in enumerate(msgs) if m[0] == "assistant"), -1)  # the first reply
         best: tuple[int, int, int] | None = None  # (score, k, earlier position)
+        pasted = False
         for e in range(pos - 1, -1, -1):
             if norm_req(e) == msgs:  # the same request again: a retry or resample, not a break
                 best = None
@@ -439,8 +440,8 @@ def prefix_breaks(graph: RolloutGraph, tokenizer: Any = None,
                 best = (3, len(hist), e)
                 break
             if 0 < reply_at + 1 - len(hist) and msgs[reply_at + 1 - len(hist): reply_at + 1] == hist:
-                best = None  # call e's conversation with other messages put in front (a handoff): a new one
-                break
+                pasted = True  # call e's conversation with other messages put in front (a handoff): a new one
+                continue  # unless an earlier call's history is what it extends (score 3, further back)
             sys_changed = (
                 len(hist) > 1 and len(msgs) > 1 and hist[0] != msgs[0]
                 and hist[0][0] == "system" and msgs[0][0] == "system"
@@ -457,7 +458,7 @@ def prefix_breaks(graph: RolloutGraph, tokenizer: Any = None,
                     continue
             if best is None or cand[:2] > best[:2]:
                 best = cand
-        if best is None:
+        if best is None or (pasted and best[0] < 3):
             continue
         score, k, e = best
         earlier = nodes[e]
