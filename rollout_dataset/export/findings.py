@@ -399,7 +399,9 @@ def prefix_breaks(graph: RolloutGraph, tokenizer: Any = None,
     re-rendered, an all-reasoning reply, a changed reply, history re-rendered); a think block alone
     names nothing. Other causes: the system prompt changed while the rest of the history grew; the
     history was rewritten (a shared start, then different messages). A root sharing nothing with
-    earlier calls (a title generator, an unrelated conversation) gets no finding.
+    earlier calls (a title generator, an unrelated conversation) gets no finding, nor one that holds an
+    earlier call's messages and reply with other messages put in front (terminus-2's handoff to a new
+    conversation; the proxy's on-policy mode reads it ``exact``/``reply_pasted``).
 
     Args:
         graph: the prefix graph.
@@ -429,7 +431,9 @@ def prefix_breaks(graph: RolloutGraph, tokenizer: Any = None,
         if root.parent is not None or pos == 0:
             continue
         msgs = norm_req(pos)
+        reply_at = next((i for i, m in enumerate(msgs) if m[0] == "assistant"), -1)  # the first reply
         best: tuple[int, int, int] | None = None  # (score, k, earlier position)
+        pasted = False
         for e in range(pos - 1, -1, -1):
             if norm_req(e) == msgs:  # the same request again: a retry or resample, not a break
                 best = None
@@ -438,6 +442,9 @@ def prefix_breaks(graph: RolloutGraph, tokenizer: Any = None,
             if len(hist) <= len(msgs) and msgs[: len(hist)] == hist:
                 best = (3, len(hist), e)
                 break
+            if 0 < reply_at + 1 - len(hist) and msgs[reply_at + 1 - len(hist): reply_at + 1] == hist:
+                pasted = True  # call e's conversation with other messages put in front (a handoff): a new one
+                continue  # unless an earlier call's history is what it extends (score 3, further back)
             sys_changed = (
                 len(hist) > 1 and len(msgs) > 1 and hist[0] != msgs[0]
                 and hist[0][0] == "system" and msgs[0][0] == "system"
@@ -454,7 +461,7 @@ def prefix_breaks(graph: RolloutGraph, tokenizer: Any = None,
                     continue
             if best is None or cand[:2] > best[:2]:
                 best = cand
-        if best is None:
+        if best is None or (pasted and best[0] < 3):
             continue
         score, k, e = best
         earlier = nodes[e]

@@ -10,6 +10,7 @@ from typing import Any
 
 from rollout_dataset.errors import RecordWriteError
 from rollout_dataset.proxy.call import Call
+from rollout_dataset.proxy.on_policy import response_reply
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode
 from rollout_dataset.proxy.recorder import TraceRecorder
 from rollout_dataset.proxy.harness_sessions import harness_session
@@ -112,7 +113,8 @@ class CallRecorder:
             whole = call.error is not None and call.error["kind"] == "client_disconnect" and \
                 fields.get("finish_reason") not in (None, "in_progress", "failed")
             good = answer.status == 200 and (call.error is None or whole)
-            record["notes"] += policy.finish(call.session, call.index, asked.on_policy, good, fields)
+            record["notes"] += policy.finish(call.session, call.index, asked.on_policy, good, fields,
+                                             response_reply(response))
             record["continuity"] = asked.on_policy.continuity.as_record()
         raw = {}
         if asked.raw_body is not None:

@@ -57,6 +57,8 @@ __all__ = [
     "message_key",
     "past_call_from_record",
     "plan_splice",
+    "reply_key",
+    "response_reply",
     "sends_prompt_ids",
     "request_context",
     "responses_as_chat",
@@ -85,7 +87,8 @@ class Continuity:
             ``not_repaired`` (the server's render was sent; `reason` says why: an unexplained break).
         parent_index: arrival index of the call this one continues, or None.
         reason: a short code for not_repaired (``no_parent``, ``content_changed``, ...) or for
-            exact calls with no parent (``new_conversation``).
+            exact calls with no parent (``new_conversation``; ``reply_pasted``: an earlier call's
+            messages and reply with other messages put in front, as in a handoff to a new conversation).
         detail: a sentence for people.
         drift: for repaired calls, where the server's render and the sent prompt first differ:
             ``{"position", "server_tokens", "sent_tokens"}`` (sizes of the differing spans).
@@ -278,6 +281,8 @@ class PastCall:
             sent prompt ids: not the proxy, not the harness), so `/tokenize` must give the same ids.
         endpoint: the call's endpoint (`/v1/chat/completions`, or `/v1/responses`: its messages are
             `responses_as_chat`'s).
+        reply_key: `reply_key` of the reply it answered with (None when unknown): finds the reply
+            where a harness pastes it into another conversation.
     """
 
     index: int
@@ -290,6 +295,7 @@ class PastCall:
     text_chars: int = 0
     server_rendered: bool = True
     endpoint: str = "/v1/chat/completions"
+    reply_key: str | None = None
 
 
 def past_call_from_record(record: Mapping[str, Any]) -> PastCall | None:
@@ -320,9 +326,53 @@ def past_call_from_record(record: Mapping[str, Any]) -> PastCall | None:
     messages = request["messages"]
     continuity = record.get("continuity")
     repaired = isinstance(continuity, Mapping) and continuity.get("status") == "repaired"  # the proxy sent ids
+    upstream = record.get("upstream")  # a Messages call: the chat answer its reply came in
+    answer = upstream.get("response") if isinstance(upstream, Mapping) else record.get("response")
+    reply = response_reply(answer)
     return PastCall(record["index"], [message_key(m) for m in messages], request_context(request), messages,
                     prompt, completion, record.get("finish_reason"),
-                    server_rendered=not repaired and not sends_prompt_ids(request), endpoint=str(endpoint))
+                    server_rendered=not repaired and not sends_prompt_ids(request), endpoint=str(endpoint),
+                    reply_key=reply_key(reply) if reply is not None else None)
+
+
+def response_reply(response: Any) -> Mapping[str, Any] | None:
+    """The first choice's message of a chat completion (as returned, or reassembled from its stream).
+
+    Args:
+        response: the response body.
+
+    Returns:
+        The message, or None when the body is no chat completion.
+    """
+    choices = response.get("choices") if isinstance(response, Mapping) else None
+    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], Mapping) else None
+    message = first.get("message") if first is not None else None
+    return message if isinstance(message, Mapping) else None
+
+
+def reply_key(message: Mapping[str, Any]) -> str:
+    """A key of an assistant reply that holds wherever a harness puts it (`SessionMemory.find_parent`).
+
+    What harnesses change when they send a reply back is left out: reasoning (a field, or a leading
+    think block in the text), whitespace around the text, tool-call ids, the text of a reply that
+    carries tool calls (some drop it).
+
+    Args:
+        message: the response's message, or an assistant message of a request.
+
+    Returns:
+        A hex digest.
+    """
+    text = _text(message.get("content")).strip()
+    if text.startswith("<think>") and THINK_CLOSE in text:
+        text = text.split(THINK_CLOSE, 1)[1].strip()
+    calls = []
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        fn = fn if isinstance(fn, Mapping) else {}
+        calls.append([fn.get("name"), tool_arguments(fn.get("arguments"))])
+    raw = json.dumps(["" if calls else text, calls], sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha1(raw.encode("utf-8")).hexdigest()
 
 
 def sends_prompt_ids(request: Mapping[str, Any]) -> bool:
@@ -513,6 +563,12 @@ class SessionMemory:
             return ParentLookup(best)
         if not has_reply:
             return ParentLookup(None, "new_conversation", "no assistant reply in the messages: nothing was sampled")
+        pasted = self._pasted_from(session, messages, keys)
+        if pasted is not None:
+            return ParentLookup(None, "reply_pasted",
+                                f"these messages extend no earlier call: they hold call #{pasted}'s messages and reply "
+                                "with other messages put in front (a handoff to a new conversation), so nothing "
+                                "sampled in this context comes before this call: a new sequence starts")
         if closest is None:
             return ParentLookup(None, "no_parent", "no earlier call of this session holds tokens to continue")
         shared, index = closest
@@ -520,6 +576,31 @@ class SessionMemory:
         return ParentLookup(None, "no_parent",
                             f"no earlier call is extended by these messages; closest is call #{index}, "
                             f"which differs at message {shared} (role {role!r})")
+
+
+    def _pasted_from(self, session: str, messages: Sequence[Any], keys: Sequence[str]) -> int | None:
+        """The call whose conversation a request that extends no earlier call carries with other messages
+        put in front of it (a handoff: terminus-2 pastes its questions reply after its first prompt), else
+        None (a rewritten or trimmed history, a forgotten parent, a reply nobody sampled: ``no_parent``).
+
+        Args:
+            session: the proxy session.
+            messages: the request's messages.
+            keys: their `message_key`.
+
+        Returns:
+            That call's index: the request's first assistant message is its reply, and its messages
+            end the ones before that reply.
+        """
+        j = next((i for i, m in enumerate(messages) if isinstance(m, Mapping) and m.get("role") == "assistant"), None)
+        if j is None:
+            return None
+        key = reply_key(messages[j])
+        for call in reversed(self._sessions.get(session, [])):
+            k = len(call.message_keys)
+            if call.reply_key == key and 0 < k < j and list(keys[j - k:j]) == call.message_keys:
+                return call.index
+        return None
 
 
 def common_suffix(a: Sequence[int], b: Sequence[int], limit: int) -> int:

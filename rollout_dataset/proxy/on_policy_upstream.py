@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 import httpx
 
@@ -41,6 +41,7 @@ from rollout_dataset.proxy.on_policy import (
     message_key,
     past_call_from_record,
     plan_splice,
+    reply_key,
     request_context,
     restore_reasoning,
     sends_prompt_ids,
@@ -324,7 +325,7 @@ class OnPolicyMode:
         lookup = self.memory.find_parent(session, messages, prepared.context)
         parent = lookup.parent
         if parent is None:
-            status = "exact" if lookup.reason == "new_conversation" else "not_repaired"
+            status = "exact" if lookup.reason in ("new_conversation", "reply_pasted") else "not_repaired"
             return Continuity(status, reason=lookup.reason, detail=lookup.detail)
         idx = parent.index
         if self.honoured is False:
@@ -473,7 +474,8 @@ class OnPolicyMode:
                 cause = "whitespace_drift"
         return plan, cause
 
-    def finish(self, session: str, index: int, prepared: Prepared, ok: bool, fields: dict[str, Any]) -> list[str]:
+    def finish(self, session: str, index: int, prepared: Prepared, ok: bool, fields: dict[str, Any],
+               reply: Mapping[str, Any] | None = None) -> list[str]:
         """Check the server used the meant prompt, and remember the call as a possible parent.
 
         Args:
@@ -482,6 +484,7 @@ class OnPolicyMode:
             prepared: what `prepare` decided.
             ok: the call succeeded (HTTP 200, no error).
             fields: the record's token fields (`rollout_dataset.proxy.tokens.token_fields`).
+            reply: the chat answer's message (`on_policy.response_reply`), None when unknown.
 
         Returns:
             Notes for the record.
@@ -503,7 +506,8 @@ class OnPolicyMode:
                                                    prepared.messages, prompt_ids, completion_ids,
                                                    fields.get("finish_reason"),
                                                    server_rendered=prepared.target is None and not prepared.harness_ids,
-                                                   endpoint=prepared.endpoint))
+                                                   endpoint=prepared.endpoint,
+                                                   reply_key=reply_key(reply) if reply is not None else None))
         if prepared.inflight is not None:  # remembered (or failed): a request continuing it may go on
             self.memory.inflight.end(session, prepared.inflight)
             prepared.inflight = None
