@@ -18,6 +18,7 @@ import json
 from typing import Any, Iterable
 
 from rollout_dataset.graph import TurnNode, build_graph
+from rollout_dataset.wire.chat_tools import template_tools
 
 __all__ = ["FRAGMENT_BREAK", "render_samples", "truncate_middle", "fragment_runs"]
 
@@ -85,7 +86,7 @@ def _decode(tokenizer: Any, ids: list[int]) -> str:
 def _render_messages(tokenizer: Any, node: TurnNode) -> str:
     messages = list(node.request_messages) + ([node.response_message] if node.response_message else [])
     try:
-        return str(tokenizer.apply_chat_template(messages, tools=node.request_tools or None, tokenize=False))
+        return str(tokenizer.apply_chat_template(messages, tools=template_tools(node.request_tools), tokenize=False))
     except Exception:  # noqa: BLE001 - a template may reject a shape; fall back to plain JSON
         return json.dumps(messages, indent=1, ensure_ascii=False, default=str)
 

@@ -21,7 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["BUILTIN_TOKENIZER_DIR", "load_tokenizer", "render_chat", "chat_prompt_ids", "encode_text", "template_messages",
+__all__ = ["BUILTIN_TOKENIZER_DIR", "load_tokenizer", "render_chat", "chat_prompt_ids", "encode_text", "template_messages", "template_conversation",
            "common_prefix"]
 
 logger = logging.getLogger(__name__)
@@ -108,6 +108,26 @@ def render_chat(
         raise ValueError(f"chat template could not render the messages: {exc}") from exc
 
 
+def template_conversation(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages as vLLM 0.32 builds its conversation from them: a tool message whose content is
+    a list of text parts becomes their texts joined by a newline (a list holding other parts is kept).
+
+    Args:
+        messages: the request's messages (not modified).
+
+    Returns:
+        The messages the template renders.
+    """
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if message.get("role") == "tool" and isinstance(content, list) and all(
+                isinstance(p, dict) and p.get("type") == "text" for p in content):
+            message = {**message, "content": "\n".join(str(p.get("text", "")) for p in content)}
+        out.append(message)
+    return out
+
+
 def template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Messages as vLLM hands them to the chat template.
 
@@ -120,10 +140,11 @@ def template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, A
         messages: OpenAI-style chat messages (not modified).
 
     Returns:
-        Copies of the messages, tool-call arguments parsed.
+        Copies of the messages, tool-call arguments parsed and a tool message's text parts joined
+        (`template_conversation`).
     """
     out = []
-    for message in messages:
+    for message in template_conversation([dict(m) for m in messages]):
         message = dict(message)
         calls = message.get("tool_calls")
         if message.get("role") == "assistant" and isinstance(calls, list):

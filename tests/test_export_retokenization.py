@@ -63,3 +63,25 @@ def test_skew_is_not_checked_without_a_tokenizer(tokenizer):
     record["usage"]["prompt_tokens"] -= 1
     doc = export_rollout([record], session_id="s", capture_level="tokens")
     assert _skew(doc) == []
+
+
+@pytest.mark.parametrize("case", ["no_description", "odd_key_order", "extra_keys"])
+def test_tools_are_rerendered_as_vllm_renders_them_so_an_unusual_tool_raises_no_skew(tokenizer, case):
+    """Ids recorded from genuine vLLM 0.32 (tests/data/real_vllm_tool_render.json): a tool without a
+    description, with its keys in another order or with extra keys renders as vLLM's request model
+    dumps it, not as sent."""
+    import json
+    from pathlib import Path
+
+    from tool_render_cases import TOKENIZE_CASES
+
+    from rollout_dataset.tokenizers import encode_text
+
+    genuine = json.loads((Path(__file__).parent / "data" / "real_vllm_tool_render.json").read_text())
+    request = TOKENIZE_CASES[case]
+    prompt = genuine["chat_prompt_token_ids"][case]
+    record = make_record(0, prompt, encode_text(tokenizer, "done<|im_end|>"), messages=request["messages"],
+                         tools=request["tools"])
+    assert render_prompt_ids(build_graph([record]).get(0), tokenizer) == prompt
+    doc = export_rollout([record], session_id="s", capture_level="tokens", tokenizer=tokenizer)
+    assert _skew(doc) == []

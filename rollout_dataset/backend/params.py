@@ -15,7 +15,8 @@ from typing import Any
 from starlette.requests import Request
 
 from rollout_dataset.backend import protocol as P
-from rollout_dataset.wire.responses_chat import function_tool
+from rollout_dataset.tokenizers import template_conversation
+from rollout_dataset.wire.chat_tools import template_tool
 
 __all__ = [
     "MAX_LOGPROBS",
@@ -29,7 +30,6 @@ __all__ = [
     "check_context",
     "chat_inputs",
     "chat_tools",
-    "template_conversation",
     "tokenize_conversation",
     "logprob_params",
     "completion_prompt",
@@ -365,33 +365,10 @@ def chat_tools(tools: Any) -> list[dict[str, Any]] | None:
                                    fn["parameters"])
         outer_defer = _optional_bool(tool.get("defer_loading"), f"{loc}.defer_loading")
         inner_defer = _optional_bool(fn.get("defer_loading"), f"{loc}.function.defer_loading")
-        fields = {"description": fn.get("description"), "parameters": fn.get("parameters"),
-                  "strict": _optional_bool(fn.get("strict"), f"{loc}.function.strict"),
-                  "defer_loading": outer_defer if inner_defer is None else inner_defer}
-        rendered = function_tool(fields, fn["name"])
-        if outer_defer is not None:
-            rendered["defer_loading"] = outer_defer
+        strict = _optional_bool(fn.get("strict"), f"{loc}.function.strict")
+        rendered = template_tool({"defer_loading": outer_defer,
+                                  "function": {**fn, "strict": strict, "defer_loading": inner_defer}})
         out.append(rendered)
-    return out
-
-
-def template_conversation(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Chat messages as vLLM 0.32 builds its conversation from them: a tool message whose content is
-    a list of text parts becomes their texts joined by a newline (a list holding other parts is kept).
-
-    Args:
-        messages: the request's messages (not modified).
-
-    Returns:
-        The messages the template renders.
-    """
-    out = []
-    for message in messages:
-        content = message.get("content")
-        if message.get("role") == "tool" and isinstance(content, list) and all(
-                isinstance(p, dict) and p.get("type") == "text" for p in content):
-            message = {**message, "content": "\n".join(str(p.get("text", "")) for p in content)}
-        out.append(message)
     return out
 
 

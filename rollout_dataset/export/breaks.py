@@ -43,6 +43,7 @@ from rollout_dataset.reasoning import (
     reasoning_text,
 )
 from rollout_dataset.tokenizers import common_prefix, template_messages
+from rollout_dataset.wire.chat_tools import template_tools
 
 __all__ = ["BreakCause", "CAUSE_TAG", "REASONING_CAUSES", "explain_break", "template_keeps_reasoning"]
 
@@ -121,7 +122,7 @@ def template_keeps_reasoning(tokenizer: Any, messages: list[Any], at: int, reaso
     restored = template_messages(messages)
     restored[at] = {**restored[at], "reasoning_content": reasoning}
     try:
-        text = tokenizer.apply_chat_template(restored, tools=tools or None, add_generation_prompt=True,
+        text = tokenizer.apply_chat_template(restored, tools=template_tools(tools), add_generation_prompt=True,
                                              tokenize=False, **(kwargs or {}))
     except Exception as exc:  # noqa: BLE001 - any template failure means "unknown", named by the caller
         log.debug("re-rendering with reasoning put back failed: %s", exc)

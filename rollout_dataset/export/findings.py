@@ -42,6 +42,7 @@ from rollout_dataset.graph import RolloutGraph, TurnNode, normalise_message
 from rollout_dataset.reasoning import odd_reasoning
 from rollout_dataset.tokenizers import common_prefix, template_messages
 from rollout_dataset.wire.records import call_api
+from rollout_dataset.wire.chat_tools import template_tools
 
 __all__ = [
     "ERROR",
@@ -290,7 +291,7 @@ def render_prompt_ids(node: TurnNode, tokenizer: Any, request_kwargs: dict[str, 
     """
     rendered = tokenizer.apply_chat_template(
         template_messages(node.request_messages),
-        tools=node.request_tools or None,
+        tools=template_tools(node.request_tools),
         add_generation_prompt=True,
         tokenize=True,
         return_dict=False,

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator
 from httpx_sse import ServerSentEvent
 
 from rollout_dataset.wire.content import is_json
-from rollout_dataset.wire.responses_chat import function_tool
+from rollout_dataset.wire.chat_tools import function_tool
 from rollout_dataset.wire.sse import encode_json_event, iter_events
 
 __all__ = [

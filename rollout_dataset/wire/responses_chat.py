@@ -32,10 +32,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rollout_dataset.wire.chat_tools import function_tool
 from rollout_dataset.wire.content import content_text, text_parts
 
 __all__ = ["RESPONSES_ENDPOINT", "ENCRYPTED_REASONING_MESSAGE", "encrypted_reasoning", "input_to_messages",
-           "tools_to_chat", "function_tool", "output_to_message", "output_text", "reasoning_item"]
+           "tools_to_chat", "output_to_message", "output_text", "reasoning_item"]
 
 #: the Responses API path
 RESPONSES_ENDPOINT = "/v1/responses"
@@ -179,24 +180,6 @@ def tools_to_chat(tools: Any) -> list[dict[str, Any]]:
             out.append(function_tool({"description": tool.get("description"), "parameters": CUSTOM_TOOL_PARAMETERS},
                                   str(tool.get("name"))))
     return out
-
-
-def function_tool(tool: dict[str, Any], name: str | None) -> dict[str, Any]:
-    """A function tool as vLLM 0.32 hands it to the chat template: its `FunctionDefinition` dumped.
-
-    Args:
-        tool: the definition's fields (`description`, `parameters`, `strict`, `defer_loading`; others ignored).
-        name: the function's name.
-
-    Returns:
-        ``{"type": "function", "function": {"name", "description", "parameters", "strict"?, "defer_loading"?}}``:
-        in that key order, `description` and `parameters` kept when null, `strict` and `defer_loading` only when set.
-    """
-    fn: dict[str, Any] = {"name": name, "description": tool.get("description"), "parameters": tool.get("parameters")}
-    for key in ("strict", "defer_loading"):
-        if tool.get(key) is not None:
-            fn[key] = tool[key]
-    return {"type": "function", "function": fn}
 
 
 def reasoning_item(item_id: str, text: str | None, status: str | None) -> dict[str, Any]:
