@@ -105,3 +105,21 @@ def local_backend_thread():
 from viewer_fixtures import (  # noqa: E402,F401
     audited_tree, crafter_tree, demo_folders, hostile_tree, logprobs_missing_tree, oddity_tree, rollout_text_tree)
 
+
+#: the test files that run longest (a full run's `--durations`, loaded machine: each 100-300 s), in the order
+#: the pytest-xdist workers take them: first, so that the run never ends with one worker still inside one of
+#: them while the other has nothing left; test_harbor.py's machine-wide checks (`harbor_alone`) overlap no other
+#: Harbor file's start. `make test` passes --no-loadscope-reorder, else xdist hands out files by test count.
+_LONGEST_FILES = ("test_harbor.py", "test_harbor_podman.py", "test_build_ray.py", "test_reasoning_harnesses.py",
+                  "test_publish.py", "test_context_fit_capture.py", "test_compact.py", "test_harbor_hostile.py",
+                  "test_third_env.py")
+
+
+def pytest_collection_modifyitems(items):
+    """Orders the test files: `_LONGEST_FILES` first, then the rest by their number of tests, most first (as
+    xdist's own reordering does); a file's tests keep their order."""
+    counts: dict[object, int] = {}
+    for item in items:
+        counts[item.path] = counts.get(item.path, 0) + 1
+    rank = {name: n for n, name in enumerate(_LONGEST_FILES)}
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -counts[item.path], str(item.path)))
