@@ -139,11 +139,12 @@ lint: install-test
 	$(VENV)/bin/mypy
 
 # The whole test suite, as CI runs it: lint first, then every test, in TEST_WORKERS processes
-# (pytest-xdist; each test file runs whole in one worker, so a file's fixtures are built once).
+# (pytest-xdist; each test file runs whole in one worker, so a file's fixtures are built once), the files in
+# tests/conftest.py's order (longest first), not xdist's (most tests first).
 TEST_WORKERS ?= 2
 test: test-deps
 	$(MAKE) --no-print-directory lint
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Everything the tests need, installed side by side: pip, npm and apt wait on the network more than
 # on the CPU, so a fresh machine gets them in about half the time of one after another.

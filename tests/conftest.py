@@ -26,20 +26,42 @@ if "HF_DATASETS_CACHE" not in os.environ:
     atexit.register(shutil.rmtree, _DATASETS_CACHE, ignore_errors=True)
 
 
-@pytest.fixture
-def harbor_alone(tmp_path_factory):
-    """Runs the test while no other test of this run (in any pytest-xdist worker) runs a Harbor environment.
-
-    tests/test_harbor.py checks the whole machine for environment roots and marked processes left
-    behind; another worker's Harbor run would show up there. The lock file sits beside every worker's
-    temporary folder, so all the run's workers share it.
-    """
+def _harbor_lock(tmp_path_factory, operation: int):
+    """Holds the run's Harbor lock (a file beside every pytest-xdist worker's temporary folder, so all the
+    run's workers share it) for the test: `fcntl.LOCK_EX` alone, `fcntl.LOCK_SH` beside other holders."""
     import fcntl
 
     lock = tmp_path_factory.getbasetemp().parent / "harbor-environments.lock"
     with open(lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        fcntl.flock(handle, operation)
         yield
+
+
+@pytest.fixture
+def harbor_alone(tmp_path_factory):
+    """Runs the test while no other test of this run (in any pytest-xdist worker) runs a Harbor environment.
+
+    For a test that checks the whole machine for environment roots and marked processes left behind
+    (tests/test_harbor.py): another worker's Harbor run would show up there.
+    """
+    import fcntl
+
+    yield from _harbor_lock(tmp_path_factory, fcntl.LOCK_EX)
+
+
+@pytest.fixture
+def harbor_environment(request, tmp_path_factory):
+    """Runs a test that builds Harbor environments beside others that do, but never beside a `harbor_alone` one.
+
+    A test that takes both is covered by `harbor_alone`'s lock (a second lock of the same file would wait for
+    the first).
+    """
+    import fcntl
+
+    if "harbor_alone" in request.fixturenames:
+        yield
+        return
+    yield from _harbor_lock(tmp_path_factory, fcntl.LOCK_SH)
 
 
 @pytest.fixture(scope="session")
@@ -82,3 +104,22 @@ def local_backend_thread():
 # The viewer's demo rollouts and dataset, built once per session (tests/viewer_fixtures.py).
 from viewer_fixtures import (  # noqa: E402,F401
     audited_tree, crafter_tree, demo_folders, hostile_tree, logprobs_missing_tree, oddity_tree, rollout_text_tree)
+
+
+#: the test files that run longest (a full run's `--durations`, loaded machine: each 100-300 s), in the order
+#: the pytest-xdist workers take them: first, so that the run never ends with one worker still inside one of
+#: them while the other has nothing left; test_harbor.py's machine-wide checks (`harbor_alone`) overlap no other
+#: Harbor file's start. `make test` passes --no-loadscope-reorder, else xdist hands out files by test count.
+_LONGEST_FILES = ("test_harbor.py", "test_harbor_podman.py", "test_build_ray.py", "test_reasoning_harnesses.py",
+                  "test_publish.py", "test_context_fit_capture.py", "test_compact.py", "test_harbor_hostile.py",
+                  "test_third_env.py")
+
+
+def pytest_collection_modifyitems(items):
+    """Orders the test files: `_LONGEST_FILES` first, then the rest by their number of tests, most first (as
+    xdist's own reordering does); a file's tests keep their order."""
+    counts: dict[object, int] = {}
+    for item in items:
+        counts[item.path] = counts.get(item.path, 0) + 1
+    rank = {name: n for n, name in enumerate(_LONGEST_FILES)}
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -counts[item.path], str(item.path)))

@@ -33,8 +33,10 @@ from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_DIR, HARBOR_BUILT
 
 needs_harbor = pytest.mark.skipif(find_harbor() is None, reason="Harbor is not installed (make harbor)")
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed (make system-deps)")
-# every test here builds Harbor environment roots: one such test at a time across workers (conftest.py)
-pytestmark = pytest.mark.usefixtures("harbor_alone")
+# every test here builds Harbor environment roots (never while a test checks the machine for leftovers); those
+# that check it (`_leftovers`) run alone: `alone` (conftest.py)
+pytestmark = pytest.mark.usefixtures("harbor_environment")
+alone = pytest.mark.usefixtures("harbor_alone")
 VOWEL = "vowel-count"
 
 
@@ -152,6 +154,7 @@ def test_a_trajectory_whose_ids_differ_from_the_trace_is_a_finding():
 # -- rollouts ---------------------------------------------------------------------------------------
 
 
+@alone
 @needs_harbor
 @needs_bwrap
 def test_terminus_2_on_a_builtin_harbor_task_gets_the_verifiers_reward_at_level_tokens(tmp_path):
@@ -203,6 +206,7 @@ def test_harbors_own_trajectory_imports_at_level_tokens_with_the_captures_sequen
         [(s["input_ids"], s["loss_mask"], s["logprobs"]) for s in captured]
 
 
+@alone
 @needs_harbor
 @needs_bwrap
 def test_terminus_2s_summarisation_calls_are_recorded_and_match_its_subagent_trajectories(tmp_path):
@@ -227,6 +231,7 @@ def test_a_builtin_harness_on_a_harbor_task_is_scored_by_the_tasks_test_sh(tmp_p
     assert result.summary["env_reward"] is not None and result.summary["env_reward"] > 0
 
 
+@alone
 @needs_harbor
 @needs_bwrap
 def test_a_batch_runs_terminus_2_on_harbor_tasks_in_groups_with_the_verifiers_rewards(tmp_path):
@@ -249,6 +254,7 @@ def _terminus_step(keystrokes: str, done: bool = False) -> str:
                        if keystrokes else [], "task_complete": done})
 
 
+@alone
 @needs_harbor
 @needs_bwrap
 def test_a_hostile_agent_cannot_see_tests_or_solution_nor_forge_the_reward(tmp_path):
@@ -272,6 +278,7 @@ def test_a_hostile_agent_cannot_see_tests_or_solution_nor_forge_the_reward(tmp_p
     assert _leftovers() == []
 
 
+@alone
 @needs_harbor
 @needs_bwrap
 def test_a_verifier_that_hangs_is_named_and_leaves_nothing(tmp_path):
@@ -284,6 +291,7 @@ def test_a_verifier_that_hangs_is_named_and_leaves_nothing(tmp_path):
     assert _leftovers() == []
 
 
+@alone
 @needs_harbor
 @needs_bwrap
 def test_harbor_killed_mid_run_leaves_no_process_and_no_root(tmp_path):
@@ -333,6 +341,7 @@ def test_the_environment_module_imports_only_harbor_the_stdlib_and_its_siblings(
                 assert all(a.name.split(".")[0] in allowed for a in node.names), name
 
 
+@alone
 @pytest.mark.real_vllm
 @needs_harbor
 @needs_bwrap

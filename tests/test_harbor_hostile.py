@@ -22,8 +22,8 @@ from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_SOURCE
 
 needs_harbor = pytest.mark.skipif(find_harbor() is None, reason="Harbor is not installed (make harbor)")
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed (make system-deps)")
-# every test here builds Harbor environment roots: one such test at a time across workers (conftest.py)
-pytestmark = pytest.mark.usefixtures("harbor_alone")
+# every test here builds Harbor environment roots: never while a test checks the machine for leftovers (conftest.py)
+pytestmark = pytest.mark.usefixtures("harbor_environment")
 
 
 @needs_bwrap

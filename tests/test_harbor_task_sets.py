@@ -128,7 +128,7 @@ def test_a_batch_names_the_skipped_folder_in_its_notes_and_report(tmp_path):
     assert notes.startswith("- skipped: ") and "no-instruction" in notes and "instruction.md is missing" in notes
 
 
-@pytest.mark.usefixtures("harbor_alone")
+@pytest.mark.usefixtures("harbor_environment")
 @pytest.mark.skipif(find_harbor() is None or shutil.which("bwrap") is None, reason="needs Harbor and bwrap")
 def test_terminus_2_runs_a_multi_step_task_as_one_rollout_with_each_steps_reward(tmp_path):
     tasks = load_tasks(str(SET))

@@ -14,8 +14,8 @@ from rollout_dataset.sandbox import probe_isolation
 
 SUM_TASK = TASK_PACKAGE_DIR / "data" / "harbor" / "sum-of-integers"
 needs_bwrap = pytest.mark.skipif(not probe_isolation().allow_list, reason="bubblewrap cannot build a root here")
-# every test here builds Harbor environment roots: one such test at a time across workers (conftest.py)
-pytestmark = pytest.mark.usefixtures("harbor_alone")
+# every test here builds Harbor environment roots: never while a test checks the machine for leftovers (conftest.py)
+pytestmark = pytest.mark.usefixtures("harbor_environment")
 
 
 def _workdir(tmp_path: Path, files: dict[str, str]) -> Path:

@@ -246,8 +246,22 @@ def runtime_imports(path: Path, modules: dict[str, Path], root: Path = PACKAGE_D
     return found
 
 
+#: the package's own graphs, read once per run (its files do not change while the tests run)
+_PACKAGE_GRAPHS: dict[bool, dict[str, dict[str, str]]] = {}
+
+
 def import_graph(root: Path = PACKAGE_DIR, faces: bool = False) -> dict[str, dict[str, str]]:
-    """`{importer: {imported: "path:line" of the first import that runs it}}` for the package at `root`."""
+    """`{importer: {imported: "path:line" of the first import that runs it}}` for the package at `root`.
+
+    The package's own graph is parsed once and handed out as a copy; a planted package's every time."""
+    if root != PACKAGE_DIR:
+        return _read_import_graph(root, faces)
+    if faces not in _PACKAGE_GRAPHS:
+        _PACKAGE_GRAPHS[faces] = _read_import_graph(root, faces)
+    return {name: dict(targets) for name, targets in _PACKAGE_GRAPHS[faces].items()}
+
+
+def _read_import_graph(root: Path, faces: bool) -> dict[str, dict[str, str]]:
     modules = module_files(root)
     graph: dict[str, dict[str, str]] = {name: {} for name in modules}
     for name, path in modules.items():

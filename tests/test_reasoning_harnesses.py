@@ -89,7 +89,7 @@ def test_opencode_sends_reasoning_content_back_and_its_tool_loop_is_one_sequence
 
 
 @pytest.mark.harness
-@pytest.mark.usefixtures("harbor_alone")
+@pytest.mark.usefixtures("harbor_environment")
 def test_terminus_2_sends_content_only_and_each_observation_turn_is_reasoning_dropped(tmp_path):
     from rollout_dataset.harbor.adapter import find_harbor
     from rollout_dataset.tasks.harbor_format import HARBOR_BUILTIN_SOURCE
