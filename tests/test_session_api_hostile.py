@@ -132,6 +132,25 @@ async def test_a_sealed_session_takes_no_reward_and_no_call_and_its_file_stays_a
     assert len(records) == 1
 
 
+async def test_a_session_sealed_before_a_restart_refuses_calls_and_one_sealed_after_its_calls_refuses_the_next(
+        tmp_path, upstream):
+    async with CaptureProxy(upstream=upstream, trace_dir=tmp_path / "t", session_api=True) as proxy:
+        await two_sessions(proxy)
+        async with AsyncSessionClient(proxy.base_url) as api:
+            await api.seal("mine")
+    async with CaptureProxy(upstream=upstream, trace_dir=tmp_path / "t", session_api=True) as proxy:
+        async with httpx.AsyncClient(timeout=30) as client, AsyncSessionClient(proxy.base_url) as api:
+            before_restart = [(await client.post(proxy.session_base_url("mine") + "/chat/completions",
+                                                 json=chat())).status_code for _ in range(2)]
+            open_calls = [(await client.post(proxy.session_base_url("theirs") + "/chat/completions",
+                                             json=chat())).status_code for _ in range(2)]
+            await api.seal("theirs")  # a session this process saw open, sealed here
+            after_seal = (await client.post(proxy.session_base_url("theirs") + "/chat/completions",
+                                            json=chat())).status_code
+    assert before_restart == [409, 409] and open_calls == [200, 200] and after_seal == 409
+    assert len(read_trace(tmp_path / "t" / "theirs.jsonl")) == 3
+
+
 @pytest.mark.parametrize("body, why", [
     (b'{"reward": NaN}', "NaN"), (b'{"reward": Infinity}', "Infinity"), (b'{"reward": -Infinity}', "Infinity"),
     (b'{"reward": 1e999}', "finite"), (b'{"reward": 1' + b"0" * 400 + b"}", "finite"),

@@ -44,6 +44,8 @@ HARNESS_SESSION_RECORDED: frozenset[str] = frozenset(
     {*HARNESS_SESSION_HEADERS, *HARNESS_PARENT_HEADERS, "x-session-affinity", "x-claude-code-agent-type",
      "x-openai-subagent", "x-codex-window-id"})
 _MAX_ID = 200  # characters of an id kept (a header may be long; an id is not)
+#: the headers `harness_session` reads: a call without any of them (most calls) is answered at once.
+_READ: frozenset[str] = frozenset({*HARNESS_SESSION_HEADERS, *HARNESS_PARENT_HEADERS})
 
 
 def harness_session(headers: dict[str, str]) -> tuple[str | None, str | None]:
@@ -57,6 +59,8 @@ def harness_session(headers: dict[str, str]) -> tuple[str | None, str | None]:
         `HARNESS_PARENT_HEADERS` value, each cut to 200 characters; a Claude Code agent without a
         parent agent is a child of its session (``x-claude-code-session-id``). Either may be None.
     """
+    if _READ.isdisjoint(headers):
+        return None, None
     session = next((headers[name] for name in HARNESS_SESSION_HEADERS if headers.get(name)), None)
     parent = next((headers[name] for name in HARNESS_PARENT_HEADERS if headers.get(name)), None)
     if parent is None and headers.get("x-claude-code-agent-id"):

@@ -80,16 +80,18 @@ def _depth_at_most(value: Any, limit: int) -> bool:
 
 
 def _loads(data: bytes | str) -> tuple[Any, bool]:
-    if isinstance(data, bytes) and not _may_hold_long_integer(data):
-        try:
-            value = orjson.loads(data)
-        except orjson.JSONDecodeError:  # NaN, lone surrogates, a BOM, UTF-16, invalid JSON: as json.loads does
-            pass
-        else:
-            # orjson nests up to 1024 levels, the standard library stops near 900 (ValueError below):
-            # a body with few brackets cannot be that deep; one with many is measured.
-            if data.count(b"[") + data.count(b"{") <= _SHALLOW or _depth_at_most(value, _SHALLOW):
-                return value, False
+    if isinstance(data, bytes):
+        classes = data.translate(_CLASSES)  # one pass serves both looks below
+        if _RUN not in classes or _LONG_INTEGER.search(data) is None:  # no integer of 19+ digits
+            try:
+                value = orjson.loads(data)
+            except orjson.JSONDecodeError:  # NaN, lone surrogates, a BOM, UTF-16, invalid JSON: as json.loads does
+                pass
+            else:
+                # orjson nests up to 1024 levels, the standard library stops near 900 (ValueError below):
+                # a body with few brackets cannot be that deep; one with many is measured.
+                if len(data) <= _SHALLOW or classes.count(b"[") <= _SHALLOW or _depth_at_most(value, _SHALLOW):
+                    return value, False
     if isinstance(data, str):
         if data.startswith("\ufeff"):
             return json.loads(data), False  # raises json's own "Unexpected UTF-8 BOM" error
@@ -148,6 +150,9 @@ def dumps_standard(value: Any) -> bytes:
 # first look (digits map to "1", every other byte to "0": is there a run of 19?) clears nearly every
 # event; the rare run is looked at again, where digits after a decimal point do not count.
 _DIGITS = bytes(0x31 if 0x30 <= i <= 0x39 else 0x30 for i in range(256))
+# the same, with an opening bracket ("[" or "{") mapped to "[": one translation gives the digit runs and
+# the brackets' count (a bound on the nesting depth)
+_CLASSES = bytes(0x31 if 0x30 <= i <= 0x39 else 0x5B if i in (0x5B, 0x7B) else 0x30 for i in range(256))
 _RUN = b"1" * 19
 _LONG_INTEGER = re.compile(rb"(?<![.0-9])[0-9]{19}")
 

@@ -104,6 +104,9 @@ class TraceRecorder:
     #: descriptors held in reserve: as many as recording one call holds open at once (here one file
     #: at a time: the session's file, read when it is picked up, then appended to).
     SPARE_DESCRIPTORS = 1
+    #: whether other processes write the same trace directory (the workers of one proxy): False here, the
+    #: only writer (`SharedTraceRecorder` says True).
+    SHARED = False
 
     def __init__(self, trace_dir: str | os.PathLike[str], max_open_files: int = DEFAULT_MAX_OPEN_FILES) -> None:
         self.trace_dir = Path(trace_dir)
@@ -460,26 +463,26 @@ def chained_line(record: dict[str, Any], raw: dict[str, bytes] | None, nonfinite
     Raises:
         TypeError: a value no encoder takes.
     """
-    raw = dict(raw or {})
     if notes:
         record["notes"] = list(record.get("notes") or []) + notes
     record[CHAIN_FIELD] = head
     try:
         digest_bytes = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)  # canonical_bytes' fast path
     except TypeError:  # big ints, lone surrogates or deep nesting: see what it is
+        raw = dict(raw or {})  # the caller's stays as it was
         _flatten_too_deep(record, raw)
         digest_bytes = canonical_bytes(record)
+    if not raw:
+        return encode_record(record, nonfinite) + b"\n", hashlib.sha256(digest_bytes).hexdigest()
     unspliced = record.copy()  # a copy and a pop each: cheaper than a comprehension over every field
     for key in raw:
         unspliced.pop(key, None)
     line = encode_record(unspliced, nonfinite)
-    if raw:
-        parts = [line[:-1]]
-        for key, value in raw.items():
-            parts.append(_raw_key(key) + value)
-        parts.append(b"}")
-        line = b"".join(parts)
-    return line + b"\n", hashlib.sha256(digest_bytes).hexdigest()
+    parts = [line[:-1]]  # the spliced fields go in at the end, the line's bytes copied once (the join)
+    for key, value in raw.items():
+        parts += (_raw_key(key), value)
+    parts.append(b"}\n")
+    return b"".join(parts), hashlib.sha256(digest_bytes).hexdigest()
 
 
 @functools.lru_cache(maxsize=64)

@@ -72,20 +72,23 @@ class UpstreamRelay:
             send: the ASGI send callable.
         """
         task = asyncio.current_task()
-        watch = asyncio.ensure_future(_cancel_on_disconnect(receive, call, task))
+        watch = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, call, task))
         try:
-            await self._exchange(call, outgoing.request, outgoing.token_req, send)
+            await self._exchange(call, outgoing.request, outgoing.token_req, outgoing.shown, send)
         except asyncio.CancelledError:
             if not call.delivery.client_gone:
                 raise  # shutdown, not the harness
             if task is not None and hasattr(task, "uncancel"):
                 task.uncancel()
         finally:
-            watch.cancel()
+            # An answer sent whole ends the watch by itself: the server's next `receive` tells the watcher the
+            # exchange is over (`http.disconnect`), and it returns, with no cancellation to throw.
+            if not call.delivery.ended:
+                watch.cancel()
 
-    async def _exchange(self, call: Call, request: httpx.Request, token_req: TokenRequest | None,
+    async def _exchange(self, call: Call, request: httpx.Request, token_req: TokenRequest | None, url: str,
                         send: Send) -> None:
-        url = redact_url(str(request.url))  # shown in errors and logs: no credential of the harness's query
+        """The exchange with the model server; `url` is the request's URL as errors and logs show it (redacted)."""
         asked, answer = call.asked, call.answer
         try:
             source = _logprobs_added(token_req)
@@ -337,9 +340,18 @@ def header_map(response: httpx.Response) -> dict[str, str]:
     Returns:
         ``{name: value}``.
     """
+    raw = response.headers.raw
     out: dict[str, str] = {}
-    encoding = response.headers.encoding  # httpx works it out anew on every access
-    for name, value in response.headers.raw:
+    try:  # nearly always: every name and value ASCII, the encoding httpx then picks (one pass, no second decode)
+        for name, value in raw:
+            key = name.decode("ascii").lower()
+            text = value.decode("ascii")
+            out[key] = f"{out[key]}, {text}" if key in out else text
+        return out
+    except UnicodeDecodeError:
+        out.clear()
+    encoding = response.headers.encoding  # httpx's choice: utf-8 if every header takes it, else latin-1
+    for name, value in raw:
         key = name.decode("latin-1").lower()
         text = value.decode(encoding)
         out[key] = f"{out[key]}, {text}" if key in out else text

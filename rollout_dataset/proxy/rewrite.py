@@ -26,6 +26,7 @@ from rollout_dataset.proxy.intake import Checked
 from rollout_dataset.proxy.messages_capture import CHAT_ENDPOINT
 from rollout_dataset.proxy.on_policy import responses_as_chat
 from rollout_dataset.proxy.on_policy_upstream import OnPolicyMode
+from rollout_dataset.proxy.redact import redact_url
 from rollout_dataset.proxy.tokens import TokenRequest, prepare_request, sampling_params
 from rollout_dataset.wire.anthropic_chat import IGNORED_FIELDS, ChatStreamToMessages, messages_to_chat
 from rollout_dataset.wire.responses_chat import RESPONSES_ENDPOINT
@@ -83,17 +84,20 @@ class Outgoing:
     Args:
         request: the upstream request, its body read.
         token_req: the token fields added to a generation call (None for any other call).
+        shown: the request's URL as errors and logs may show it (`redact_url`).
     """
 
-    __slots__ = ("request", "token_req")
+    __slots__ = ("request", "token_req", "shown")
 
-    def __init__(self, request: httpx.Request, token_req: TokenRequest | None) -> None:
+    def __init__(self, request: httpx.Request, token_req: TokenRequest | None, shown: str) -> None:
         self.request = request
         self.token_req = token_req
+        self.shown = shown
 
 
 class UpstreamUrls:
-    """Upstream URLs and their Host header, parsed once per (endpoint, query) (a visible per-call cost).
+    """Upstream URLs, their Host header and their redacted text, made once per (endpoint, query) (a
+    visible per-call cost: parsing a URL, or printing one, takes microseconds).
 
     Args:
         root: the model server's root URL (no trailing ``/v1`` or ``/``).
@@ -101,24 +105,25 @@ class UpstreamUrls:
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self._known: dict[tuple[str, bytes], tuple[httpx.URL, bytes]] = {}
+        self._known: dict[tuple[str, bytes], tuple[httpx.URL, bytes, str]] = {}
 
-    def get(self, endpoint: str, query: bytes) -> tuple[httpx.URL, bytes]:
-        """The URL of an endpoint (with the harness's query string) and its Host header value.
+    def get(self, endpoint: str, query: bytes) -> tuple[httpx.URL, bytes, str]:
+        """The URL of an endpoint (with the harness's query string), its Host header value, and the URL
+        as errors and logs may show it (`redact_url`: no credential of the harness's query).
 
         Args:
             endpoint: the path, e.g. ``/v1/chat/completions``.
             query: the raw query string (may be empty).
 
         Returns:
-            ``(url, host)``.
+            ``(url, host, shown)``.
         """
         key = (endpoint, query)
         known = self._known.get(key)
         if known is None:
             text = self.root + endpoint + ("?" + query.decode("latin-1") if query else "")
             url = httpx.URL(text)
-            known = (url, url.netloc)
+            known = (url, url.netloc, redact_url(str(url)))
             if len(self._known) < 1024:
                 self._known[key] = known
         return known
@@ -161,6 +166,8 @@ class RequestRewriter:
             What to send, or None when the call was answered (no room left in the context, or a
             server's answer past the in-flight limit: 503).
         """
+        if self.fitter is None and self.on_policy is None:  # no server call is made here: nothing to count
+            return await self._rewrite(call, scope, checked, send)
         with self.bound.counting(call):
             try:
                 return await self._rewrite(call, scope, checked, send)
@@ -198,12 +205,12 @@ class RequestRewriter:
             assert parsed is not None and token_req is not None
             view = responses_as_chat({**parsed, **token_req.changes})
             body = await self._on_policy_body(call, view, body, up_headers, RESPONSES_ENDPOINT)
-        url, host = self.urls.get(endpoint, query)
+        url, host, shown = self.urls.get(endpoint, query)
         up_headers.append((b"host", host))
         request = build_upstream_request(call.method, url, up_headers, body or b"", self.extensions)
         if call.asked.translator is not None:  # kept in case the upstream has no chat endpoint (not vLLM)
             call.asked.native_request = self._native_messages_request(call, scope, checked.body)
-        return Outgoing(request, token_req)
+        return Outgoing(request, token_req, shown)
 
     async def _with_token_fields(self, call: Call, kind: str, raw_headers: list[tuple[bytes, bytes]],
                                  parsed: dict[str, Any], body: bytes, send: Send) -> TokenRequest | None:
@@ -227,7 +234,7 @@ class RequestRewriter:
 
     def _native_messages_request(self, call: Call, scope: Scope, body: bytes) -> httpx.Request:
         """The Messages request as the harness sent it, to forward natively (recorded at level `text`)."""
-        url, host = self.urls.get(call.endpoint, scope.get("query_string") or b"")
+        url, host, _ = self.urls.get(call.endpoint, scope.get("query_string") or b"")
         headers = [(k, v) for k, v in scope["headers"] if k not in DROP_REQUEST]
         headers += [(b"accept-encoding", b"identity"), (b"host", host)]
         return build_upstream_request(call.method, url, headers, body, self.extensions)

@@ -59,6 +59,8 @@ SESSION_API_TOKEN_ENV = "ROLLOUT_SESSION_API_TOKEN"
 MAX_REWARD_BODY_BYTES = 64 * 1024
 #: session snapshots kept (each holds a session's records and its rollout document).
 SNAPSHOT_CACHE = 64
+#: sessions whose sealed state is remembered (a forgotten one is looked up on disk again).
+SEALED_CACHE = 65536
 _JSON = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
 _ROUTES = {"": "session", "sequences": "sequences", "reward": "reward", "seal": "seal"}
 _METHODS = {"list": "GET", "session": "GET", "sequences": "GET", "reward": "POST", "seal": "POST"}
@@ -101,6 +103,11 @@ class SessionApi:
         self._token = token.encode() if token else None
         self.tokenizer = tokenizer
         self.in_flight: Counter[str] = Counter()
+        # Whether each session is sealed, as model traffic asks on every call. A seal is never undone, so a
+        # sealed session is remembered; an open one only while this process is the only one that can seal
+        # (no other worker shares the trace directory): it seals here, and says so (`_seal`).
+        self._sealed: OrderedDict[str, bool] = OrderedDict()
+        self._only_sealer = not getattr(recorder, "SHARED", True)
         self._snapshots: OrderedDict[str, SessionSnapshot] = OrderedDict()
         # Session reads (the export) in one thread of their own, in arrival order: only one of them at a
         # time competes with the event loop for the interpreter (the default pool would run six). The
@@ -127,8 +134,25 @@ class SessionApi:
             del self.in_flight[session]
 
     def sealed(self, session: str) -> bool:
-        """Whether a model call to `session` must be refused because the session is sealed."""
-        return self.enabled and session != DEFAULT_SESSION and self.files.is_sealed(session)
+        """Whether a model call to `session` must be refused because the session is sealed.
+
+        Known sealed sessions, and (when this process is the only one that seals) known open ones, are
+        answered from memory; any other is looked up on disk (one ``stat``) and remembered as the rule allows.
+        """
+        if not self.enabled or session == DEFAULT_SESSION:
+            return False
+        known = self._sealed.get(session)
+        if known is not None:
+            return known
+        sealed = self.files.is_sealed(session)
+        if sealed or self._only_sealer:
+            self._remember_sealed(session, sealed)
+        return sealed
+
+    def _remember_sealed(self, session: str, sealed: bool) -> None:
+        self._sealed[session] = sealed
+        if len(self._sealed) > SEALED_CACHE:
+            self._sealed.popitem(last=False)  # forgotten: looked up on disk again when it calls
 
     # ---- routing ---------------------------------------------------------------------------------
 
@@ -289,10 +313,16 @@ class SessionApi:
             return 409, _error("call_in_flight", f"session {session!r} has {in_flight} call(s) in flight: seal it "
                                "once they have ended"), []
         seal = self.recorder.seal(session)  # on the event loop: no call of the session can end in between
+        # From here on its calls are refused (none may start while the seal is written: it would not count
+        # them); a seal that could not be written is forgotten again, and its file looked up as before.
+        self._remember_sealed(session, True)
         try:
             document = await asyncio.to_thread(self.files.put_seal, session, seal)
-        except SessionConflict as exc:
+        except SessionConflict as exc:  # only ever "already sealed" here
             return 409, _error(exc.code, str(exc)), []
+        except BaseException:
+            self._sealed.pop(session, None)
+            raise
         return 200, {"session": session, "state": SEALED, "seal": document}, []
 
 

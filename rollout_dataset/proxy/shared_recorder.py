@@ -82,6 +82,7 @@ class SharedTraceRecorder(TraceRecorder):
     #: recording one call holds the session's trace file (locked), its state file and, when the state
     #: must be rebuilt from the trace file, a reading of that file: three descriptors at once.
     SPARE_DESCRIPTORS = 3
+    SHARED = True
 
     def __init__(self, trace_dir: str | os.PathLike[str], max_open_files: int = DEFAULT_MAX_OPEN_FILES) -> None:
         super().__init__(trace_dir, max_open_files)

@@ -170,6 +170,7 @@ def _is_int(value: Any) -> bool:
 
 
 _INT = {int}
+_FLOAT = {float}
 _NUMBER = {int, float}
 
 
@@ -190,23 +191,28 @@ def _ids_from_token_strings(tokens: list[Any]) -> list[int] | None:
     return ids
 
 
-def _choice_logprobs(choice: dict[str, Any]) -> tuple[list[Any] | None, list[Any] | None]:
-    """(token strings, logprob values) of a choice, chat or completions layout."""
+def _choice_logprobs(choice: dict[str, Any]) -> tuple[list[Any] | None, list[Any] | None, bool]:
+    """(logprob entries or token strings, logprob values, chat layout) of a choice.
+
+    In the chat layout the first item is the ``logprobs.content`` entries (their token strings are
+    read only when needed: `_entry_tokens`), and the values list is built here; in the completions
+    layout both are the answer's own lists.
+    """
     lp = choice.get("logprobs")
     if not isinstance(lp, dict):
-        return None, None
+        return None, None, False
     content = lp.get("content")
     if isinstance(content, list):
-        return [c.get("token") for c in content], [c.get("logprob") for c in content]
+        return content, [c.get("logprob") for c in content], True
     tokens, values = lp.get("tokens"), lp.get("token_logprobs")
     if isinstance(tokens, list) and isinstance(values, list):
-        return tokens, values
-    return None, None
+        return tokens, values, False
+    return None, None, False
 
 
 def _choice_fields(choice: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     idx = choice.get("index", 0)
-    tokens, values = _choice_logprobs(choice)
+    tokens, values, chat = _choice_logprobs(choice)
     ids = choice.get("token_ids")
     source = None
     if ids is not None and not _int_list(ids):
@@ -217,12 +223,15 @@ def _choice_fields(choice: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     else:
         ids = None
         if tokens:
-            ids = _ids_from_token_strings(tokens)
+            ids = _ids_from_token_strings([c.get("token") for c in tokens] if chat else tokens)
             if ids is not None:
                 source = "token_id_strings"
     logps = None
     if values is not None:
-        if set(map(type, values)) <= _NUMBER:  # parsed JSON: exact types (a bool is not a number here)
+        types = set(map(type, values))
+        if types <= _FLOAT and chat:  # a list built here of floats only: kept as it is
+            logps = values
+        elif types <= _NUMBER:  # parsed JSON: exact types (a bool is not a number here)
             logps = [float(v) for v in values]
         else:
             notes.append(f"choice {idx}: some logprobs are not numbers; per_token_logps left null")
@@ -281,7 +290,8 @@ def token_fields(response: Any, kind: str | None) -> dict[str, Any]:
     if not choices:
         return out
     if all(_is_int(c.get("index", 0)) for c in choices):
-        choices.sort(key=lambda c: c.get("index", 0))
+        if len(choices) > 1:
+            choices.sort(key=lambda c: c.get("index", 0))
     else:
         notes.append("a choice's index is not an integer; choices kept in the order they came")
     first = choices[0]

@@ -134,6 +134,7 @@ class UpstreamPool:
             raise ValueError("a proxy needs at least one upstream")
         self.lanes = lanes
         self.names = [lane.display for lane in lanes]
+        self._only = ServedBy(0, self.names[0])  # one upstream: every call's placement (never changed)
         self.placement_dir = placement_dir
         self.check_health = check_health and len(lanes) > 1
         self._placed: OrderedDict[str, int] = OrderedDict()
@@ -157,7 +158,7 @@ class UpstreamPool:
             The upstream (its lane index and URL) and, when the session just moved, where from and why.
         """
         if len(self.lanes) == 1:
-            return ServedBy(0, self.names[0])
+            return self._only
         self._start_checks()
         current = self._placed.get(session)
         if current is None and self.placement_dir is not None:
