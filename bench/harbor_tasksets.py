@@ -220,7 +220,7 @@ def failure_cause(record: dict[str, Any]) -> str | None:
         return "the git snapshot here lacks the task's files"
     if not build.get("ok"):
         reason = str(build.get("reason") or "")
-        if "cannot be pulled" in reason or "registry" in reason:
+        if "cannot be pulled" in reason or any(h.startswith("registry:") for h in record.get("build_hosts", [])):
             return "base image from an unreachable registry (no stand-in)"
         if "huggingface.co" in record.get("build_hosts", []):
             return "a build step downloads from the Hugging Face Hub"
