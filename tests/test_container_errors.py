@@ -57,6 +57,17 @@ def test_an_unreachable_registry_is_named_with_the_image_and_what_provides_a_sta
     assert f"`{STANDIN_TARGET}` builds a local stand-in tagged python:3.12-slim (python)" in describe_container_failure(covered)
 
 
+def test_a_short_image_name_with_no_search_registry_is_named_as_unreachable_with_the_stand_in_hint():
+    # podman build's own words on a host with no unqualified-search registries (this machine's podman 4.3)
+    output = ('Error: creating build container: short-name "eclipse-temurin:17-jdk" did not resolve to an alias '
+              'and no unqualified-search registries are defined in "/etc/containers/registries.conf"')
+    described = describe_container_failure(output)
+    assert described.startswith("base image eclipse-temurin:17-jdk cannot be pulled: its registry is unreachable")
+    assert "standin_images --list" in described  # no stand-in has that name
+    described = describe_container_failure(output.replace("eclipse-temurin:17-jdk", "python:3.12-slim"))
+    assert "make standin-images` builds a local stand-in tagged python:3.12-slim" in described
+
+
 def test_an_image_the_registry_does_not_have_is_named_as_missing():
     text = ("Error: creating build container: initializing source docker://ghcr.io/acme/nope:1: reading manifest 1 in "
             "ghcr.io/acme/nope: manifest unknown")

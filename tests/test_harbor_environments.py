@@ -243,3 +243,16 @@ def test_batch_takes_harbor_env_as_an_env_option(tmp_path):
 def test_the_bwrap_spec_is_what_harbor_gets_for_bwrap(tmp_path):
     assert environment_for(_task(tmp_path), "bwrap") == ENVIRONMENT_SPEC
     assert environment_for(_task(tmp_path, toml=OFFLINE, name="u")) == ENVIRONMENT_SPEC
+
+
+def test_a_no_network_task_under_podman_gets_the_projects_podman_environment_and_a_public_one_harbors():
+    from rollout_dataset.harbor.adapter import environment_arg
+    from rollout_dataset.harbor.environments import EnvironmentChoice, TaskNeeds
+    from rollout_dataset.harbor.installed import PROXIED_PODMAN_SPEC
+
+    image = ("RUN echo hi",)
+    assert environment_arg(EnvironmentChoice("podman", TaskNeeds(image_steps=image, network="no-network"))) == \
+        PROXIED_PODMAN_SPEC  # Harbor's own needs registry images (its egress sidecar) to enforce no-network
+    assert environment_arg(EnvironmentChoice("podman", TaskNeeds(image_steps=image))) == "podman"
+    assert environment_arg(EnvironmentChoice("docker", TaskNeeds(image_steps=image, network="no-network"))) == "docker"
+    assert environment_arg(EnvironmentChoice(BWRAP, TaskNeeds(network="no-network"))) == ENVIRONMENT_SPEC

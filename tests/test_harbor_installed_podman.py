@@ -48,7 +48,7 @@ def _why_not() -> str | None:
 
 
 pytestmark = [pytest.mark.harbor_agents, pytest.mark.skipif(_why_not() is not None, reason=_why_not() or ""),
-              pytest.mark.timeout(2400)]  # an image build and vfs container creation take minutes on a loaded host
+              pytest.mark.timeout(2400)]  # an image build and waits on Podman's storage lock take minutes on a loaded host
 
 
 def _task(tmp_path: Path, image: str = TINY_IMAGE, network: str = "no-network") -> Path:

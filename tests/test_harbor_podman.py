@@ -145,3 +145,28 @@ def test_terminus_2_on_the_image_backed_task_is_captured_at_level_tokens_with_it
     assert summary["capture_level"] == "tokens" and summary["captured_calls"] >= 1
     assert summary["harbor"]["reward_source"] == "harbor_verifier"
     assert summary["env_reward"] == summary["harbor"]["rewards"]["reward"]  # the local backend does not solve it: 0.0
+
+
+def test_a_no_network_task_runs_under_podman_with_loopback_only_and_is_captured_with_its_verifiers_reward(tmp_path):
+    # Harbor's own podman environment refuses no-network where its egress sidecar images cannot be pulled;
+    # the task runs in this project's podman environment with network `none` instead (docs/harbor.md)
+    task = _copy_tiny_task(tmp_path)
+    toml = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(toml.replace("[environment]\n", '[environment]\nnetwork_mode = "no-network"\n'))
+    # the verifier rewards the solved task only when the container has no network interface but loopback
+    test_sh = (task / "tests" / "test.sh").read_text()
+    (task / "tests" / "test.sh").write_text(test_sh.replace(
+        'echo "$reward" >', '[ "$(ls /sys/class/net)" = lo ] || reward=0\necho "$reward" >'))
+    command = {"keystrokes": "tr 'a-z' 'A-Z' < /app/data.txt > /app/out.txt\n", "duration": 0.5}
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({
+        "steps": [json.dumps({"analysis": "a", "plan": "p", "commands": [command], "task_complete": False})],
+        "final": json.dumps({"analysis": "done", "plan": "", "commands": [], "task_complete": True})}))
+    result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", harness="terminus-2", tasks=str(task.parent),
+                                           task_index=0, policy="script", script=script, harbor_env="podman"))
+    summary = result.summary
+    assert summary["harbor"]["exception"] is None, summary["harbor"]
+    assert summary["harbor"]["network"]["asked"] == "no-network"
+    assert summary["env_reward"] == 1.0 and summary["harbor"]["reward_source"] == "harbor_verifier"
+    assert summary["capture_level"] == "tokens" and summary["captured_calls"] >= 1
+    assert trial_container_names("podman", summary["harbor"]["trial"]) == []

@@ -11,7 +11,9 @@ process group of its own with:
 - ``--env``: the environment `rollout_dataset.harbor.environments.choose_environment` picks or was
   given (``--harbor-env``): ``rollout_dataset.harbor.bwrap_environment:BwrapEnvironment`` (no Docker, no
   network) for a task that needs no image, else one of Harbor's own (docker, podman, singularity, a
-  cloud one); where none can run the task it is refused (`HarborTaskUnsupportedError`);
+  cloud one); where none can run the task it is refused (`HarborTaskUnsupportedError`); a task asking
+  for no network under Podman gets ``rollout_dataset.harbor.proxied_podman:ProxiedPodmanEnvironment``
+  without its relay (network ``none``: Harbor's own needs registry images to enforce it);
 - an environment without credentials (every secret-looking variable dropped, save a cloud
   environment's own: `environments.credential_variables`), a dummy key, ``HARBOR_TELEMETRY=0`` and
   ``LITELLM_LOCAL_MODEL_COST_MAP=True``.
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rollout_dataset.harbor.container_errors import describe_container_failure
-from rollout_dataset.harbor.environments import (AUTO, BWRAP, HARBOR_INSTALL, EnvironmentChoice,
+from rollout_dataset.harbor.environments import (AUTO, BWRAP, HARBOR_INSTALL, PROXIED_PODMAN_SPEC, EnvironmentChoice,
                                                  HarborTaskUnsupportedError, choose_environment, credential_variables,
                                                  read_task_needs)
 from rollout_dataset.harbor.trial_containers import CONTAINER_ENVIRONMENTS, remove_trial_containers
@@ -155,8 +157,16 @@ def build_timeout_s(task_dir: Path) -> float:
 
 
 def environment_arg(choice: EnvironmentChoice) -> str:
-    """The ``--env`` value of a choice: the bwrap environment's import path, or Harbor's type name."""
-    return ENVIRONMENT_SPEC if choice.name == BWRAP else choice.name
+    """The ``--env`` value of a choice: the bwrap environment's import path, Harbor's type name, or, for a task
+    asking for no network under Podman, this project's podman environment without a relay
+    (`rollout_dataset.harbor.proxied_podman`: the container's network is its own loopback only). Harbor's own
+    enforces no-network with an egress sidecar whose images (alpine, gost) come from a registry, and refuses
+    the task where they cannot be pulled; the kernel's ``network_mode: none`` needs no image."""
+    if choice.name == BWRAP:
+        return ENVIRONMENT_SPEC
+    if choice.name == "podman" and choice.needs.network == "no-network":
+        return PROXIED_PODMAN_SPEC
+    return choice.name
 
 
 def environment_for(task_dir: Path, requested: str = AUTO) -> str:

@@ -32,6 +32,8 @@ _STEP = re.compile(r"^STEP (\d+)/(\d+): (.*)$")
 _PODMAN_STEP_ERROR = re.compile(r'^Error: building at STEP "(.*)": (.*)$')
 _BUILDKIT_ERROR = re.compile(r'process "(.*)" did not complete successfully: (.*?)(?:$|\.\s)')
 _PULL_SOURCE = re.compile(r"initializing source docker://([^:\s]+(?::[^:\s]+)?(?:@\S+)?): (.*)$")
+#: Podman with no search registries configured (a host that reaches none): a short image name cannot resolve
+_SHORT_NAME = re.compile(r'short-name "([^"]+)" did not resolve to an alias and no unqualified-search registries')
 _UNREACHABLE = re.compile(r"no such host|dial tcp|i/o timeout|connection refused|network is unreachable|"
                           r"TLS handshake timeout|server misbehaving", re.IGNORECASE)
 _NOT_FOUND = re.compile(r"manifest unknown|not found|name unknown|requested access to the resource is denied|"
@@ -98,11 +100,12 @@ def unpullable_image(text: str) -> str | None:
         found), or None.
     """
     for line in reversed(_lines(text)):
-        found = _PULL_SOURCE.search(line)
+        short = _SHORT_NAME.search(line)
+        found = short or _PULL_SOURCE.search(line)
         if not found:
             continue
-        image, detail = found.group(1), found.group(2)
-        if _UNREACHABLE.search(detail):
+        image, detail = found.group(1), "" if short else found.group(2)
+        if short or _UNREACHABLE.search(detail):
             standin = standin_for(image)
             hint = (f"`{STANDIN_TARGET}` builds a local stand-in tagged {image} ({standin})" if standin else
                     "no stand-in provides it (`python -m rollout_dataset.harbor.standin_images --list` names those "
@@ -131,8 +134,8 @@ def describe_container_failure(text: str) -> str | None:
             return found
     if _NO_NETWORK in text:
         return ("Harbor's podman/docker environment refuses network_mode='no-network' here: its egress-control "
-                "sidecar needs images (alpine, gost) from a registry this host cannot reach; run the task with "
-                "network allowed or on an environment that enforces no network (bwrap)")
+                "sidecar needs images (alpine, gost) from a registry this host cannot reach; run it with "
+                "--harbor-env podman (network none, docs/harbor.md) or allow it network")
     if _NETAVARK_MISSING in text:
         return ("podman's network backend could not run a helper (netavark: No such file or directory): iptables "
                 "and nft live in /usr/sbin, which must be on the PATH Harbor runs with")

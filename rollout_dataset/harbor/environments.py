@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 
 from rollout_dataset.errors import ConfigError
 
-__all__ = ["AUTO", "BWRAP", "HARBOR_ENVIRONMENT_TYPES", "HARBOR_ENV_CHOICES", "LOCAL_RUNTIMES",
+__all__ = ["AUTO", "BWRAP", "PROXIED_PODMAN_SPEC", "HARBOR_ENVIRONMENT_TYPES", "HARBOR_ENV_CHOICES", "LOCAL_RUNTIMES",
            "BWRAP_BASE_IMAGES", "HARBOR_INSTALL", "PODMAN_INSTALL", "EnvironmentChoice", "HarborTaskUnsupportedError", "TaskNeeds",
            "read_task_needs", "read_dockerfile", "network_mode_of", "choose_environment", "credential_variables", "harbor_preflight", "harbor_python",
            "host_memory_mb", "host_gpus"]
@@ -55,6 +55,9 @@ BWRAP_BASE_IMAGES = re.compile(r"^(python|debian|ubuntu|ubuntu-\d\d-\d\d|buildpa
 #: the command that installs Harbor (its own venv, `.venv-harbor`)
 HARBOR_INSTALL = "make harbor"
 #: how to get a container runtime Harbor runs here (docs/harbor.md, "Environments")
+#: the ``--env`` of this project's podman environment (`rollout_dataset.harbor.proxied_podman`): an installed
+#: agent's container reaches the proxy through it; a no-network task gets network ``none`` in it
+PROXIED_PODMAN_SPEC = "rollout_dataset.harbor.proxied_podman:ProxiedPodmanEnvironment"
 PODMAN_INSTALL = "apt-get install podman and pip install podman-compose (docs/harbor.md)"
 #: Dockerfile instructions the bwrap environment honours (WORKDIR, ENV) or that change nothing it runs
 _HOST_SATISFIED = frozenset({"FROM", "WORKDIR", "ENV", "LABEL", "ARG", "CMD", "ENTRYPOINT", "USER", "SHELL",

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout_dataset.harbor.agent_paths import PYTHON_MARKER, WHEELS_TARGET
+from rollout_dataset.harbor.environments import PROXIED_PODMAN_SPEC
 from rollout_dataset.npm_tools import find_npm_tool
 
 __all__ = ["HARBOR_PREFIX", "AGENT_KEY_ENV", "PROXIED_PODMAN_SPEC", "InstalledAgent", "INSTALLED_AGENTS",
@@ -48,13 +49,11 @@ logger = logging.getLogger(__name__)
 HARBOR_PREFIX = "harbor:"
 #: the variable holding the rollout's dummy key in Harbor's environment (``--api-key-name``)
 AGENT_KEY_ENV = "ROLLOUT_AGENT_KEY"
-#: the ``--env`` of the podman environment with the proxy's port inside
-PROXIED_PODMAN_SPEC = "rollout_dataset.harbor.proxied_podman:ProxiedPodmanEnvironment"
 #: host programs the proxy relay needs (`proxied_podman`): Podman itself, and the relay's parts
 RELAY_TOOLS = ("podman", "podman-compose", "socat", "nsenter", "setpriv")
 #: seconds a container trial may take beyond the agent and the verifier: Harbor's start-up and teardown, the
-#: image build (Harbor's own default build timeout is 600 s) and container creation (minutes on Podman's
-#: `vfs` storage, which copies the whole image per container)
+#: image build (Harbor's own default build timeout is 600 s) and waits on Podman's storage lock while other
+#: builds hold it (minutes on a loaded host; more on `vfs` storage, which copies every layer)
 CONTAINER_SLACK_S = 1200.0
 #: the command that installs Podman, podman-compose and their configuration here
 CONTAINERS_INSTALL = "make containers"

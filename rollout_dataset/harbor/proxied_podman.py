@@ -59,7 +59,8 @@ class ProxiedPodmanOptions(PodmanOptions):
     """The podman environment's kwargs, plus where the proxy's port comes from.
 
     Args:
-        proxy_socket: the host's Unix socket relayed to the proxy (``--ek proxy_socket=PATH``).
+        proxy_socket: the host's Unix socket relayed to the proxy (``--ek proxy_socket=PATH``); empty (with
+            `proxy_port` 0): no relay, for an agent whose model calls come from the host (terminus-2, oracle).
         proxy_port: the port the relay listens on at the container's ``127.0.0.1`` (the proxy's own port,
             so the session URL is the same inside).
     """
@@ -78,8 +79,10 @@ class ProxiedPodmanEnvironment(PodmanEnvironment):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.options = ProxiedPodmanOptions.model_validate(
             {k: kwargs.pop(k) for k in list(kwargs) if k in ProxiedPodmanOptions.model_fields})
-        if not self.options.proxy_socket or not 0 < self.options.proxy_port < 65536:
-            raise ValueError("the proxied podman environment needs --ek proxy_socket=PATH and --ek proxy_port=PORT")
+        relayed = bool(self.options.proxy_socket) or self.options.proxy_port != 0
+        if relayed and (not self.options.proxy_socket or not 0 < self.options.proxy_port < 65536):
+            raise ValueError("the proxied podman environment needs both --ek proxy_socket=PATH and --ek "
+                             "proxy_port=PORT (1-65535), or neither (no relay: a no-network task gets loopback only)")
         self._relay: subprocess.Popen[bytes] | None = None
         self._overlay_dir = tempfile.TemporaryDirectory(prefix="rollout-podman-net-")
         super().__init__(*args, **kwargs)
@@ -148,7 +151,9 @@ class ProxiedPodmanEnvironment(PodmanEnvironment):
         return int(pid)
 
     def _start_relay(self) -> None:
-        """The proxy's port on the container's loopback (see the module docstring)."""
+        """The proxy's port on the container's loopback (see the module docstring); none when no proxy was given."""
+        if not self.options.proxy_socket:
+            return
         pid, port = self._main_pid(), self.options.proxy_port
         argv = ["setpriv", "--pdeathsig", "KILL", "nsenter", f"--net=/proc/{pid}/ns/net", "--",
                 "socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr",
