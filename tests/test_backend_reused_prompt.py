@@ -64,7 +64,9 @@ async def test_given_prompt_ids_still_parse_tool_calls_from_messages(start_local
 async def test_tokenize_renders_messages_as_the_chat_endpoint_does(local_backend, builtin_tokenizer):
     status, body = await _post(local_backend, "/tokenize", {"messages": USER, "tools": TOOLS}, root=True)
     assert status == 200 and set(body) == {"count", "max_model_len", "tokens", "token_strs"}
-    assert body["tokens"] == chat_prompt_ids(builtin_tokenizer, USER, TOOLS) and body["count"] == len(body["tokens"])
+    _, chat = await _post(local_backend, "/chat/completions", {"messages": USER, "tools": TOOLS, "max_tokens": 1,
+                                                               "return_token_ids": True})
+    assert body["tokens"] == chat["prompt_token_ids"] and body["count"] == len(body["tokens"])
     _, plain = await _post(local_backend, "/tokenize", {"messages": USER, "add_generation_prompt": False}, root=True)
     from rollout_dataset.tokenizers import encode_text, render_chat
 

@@ -67,8 +67,10 @@ def test_harbors_oracle_scores_the_image_backed_task_1_under_podman_and_leaves_n
 
 
 def test_a_dockerfile_step_that_fails_is_named_with_its_last_output_and_the_rollout_unscored(tmp_path):
+    # both lines on one stream: Podman reads a step's stdout and stderr through two pipes, so lines of
+    # different streams can come in either order
     dockerfile = (f"FROM {TINY_IMAGE}\nRUN echo preparing\n"
-                  "RUN echo 'compiling module' && echo 'fatal: missing header probe.h' >&2 && exit 3\nRUN echo never\n")
+                  "RUN echo 'compiling module' >&2 && echo 'fatal: missing header probe.h' >&2 && exit 3\nRUN echo never\n")
     _copy_tiny_task(tmp_path, dockerfile=dockerfile)
     result = capture_rollout(CaptureConfig(out_dir=tmp_path / "out", harness="terminus-2", tasks=str(tmp_path / "tasks"),
                                            task_index=0))
