@@ -76,8 +76,8 @@ containers: system-deps
 	@podman info --format 'podman {{.Version.Version}}: runtime {{.Host.OCIRuntime.Name}}, cgroups {{.Host.CgroupManager}}, storage {{.Store.GraphDriverName}}'; echo
 
 # Stand-in base images (rollout_dataset/harbor/standin_images.py): where no registry is reachable, Debian
-# bookworm from the mirror tagged python:3.1x-slim, ubuntu:24.04, debian:bookworm-slim and
-# ghcr.io/laude-institute/t-bench/ubuntu-24-04, so public task sets' Dockerfiles build unchanged. Each is
+# bookworm from the mirror tagged python:3.1x-slim, ubuntu:24.04, debian:bookworm-slim,
+# ghcr.io/laude-institute/t-bench/ubuntu-24-04 and eclipse-temurin:17 (Debian's OpenJDK 17), so public task sets' Dockerfiles build unchanged. Each is
 # built once (skipped while current). tiny-image: the default test tier's bash + coreutils image (seconds).
 # Standard library only: the system python3 runs it, so it waits on no venv.
 .PHONY: standin-images tiny-image

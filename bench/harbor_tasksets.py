@@ -21,6 +21,7 @@ seed skips the tasks already there), so a run stopped by its deadline still repo
 
     nice .venv/bin/python bench/harbor_tasksets.py [--per-repo 13] [--seed 41] [--deadline 06:40] [--cached-builds 3]
         [--mirror-root /work/.mirror]   # git copies as ROOT/OWNER+NAME/repo (or --repo OWNER/NAME=GITDIR)
+        [--only OWNER/NAME:PATH ...]    # measure these drawn tasks again (say, after a new stand-in), keep the rest
 """
 
 from __future__ import annotations
@@ -360,6 +361,8 @@ def main() -> int:
     parser.add_argument("--last", action="append", default=[], metavar="OWNER/NAME",
                         help="measure this repository's drawn folders after the others' (the draw is unchanged; "
                              "for a set whose builds wait out their budget, so a deadline cuts those)")
+    parser.add_argument("--only", action="append", default=[], metavar="OWNER/NAME:PATH",
+                        help="measure again only this drawn task (repeatable); its saved entry is replaced, the others kept")
     parser.add_argument("--summarise-only", action="store_true", help="recompute the summary of the saved results")
     args = parser.parse_args()
     if args.summarise_only:
@@ -387,6 +390,12 @@ def main() -> int:
         sources.append((repo, commit, gitdir))
     chosen = pick(sources, args.per_repo, args.seed)
     chosen = [e for e in chosen if e["repo"] not in args.last] + [e for e in chosen if e["repo"] in args.last]
+    drawn = {f"{e['repo']}:{e['path']}" for e in chosen}
+    unknown = [name for name in args.only if name not in drawn]
+    if unknown:
+        print(f"harbor_tasksets: --only {unknown[0]}: not among the drawn tasks (OWNER/NAME:PATH, seed {args.seed})",
+              file=sys.stderr)
+        return 2
     deadline = None
     if args.deadline:
         hh, mm = (int(x) for x in args.deadline.split(":"))
@@ -399,7 +408,11 @@ def main() -> int:
         old = json.loads(RESULTS.read_text(encoding="utf-8"))
         if old.get("seed") == args.seed and old.get("per_repo") == args.per_repo and old.get("storage") == storage:
             previous = old.get("tasks", [])
-    done = {(r["repo"], r["path"]) for r in previous}
+    if args.only:  # measured again: their saved entries go, every other one is kept and skipped
+        previous = [r for r in previous if f"{r['repo']}:{r['path']}" not in args.only]
+        done = {(e["repo"], e["path"]) for e in chosen if f"{e['repo']}:{e['path']}" not in args.only}
+    else:
+        done = {(r["repo"], r["path"]) for r in previous}
     records = list(previous)
     gitdirs = {repo: gitdir for repo, _, gitdir in sources}
     doc: dict[str, Any] = {"seed": args.seed, "per_repo": args.per_repo,

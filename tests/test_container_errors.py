@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rollout_dataset.harbor.adapter import DEFAULT_BUILD_TIMEOUT_S, build_timeout_s
 from rollout_dataset.harbor.container_errors import describe_container_failure, failed_build_step
-from rollout_dataset.harbor.standin_images import STANDIN_TARGET, STANDINS, containerfile, standin_for
+from rollout_dataset.harbor.standin_images import JAVA_HOME, STANDIN_TARGET, STANDINS, containerfile, standin_for
 from rollout_dataset.harbor.trial_containers import compose_project
 
 OUTPUTS = Path(__file__).resolve().parent / "data" / "podman_outputs"
@@ -96,7 +96,16 @@ def test_the_from_names_of_public_task_sets_map_to_their_stand_ins():
     assert standin_for("ubuntu:24.04") == standin_for("docker.io/library/debian:bookworm-slim") == "plain"
     assert standin_for("ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624") == "plain"
     assert standin_for("ghcr.io/astral-sh/uv:0.8.15") == "uv"
-    assert standin_for("eclipse-temurin:17") is None and standin_for("gcc:14") is None and standin_for("python") is None
+    assert standin_for("eclipse-temurin:17") == standin_for("eclipse-temurin:17.0.12_7-jdk-jammy") == "temurin"
+    assert standin_for("eclipse-temurin:21") is None and standin_for("gcc:14") is None and standin_for("python") is None
+
+
+def test_the_temurin_stand_in_puts_the_jdk_where_the_official_image_has_it():
+    text = containerfile(next(standin for standin in STANDINS if standin.key == "temurin"))
+    assert "openjdk-17-jdk-headless" in text
+    assert f"JAVA_HOME={JAVA_HOME} PATH={JAVA_HOME}/bin:/usr/local/sbin:" in text and JAVA_HOME == "/opt/java/openjdk"
+    assert f"{JAVA_HOME}/bin/javac -version" in text  # the build fails unless the link reaches a JDK
+    assert "LC_ALL=en_US.UTF-8" in text and "locale-gen en_US.UTF-8" in text
 
 
 def test_every_base_stand_in_keeps_the_host_ca_in_a_file_of_its_own_and_only_python_ones_free_pip():

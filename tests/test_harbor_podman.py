@@ -102,6 +102,25 @@ def test_a_missing_stand_in_is_named_with_the_target_that_builds_it(tmp_path):
     assert f"`{STANDIN_TARGET}` builds a local stand-in tagged {image}" in result.summary["unscored_reason"]
 
 
+JAVA_TASK = Path(__file__).resolve().parent / "data" / "harbor_java" / "java-sum"
+
+
+@pytest.mark.containers_heavy
+@pytest.mark.skipif(not os.environ.get("CONTAINERS_HEAVY"), reason="opt-in: make test-containers (CONTAINERS_HEAVY=1)")
+def test_harbors_oracle_scores_a_java_task_1_on_the_eclipse_temurin_stand_in(tmp_path):
+    # the verifier checks the program's output and that java/javac are the JDK under JAVA_HOME=/opt/java/openjdk
+    if subprocess.run(["podman", "image", "exists", "docker.io/library/eclipse-temurin:17"], capture_output=True).returncode:
+        pytest.skip(f"the eclipse-temurin:17 stand-in is not built ({STANDIN_TARGET})")
+    trial = f"oracle-{secrets.token_hex(4)}"
+    subprocess.run([find_harbor(), "trials", "start", "-p", str(JAVA_TASK), "--agent", "oracle", "--env", "podman",
+                    "--trials-dir", str(tmp_path), "--trial-name", trial],
+                   capture_output=True, text=True, timeout=1800,
+                   env={**os.environ, "HARBOR_TELEMETRY": "0", "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    result = json.loads((tmp_path / trial / "result.json").read_text())
+    assert (result.get("verifier_result") or {}).get("rewards", {}).get("reward") == 1.0, result.get("exception_info")
+    assert trial_container_names("podman", trial) == []
+
+
 def _kill_runtime_when_running(trial_name: str, stop: threading.Event, killed: list[str]) -> None:
     """Once the trial's container runs, SIGKILL its conmon and its init: the container runtime dying under
     the rollout (Harbor is then starting or running the agent)."""

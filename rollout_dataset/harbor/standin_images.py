@@ -12,7 +12,9 @@ Every stand-in carries the host's CA bundle in `HOST_CA_PATH` (``PIP_CERT``, ``S
 ``REQUESTS_CA_BUNDLE`` point at it: HTTPS from a container fails where the host trusts an intercepting
 CA, and a task's ``apt-get install ca-certificates`` rebuilds the system bundle). The ``python`` ones
 add ``python3 python3-pip python-is-python3`` with ``EXTERNALLY-MANAGED`` removed (the official images'
-pip installs freely) and a ``pip`` command.
+pip installs freely) and a ``pip`` command. The ``temurin`` one (``eclipse-temurin:17``) holds Debian's
+OpenJDK 17 (headless) with ``JAVA_HOME`` at `JAVA_HOME` and its ``bin`` first on ``PATH``, as the
+official image has them.
 
 `build_tiny` makes `TINY_IMAGE`: bash and coreutils extracted from Debian packages (seconds, tens of MB),
 the base of the default test tier's image-backed task.
@@ -34,7 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["STANDIN_LABEL", "STANDIN_BASE", "UV_VERSION", "TINY_IMAGE", "HOST_CA_PATH", "STANDIN_TARGET", "StandIn", "STANDINS",
+__all__ = ["STANDIN_LABEL", "STANDIN_BASE", "UV_VERSION", "TINY_IMAGE", "HOST_CA_PATH", "STANDIN_TARGET", "JAVA_HOME", "StandIn", "STANDINS",
            "standin_names", "standin_for", "containerfile", "image_label", "build_base", "build_standins",
            "build_tiny", "main"]
 
@@ -79,17 +81,23 @@ class StandIn:
         names: fully qualified image names (the tags tasks' `FROM` lines resolve to).
         packages: Debian packages installed on the base.
         python: whether pip is made to install freely (``EXTERNALLY-MANAGED`` removed, a ``pip`` command).
+        env: ``NAME=VALUE`` settings the real image makes, added to the stand-in's ``ENV`` line.
+        steps: shell commands run after the packages are installed (one ``RUN`` each).
     """
 
     key: str
     names: tuple[str, ...]
     packages: tuple[str, ...]
     python: bool
+    env: tuple[str, ...] = ()
+    steps: tuple[str, ...] = ()
 
 
-#: the stand-ins (`FROM` and `COPY --from` names seen in public Harbor task sets; not provided: eclipse-temurin,
-#: gcc, golang, node, nvidia/cuda, whose toolchains Debian packages only in other versions). The ``python`` one
-#: comes first: the ``uv`` one is fetched with it.
+#: where the ``temurin`` stand-in's JDK is found, as in the official eclipse-temurin images (``JAVA_HOME``)
+JAVA_HOME = "/opt/java/openjdk"
+#: the stand-ins (`FROM` and `COPY --from` names seen in public Harbor task sets; not provided: gcc, golang, node,
+#: nvidia/cuda, whose toolchains Debian packages only in other versions). The ``python`` one comes first: the
+#: ``uv`` one is fetched with it.
 STANDINS: tuple[StandIn, ...] = (
     StandIn("python", _aliases("python:3.10-slim", "python:3.11-slim", "python:3.12-slim", "python:3.13-slim",
                                "python:3.10-slim-bookworm", "python:3.11-slim-bookworm", "python:3.12-slim-bookworm",
@@ -100,6 +108,19 @@ STANDINS: tuple[StandIn, ...] = (
             ("ca-certificates",), python=False),
     # `COPY --from=ghcr.io/astral-sh/uv:0.8.15 /uv /uvx /usr/local/bin/`: the same uv release's binaries from PyPI
     StandIn("uv", ("ghcr.io/astral-sh/uv:0.8.15", "ghcr.io/astral-sh/uv:latest"), (), python=False),
+    # Debian's OpenJDK 17 where the official image holds Adoptium's build of 17 on Ubuntu 22.04 (jammy), with that
+    # image's JAVA_HOME, PATH, UTF-8 locale and tool packages (curl, wget, tzdata, fontconfig, p11-kit, binutils)
+    StandIn("temurin", _aliases("eclipse-temurin:17", "eclipse-temurin:17.0.12_7-jdk-jammy"),
+            ("openjdk-17-jdk-headless", "ca-certificates", "p11-kit", "curl", "wget", "tzdata", "fontconfig",
+             "locales", "binutils"), python=False,
+            env=(f"JAVA_HOME={JAVA_HOME}", f"PATH={JAVA_HOME}/bin:{_PATH}", "LANG=en_US.UTF-8", "LANGUAGE=en_US:en",
+                 "LC_ALL=en_US.UTF-8"),
+            # the JDK's trust store is remade once the locale exists (made before it, it lacks a CA whose file name is
+            # not ASCII)
+            steps=('echo "en_US.UTF-8 UTF-8" >> /etc/locale.gen && locale-gen en_US.UTF-8',
+                   "rm -f /etc/ssl/certs/java/cacerts && update-ca-certificates --fresh > /dev/null",
+                   f'mkdir -p {JAVA_HOME.rsplit("/", 1)[0]} && ln -s "$(dirname "$(dirname "$(readlink -f /usr/bin/javac)")")" '
+                   f"{JAVA_HOME} && {JAVA_HOME}/bin/javac -version && {JAVA_HOME}/bin/java -version")),
 )
 #: the uv release the ``uv`` stand-in holds (PyPI's ``uv`` wheel carries the same binaries as the image)
 UV_VERSION = "0.8.15"
@@ -163,10 +184,11 @@ def containerfile(standin: StandIn) -> str:
              f"{' '.join(standin.packages)} && rm -rf /var/lib/apt/lists/*"]
     if standin.python:
         steps.append("rm -f /usr/lib/python3*/EXTERNALLY-MANAGED && ln -sf /usr/bin/pip3 /usr/local/bin/pip")
+    steps += standin.steps
     lines = [f"FROM {STANDIN_BASE}",
              f"COPY host-ca.crt {HOST_CA_PATH}",
              f"ENV PIP_CERT={HOST_CA_PATH} SSL_CERT_FILE={HOST_CA_PATH} REQUESTS_CA_BUNDLE={HOST_CA_PATH}"
-             + (" LANG=C.UTF-8" if standin.python else ""),
+             + (" LANG=C.UTF-8" if standin.python else "") + "".join(f" {setting}" for setting in standin.env),
              *(f"RUN {step}" for step in steps),
              f'LABEL description="stand-in built from Debian {_SUITE} for {standin.names[0]}; not the real image"',
              "CMD [\"bash\"]"]
