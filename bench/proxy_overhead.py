@@ -569,5 +569,16 @@ def main() -> int:
     return 0
 
 
+def run() -> int:
+    """`main`, with a target's failed answer named in one line (a peer's 500 is the peer's, not a crash)."""
+    try:
+        return main()
+    except aiohttp.ClientResponseError as exc:
+        print(f"proxy_overhead: {exc.request_info.real_url} answered {exc.status} {exc.message}; the run stopped "
+              "there (rLLM's gateway answers 500 when its upstream connection resets: run again, or --skip-peers)",
+              file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())
