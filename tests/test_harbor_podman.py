@@ -55,15 +55,20 @@ def _copy_tiny_task(tmp_path: Path, dockerfile: str | None = None, solve: str | 
     return dest
 
 
-def test_harbors_oracle_scores_the_image_backed_task_1_under_podman_and_leaves_no_container(tmp_path):
+def _assert_oracle_scores_1_and_leaves_no_container(task: Path, trials_dir: Path) -> None:
+    """Runs Harbor's `oracle` agent on `task` under `--env podman`: reward 1.0, no container left."""
     trial = f"oracle-{secrets.token_hex(4)}"
-    subprocess.run([find_harbor(), "trials", "start", "-p", str(TINY_TASK), "--agent", "oracle", "--env", "podman",
-                           "--trials-dir", str(tmp_path), "--trial-name", trial],
-                          capture_output=True, text=True, timeout=1800,
-                          env={**os.environ, "HARBOR_TELEMETRY": "0", "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
-    result = json.loads((tmp_path / trial / "result.json").read_text())
+    subprocess.run([find_harbor(), "trials", "start", "-p", str(task), "--agent", "oracle", "--env", "podman",
+                    "--trials-dir", str(trials_dir), "--trial-name", trial],
+                   capture_output=True, text=True, timeout=1800,
+                   env={**os.environ, "HARBOR_TELEMETRY": "0", "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    result = json.loads((trials_dir / trial / "result.json").read_text())
     assert (result.get("verifier_result") or {}).get("rewards", {}).get("reward") == 1.0, result.get("exception_info")
     assert trial_container_names("podman", trial) == []
+
+
+def test_harbors_oracle_scores_the_image_backed_task_1_under_podman_and_leaves_no_container(tmp_path):
+    _assert_oracle_scores_1_and_leaves_no_container(TINY_TASK, tmp_path)
 
 
 def test_a_dockerfile_step_that_fails_is_named_with_its_last_output_and_the_rollout_unscored(tmp_path):
@@ -111,14 +116,7 @@ def test_harbors_oracle_scores_a_java_task_1_on_the_eclipse_temurin_stand_in(tmp
     # the verifier checks the program's output and that java/javac are the JDK under JAVA_HOME=/opt/java/openjdk
     if subprocess.run(["podman", "image", "exists", "docker.io/library/eclipse-temurin:17"], capture_output=True).returncode:
         pytest.skip(f"the eclipse-temurin:17 stand-in is not built ({STANDIN_TARGET})")
-    trial = f"oracle-{secrets.token_hex(4)}"
-    subprocess.run([find_harbor(), "trials", "start", "-p", str(JAVA_TASK), "--agent", "oracle", "--env", "podman",
-                    "--trials-dir", str(tmp_path), "--trial-name", trial],
-                   capture_output=True, text=True, timeout=1800,
-                   env={**os.environ, "HARBOR_TELEMETRY": "0", "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
-    result = json.loads((tmp_path / trial / "result.json").read_text())
-    assert (result.get("verifier_result") or {}).get("rewards", {}).get("reward") == 1.0, result.get("exception_info")
-    assert trial_container_names("podman", trial) == []
+    _assert_oracle_scores_1_and_leaves_no_container(JAVA_TASK, tmp_path)
 
 
 def _kill_runtime_when_running(trial_name: str, stop: threading.Event, killed: list[str]) -> None:
